@@ -1,0 +1,165 @@
+//! The discovery cache: what each mount offers, merged into what clients see.
+//!
+//! A [`MountCatalog`] holds one mount's lists in the upstream's own names,
+//! exactly as discovered (every page followed). [`MergedCatalog::build`]
+//! qualifies the names, drops collisions (first mount in config order wins)
+//! and indexes every name for routing. Building is pure: no I/O, no logging;
+//! the caller logs the [`Collision`]s it returns. A merged catalog is
+//! immutable once built and shared behind an `Arc`, so `list` calls never
+//! lock or wake an upstream.
+
+mod page;
+mod route;
+
+use std::{collections::HashMap, sync::Arc};
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+
+pub use page::{page, PageError, PAGE_SIZE};
+pub use route::Route;
+
+use crate::naming::{MountName, Namespace, Separator};
+
+/// One mount's lists, in the upstream's own names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MountCatalog {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// What goes into a merge: one mount and its current catalog.
+#[derive(Debug, Clone)]
+pub struct MountView {
+    pub mount: MountName,
+    pub namespace: Namespace,
+    pub catalog: Arc<MountCatalog>,
+}
+
+/// The same client-visible name offered by two mounts; `kept` wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    pub kind: &'static str,
+    pub name: String,
+    pub kept: MountName,
+    pub dropped: MountName,
+}
+
+/// Every mount's lists merged, qualified and indexed.
+#[derive(Debug, Default)]
+pub struct MergedCatalog {
+    /// Changes whenever the content does; cursors carry it.
+    pub generation: u64,
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    separator: Separator,
+    /// Mounts in config order, for routing names not in the lists.
+    namespaces: Vec<(Namespace, MountName)>,
+    tool_routes: HashMap<String, Route>,
+    prompt_routes: HashMap<String, Route>,
+    resource_routes: HashMap<String, Route>,
+    template_routes: HashMap<String, Route>,
+}
+
+impl MergedCatalog {
+    /// Merges `views` (in config order) into one catalog.
+    pub fn build(
+        generation: u64,
+        separator: &Separator,
+        views: &[MountView],
+    ) -> (Self, Vec<Collision>) {
+        let mut merged = MergedCatalog {
+            generation,
+            separator: separator.clone(),
+            namespaces: views
+                .iter()
+                .map(|view| (view.namespace.clone(), view.mount.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        let mut collisions = Vec::new();
+        for view in views {
+            for tool in &view.catalog.tools {
+                let name = view.namespace.qualify_name(separator, &tool.name);
+                if let Some(kept) = claim(&mut merged.tool_routes, &name, view, &tool.name) {
+                    collisions.push(collision("tool", name, kept, view));
+                    continue;
+                }
+                let mut tool = tool.clone();
+                tool.name = name.into();
+                merged.tools.push(tool);
+            }
+            for prompt in &view.catalog.prompts {
+                let name = view.namespace.qualify_name(separator, &prompt.name);
+                if let Some(kept) = claim(&mut merged.prompt_routes, &name, view, &prompt.name) {
+                    collisions.push(collision("prompt", name, kept, view));
+                    continue;
+                }
+                let mut prompt = prompt.clone();
+                prompt.name = name;
+                merged.prompts.push(prompt);
+            }
+            for resource in &view.catalog.resources {
+                let uri = view.namespace.qualify_uri(&resource.uri);
+                if let Some(kept) = claim(&mut merged.resource_routes, &uri, view, &resource.uri) {
+                    collisions.push(collision("resource", uri, kept, view));
+                    continue;
+                }
+                let mut resource = resource.clone();
+                resource.uri = uri;
+                merged.resources.push(resource);
+            }
+            for template in &view.catalog.templates {
+                let uri = view.namespace.qualify_uri(&template.uri_template);
+                let original = &template.uri_template;
+                if let Some(kept) = claim(&mut merged.template_routes, &uri, view, original) {
+                    collisions.push(collision("resource template", uri, kept, view));
+                    continue;
+                }
+                let mut template = template.clone();
+                template.uri_template = uri;
+                merged.templates.push(template);
+            }
+        }
+        (merged, collisions)
+    }
+
+    pub fn separator(&self) -> &Separator {
+        &self.separator
+    }
+}
+
+/// Records `name` for `view` unless taken; returns the mount that has it.
+fn claim(
+    routes: &mut HashMap<String, Route>,
+    name: &str,
+    view: &MountView,
+    original: &str,
+) -> Option<MountName> {
+    if let Some(existing) = routes.get(name) {
+        return Some(existing.mount.clone());
+    }
+    routes.insert(
+        name.to_owned(),
+        Route {
+            mount: view.mount.clone(),
+            original: original.into(),
+        },
+    );
+    None
+}
+
+fn collision(kind: &'static str, name: String, kept: MountName, view: &MountView) -> Collision {
+    Collision {
+        kind,
+        name,
+        kept,
+        dropped: view.mount.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! Resolving a client-visible name or URI to the mount that serves it.
+//!
+//! Listed names resolve through the merged index, so collisions resolve the
+//! same way the lists do. Names not (yet) listed, such as a tool of a mount
+//! whose discovery has not finished or a URI produced by a resource
+//! template, resolve by their namespace prefix; pass-through mounts are
+//! tried last, the first in config order taking an unprefixed URI.
+
+use std::sync::Arc;
+
+use super::MergedCatalog;
+use crate::naming::MountName;
+
+/// Where a client-visible name goes: the mount and the upstream's own name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub mount: MountName,
+    pub original: Arc<str>,
+}
+
+impl MergedCatalog {
+    pub fn resolve_tool(&self, name: &str) -> Option<Route> {
+        self.tool_routes
+            .get(name)
+            .cloned()
+            .or_else(|| self.resolve_by_name_prefix(name))
+    }
+
+    pub fn resolve_prompt(&self, name: &str) -> Option<Route> {
+        self.prompt_routes
+            .get(name)
+            .cloned()
+            .or_else(|| self.resolve_by_name_prefix(name))
+    }
+
+    /// For `resources/read`, subscriptions and `ref/resource` completions.
+    pub fn resolve_uri(&self, uri: &str) -> Option<Route> {
+        if let Some(route) = self
+            .resource_routes
+            .get(uri)
+            .or_else(|| self.template_routes.get(uri))
+        {
+            return Some(route.clone());
+        }
+        let prefixed = self.namespaces.iter().find_map(|(namespace, mount)| {
+            if namespace.is_pass_through() {
+                return None;
+            }
+            namespace.unqualify_uri(uri).map(|original| Route {
+                mount: mount.clone(),
+                original: original.into(),
+            })
+        });
+        prefixed.or_else(|| {
+            self.namespaces
+                .iter()
+                .find(|(namespace, _)| namespace.is_pass_through())
+                .map(|(_, mount)| Route {
+                    mount: mount.clone(),
+                    original: uri.into(),
+                })
+        })
+    }
+
+    /// A tool or prompt name not in the lists: only a namespaced mount can
+    /// claim it, since a pass-through mount would claim every typo.
+    fn resolve_by_name_prefix(&self, name: &str) -> Option<Route> {
+        self.namespaces.iter().find_map(|(namespace, mount)| {
+            if namespace.is_pass_through() {
+                return None;
+            }
+            namespace
+                .unqualify_name(&self.separator, name)
+                .map(|original| Route {
+                    mount: mount.clone(),
+                    original: original.into(),
+                })
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! Merge and routing tests: one `merge` helper builds catalogs from names.
+
+use std::sync::Arc;
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+
+use super::*;
+
+fn tool(name: &str) -> Tool {
+    Tool::new(name.to_owned(), "", Arc::new(Default::default()))
+}
+
+fn view(mount: &str, namespace: &str, tools: &[&str], uris: &[&str]) -> MountView {
+    MountView {
+        mount: MountName::new(mount).unwrap(),
+        namespace: Namespace::new(namespace).unwrap(),
+        catalog: Arc::new(MountCatalog {
+            tools: tools.iter().map(|name| tool(name)).collect(),
+            prompts: tools
+                .iter()
+                .map(|name| Prompt::new(*name, None::<String>, None))
+                .collect(),
+            resources: uris.iter().map(|uri| Resource::new(*uri, "r")).collect(),
+            templates: vec![ResourceTemplate::new("tmpl://{id}", "t")],
+        }),
+    }
+}
+
+fn merge(views: &[MountView]) -> (MergedCatalog, Vec<Collision>) {
+    MergedCatalog::build(1, &Separator::default(), views)
+}
+
+fn tool_names(merged: &MergedCatalog) -> Vec<&str> {
+    merged.tools.iter().map(|tool| tool.name.as_ref()).collect()
+}
+
+fn route(mount: &str, original: &str) -> Option<Route> {
+    Some(Route {
+        mount: MountName::new(mount).unwrap(),
+        original: original.into(),
+    })
+}
+
+#[test]
+fn names_are_qualified_per_mount() {
+    let (merged, collisions) = merge(&[
+        view("alpha", "alpha", &["echo", "add"], &["demo://x"]),
+        view("beta", "b", &["echo"], &[]),
+    ]);
+    assert!(collisions.is_empty());
+    assert_eq!(
+        tool_names(&merged),
+        ["alpha__echo", "alpha__add", "b__echo"]
+    );
+    assert_eq!(merged.resources[0].uri, "alpha+demo://x");
+    assert_eq!(merged.templates[0].uri_template, "alpha+tmpl://{id}");
+    assert_eq!(merged.templates[1].uri_template, "b+tmpl://{id}");
+    assert_eq!(merged.resolve_tool("b__echo"), route("beta", "echo"));
+    assert_eq!(merged.resolve_prompt("alpha__add"), route("alpha", "add"));
+    assert_eq!(
+        merged.resolve_uri("alpha+demo://x"),
+        route("alpha", "demo://x")
+    );
+}
+
+#[test]
+fn unlisted_names_route_by_prefix() {
+    let (merged, _) = merge(&[view("alpha", "alpha", &[], &[])]);
+    assert_eq!(merged.resolve_tool("alpha__later"), route("alpha", "later"));
+    assert_eq!(
+        merged.resolve_uri("alpha+tmpl://7"),
+        route("alpha", "tmpl://7")
+    );
+    assert_eq!(merged.resolve_tool("other__x"), None);
+    assert_eq!(merged.resolve_tool("later"), None);
+    assert_eq!(merged.resolve_uri("tmpl://7"), None);
+}
+
+#[test]
+fn pass_through_collisions_keep_the_first_mount() {
+    let (merged, collisions) = merge(&[
+        view("one", "", &["echo", "only-one"], &["demo://x"]),
+        view("two", "", &["echo", "only-two"], &["demo://x"]),
+    ]);
+    assert_eq!(tool_names(&merged), ["echo", "only-one", "only-two"]);
+    assert_eq!(merged.resolve_tool("echo"), route("one", "echo"));
+    assert_eq!(merged.resolve_tool("only-two"), route("two", "only-two"));
+    assert_eq!(merged.resolve_uri("demo://x"), route("one", "demo://x"));
+    assert_eq!(
+        merged.resolve_uri("demo://unlisted"),
+        route("one", "demo://unlisted")
+    );
+    let kinds: Vec<_> = collisions
+        .iter()
+        .map(|c| (c.kind, c.name.as_str(), c.kept.as_str(), c.dropped.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("tool", "echo", "one", "two"),
+            ("prompt", "echo", "one", "two"),
+            ("resource", "demo://x", "one", "two"),
+            ("resource template", "tmpl://{id}", "one", "two"),
+        ]
+    );
+}
+
+#[test]
+fn a_pass_through_name_can_collide_with_a_qualified_one() {
+    let (merged, collisions) = merge(&[
+        view("a", "a", &["x"], &[]),
+        view("raw", "", &["a__x", "y"], &[]),
+    ]);
+    assert_eq!(tool_names(&merged), ["a__x", "y"]);
+    assert_eq!(merged.resolve_tool("a__x"), route("a", "x"));
+    assert_eq!(collisions[0].dropped.as_str(), "raw");
+}

@@ -1,0 +1,168 @@
+//! Where the config comes from and how the layers are merged.
+//!
+//! Order, later wins: the file (TOML, YAML or JSON by extension, or the
+//! embedded default), then `JUNCTION_SERVER__…` / `JUNCTION_MOUNTS__…`
+//! environment overrides (`__` nests), then `${VAR}` expansion. Only those
+//! two env prefixes are read so that unrelated `JUNCTION_*` variables in a
+//! user's shell cannot break start-up.
+
+use std::path::{Path, PathBuf};
+
+use figment::{
+    providers::{Env, Format, Json, Toml, Yaml},
+    Figment,
+};
+use serde_json::Value;
+
+use super::{
+    expand::expand_tree,
+    problems::{ConfigError, Problems},
+    validate::resolve,
+    Config,
+};
+
+/// The config compiled into the binary, used when no file is given or found.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/junction.toml");
+
+/// The file looked for in the working directory when `--config` is absent.
+pub const LOCAL_CONFIG_FILE: &str = "junction.toml";
+
+/// Variables the gateway defines itself for `${…}` expansion.
+/// `JUNCTION_EXE` is this binary, so a config can mount `junction demo-server`
+/// without knowing where the binary was installed.
+const BUILTIN_EXE_VARIABLE: &str = "JUNCTION_EXE";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    File(PathBuf),
+    Embedded,
+}
+
+impl ConfigSource {
+    /// `--config PATH` if given, else `./junction.toml` if present, else the
+    /// embedded default.
+    pub fn resolve(explicit: Option<PathBuf>) -> Self {
+        match explicit {
+            Some(path) => ConfigSource::File(path),
+            None if Path::new(LOCAL_CONFIG_FILE).is_file() => {
+                ConfigSource::File(PathBuf::from(LOCAL_CONFIG_FILE))
+            }
+            None => ConfigSource::Embedded,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::Embedded => "embedded default config".to_owned(),
+        }
+    }
+}
+
+enum FileFormat {
+    Toml,
+    Yaml,
+    Json,
+}
+
+fn format_of(path: &Path) -> Option<FileFormat> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "toml" => Some(FileFormat::Toml),
+        "yaml" | "yml" => Some(FileFormat::Yaml),
+        "json" => Some(FileFormat::Json),
+        _ => None,
+    }
+}
+
+/// Loads, merges, expands and validates the config; every problem at once.
+pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+    let origin = source.describe();
+    let fail = |path: &str, message: String| {
+        let mut problems = Problems::default();
+        problems.push(path, message);
+        problems.into_error(origin.clone())
+    };
+    let (text, format) = match source {
+        ConfigSource::Embedded => (EMBEDDED_DEFAULT.to_owned(), FileFormat::Toml),
+        ConfigSource::File(path) => {
+            let Some(format) = format_of(path) else {
+                return Err(fail(
+                    "",
+                    "unknown config format: use a .toml, .yaml, .yml or .json file".to_owned(),
+                ));
+            };
+            match std::fs::read_to_string(path) {
+                Ok(text) => (text, format),
+                Err(error) => return Err(fail("", format!("cannot read file: {error}"))),
+            }
+        }
+    };
+
+    // Figment merges into sorted maps, so the order of mounts (which decides
+    // who wins a name collision) is read from the document itself.
+    let mount_order = match document_mount_order(&text, &format) {
+        Ok(order) => order,
+        Err(message) => return Err(fail("", message)),
+    };
+
+    let figment = match format {
+        FileFormat::Toml => Figment::from(Toml::string(&text)),
+        FileFormat::Yaml => Figment::from(Yaml::string(&text)),
+        FileFormat::Json => Figment::from(Json::string(&text)),
+    }
+    .merge(
+        Env::prefixed("JUNCTION_")
+            .filter(|key| {
+                let key = key.as_str().to_ascii_lowercase();
+                key.starts_with("server__") || key.starts_with("mounts__")
+            })
+            .split("__"),
+    );
+
+    let mut tree: Value = match figment.extract() {
+        Ok(tree) => tree,
+        Err(errors) => {
+            let mut problems = Problems::default();
+            for error in errors {
+                problems.push(error.path.join("."), error.kind.to_string());
+            }
+            return Err(problems.into_error(origin));
+        }
+    };
+
+    let mut problems = Problems::default();
+    expand_tree(&mut tree, &mut Vec::new(), &lookup_variable, &mut problems);
+    match resolve(tree, &mount_order, problems) {
+        Ok(config) => Ok(config),
+        Err(problems) => Err(problems.into_error(origin)),
+    }
+}
+
+fn lookup_variable(name: &str) -> Option<String> {
+    if name == BUILTIN_EXE_VARIABLE {
+        if let Ok(exe) = std::env::current_exe() {
+            return Some(exe.display().to_string());
+        }
+    }
+    std::env::var(name).ok()
+}
+
+/// Mount names in the order the document lists them.
+fn document_mount_order(text: &str, format: &FileFormat) -> Result<Vec<String>, String> {
+    let document: Value = match format {
+        FileFormat::Toml => toml::from_str(text).map_err(|e| format!("invalid TOML: {e}"))?,
+        FileFormat::Yaml => {
+            if text.trim().is_empty() {
+                Value::Null
+            } else {
+                serde_yaml::from_str(text).map_err(|e| format!("invalid YAML: {e}"))?
+            }
+        }
+        FileFormat::Json => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
+    };
+    Ok(document
+        .get("mounts")
+        .and_then(Value::as_object)
+        .map(|mounts| mounts.keys().cloned().collect())
+        .unwrap_or_default())
+}

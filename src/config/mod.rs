@@ -1,0 +1,108 @@
+//! Gateway configuration: the resolved, validated form everything else uses.
+//!
+//! Raw input ([`raw`]) is loaded by [`load`] (file by extension, then
+//! `JUNCTION_…` env overrides, then `${VAR}` expansion) and checked by
+//! [`validate`], which reports every problem with its field path. Nothing
+//! here binds a socket or starts a process.
+
+mod expand;
+mod load;
+mod problems;
+mod raw;
+mod validate;
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+pub use load::{load, ConfigSource, EMBEDDED_DEFAULT};
+pub use problems::{ConfigError, Problem};
+
+use crate::naming::{MountName, Namespace, Separator};
+
+/// Everything the gateway needs to run, already checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    /// Mounts in config order: on a name collision the earlier one wins.
+    pub mounts: Vec<MountConfig>,
+}
+
+/// The `[server]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Socket address the HTTP listener binds.
+    pub listen: SocketAddr,
+    /// HTTP path of the MCP endpoint, starting with `/`.
+    pub path: String,
+    /// Between namespace and tool/prompt name in the names clients see.
+    pub separator: Separator,
+    /// `Host` header allow-list (DNS-rebinding protection); empty = no check.
+    pub allowed_hosts: Vec<String>,
+    /// A downstream session with no traffic for this long is ended.
+    pub session_idle_timeout: Duration,
+}
+
+/// One upstream MCP server and how it is exposed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MountConfig {
+    pub name: MountName,
+    pub namespace: Namespace,
+    pub isolation: Isolation,
+    pub transport: UpstreamTransport,
+}
+
+/// Who shares an upstream session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// One upstream session serves every downstream session.
+    Shared,
+    /// Each downstream session gets its own upstream session for this mount.
+    PerSession,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Shared => "shared",
+            Isolation::PerSession => "per_session",
+        }
+    }
+}
+
+/// How to reach an upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamTransport {
+    /// A child process speaking MCP over stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// A remote Streamable HTTP endpoint.
+    StreamableHttp {
+        url: url::Url,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl UpstreamTransport {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamTransport::Stdio { .. } => "stdio",
+            UpstreamTransport::StreamableHttp { .. } => "streamable_http",
+        }
+    }
+}
+
+/// Defaults for the `[server]` table, documented in README.md.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    pub const PATH: &str = "/mcp";
+    pub const SEPARATOR: &str = "__";
+    pub const ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+    /// Long enough for a developer to step away; short enough that abandoned
+    /// sessions (and their per-session upstream processes) do not pile up.
+    pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+}

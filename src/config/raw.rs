@@ -1,0 +1,38 @@
+//! The config as the user wrote it: loose serde shapes, no I/O, no checks.
+//!
+//! Every field is optional here so that one missing or mistyped field does
+//! not hide the other problems: [`super::validate`] turns these into the
+//! resolved [`super::Config`] and reports everything wrong at once.
+//! `deny_unknown_fields` catches typos such as `comand`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The `[server]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub path: Option<String>,
+    pub separator: Option<String>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub session_idle_timeout: Option<String>,
+}
+
+/// One `[mounts.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMount {
+    // stdio upstream
+    pub command: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    // Streamable HTTP upstream
+    pub url: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    // both
+    pub namespace: Option<String>,
+    pub isolation: Option<String>,
+}

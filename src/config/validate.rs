@@ -1,0 +1,350 @@
+//! Raw config → resolved [`Config`], collecting every problem with its path.
+//!
+//! Each section is deserialized on its own (with `serde_path_to_error`, so a
+//! type error names its field) and then checked; a broken mount never hides
+//! the problems of the next one.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    defaults,
+    problems::Problems,
+    raw::{RawMount, RawServer},
+    Config, Isolation, MountConfig, ServerConfig, UpstreamTransport,
+};
+use crate::naming::{MountName, Namespace, Separator};
+
+/// Turns the merged, expanded tree into a [`Config`]. `problems` may already
+/// hold problems found earlier (expansion); they are reported with the rest.
+pub fn resolve(
+    tree: Value,
+    mount_order: &[String],
+    mut problems: Problems,
+) -> Result<Config, Problems> {
+    let mut root = match tree {
+        Value::Object(root) => root,
+        Value::Null => Default::default(),
+        other => {
+            problems.push(
+                "",
+                format!("expected a table at the top level, found {other}"),
+            );
+            return Err(problems);
+        }
+    };
+    let server_value = root.remove("server");
+    let mounts_value = root.remove("mounts");
+    for key in root.keys() {
+        problems.push(key.as_str(), "unknown key (expected `server` or `mounts`)");
+    }
+
+    let raw_server: RawServer = match server_value {
+        None => RawServer::default(),
+        Some(value) => parse_section("server", value, &mut problems).unwrap_or_default(),
+    };
+    let server = resolve_server(raw_server, &mut problems);
+
+    let mut raw_mounts = match mounts_value {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(mounts)) => mounts,
+        Some(other) => {
+            problems.push(
+                "mounts",
+                format!("expected a table of mounts, found {other}"),
+            );
+            serde_json::Map::new()
+        }
+    };
+    // Document order first; mounts added only through env overrides follow.
+    let mut ordered: Vec<(String, Value)> = Vec::new();
+    for name in mount_order {
+        if let Some(value) = raw_mounts.remove(name) {
+            ordered.push((name.clone(), value));
+        }
+    }
+    let mut remaining: Vec<(String, Value)> = raw_mounts.into_iter().collect();
+    remaining.sort_by(|a, b| a.0.cmp(&b.0));
+    ordered.extend(remaining);
+
+    let mut mounts = Vec::new();
+    for (name, value) in ordered {
+        let path = format!("mounts.{name}");
+        let Some(raw) = parse_section::<RawMount>(&path, value, &mut problems) else {
+            continue;
+        };
+        if let Some(mount) = resolve_mount(&name, raw, &mut problems) {
+            mounts.push(mount);
+        }
+    }
+
+    if let Some(server) = &server {
+        check_namespaces(&mounts, &server.separator, &mut problems);
+    }
+
+    match server {
+        Some(server) if problems.is_empty() => Ok(Config { server, mounts }),
+        _ => Err(problems),
+    }
+}
+
+fn parse_section<T: DeserializeOwned>(
+    path: &str,
+    value: Value,
+    problems: &mut Problems,
+) -> Option<T> {
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(parsed) => Some(parsed),
+        Err(error) => {
+            let inner = error.path().to_string();
+            let full = if inner.is_empty() || inner == "." {
+                path.to_owned()
+            } else {
+                format!("{path}.{inner}")
+            };
+            problems.push(full, error.into_inner().to_string());
+            None
+        }
+    }
+}
+
+fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfig> {
+    let before = problems.len();
+    let listen_text = raw.listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(listen) => Some(listen),
+        Err(_) => {
+            problems.push(
+                "server.listen",
+                format!("{listen_text:?} is not a socket address like 127.0.0.1:8080"),
+            );
+            None
+        }
+    };
+    let path = raw.path.unwrap_or_else(|| defaults::PATH.to_owned());
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        problems.push("server.path", format!("{path:?} must start with `/`"));
+    } else if matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
+        problems.push(
+            "server.path",
+            format!("{path:?} is reserved; use a path such as /mcp"),
+        );
+    }
+    let separator = match Separator::new(raw.separator.as_deref().unwrap_or(defaults::SEPARATOR)) {
+        Ok(separator) => Some(separator),
+        Err(message) => {
+            problems.push("server.separator", message);
+            None
+        }
+    };
+    let allowed_hosts = match raw.allowed_hosts {
+        None => defaults::ALLOWED_HOSTS.map(str::to_owned).to_vec(),
+        Some(hosts) if hosts.is_empty() => {
+            problems.push(
+                "server.allowed_hosts",
+                "must not be empty; use [\"*\"] to accept any Host header",
+            );
+            Vec::new()
+        }
+        // rmcp treats an empty list as "no check".
+        Some(hosts) if hosts.iter().any(|host| host == "*") => Vec::new(),
+        Some(hosts) => hosts,
+    };
+    let session_idle_timeout = match raw.session_idle_timeout {
+        None => Some(defaults::SESSION_IDLE_TIMEOUT),
+        Some(text) => match humantime::parse_duration(&text) {
+            Ok(duration) if !duration.is_zero() => Some(duration),
+            Ok(_) => {
+                problems.push("server.session_idle_timeout", "must be longer than zero");
+                None
+            }
+            Err(error) => {
+                problems.push(
+                    "server.session_idle_timeout",
+                    format!("{text:?} is not a duration like \"30m\" or \"90s\": {error}"),
+                );
+                None
+            }
+        },
+    };
+    if problems.len() != before {
+        return None;
+    }
+    Some(ServerConfig {
+        listen: listen?,
+        path,
+        separator: separator?,
+        allowed_hosts,
+        session_idle_timeout: session_idle_timeout?,
+    })
+}
+
+fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<MountConfig> {
+    let path = format!("mounts.{name}");
+    let mut ok = true;
+    let mount_name = match MountName::new(name) {
+        Ok(mount_name) => Some(mount_name),
+        Err(message) => {
+            problems.push(&path, message);
+            ok = false;
+            None
+        }
+    };
+    let namespace = match (&raw.namespace, &mount_name) {
+        (Some(namespace), _) => match Namespace::new(namespace) {
+            Ok(namespace) => Some(namespace),
+            Err(message) => {
+                problems.push(format!("{path}.namespace"), message);
+                ok = false;
+                None
+            }
+        },
+        (None, Some(mount_name)) => Some(Namespace::from_mount(mount_name)),
+        (None, None) => None,
+    };
+    let isolation = match raw.isolation.as_deref() {
+        None | Some("shared") => Isolation::Shared,
+        Some("per_session") => Isolation::PerSession,
+        Some(other) => {
+            problems.push(
+                format!("{path}.isolation"),
+                format!("{other:?} is not an isolation mode (use \"shared\" or \"per_session\")"),
+            );
+            ok = false;
+            Isolation::Shared
+        }
+    };
+
+    let transport = match (raw.command, raw.url) {
+        (Some(_), Some(_)) => {
+            problems.push(
+                &path,
+                "set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
+            );
+            None
+        }
+        (None, None) => {
+            problems.push(
+                &path,
+                "missing `command` (stdio upstream) or `url` (Streamable HTTP upstream)",
+            );
+            None
+        }
+        (Some(command), None) => {
+            if raw.headers.is_some() {
+                problems.push(
+                    format!("{path}.headers"),
+                    "only Streamable HTTP upstreams (`url`) take headers",
+                );
+                ok = false;
+            }
+            if command.trim().is_empty() {
+                problems.push(format!("{path}.command"), "must not be empty");
+                ok = false;
+            }
+            Some(UpstreamTransport::Stdio {
+                command,
+                args: raw.args.unwrap_or_default(),
+                env: raw.env.unwrap_or_default(),
+                cwd: raw.cwd.map(PathBuf::from),
+            })
+        }
+        (None, Some(url_text)) => {
+            for (field, present) in [
+                ("args", raw.args.is_some()),
+                ("env", raw.env.is_some()),
+                ("cwd", raw.cwd.is_some()),
+            ] {
+                if present {
+                    problems.push(
+                        format!("{path}.{field}"),
+                        "only stdio upstreams (`command`) take this field",
+                    );
+                    ok = false;
+                }
+            }
+            let headers = raw.headers.unwrap_or_default();
+            for (header, value) in &headers {
+                if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    problems.push(
+                        format!("{path}.headers.{header}"),
+                        "is not a valid HTTP header name",
+                    );
+                    ok = false;
+                }
+                if reqwest::header::HeaderValue::from_str(value).is_err() {
+                    // Never echo the value: it is likely a secret.
+                    problems.push(
+                        format!("{path}.headers.{header}"),
+                        "value is not a valid HTTP header value",
+                    );
+                    ok = false;
+                }
+            }
+            match url::Url::parse(&url_text) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => {
+                    Some(UpstreamTransport::StreamableHttp { url, headers })
+                }
+                Ok(url) => {
+                    problems.push(
+                        format!("{path}.url"),
+                        format!("scheme {:?} is not http or https", url.scheme()),
+                    );
+                    None
+                }
+                Err(error) => {
+                    problems.push(format!("{path}.url"), error.to_string());
+                    None
+                }
+            }
+        }
+    };
+    if !ok {
+        return None;
+    }
+    Some(MountConfig {
+        name: mount_name?,
+        namespace: namespace?,
+        isolation,
+        transport: transport?,
+    })
+}
+
+/// Two mounts may not share a non-empty namespace, and no `namespace +
+/// separator` may be a prefix of another's, or a qualified name could be
+/// split two ways.
+fn check_namespaces(mounts: &[MountConfig], separator: &Separator, problems: &mut Problems) {
+    let mut seen: BTreeMap<&str, &MountName> = BTreeMap::new();
+    for mount in mounts {
+        if mount.namespace.is_pass_through() {
+            continue;
+        }
+        if let Some(first) = seen.get(mount.namespace.as_str()) {
+            problems.push(
+                format!("mounts.{}.namespace", mount.name),
+                format!(
+                    "namespace {:?} is already used by mount {first}",
+                    mount.namespace.as_str()
+                ),
+            );
+            continue;
+        }
+        seen.insert(mount.namespace.as_str(), &mount.name);
+    }
+    for (a, mount_a) in &seen {
+        for (b, mount_b) in &seen {
+            let prefix = format!("{a}{}", separator.as_str());
+            if a != b && format!("{b}{}", separator.as_str()).starts_with(&prefix) {
+                problems.push(
+                    format!("mounts.{mount_b}.namespace"),
+                    format!(
+                        "namespace {b:?} followed by separator {:?} starts with mount {mount_a}'s namespace {a:?} and the separator, so names would be ambiguous",
+                        separator.as_str()
+                    ),
+                );
+            }
+        }
+    }
+}

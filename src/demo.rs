@@ -1,0 +1,550 @@
+//! A small but real MCP server, `junction-demo`, built into the Junction binary.
+//!
+//! It has two jobs. The embedded default config mounts it twice (once
+//! shared, once per session) so a newcomer immediately sees tool namespacing
+//! and session isolation: `counter` and `remember`/`recall` keep state per
+//! *process*, so the shared mount's state is visible to every client while
+//! the per-session mount starts fresh for each one. It is also the upstream
+//! fixture for the gateway's integration tests, which is why it has tools
+//! that report the process id, fail on purpose, and return resource links
+//! and embedded resources whose URIs the gateway must rewrite.
+//!
+//! It serves over stdio ([`run_stdio`]) or Streamable HTTP ([`run_http`]).
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use rmcp::{
+    handler::server::{
+        router::{prompt::PromptRouter, tool::ToolRouter},
+        tool::schema_for_output,
+        wrapper::Parameters,
+    },
+    model::{
+        CallToolResult, ContentBlock, ErrorData, GetPromptResult, Implementation,
+        ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, PromptMessage,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+        ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
+    },
+    prompt, prompt_handler, prompt_router,
+    service::{RequestContext, ServerInitializeError},
+    tool, tool_handler, tool_router,
+    transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    },
+    RoleServer, ServerHandler, ServiceExt,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+const README_URI: &str = "demo://readme";
+const NOTES_PREFIX: &str = "demo://notes/";
+const NOTES_TEMPLATE: &str = "demo://notes/{key}";
+
+const README: &str = "\
+junction-demo is a tiny MCP server that ships inside Junction.
+Tools: echo, add, counter, remember, recall, pid, links, fail.
+State (the counter and the remembered notes) lives in the server process:
+a shared mount keeps one process for every client, a per-session mount
+starts a fresh process for each client session.
+Read demo://notes/<key> to see what was remembered under <key>.
+";
+
+/// Process-wide state. Every clone of [`DemoServer`] (for example one per
+/// Streamable HTTP session) points at the same instance, so what one session
+/// stores, another session of the same process can see.
+#[derive(Debug, Default)]
+struct State {
+    counter: AtomicU64,
+    notes: Mutex<HashMap<String, String>>,
+}
+
+impl State {
+    fn note(&self, key: &str) -> Option<String> {
+        self.notes().get(key).cloned()
+    }
+
+    fn notes(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // (every access is a single insert or get), so a poisoned lock is
+        // still safe to use and the demo should keep serving.
+        self.notes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The demo MCP server. Cheap to clone; clones share their state.
+#[derive(Debug, Clone)]
+pub struct DemoServer {
+    state: Arc<State>,
+    tool_router: ToolRouter<Self>,
+    prompt_router: PromptRouter<Self>,
+}
+
+impl Default for DemoServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct EchoArgs {
+    /// The text to send back.
+    message: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct AddArgs {
+    /// First addend.
+    a: f64,
+    /// Second addend.
+    b: f64,
+}
+
+/// Only used to derive the `add` tool's output schema; the value itself is
+/// built with [`number`] so integral sums are sent as JSON integers.
+#[derive(Debug, Serialize, JsonSchema)]
+struct AddOutput {
+    /// a + b
+    sum: f64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct RememberArgs {
+    /// Name to store the value under.
+    key: String,
+    /// Value to store.
+    value: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct RecallArgs {
+    /// Name the value was stored under.
+    key: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct GreetArgs {
+    /// Who to greet.
+    name: String,
+}
+
+/// A sum as a JSON number: integral values that fit become JSON integers so
+/// clients comparing against `5` do not trip over `5.0`.
+fn number(x: f64) -> serde_json::Value {
+    // Up to 2^53 every integral f64 is an exact integer, so the cast below
+    // cannot lose anything; beyond that keep the float as it is.
+    const LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if x.fract() == 0.0 && x.abs() <= LIMIT {
+        serde_json::Value::from(x as i64)
+    } else {
+        serde_json::Value::from(x)
+    }
+}
+
+fn text_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+fn error_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+#[tool_router]
+impl DemoServer {
+    /// A server with fresh state (counter at 0, no notes).
+    pub fn new() -> Self {
+        Self {
+            state: Arc::default(),
+            tool_router: Self::tool_router(),
+            prompt_router: Self::prompt_router(),
+        }
+    }
+
+    #[tool(description = "Return the message unchanged.")]
+    async fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> CallToolResult {
+        text_result(args.message)
+    }
+
+    #[tool(
+        description = "Add two numbers.",
+        output_schema = schema_for_output::<AddOutput>()
+    )]
+    async fn add(&self, Parameters(AddArgs { a, b }): Parameters<AddArgs>) -> CallToolResult {
+        let sum = a + b;
+        // f64's Display already prints 5.0 as "5", which is what a reader
+        // expects from 2 + 3.
+        let mut result = text_result(sum.to_string());
+        result.structured_content = Some(serde_json::json!({ "sum": number(sum) }));
+        result
+    }
+
+    #[tool(description = "Increment this server process's counter and return the new value.")]
+    async fn counter(&self) -> CallToolResult {
+        let value = self.state.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        text_result(value.to_string())
+    }
+
+    #[tool(description = "Store a value under a key in this server process.")]
+    async fn remember(
+        &self,
+        Parameters(RememberArgs { key, value }): Parameters<RememberArgs>,
+    ) -> CallToolResult {
+        let reply = format!("stored {key}");
+        self.state.notes().insert(key, value);
+        text_result(reply)
+    }
+
+    #[tool(description = "Return the value stored under a key in this server process.")]
+    async fn recall(
+        &self,
+        Parameters(RecallArgs { key }): Parameters<RecallArgs>,
+    ) -> CallToolResult {
+        match self.state.note(&key) {
+            Some(value) => text_result(value),
+            // A tool-level error rather than a protocol error: the call was
+            // fine, there is just nothing stored, and the caller should see why.
+            None => error_result(format!("no value for {key}")),
+        }
+    }
+
+    #[tool(description = "Return the id of this server process.")]
+    async fn pid(&self) -> CallToolResult {
+        text_result(std::process::id().to_string())
+    }
+
+    #[tool(
+        description = "Return a link to demo://readme and the embedded note demo://notes/hello."
+    )]
+    async fn links(&self) -> CallToolResult {
+        let hello = self
+            .state
+            .note("hello")
+            .unwrap_or_else(|| "(empty)".to_owned());
+        CallToolResult::success(vec![
+            ContentBlock::resource_link(
+                Resource::new(README_URI, "readme").with_mime_type("text/plain"),
+            ),
+            ContentBlock::resource(ResourceContents::text(
+                hello,
+                format!("{NOTES_PREFIX}hello"),
+            )),
+        ])
+    }
+
+    #[tool(description = "Always fail, as a tool error.")]
+    async fn fail(&self) -> CallToolResult {
+        error_result("failed on purpose")
+    }
+}
+
+#[prompt_router]
+impl DemoServer {
+    #[prompt(description = "Ask the model to greet someone, with the demo readme attached.")]
+    async fn greet(
+        &self,
+        Parameters(GreetArgs { name }): Parameters<GreetArgs>,
+    ) -> GetPromptResult {
+        GetPromptResult::new(vec![
+            PromptMessage::new_text(Role::User, format!("Say hello to {name}.")),
+            PromptMessage::new(
+                Role::User,
+                ContentBlock::resource(ResourceContents::text(README, README_URI)),
+            ),
+        ])
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+#[prompt_handler(router = self.prompt_router)]
+impl ServerHandler for DemoServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "junction-demo",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Demo server: try echo, add, counter, remember/recall, and read demo://readme.",
+        )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![Resource::new(
+            README_URI, "readme",
+        )
+        .with_description("What this demo server is and what it offers.")
+        .with_mime_type("text/plain")]))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(NOTES_TEMPLATE, "note")
+                .with_description("The value stored with the remember tool under {key}.")
+                .with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let text = if uri == README_URI {
+            README.to_owned()
+        } else if let Some(key) = uri.strip_prefix(NOTES_PREFIX).filter(|k| !k.is_empty()) {
+            // An unset note is a valid, empty resource rather than "not
+            // found": the template promises every key is readable.
+            self.state.note(key).unwrap_or_else(|| "(empty)".to_owned())
+        } else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                Some(serde_json::json!({ "uri": uri })),
+            ));
+        };
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into())
+    }
+}
+
+/// Serve one [`DemoServer`] on stdin/stdout until stdin closes.
+///
+/// Stdout carries only protocol messages; diagnostics go through `tracing`,
+/// which the binary points at stderr.
+pub async fn run_stdio() -> anyhow::Result<()> {
+    let service = match DemoServer::new().serve(rmcp::transport::stdio()).await {
+        Ok(service) => service,
+        // The client went away before the handshake (for example a gateway
+        // that gave up while starting us). That is a normal end, not a failure.
+        Err(ServerInitializeError::ConnectionClosed(reason)) => {
+            tracing::debug!(%reason, "stdin closed before initialization");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let reason = service.waiting().await?;
+    tracing::debug!(?reason, "demo stdio server stopped");
+    Ok(())
+}
+
+/// Serve [`DemoServer`] over Streamable HTTP at `/mcp` on `listener`.
+///
+/// Sessions are stateful; each gets its own clone of one `DemoServer`, so the
+/// counter and notes are shared by every session of this process. Runs until
+/// the process is killed (or the listener fails).
+pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let mut config = StreamableHttpServerConfig::default();
+    // rmcp only accepts loopback Host headers by default (DNS-rebinding
+    // protection). Also accept the address we were actually bound to, so a
+    // demo bound to a specific interface is reachable at that address.
+    if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+        config
+            .allowed_hosts
+            .extend([addr.ip().to_string(), addr.to_string()]);
+    }
+    let server = DemoServer::new();
+    let service: StreamableHttpService<DemoServer, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::default(), config);
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tracing::info!(%addr, "demo server listening on http://{addr}/mcp");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rmcp::{
+        model::{CallToolRequestParams, JsonObject},
+        service::RunningService,
+        RoleClient,
+    };
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    type Client = RunningService<RoleClient, ()>;
+
+    /// Run a fresh DemoServer in-process and connect an rmcp client to it.
+    async fn connect() -> Client {
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            if let Ok(server) = DemoServer::new().serve(server_io).await {
+                let _ = server.waiting().await;
+            }
+        });
+        tokio::time::timeout(LIMIT, ().serve(client_io))
+            .await
+            .expect("client handshake timed out")
+            .expect("client handshake failed")
+    }
+
+    async fn call(client: &Client, name: &'static str, args: serde_json::Value) -> CallToolResult {
+        let mut params = CallToolRequestParams::new(name);
+        if let serde_json::Value::Object(map) = args {
+            params = params.with_arguments(JsonObject::from_iter(map));
+        }
+        tokio::time::timeout(LIMIT, client.call_tool(params))
+            .await
+            .expect("tool call timed out")
+            .expect("tool call failed")
+    }
+
+    fn text(result: &CallToolResult) -> &str {
+        &result.content[0]
+            .as_text()
+            .expect("first content is text")
+            .text
+    }
+
+    #[tokio::test]
+    async fn lists_all_tools() {
+        let client = connect().await;
+        let tools = tokio::time::timeout(LIMIT, client.list_all_tools())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["add", "counter", "echo", "fail", "links", "pid", "recall", "remember"]
+        );
+        let add = tools.iter().find(|t| t.name == "add").unwrap();
+        assert!(add.output_schema.is_some());
+        client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn add_and_echo() {
+        let client = connect().await;
+        let result = call(&client, "add", serde_json::json!({"a": 2, "b": 3})).await;
+        assert_eq!(text(&result), "5");
+        assert_eq!(
+            result.structured_content,
+            Some(serde_json::json!({"sum": 5}))
+        );
+        let result = call(&client, "add", serde_json::json!({"a": 0.5, "b": 1})).await;
+        assert_eq!(text(&result), "1.5");
+        let result = call(&client, "echo", serde_json::json!({"message": "hi"})).await;
+        assert_eq!(text(&result), "hi");
+        client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn counter_counts_and_fail_fails() {
+        let client = connect().await;
+        let null = serde_json::Value::Null;
+        assert_eq!(text(&call(&client, "counter", null.clone()).await), "1");
+        assert_eq!(text(&call(&client, "counter", null.clone()).await), "2");
+        let failed = call(&client, "fail", null).await;
+        assert_eq!(failed.is_error, Some(true));
+        assert_eq!(text(&failed), "failed on purpose");
+        client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn recall_after_remember() {
+        let client = connect().await;
+        let missing = call(&client, "recall", serde_json::json!({"key": "k"})).await;
+        assert_eq!(missing.is_error, Some(true));
+        assert_eq!(text(&missing), "no value for k");
+        let stored = call(
+            &client,
+            "remember",
+            serde_json::json!({"key": "k", "value": "v"}),
+        )
+        .await;
+        assert_eq!(text(&stored), "stored k");
+        let found = call(&client, "recall", serde_json::json!({"key": "k"})).await;
+        assert_ne!(found.is_error, Some(true));
+        assert_eq!(text(&found), "v");
+        client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn links_carry_both_uris() {
+        let client = connect().await;
+        let result = call(&client, "links", serde_json::Value::Null).await;
+        let link = result.content[0].as_resource_link().expect("resource_link");
+        assert_eq!(link.uri, "demo://readme");
+        assert_eq!(link.name, "readme");
+        assert_eq!(link.mime_type.as_deref(), Some("text/plain"));
+        let embedded = result.content[1].as_resource().expect("embedded resource");
+        let ResourceContents::TextResourceContents { uri, .. } = &embedded.resource else {
+            panic!("expected text contents");
+        };
+        assert_eq!(uri, "demo://notes/hello");
+        client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn resources_and_prompt() {
+        let client = connect().await;
+        let read = |uri: &str| {
+            tokio::time::timeout(
+                LIMIT,
+                client.read_resource(ReadResourceRequestParams::new(uri)),
+            )
+        };
+        let contents_text = |r: ReadResourceResult| match &r.contents[0] {
+            ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("expected text, got {other:?}"),
+        };
+
+        let before = read("demo://notes/x").await.unwrap().unwrap();
+        assert_eq!(contents_text(before), "(empty)");
+        call(
+            &client,
+            "remember",
+            serde_json::json!({"key": "x", "value": "ten"}),
+        )
+        .await;
+        let after = read("demo://notes/x").await.unwrap().unwrap();
+        assert_eq!(contents_text(after), "ten");
+        assert!(read("demo://nope").await.unwrap().is_err());
+
+        let resources = client.list_all_resources().await.unwrap();
+        assert_eq!(resources[0].uri, "demo://readme");
+        let templates = client.list_all_resource_templates().await.unwrap();
+        assert_eq!(templates[0].uri_template, "demo://notes/{key}");
+
+        let mut args = JsonObject::new();
+        args.insert("name".into(), "Ada".into());
+        let prompt = client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new("greet").with_arguments(args))
+            .await
+            .unwrap();
+        assert_eq!(
+            prompt.messages[0].content.as_text().unwrap().text,
+            "Say hello to Ada."
+        );
+        let embedded = prompt.messages[1].content.as_resource().unwrap();
+        assert!(matches!(
+            &embedded.resource,
+            ResourceContents::TextResourceContents { uri, .. } if uri == "demo://readme"
+        ));
+        client.cancel().await.unwrap();
+    }
+}

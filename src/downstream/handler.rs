@@ -1,0 +1,443 @@
+//! The MCP methods of a downstream session: answer locally or route.
+//!
+//! Lists are served from the discovery cache (the session's view of it)
+//! without touching an upstream. Calls are resolved to a mount through the
+//! catalog, un-rewritten to the upstream's own name, sent on the session's
+//! upstream for that mount, and the result rewritten on the way back. A
+//! client cancel drops the upstream call, which makes rmcp send the
+//! upstream its own `notifications/cancelled` with the upstream's id.
+
+use std::{borrow::Cow, future::Future, sync::Arc};
+
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+        ReadResourceResponse, Reference, RequestMetaObject, ServerCapabilities, ServerConfig,
+        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    },
+    service::{NotificationContext, RequestContext, ServiceError},
+    ErrorData, RoleServer, ServerHandler,
+};
+
+use super::{DownstreamSession, RouteError};
+use crate::{
+    catalog::{self, MergedCatalog, PageError, Route},
+    config::Isolation,
+    gateway::Mount,
+    rewrite,
+    upstream::UpstreamSession,
+};
+
+/// The newest protocol version the gateway speaks downstream. 2026-07-28
+/// (no `initialize`, no sessions) is not offered yet, so clients that probe
+/// with `server/discover` fall back to the handshake.
+const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+impl DownstreamSession {
+    fn catalog(&self) -> Arc<MergedCatalog> {
+        self.state.catalog(&self.gateway)
+    }
+
+    /// The mount a route names and this session's upstream for it.
+    async fn connect(
+        &self,
+        route: &Route,
+    ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+        let Some(mount) = self.gateway.mount(&route.mount).cloned() else {
+            return Err(RouteError::MountUnavailable {
+                mount: route.mount.clone(),
+                cause: "the mount is no longer configured".to_owned(),
+            });
+        };
+        let upstream = self.state.upstream_for(&mount).await?;
+        Ok((mount, upstream))
+    }
+}
+
+/// The client's `_meta` for the upstream request, minus the progress token:
+/// rmcp puts its own token on every outbound request.
+fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObject> {
+    let mut meta = meta.clone();
+    meta.0.remove("progressToken");
+    (!meta.0.is_empty()).then_some(meta)
+}
+
+/// Runs an upstream request unless the client cancels first; dropping the
+/// request future cancels it upstream.
+async fn unless_cancelled<T>(
+    context: &RequestContext<RoleServer>,
+    request: impl Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ServiceError> {
+    tokio::select! {
+        result = request => result,
+        _ = context.ct.cancelled() => Err(ServiceError::Cancelled {
+            reason: Some("cancelled by the client".to_owned()),
+        }),
+    }
+}
+
+fn page_error(error: PageError) -> ErrorData {
+    ErrorData::invalid_params(error.to_string(), None)
+}
+
+fn cursor(request: &Option<PaginatedRequestParams>) -> Option<&str> {
+    request.as_ref().and_then(|params| params.cursor.as_deref())
+}
+
+impl ServerHandler for DownstreamSession {
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        capabilities.experimental = None;
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new("junction", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Junction gateway: tools and prompts are named <mount>__<name>, \
+                 resources <mount>+<uri>.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let _ = self
+            .state
+            .client_capabilities
+            .set(request.capabilities.clone());
+        let _ = self.state.peer.set(context.peer.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.gateway
+            .sessions()
+            .register(self.state.key, context.peer.clone());
+        tracing::debug!(session = self.state.key, "downstream session initialized");
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        Err(ErrorData::method_not_found::<
+            rmcp::model::DiscoverRequestMethod,
+        >())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let catalog = self.catalog();
+        let (tools, next) = catalog::page(
+            &catalog.tools,
+            catalog.generation,
+            cursor(&request),
+            catalog::PAGE_SIZE,
+        )
+        .map_err(page_error)?;
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let catalog = self.catalog();
+        let (prompts, next) = catalog::page(
+            &catalog.prompts,
+            catalog.generation,
+            cursor(&request),
+            catalog::PAGE_SIZE,
+        )
+        .map_err(page_error)?;
+        let mut result = ListPromptsResult::with_all_items(prompts);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.catalog();
+        let (resources, next) = catalog::page(
+            &catalog.resources,
+            catalog.generation,
+            cursor(&request),
+            catalog::PAGE_SIZE,
+        )
+        .map_err(page_error)?;
+        let mut result = ListResourcesResult::with_all_items(resources);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let catalog = self.catalog();
+        let (templates, next) = catalog::page(
+            &catalog.templates,
+            catalog.generation,
+            cursor(&request),
+            catalog::PAGE_SIZE,
+        )
+        .map_err(page_error)?;
+        let mut result = ListResourceTemplatesResult::with_all_items(templates);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let answer = async {
+            let route = self
+                .catalog()
+                .resolve_tool(&name)
+                .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+            let (mount, upstream) = self.connect(&route).await?;
+            let mut params = request.clone();
+            params.name = route.original.to_string().into();
+            params.meta = forwarded_meta(&context.meta);
+            let peer = upstream.peer();
+            let response = unless_cancelled(&context, peer.call_tool_once(params))
+                .await
+                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+            match response {
+                CallToolResponse::Complete(mut result) => {
+                    rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
+                    Ok(result)
+                }
+                _ => Err(RouteError::UpstreamFailed {
+                    mount: mount.config.name.clone(),
+                    cause:
+                        "the upstream answered with a result kind the gateway does not relay yet"
+                            .to_owned(),
+                }),
+            }
+        }
+        .await;
+        match answer {
+            Ok(result) => Ok(CallToolResponse::Complete(result)),
+            Err(error) => {
+                tracing::debug!(tool = %name, %error, "tools/call failed");
+                error.into_tool_answer().map(CallToolResponse::Complete)
+            }
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let answer = async {
+            let route = self
+                .catalog()
+                .resolve_prompt(&request.name)
+                .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
+            let (mount, upstream) = self.connect(&route).await?;
+            let mut params = request.clone();
+            params.name = route.original.to_string();
+            params.meta = forwarded_meta(&context.meta);
+            let response = unless_cancelled(&context, upstream.peer().get_prompt_once(params))
+                .await
+                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+            match response {
+                GetPromptResponse::Complete(mut result) => {
+                    rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
+                    Ok(GetPromptResponse::Complete(result))
+                }
+                other => Ok(other),
+            }
+        }
+        .await;
+        answer.map_err(RouteError::into_mcp_error)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let answer = async {
+            let route = self
+                .catalog()
+                .resolve_uri(&request.uri)
+                .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
+            let (mount, upstream) = self.connect(&route).await?;
+            let mut params = request.clone();
+            params.uri = route.original.to_string();
+            params.meta = forwarded_meta(&context.meta);
+            let response = unless_cancelled(&context, upstream.peer().read_resource_once(params))
+                .await
+                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+            match response {
+                ReadResourceResponse::Complete(mut result) => {
+                    rewrite::qualify_read_result(&mount.config.namespace, &mut result);
+                    Ok(ReadResourceResponse::Complete(result))
+                }
+                other => Ok(other),
+            }
+        }
+        .await;
+        answer.map_err(RouteError::into_mcp_error)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let answer = async {
+            let catalog = self.catalog();
+            let mut params = request.clone();
+            let route = match &mut params.r#ref {
+                Reference::Prompt(prompt) => {
+                    let route = catalog
+                        .resolve_prompt(&prompt.name)
+                        .ok_or_else(|| RouteError::UnknownPrompt(prompt.name.clone()))?;
+                    prompt.name = route.original.to_string();
+                    route
+                }
+                Reference::Resource(resource) => {
+                    let route = catalog
+                        .resolve_uri(&resource.uri)
+                        .ok_or_else(|| RouteError::UnknownResource(resource.uri.clone()))?;
+                    resource.uri = route.original.to_string();
+                    route
+                }
+                _ => {
+                    return Err(RouteError::UnknownResource(
+                        "completion reference of an unknown kind".to_owned(),
+                    ))
+                }
+            };
+            let (mount, upstream) = self.connect(&route).await?;
+            params.meta = forwarded_meta(&context.meta);
+            unless_cancelled(&context, upstream.peer().complete(params))
+                .await
+                .map_err(|error| RouteError::upstream(&mount.config.name, error))
+        }
+        .await;
+        answer.map_err(RouteError::into_mcp_error)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri.clone();
+        let answer = async {
+            let route = self
+                .catalog()
+                .resolve_uri(&uri)
+                .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
+            let (mount, upstream) = self.connect(&route).await?;
+            let first = self.gateway.sessions().subscribe(self.state.key, &uri);
+            // A shared upstream is subscribed once, for all sessions; a
+            // per-session upstream belongs to this session alone.
+            if first || mount.config.isolation == Isolation::PerSession {
+                let mut params = SubscribeRequestParams::new(route.original.to_string());
+                params.meta = forwarded_meta(&context.meta);
+                if let Err(error) = upstream.peer().subscribe(params).await {
+                    self.gateway.sessions().unsubscribe(self.state.key, &uri);
+                    return Err(RouteError::upstream(&mount.config.name, error));
+                }
+            }
+            Ok(())
+        }
+        .await;
+        answer.map_err(RouteError::into_mcp_error)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri.clone();
+        let answer = async {
+            let route = self
+                .catalog()
+                .resolve_uri(&uri)
+                .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
+            let (mount, upstream) = self.connect(&route).await?;
+            let last = self.gateway.sessions().unsubscribe(self.state.key, &uri);
+            if last || mount.config.isolation == Isolation::PerSession {
+                let mut params = UnsubscribeRequestParams::new(route.original.to_string());
+                params.meta = forwarded_meta(&context.meta);
+                upstream
+                    .peer()
+                    .unsubscribe(params)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+            }
+            Ok(())
+        }
+        .await;
+        answer.map_err(RouteError::into_mcp_error)
+    }
+
+    /// Sets the level on every upstream this session uses that declares
+    /// logging: shared mounts, and the per-session upstreams already open
+    /// (one not open yet is not started just for this). A shared upstream's
+    /// level is the last one any session asked for.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        for mount in self.gateway.mounts() {
+            let upstream = match mount.config.isolation {
+                Isolation::Shared => mount.shared_session().await.ok(),
+                Isolation::PerSession => self.state.open_upstream(&mount.config.name),
+            };
+            let Some(upstream) = upstream else {
+                continue;
+            };
+            let declares_logging = upstream
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.capabilities.logging.is_some());
+            if declares_logging {
+                if let Err(error) = upstream.peer().set_level(request.clone()).await {
+                    tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
+                }
+            }
+        }
+        Ok(())
+    }
+}

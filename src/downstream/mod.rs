@@ -1,0 +1,202 @@
+//! One downstream MCP session: the gateway as one server to one client.
+//!
+//! rmcp's Streamable HTTP service creates a [`DownstreamSession`] per client
+//! session (its factory) and drops it when the session ends (DELETE, idle
+//! timeout, shutdown). The session routes each request to a mount (see
+//! [`handler`]), owns the upstream sessions of its `per_session` mounts, and
+//! closes them when it is dropped, so a stdio child never outlives the
+//! client session it belonged to.
+
+mod errors;
+mod handler;
+mod per_session;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock, Weak},
+};
+
+use rmcp::{model::ClientCapabilities, Peer, RoleServer};
+use tokio::sync::OnceCell;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+pub use errors::RouteError;
+
+use crate::{
+    catalog::{MergedCatalog, MountCatalog},
+    config::Isolation,
+    gateway::{Gateway, Mount, SessionKey},
+    naming::MountName,
+    upstream::{self, UpstreamHandler, UpstreamSession},
+};
+
+/// The rmcp server handler of one downstream session.
+pub struct DownstreamSession {
+    gateway: Arc<Gateway>,
+    state: Arc<SessionState>,
+}
+
+impl DownstreamSession {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        let key = gateway.sessions().next_key();
+        let state = Arc::new(SessionState {
+            key,
+            gateway: Arc::downgrade(&gateway),
+            peer: OnceLock::new(),
+            client_capabilities: OnceLock::new(),
+            upstreams: Mutex::new(HashMap::new()),
+            overlays: Mutex::new(HashMap::new()),
+            overlay_catalog: Mutex::new(None),
+            _alive: gateway.session_tasks().token(),
+        });
+        Self { gateway, state }
+    }
+}
+
+type UpstreamSlot = Arc<OnceCell<Arc<UpstreamSession>>>;
+
+/// What a session owns, shared with its per-session upstreams' event
+/// handlers (which hold it weakly, so they never keep a session alive).
+pub(crate) struct SessionState {
+    key: SessionKey,
+    gateway: Weak<Gateway>,
+    peer: OnceLock<Peer<RoleServer>>,
+    client_capabilities: OnceLock<ClientCapabilities>,
+    /// Per-session upstream sessions by mount, opened on first use.
+    upstreams: Mutex<HashMap<MountName, UpstreamSlot>>,
+    /// Lists announced by this session's own per-session upstreams after a
+    /// `list_changed`; they replace the shared view for this session only.
+    overlays: Mutex<HashMap<MountName, Arc<MountCatalog>>>,
+    /// The merged catalog with overlays applied, and the shared generation
+    /// it was built from.
+    overlay_catalog: Mutex<Option<(u64, Arc<MergedCatalog>)>>,
+    /// Held while the session lives, so shutdown waits for it.
+    _alive: TaskTrackerToken,
+}
+
+impl SessionState {
+    /// The catalog this session sees.
+    pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
+        let shared = gateway.catalog();
+        let overlays = lock(&self.overlays).clone();
+        if overlays.is_empty() {
+            return shared;
+        }
+        let mut cached = lock(&self.overlay_catalog);
+        if let Some((base, catalog)) = cached.as_ref() {
+            if *base == shared.generation {
+                return catalog.clone();
+            }
+        }
+        let catalog = Arc::new(gateway.catalog_with(&overlays));
+        *cached = Some((shared.generation, catalog.clone()));
+        catalog
+    }
+
+    pub(crate) fn set_overlay(&self, mount: &MountName, catalog: MountCatalog) {
+        lock(&self.overlays).insert(mount.clone(), Arc::new(catalog));
+        *lock(&self.overlay_catalog) = None;
+    }
+
+    /// This session's per-session upstream for `mount`, if already open.
+    pub(crate) fn open_upstream(&self, mount: &MountName) -> Option<Arc<UpstreamSession>> {
+        lock(&self.upstreams)
+            .get(mount)
+            .and_then(|slot| slot.get().cloned())
+            .filter(|session| session.is_alive())
+    }
+
+    /// The upstream session serving `mount` for this session.
+    pub(crate) async fn upstream_for(
+        self: &Arc<Self>,
+        mount: &Mount,
+    ) -> Result<Arc<UpstreamSession>, RouteError> {
+        let name = &mount.config.name;
+        let unavailable = |cause: String| RouteError::MountUnavailable {
+            mount: name.clone(),
+            cause,
+        };
+        if mount.config.isolation == Isolation::Shared {
+            return mount
+                .shared_session()
+                .await
+                .map_err(|error| unavailable(error.to_string()));
+        }
+        let slot = {
+            let mut upstreams = lock(&self.upstreams);
+            let slot = upstreams.entry(name.clone()).or_default();
+            if slot.get().is_some_and(|session| !session.is_alive()) {
+                // The child exited or the HTTP session ended: the next call
+                // opens a fresh one rather than failing forever.
+                tracing::info!(mount = %name, session = self.key, "per-session upstream ended; reopening");
+                *slot = UpstreamSlot::default();
+            }
+            slot.clone()
+        };
+        let session = slot
+            .get_or_try_init(|| self.open_per_session(mount))
+            .await
+            .map_err(|error| unavailable(error.to_string()))?;
+        Ok(session.clone())
+    }
+
+    async fn open_per_session(
+        self: &Arc<Self>,
+        mount: &Mount,
+    ) -> Result<Arc<UpstreamSession>, upstream::UpstreamError> {
+        // The upstream sees the real client's capabilities, so features that
+        // depend on them (sampling, elicitation, roots) appear as they would
+        // without the gateway.
+        let capabilities = self.client_capabilities.get().cloned().unwrap_or_default();
+        let info = upstream::connect::client_config(capabilities);
+        let events = Arc::new(per_session::PerSessionEvents::new(
+            Arc::downgrade(self),
+            mount.config.name.clone(),
+        ));
+        let session = upstream::open(&mount.config, UpstreamHandler::new(info, events)).await?;
+        tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
+        Ok(Arc::new(session))
+    }
+}
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        if let Some(gateway) = self.gateway.upgrade() {
+            gateway.sessions().unregister(self.key);
+        }
+        let upstreams: Vec<_> = lock(&self.upstreams)
+            .drain()
+            .filter_map(|(_, slot)| slot.get().cloned())
+            .collect();
+        if upstreams.is_empty() {
+            return;
+        }
+        tracing::info!(
+            session = self.key,
+            count = upstreams.len(),
+            "session ended; closing its per-session upstreams"
+        );
+        let tracker = self
+            .gateway
+            .upgrade()
+            .map(|gateway| gateway.session_tasks().clone());
+        match (tokio::runtime::Handle::try_current(), tracker) {
+            (Ok(runtime), Some(tracker)) => {
+                for upstream in upstreams {
+                    tracker.spawn_on(async move { upstream.close().await }, &runtime);
+                }
+            }
+            // Outside a runtime (or with the gateway gone) the sessions' own
+            // drop kills the children.
+            _ => drop(upstreams),
+        }
+    }
+}
+
+/// Locks a std mutex, recovering from poisoning: the data guarded here stays
+/// consistent even if a holder panicked (every update is a single insert).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

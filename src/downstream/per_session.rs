@@ -1,0 +1,99 @@
+//! Events of a per-session upstream: they concern exactly one downstream
+//! session, so they go to that session and nowhere else.
+
+use std::sync::Weak;
+
+use rmcp::model::{LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
+
+use super::SessionState;
+use crate::{
+    catalog::MountCatalog,
+    gateway::notify_list_changed,
+    naming::MountName,
+    upstream::{discovery, ListKind, UpstreamEvents},
+};
+
+pub(crate) struct PerSessionEvents {
+    state: Weak<SessionState>,
+    mount: MountName,
+}
+
+impl PerSessionEvents {
+    pub(crate) fn new(state: Weak<SessionState>, mount: MountName) -> Self {
+        Self { state, mount }
+    }
+}
+
+impl UpstreamEvents for PerSessionEvents {
+    /// This session's upstream now lists something else than the shared
+    /// view: read its lists into the session's overlay, then tell the client.
+    fn list_changed(&self, kind: ListKind) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let mount_name = self.mount.clone();
+        tokio::spawn(async move {
+            let Some(gateway) = state.gateway.upgrade() else {
+                return;
+            };
+            let Some(mount) = gateway.mount(&mount_name) else {
+                return;
+            };
+            let Ok(upstream) = state.upstream_for(mount).await else {
+                return;
+            };
+            let mut catalog = super::lock(&state.overlays)
+                .get(&mount_name)
+                .map(|catalog| MountCatalog::clone(catalog))
+                .unwrap_or_else(|| MountCatalog::clone(&mount.catalog.load()));
+            if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut catalog).await {
+                tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
+                return;
+            }
+            state.set_overlay(&mount_name, catalog);
+            if let Some(peer) = state.peer.get() {
+                notify_list_changed(peer.clone(), kind).await;
+            }
+        });
+    }
+
+    fn logging_message(&self, params: LoggingMessageNotificationParam) {
+        let Some(peer) = self
+            .state
+            .upgrade()
+            .and_then(|state| state.peer.get().cloned())
+        else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(error) = peer.notify_logging_message(params).await {
+                tracing::debug!(%error, "could not relay a log message");
+            }
+        });
+    }
+
+    fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let Some(gateway) = state.gateway.upgrade() else {
+            return;
+        };
+        let Some(mount) = gateway.mount(&self.mount) else {
+            return;
+        };
+        let uri = mount.config.namespace.qualify_uri(&params.uri);
+        if !gateway.sessions().is_subscribed(state.key, &uri) {
+            return;
+        }
+        let Some(peer) = state.peer.get().cloned() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let params = ResourceUpdatedNotificationParam::new(uri);
+            if let Err(error) = peer.notify_resource_updated(params).await {
+                tracing::debug!(%error, "could not relay resources/updated");
+            }
+        });
+    }
+}

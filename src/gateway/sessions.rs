@@ -1,0 +1,141 @@
+//! The registry of live downstream sessions: who to tell when something
+//! changes.
+//!
+//! A session registers its peer once initialized and unregisters when it
+//! ends. Resource subscriptions are kept here, by client-visible URI, so an
+//! update from a shared upstream reaches exactly the sessions subscribed to
+//! it and no other.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex,
+    },
+};
+
+use rmcp::{model::ResourceUpdatedNotificationParam, Peer, RoleServer};
+
+use crate::upstream::ListKind;
+
+/// Identifies one downstream session inside this process.
+pub type SessionKey = u64;
+
+#[derive(Default)]
+pub struct SessionRegistry {
+    next_key: AtomicU64,
+    /// A std mutex: held only to copy peers out, never across an await.
+    sessions: Mutex<HashMap<SessionKey, SessionEntry>>,
+}
+
+struct SessionEntry {
+    peer: Peer<RoleServer>,
+    subscriptions: HashSet<String>,
+}
+
+impl SessionRegistry {
+    pub fn next_key(&self) -> SessionKey {
+        self.next_key.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>) {
+        self.lock().insert(
+            key,
+            SessionEntry {
+                peer,
+                subscriptions: HashSet::new(),
+            },
+        );
+    }
+
+    pub fn unregister(&self, key: SessionKey) {
+        self.lock().remove(&key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records a subscription; returns whether this is the first session
+    /// subscribed to `uri` (so the upstream must be subscribed).
+    pub fn subscribe(&self, key: SessionKey, uri: &str) -> bool {
+        let mut sessions = self.lock();
+        let first = !sessions
+            .values()
+            .any(|entry| entry.subscriptions.contains(uri));
+        if let Some(entry) = sessions.get_mut(&key) {
+            entry.subscriptions.insert(uri.to_owned());
+        }
+        first
+    }
+
+    /// Drops a subscription; returns whether no session is subscribed to
+    /// `uri` any more (so the upstream can be unsubscribed).
+    pub fn unsubscribe(&self, key: SessionKey, uri: &str) -> bool {
+        let mut sessions = self.lock();
+        if let Some(entry) = sessions.get_mut(&key) {
+            entry.subscriptions.remove(uri);
+        }
+        !sessions
+            .values()
+            .any(|entry| entry.subscriptions.contains(uri))
+    }
+
+    pub fn is_subscribed(&self, key: SessionKey, uri: &str) -> bool {
+        self.lock()
+            .get(&key)
+            .is_some_and(|entry| entry.subscriptions.contains(uri))
+    }
+
+    /// Tells every session in `filter` that a list changed.
+    pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(SessionKey) -> bool) {
+        let peers: Vec<_> = self
+            .lock()
+            .iter()
+            .filter(|(key, _)| filter(**key))
+            .map(|(_, entry)| entry.peer.clone())
+            .collect();
+        for peer in peers {
+            tokio::spawn(notify_list_changed(peer, kind));
+        }
+    }
+
+    /// Tells the sessions subscribed to `uri` (client-visible) it changed.
+    pub fn notify_resource_updated(&self, uri: &str) {
+        let peers: Vec<_> = self
+            .lock()
+            .values()
+            .filter(|entry| entry.subscriptions.contains(uri))
+            .map(|entry| entry.peer.clone())
+            .collect();
+        for peer in peers {
+            let params = ResourceUpdatedNotificationParam::new(uri.to_owned());
+            tokio::spawn(async move {
+                if let Err(error) = peer.notify_resource_updated(params).await {
+                    tracing::debug!(%error, "could not send resources/updated");
+                }
+            });
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionKey, SessionEntry>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+pub async fn notify_list_changed(peer: Peer<RoleServer>, kind: ListKind) {
+    let sent = match kind {
+        ListKind::Tools => peer.notify_tool_list_changed().await,
+        ListKind::Prompts => peer.notify_prompt_list_changed().await,
+        ListKind::Resources => peer.notify_resource_list_changed().await,
+    };
+    if let Err(error) = sent {
+        tracing::debug!(%error, ?kind, "could not send list_changed");
+    }
+}

@@ -1,0 +1,93 @@
+//! The HTTP surface: the MCP endpoint, `/healthz` and `/readyz`.
+//!
+//! The MCP endpoint is rmcp's Streamable HTTP service in session mode, with
+//! the gateway's own Host allow-list and idle timeout; each new client
+//! session gets a fresh [`DownstreamSession`]. [`serve`] takes an already
+//! bound listener (tests bind port 0) and a shutdown future.
+
+use std::{future::Future, sync::Arc};
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+use rmcp::transport::{
+    streamable_http_server::session::local::LocalSessionManager, StreamableHttpServerConfig,
+    StreamableHttpService,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::{downstream::DownstreamSession, gateway::Gateway};
+
+mod json_guard;
+
+pub use json_guard::MAX_BODY_BYTES;
+
+/// Builds the app. Cancelling `shutdown` ends every MCP session and stream.
+pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
+    let server = &gateway.config().server;
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(server.session_idle_timeout);
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(server.allowed_hosts.clone())
+        .with_cancellation_token(shutdown);
+    mcp_config.max_request_body_bytes = MAX_BODY_BYTES;
+    let factory_gateway = gateway.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(DownstreamSession::new(factory_gateway.clone())),
+        Arc::new(sessions),
+        mcp_config,
+    );
+    let mcp = Router::new()
+        .route_service(&server.path, mcp)
+        .layer(axum::middleware::from_fn(json_guard::check_json_body));
+    Router::new()
+        .merge(mcp)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(gateway)
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, ends the MCP
+/// sessions, and waits for open requests to finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sessions_token = CancellationToken::new();
+    let app = router(gateway, sessions_token.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Long-lived SSE streams would hold graceful shutdown open.
+            sessions_token.cancel();
+        })
+        .await
+}
+
+async fn healthz() -> impl IntoResponse {
+    (StatusCode::OK, "ok\n")
+}
+
+async fn readyz(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+    let ready = gateway.is_ready();
+    let mounts: Vec<_> = gateway
+        .mounts()
+        .iter()
+        .map(|mount| {
+            let status = mount.status();
+            json!({
+                "name": mount.config.name.as_str(),
+                "transport": mount.config.transport.kind(),
+                "isolation": mount.config.isolation.as_str(),
+                "state": status.phase,
+                "last_error": status.last_error,
+            })
+        })
+        .collect();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(json!({ "ready": ready, "mounts": mounts })))
+}

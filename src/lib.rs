@@ -1,0 +1,34 @@
+//! Junction: an MCP gateway that serves many upstream MCP servers behind one
+//! Streamable HTTP endpoint.
+//!
+//! Layout (see ARCHITECTURE.md for the full map):
+//! - [`config`]: what the user wrote (raw), loaded with figment, validated
+//!   into a resolved [`config::Config`] with every problem reported at once.
+//! - [`naming`]: the reversible rewrite of tool/prompt names and resource
+//!   URIs between a mount's own names and the names clients see.
+//! - [`rewrite`]: applies that rewrite inside results (resource links,
+//!   embedded resources, read contents).
+//! - [`catalog`]: the discovery cache; one catalog per mount, merged into one
+//!   routing table and the lists clients page through.
+//! - [`upstream`]: opening upstream sessions (stdio child or Streamable HTTP)
+//!   and listening to what they send.
+//! - [`gateway`]: the running mounts, their shared sessions and discovery,
+//!   and the registry of downstream sessions.
+//! - [`downstream`]: one downstream MCP session: answers the client, routes
+//!   each request to its mount, owns its per-session upstreams.
+//! - [`http`]: the axum app: the MCP endpoint, `/healthz`, `/readyz`.
+//! - [`demo`]: a small MCP server the embedded default config mounts.
+
+// rmcp marks logging, sampling and roots deprecated (SEP-2577, 2026-07-28),
+// but they are live parts of the handshake-era protocol this gateway relays.
+#![allow(deprecated)]
+
+pub mod catalog;
+pub mod config;
+pub mod demo;
+pub mod downstream;
+pub mod gateway;
+pub mod http;
+pub mod naming;
+pub mod rewrite;
+pub mod upstream;

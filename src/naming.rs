@@ -1,0 +1,256 @@
+//! The names clients see, and the way back to an upstream's own names.
+//!
+//! Tools and prompts become `{namespace}{separator}{name}`; resource and
+//! template URIs become `{namespace}+{uri}`, which is still a valid URI (the
+//! namespace reads as a URI scheme prefix). An empty namespace passes names
+//! through unchanged. Both rewrites are pure string functions so they can be
+//! tested (and fuzzed) alone; the types make an unchecked mount name or
+//! namespace unrepresentable.
+
+use std::{fmt, sync::Arc};
+
+/// Mount names and namespaces: `^[a-z][a-z0-9-]{0,31}$`. Neither `_` nor `+`
+/// can appear, so the default separator `__` and the URI marker `+` always
+/// split unambiguously.
+pub fn is_valid_mount_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 32
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+/// A checked mount name (the key under `[mounts]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MountName(Arc<str>);
+
+impl MountName {
+    pub fn new(name: &str) -> Result<Self, String> {
+        if is_valid_mount_name(name) {
+            Ok(Self(name.into()))
+        } else {
+            Err(format!(
+                "mount name {name:?} must match ^[a-z][a-z0-9-]{{0,31}}$"
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MountName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The text that separates namespace and name, `__` by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Separator(Arc<str>);
+
+impl Separator {
+    /// Allowed: 1–4 characters from `_ - . :`. Letters and digits would make
+    /// splitting depend on the tool name; anything else breaks client rules.
+    pub fn new(separator: &str) -> Result<Self, String> {
+        let ok = (1..=4).contains(&separator.len())
+            && separator
+                .chars()
+                .all(|c| matches!(c, '_' | '-' | '.' | ':'));
+        if ok {
+            Ok(Self(separator.into()))
+        } else {
+            Err(format!(
+                "separator {separator:?} must be 1 to 4 characters from `_`, `-`, `.`, `:`"
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Separator {
+    fn default() -> Self {
+        Self("__".into())
+    }
+}
+
+/// A mount's namespace: a valid mount name, or empty for pass-through.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Namespace(Arc<str>);
+
+impl Namespace {
+    pub fn new(namespace: &str) -> Result<Self, String> {
+        if namespace.is_empty() || is_valid_mount_name(namespace) {
+            Ok(Self(namespace.into()))
+        } else {
+            Err(format!(
+                "namespace {namespace:?} must be empty or match ^[a-z][a-z0-9-]{{0,31}}$"
+            ))
+        }
+    }
+
+    pub fn from_mount(mount: &MountName) -> Self {
+        Self(mount.0.clone())
+    }
+
+    pub fn is_pass_through(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `echo` → `everything__echo`.
+    pub fn qualify_name(&self, separator: &Separator, name: &str) -> String {
+        if self.is_pass_through() {
+            return name.to_owned();
+        }
+        let mut out = String::with_capacity(self.0.len() + separator.0.len() + name.len());
+        out.push_str(&self.0);
+        out.push_str(&separator.0);
+        out.push_str(name);
+        out
+    }
+
+    /// `everything__echo` → `echo`; `None` when the name is not in this
+    /// namespace. A pass-through namespace claims every name.
+    pub fn unqualify_name<'a>(&self, separator: &Separator, qualified: &'a str) -> Option<&'a str> {
+        if self.is_pass_through() {
+            return Some(qualified);
+        }
+        qualified
+            .strip_prefix(&*self.0)?
+            .strip_prefix(&*separator.0)
+            .filter(|name| !name.is_empty())
+    }
+
+    /// `demo://x` → `everything+demo://x`.
+    pub fn qualify_uri(&self, uri: &str) -> String {
+        if self.is_pass_through() {
+            return uri.to_owned();
+        }
+        let mut out = String::with_capacity(self.0.len() + 1 + uri.len());
+        out.push_str(&self.0);
+        out.push('+');
+        out.push_str(uri);
+        out
+    }
+
+    /// `everything+demo://x` → `demo://x`; `None` when not in this namespace.
+    pub fn unqualify_uri<'a>(&self, qualified: &'a str) -> Option<&'a str> {
+        if self.is_pass_through() {
+            return Some(qualified);
+        }
+        qualified
+            .strip_prefix(&*self.0)?
+            .strip_prefix('+')
+            .filter(|uri| !uri.is_empty())
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(namespace: &str) -> Namespace {
+        Namespace::new(namespace).unwrap()
+    }
+
+    fn check_name(namespace: &str, separator: &str, name: &str, qualified: &str) {
+        let namespace = ns(namespace);
+        let separator = Separator::new(separator).unwrap();
+        assert_eq!(namespace.qualify_name(&separator, name), qualified);
+        assert_eq!(
+            namespace.unqualify_name(&separator, qualified),
+            Some(name),
+            "round trip of {qualified:?}"
+        );
+    }
+
+    fn check_uri(namespace: &str, uri: &str, qualified: &str) {
+        let namespace = ns(namespace);
+        assert_eq!(namespace.qualify_uri(uri), qualified);
+        assert_eq!(namespace.unqualify_uri(qualified), Some(uri));
+        if !namespace.is_pass_through() {
+            assert!(
+                url::Url::parse(qualified).is_ok() || url::Url::parse(uri).is_err(),
+                "{qualified:?} should stay a valid URI"
+            );
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        check_name("everything", "__", "echo", "everything__echo");
+        check_name("everything", "__", "get-sum", "everything__get-sum");
+        check_name("a", "__", "b__c", "a__b__c");
+        check_name("tiny", "-", "tool", "tiny-tool");
+        check_name("x1", ".", "dotted.name", "x1.dotted.name");
+        check_name("", "__", "echo", "echo");
+    }
+
+    #[test]
+    fn uris_round_trip_and_stay_valid() {
+        check_uri(
+            "everything",
+            "demo://resource/static/document/architecture.md",
+            "everything+demo://resource/static/document/architecture.md",
+        );
+        check_uri("fs", "file:///tmp/a%20b.txt", "fs+file:///tmp/a%20b.txt");
+        check_uri(
+            "web",
+            "https://example.com/x?y=1#z",
+            "web+https://example.com/x?y=1#z",
+        );
+        check_uri(
+            "t",
+            "test://template/{id}/data",
+            "t+test://template/{id}/data",
+        );
+        check_uri("", "demo://x", "demo://x");
+    }
+
+    #[test]
+    fn foreign_names_are_not_claimed() {
+        let separator = Separator::default();
+        assert_eq!(ns("a").unqualify_name(&separator, "b__echo"), None);
+        assert_eq!(ns("a").unqualify_name(&separator, "ab__echo"), None);
+        assert_eq!(ns("a").unqualify_name(&separator, "a_echo"), None);
+        assert_eq!(ns("a").unqualify_name(&separator, "a__"), None);
+        assert_eq!(ns("a").unqualify_uri("b+demo://x"), None);
+        assert_eq!(ns("a").unqualify_uri("ab+demo://x"), None);
+        assert_eq!(ns("a").unqualify_uri("a+"), None);
+        assert_eq!(ns("a").unqualify_uri("demo://x"), None);
+    }
+
+    #[test]
+    fn invalid_names_are_rejected() {
+        for bad in ["", "A", "1abc", "a_b", "a+b", "a.b", "a b", &"a".repeat(33)] {
+            assert!(MountName::new(bad).is_err(), "{bad:?} should be invalid");
+        }
+        for good in ["a", "everything", "my-mount-2", &"a".repeat(32)] {
+            assert!(MountName::new(good).is_ok(), "{good:?} should be valid");
+        }
+        assert!(Namespace::new("").is_ok());
+        assert!(Namespace::new("Bad").is_err());
+        for bad in ["", "abc", "_a_b_c", "/", " "] {
+            assert!(Separator::new(bad).is_err(), "{bad:?} should be invalid");
+        }
+        for good in ["__", "_", "-", ".", "::"] {
+            assert!(Separator::new(good).is_ok(), "{good:?} should be valid");
+        }
+    }
+}

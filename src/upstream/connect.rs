@@ -1,0 +1,147 @@
+//! Opening an upstream session over the mount's transport.
+//!
+//! Stdio children run in their own process group (so a wrapper such as
+//! `npx` cannot leave its real server behind when killed) with stderr read
+//! line by line into the gateway's log under the mount's name. HTTP
+//! upstreams get the configured headers on every request. Either way the
+//! rmcp client's response cache is off: the gateway keeps its own cache and
+//! must never be served a stale list.
+
+use std::{collections::HashMap, process::Stdio, sync::Mutex, time::Duration};
+
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use rmcp::{
+    model::ClientConfig,
+    service::ClientInitializeError,
+    transport::{
+        streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport,
+        TokioChildProcess,
+    },
+    ClientCacheConfig, ServiceExt,
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::{UpstreamHandler, UpstreamSession};
+use crate::config::{MountConfig, UpstreamTransport};
+
+/// Bound on spawning/connecting plus the `initialize` exchange. A server
+/// that has not answered by then is treated as failed, so a hung upstream
+/// never holds a client's first call forever.
+pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("invalid header {0}")]
+    Header(String),
+    #[error("cannot build HTTP client: {0}")]
+    HttpClient(String),
+    #[error("initialize failed: {0}")]
+    Initialize(String),
+    #[error("initialize timed out after {0:?}")]
+    InitializeTimeout(Duration),
+}
+
+/// Starts an upstream session for `mount`, declaring `info` to the server.
+pub async fn open(
+    mount: &MountConfig,
+    handler: UpstreamHandler,
+) -> Result<UpstreamSession, UpstreamError> {
+    let started = tokio::time::timeout(INITIALIZE_TIMEOUT, start(mount, handler)).await;
+    let (service, pid) = match started {
+        Ok(result) => result?,
+        Err(_) => return Err(UpstreamError::InitializeTimeout(INITIALIZE_TIMEOUT)),
+    };
+    let peer = service.peer().clone();
+    let mut no_cache = ClientCacheConfig::default();
+    no_cache.enabled = false;
+    no_cache.serve_stale_on_error = false;
+    peer.set_response_cache_config(no_cache).await;
+    Ok(UpstreamSession {
+        mount: mount.name.clone(),
+        peer,
+        service: Mutex::new(Some(service)),
+        pid,
+    })
+}
+
+type Running = rmcp::service::RunningService<rmcp::RoleClient, UpstreamHandler>;
+
+async fn start(
+    mount: &MountConfig,
+    handler: UpstreamHandler,
+) -> Result<(Running, Option<u32>), UpstreamError> {
+    match &mount.transport {
+        UpstreamTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).envs(env);
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
+            let mut wrapped = CommandWrap::from(cmd);
+            wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+            let (process, stderr) = TokioChildProcess::builder(wrapped)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|source| UpstreamError::Spawn {
+                    command: command.clone(),
+                    source,
+                })?;
+            let pid = process.id();
+            if let Some(stderr) = stderr {
+                let mount_name = mount.name.clone();
+                tokio::spawn(async move {
+                    let mut lines = BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::info!(target: "junction::upstream_stderr", mount = %mount_name, "{line}");
+                    }
+                });
+            }
+            let service = handler.serve(process).await.map_err(initialize_error)?;
+            Ok((service, pid))
+        }
+        UpstreamTransport::StreamableHttp { url, headers } => {
+            let mut custom_headers = HashMap::new();
+            for (name, value) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| UpstreamError::Header(name.clone()))?;
+                let value = reqwest::header::HeaderValue::from_str(value)
+                    .map_err(|_| UpstreamError::Header(name.to_string()))?;
+                custom_headers.insert(name, value);
+            }
+            let client = reqwest::Client::builder()
+                .build()
+                .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            config.custom_headers = custom_headers;
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            let service = handler.serve(transport).await.map_err(initialize_error)?;
+            Ok((service, None))
+        }
+    }
+}
+
+fn initialize_error(error: ClientInitializeError) -> UpstreamError {
+    UpstreamError::Initialize(error.to_string())
+}
+
+/// The client identity and capabilities a session declares upstream.
+pub fn client_config(capabilities: rmcp::model::ClientCapabilities) -> ClientConfig {
+    let mut info = ClientConfig::new(
+        capabilities,
+        rmcp::model::Implementation::new("junction", env!("CARGO_PKG_VERSION")),
+    );
+    // rmcp defaults to 2026-07-28, which has no `initialize`; the gateway
+    // speaks the handshake era upstream.
+    info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+    info
+}
