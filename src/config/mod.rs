@@ -106,3 +106,6 @@ pub mod defaults {
     /// sessions (and their per-session upstream processes) do not pile up.
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,282 @@
+//! Config loading tests: one `load_file` helper, then one tiny test per rule.
+//! figment's `Jail` gives each test its own directory and environment.
+
+// figment::Error is large, and Jail::expect_with fixes the closure type.
+#![allow(clippy::result_large_err)]
+
+use figment::Jail;
+
+use super::*;
+
+/// Loads `text` written to a file named `name` inside a jail, with `env` set.
+fn load_file(name: &str, text: &str, env: &[(&str, &str)]) -> Result<Config, Vec<String>> {
+    let mut outcome = None;
+    Jail::expect_with(|jail| {
+        jail.create_file(name, text)?;
+        for (key, value) in env {
+            jail.set_env(key, value);
+        }
+        outcome = Some(
+            load(&ConfigSource::File(name.into()))
+                .map_err(|error| error.problems.iter().map(ToString::to_string).collect()),
+        );
+        Ok(())
+    });
+    outcome.expect("jail ran")
+}
+
+fn problems(name: &str, text: &str) -> Vec<String> {
+    load_file(name, text, &[]).expect_err("config should be invalid")
+}
+
+#[test]
+fn embedded_default_is_valid_and_mounts_the_demo_twice() {
+    let config = load(&ConfigSource::Embedded).unwrap();
+    assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+    let mounts: Vec<_> = config
+        .mounts
+        .iter()
+        .map(|m| (m.name.as_str(), m.isolation))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("demo", Isolation::Shared),
+            ("private", Isolation::PerSession)
+        ]
+    );
+    let UpstreamTransport::Stdio { command, args, .. } = &config.mounts[0].transport else {
+        panic!("demo should be a stdio mount");
+    };
+    assert_eq!(
+        command,
+        &std::env::current_exe().unwrap().display().to_string()
+    );
+    assert_eq!(args, &["demo-server"]);
+}
+
+#[test]
+fn defaults_apply_to_an_empty_file() {
+    let config = load_file("junction.toml", "", &[]).unwrap();
+    assert_eq!(config.server.path, "/mcp");
+    assert_eq!(config.server.separator.as_str(), "__");
+    assert_eq!(
+        config.server.allowed_hosts,
+        ["localhost", "127.0.0.1", "::1"]
+    );
+    assert_eq!(
+        config.server.session_idle_timeout,
+        defaults::SESSION_IDLE_TIMEOUT
+    );
+    assert!(config.mounts.is_empty());
+}
+
+#[test]
+fn full_toml_example_resolves() {
+    let config = load_file(
+        "junction.toml",
+        r#"
+        [server]
+        listen = "0.0.0.0:9000"
+        path = "/gateway"
+        separator = "-"
+        allowed_hosts = ["*"]
+        session_idle_timeout = "90s"
+
+        [mounts.zeta]
+        command = "npx"
+        args = ["-y", "server"]
+        env = { DEBUG = "1" }
+        cwd = "/srv"
+        isolation = "per_session"
+
+        [mounts.alpha]
+        url = "http://127.0.0.1:9000/mcp"
+        headers = { Authorization = "Bearer ${TEST_TOKEN}" }
+        namespace = ""
+        "#,
+        &[("TEST_TOKEN", "abc")],
+    )
+    .unwrap();
+    assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
+    assert_eq!(config.server.path, "/gateway");
+    assert!(
+        config.server.allowed_hosts.is_empty(),
+        "* disables the check"
+    );
+    assert_eq!(config.server.session_idle_timeout.as_secs(), 90);
+    // Document order, not alphabetical: it decides collisions.
+    assert_eq!(config.mounts[0].name.as_str(), "zeta");
+    assert_eq!(config.mounts[1].name.as_str(), "alpha");
+    assert!(config.mounts[1].namespace.is_pass_through());
+    assert_eq!(config.mounts[0].namespace.as_str(), "zeta");
+    let UpstreamTransport::StreamableHttp { headers, url } = &config.mounts[1].transport else {
+        panic!("alpha should be an HTTP mount");
+    };
+    assert_eq!(url.as_str(), "http://127.0.0.1:9000/mcp");
+    assert_eq!(headers["Authorization"], "Bearer abc");
+}
+
+#[test]
+fn yaml_and_json_load_the_same_shape() {
+    let yaml = load_file(
+        "junction.yaml",
+        "server:\n  listen: 127.0.0.1:1\nmounts:\n  b:\n    command: x\n  a:\n    url: http://h/mcp\n",
+        &[],
+    )
+    .unwrap();
+    let json = load_file(
+        "junction.json",
+        r#"{"server": {"listen": "127.0.0.1:1"}, "mounts": {"b": {"command": "x"}, "a": {"url": "http://h/mcp"}}}"#,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(yaml, json);
+    assert_eq!(yaml.mounts[0].name.as_str(), "b");
+}
+
+#[test]
+fn env_overrides_win_over_the_file() {
+    let config = load_file(
+        "junction.toml",
+        "[server]\nlisten = \"127.0.0.1:1\"\n[mounts.a]\ncommand = \"x\"\n",
+        &[
+            ("JUNCTION_SERVER__LISTEN", "127.0.0.1:2"),
+            ("JUNCTION_MOUNTS__A__ISOLATION", "per_session"),
+            ("JUNCTION_MOUNTS__B__URL", "http://127.0.0.1:3/mcp"),
+            // Unrelated JUNCTION_* variables are not config.
+            ("JUNCTION_BIN", "/somewhere"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.server.listen.to_string(), "127.0.0.1:2");
+    assert_eq!(config.mounts[0].isolation, Isolation::PerSession);
+    assert_eq!(config.mounts[1].name.as_str(), "b");
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_path() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        bogus = 1
+        [server]
+        listen = "nowhere"
+        path = "mcp"
+        separator = "x"
+        session_idle_timeout = "soon"
+        [mounts.Bad_Name]
+        command = "x"
+        [mounts.tiny]
+        url = "/relative"
+        [mounts.both]
+        command = "x"
+        url = "http://h/mcp"
+        [mounts.neither]
+        isolation = "sometimes"
+        [mounts.typo]
+        comand = "x"
+        [mounts.secret]
+        url = "http://h/mcp"
+        headers = { Authorization = "Bearer ${JUNCTION_TEST_UNSET_VARIABLE}" }
+        [mounts.mixed]
+        command = "x"
+        headers = { A = "b" }
+        [mounts.remote]
+        url = "ftp://h/mcp"
+        args = ["a"]
+        "#,
+    );
+    let expected = [
+        "server.listen: \"nowhere\" is not a socket address like 127.0.0.1:8080",
+        "server.path: \"mcp\" must start with `/`",
+        "server.separator: separator \"x\" must be 1 to 4 characters from `_`, `-`, `.`, `:`",
+        "server.session_idle_timeout: \"soon\" is not a duration like \"30m\" or \"90s\"",
+        "bogus: unknown key (expected `server` or `mounts`)",
+        "mounts.Bad_Name: mount name \"Bad_Name\" must match ^[a-z][a-z0-9-]{0,31}$",
+        "mounts.tiny.url: relative URL without a base",
+        "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
+        "mounts.neither.isolation: \"sometimes\" is not an isolation mode",
+        "mounts.neither: missing `command` (stdio upstream) or `url` (Streamable HTTP upstream)",
+        "mounts.typo.comand: unknown field `comand`",
+        "mounts.secret.headers.Authorization: environment variable JUNCTION_TEST_UNSET_VARIABLE is not set",
+        "mounts.mixed.headers: only Streamable HTTP upstreams (`url`) take headers",
+        "mounts.remote.args: only stdio upstreams (`command`) take this field",
+        "mounts.remote.url: scheme \"ftp\" is not http or https",
+    ];
+    for needle in expected {
+        assert!(
+            found.iter().any(|problem| problem.starts_with(needle)),
+            "missing {needle:?} in {found:#?}"
+        );
+    }
+}
+
+#[test]
+fn type_errors_name_their_field() {
+    let found = problems("junction.toml", "[mounts.a]\ncommand = \"x\"\nargs = 5\n");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("mounts.a.args: invalid type")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn namespaces_must_split_unambiguously() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        separator = "-"
+        [mounts.a]
+        command = "x"
+        namespace = "my"
+        [mounts.b]
+        command = "x"
+        namespace = "my-tools"
+        [mounts.c]
+        command = "x"
+        namespace = "my"
+        "#,
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p
+                .starts_with("mounts.c.namespace: namespace \"my\" is already used by mount a")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p
+                .starts_with("mounts.b.namespace: namespace \"my-tools\" followed by separator")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn empty_host_list_and_unknown_format_are_rejected() {
+    let found = problems("junction.toml", "[server]\nallowed_hosts = []\n");
+    assert!(found[0].starts_with("server.allowed_hosts: must not be empty"));
+    let found = problems("junction.ini", "");
+    assert!(found[0].starts_with("unknown config format"), "{found:?}");
+}
+
+#[test]
+fn error_lines_carry_the_source() {
+    let mut rendered = String::new();
+    Jail::expect_with(|jail| {
+        jail.create_file("bad.toml", "[mounts.tiny]\nurl = \"x\"\n")?;
+        rendered = load(&ConfigSource::File("bad.toml".into()))
+            .unwrap_err()
+            .to_string();
+        Ok(())
+    });
+    assert_eq!(
+        rendered,
+        "bad.toml: mounts.tiny.url: relative URL without a base"
+    );
+}
