@@ -14,7 +14,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
 };
@@ -27,9 +27,9 @@ use rmcp::{
     },
     model::{
         CallToolResult, ContentBlock, ErrorData, GetPromptResult, Implementation,
-        ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, PromptMessage,
-        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-        ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+        Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
     },
     prompt, prompt_handler, prompt_router,
     service::{RequestContext, ServerInitializeError},
@@ -62,6 +62,9 @@ Read demo://notes/<key> to see what was remembered under <key>.
 struct State {
     counter: AtomicU64,
     notes: Mutex<HashMap<String, String>>,
+    /// Whether the `bonus` tool is listed; `toggle_bonus` flips it and
+    /// announces `tools/list_changed`, so tests can watch a list change.
+    bonus: AtomicBool,
 }
 
 impl State {
@@ -189,6 +192,38 @@ impl DemoServer {
         text_result(value.to_string())
     }
 
+    #[tool(
+        description = "Add or remove the `bonus` tool in this server process and announce tools/list_changed."
+    )]
+    async fn toggle_bonus(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+        let enabled = !self.state.bonus.fetch_xor(true, Ordering::Relaxed);
+        if let Err(error) = context.peer.notify_tool_list_changed().await {
+            return error_result(format!("could not announce the change: {error}"));
+        }
+        text_result(if enabled { "bonus on" } else { "bonus off" })
+    }
+
+    #[tool(
+        description = "Return, as JSON text, the capabilities the connected client declared at initialize."
+    )]
+    async fn client_capabilities(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+        let declared = context
+            .peer
+            .peer_info()
+            .map(|info| serde_json::to_string(&info.capabilities).unwrap_or_default())
+            .unwrap_or_else(|| "null".to_owned());
+        text_result(declared)
+    }
+
+    #[tool(description = "Only listed after toggle_bonus; says it is here.")]
+    async fn bonus(&self) -> CallToolResult {
+        if self.state.bonus.load(Ordering::Relaxed) {
+            text_result("bonus is here")
+        } else {
+            error_result("the bonus tool is not enabled")
+        }
+    }
+
     #[tool(description = "Store a value under a key in this server process.")]
     async fn remember(
         &self,
@@ -266,6 +301,7 @@ impl ServerHandler for DemoServer {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_prompts()
                 .enable_resources()
                 .build(),
@@ -277,6 +313,21 @@ impl ServerHandler for DemoServer {
         .with_instructions(
             "Demo server: try echo, add, counter, remember/recall, and read demo://readme.",
         )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let bonus = self.state.bonus.load(Ordering::Relaxed);
+        let tools = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| bonus || tool.name != "bonus")
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn list_resources(
@@ -429,11 +480,38 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            ["add", "counter", "echo", "fail", "links", "pid", "recall", "remember"]
+            [
+                "add",
+                "client_capabilities",
+                "counter",
+                "echo",
+                "fail",
+                "links",
+                "pid",
+                "recall",
+                "remember",
+                "toggle_bonus"
+            ]
         );
         let add = tools.iter().find(|t| t.name == "add").unwrap();
         assert!(add.output_schema.is_some());
         client.cancel().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn toggle_bonus_lists_the_bonus_tool() {
+        let client = connect().await;
+        let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+            tools.iter().map(|t| t.name.to_string()).collect()
+        };
+        let before = names(client.list_all_tools().await.unwrap());
+        assert!(!before.contains(&"bonus".to_owned()));
+        client
+            .call_tool(CallToolRequestParams::new("toggle_bonus"))
+            .await
+            .unwrap();
+        let after = names(client.list_all_tools().await.unwrap());
+        assert!(after.contains(&"bonus".to_owned()), "{after:?}");
     }
 
     #[tokio::test]
