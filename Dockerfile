@@ -1,0 +1,24 @@
+# Junction gateway image.
+#   docker build -t junction .
+#   docker run -p 8080:8080 -v $PWD/junction.toml:/etc/junction/junction.toml junction
+# The image serves /etc/junction/junction.toml if mounted, else the embedded
+# default config; it listens on 0.0.0.0:8080 (JUNCTION_SERVER__LISTEN).
+FROM rust:1-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY config ./config
+RUN cargo build --release --locked --bin junction
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --home /var/lib/junction --create-home junction
+COPY --from=build /src/target/release/junction /usr/local/bin/junction
+USER junction
+WORKDIR /etc/junction
+ENV JUNCTION_SERVER__LISTEN=0.0.0.0:8080 \
+    JUNCTION_SERVER__ALLOWED_HOSTS='["*"]'
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/junction"]
