@@ -112,7 +112,9 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
     let gateway = Gateway::new(config);
     gateway.start();
-    tracing::info!("listening on {bound} (MCP endpoint http://{bound}{path})");
+    // Printed, not logged: scripts and tests read this line whatever the
+    // log level.
+    eprintln!("junction listening on {bound} (MCP endpoint http://{bound}{path})");
     junction::http::serve(listener, gateway.clone(), shutdown_signal()).await?;
     tracing::info!("shutting down");
     gateway.shutdown().await;

@@ -14,7 +14,10 @@ use rmcp::{
 };
 use serde_json::json;
 
-use crate::naming::MountName;
+use crate::{
+    config::MountConfig,
+    naming::{MountName, Namespace},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -29,15 +32,26 @@ pub enum RouteError {
     #[error("mount {mount} failed: {cause}")]
     UpstreamFailed { mount: MountName, cause: String },
     #[error("mount {mount} answered with error {}: {}", .error.code.0, .error.message)]
-    UpstreamError { mount: MountName, error: ErrorData },
+    UpstreamError {
+        mount: MountName,
+        namespace: Namespace,
+        error: ErrorData,
+    },
+    #[error("mount {mount} does not support {feature}")]
+    Unsupported {
+        mount: MountName,
+        feature: &'static str,
+    },
 }
 
 impl RouteError {
     /// Classifies a failed upstream request.
-    pub fn upstream(mount: &MountName, error: ServiceError) -> Self {
+    pub fn upstream(mount_config: &MountConfig, error: ServiceError) -> Self {
+        let mount = &mount_config.name;
         match error {
             ServiceError::McpError(error) => RouteError::UpstreamError {
                 mount: mount.clone(),
+                namespace: mount_config.namespace.clone(),
                 error,
             },
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
@@ -68,7 +82,28 @@ impl RouteError {
             | RouteError::UpstreamFailed { mount, .. } => {
                 ErrorData::internal_error(message, Some(json!({ "mount": mount.as_str() })))
             }
-            RouteError::UpstreamError { error, .. } => error,
+            RouteError::UpstreamError {
+                mount,
+                namespace,
+                mut error,
+            } => {
+                // The code and message are the upstream's; `data` learns which
+                // mount answered and gets a URI the client can use.
+                match &mut error.data {
+                    Some(serde_json::Value::Object(data)) => {
+                        if let Some(serde_json::Value::String(uri)) = data.get_mut("uri") {
+                            *uri = namespace.qualify_uri(uri);
+                        }
+                        data.entry("mount").or_insert_with(|| json!(mount.as_str()));
+                    }
+                    None => error.data = Some(json!({ "mount": mount.as_str() })),
+                    Some(_) => {}
+                }
+                error
+            }
+            RouteError::Unsupported { .. } => {
+                ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, message, None)
+            }
         }
     }
 
@@ -81,5 +116,53 @@ impl RouteError {
             ),
             other => Err(other.into_mcp_error()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream_error(data: Option<serde_json::Value>) -> ErrorData {
+        RouteError::UpstreamError {
+            mount: MountName::new("ev").unwrap(),
+            namespace: Namespace::new("ev").unwrap(),
+            error: ErrorData::resource_not_found("no resource demo://x", data),
+        }
+        .into_mcp_error()
+    }
+
+    #[test]
+    fn upstream_errors_keep_code_and_message_and_gain_the_mount() {
+        let error = upstream_error(Some(json!({"uri": "demo://x", "extra": 1})));
+        assert_eq!(error.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+        assert_eq!(error.message, "no resource demo://x");
+        assert_eq!(
+            error.data,
+            Some(json!({"uri": "ev+demo://x", "extra": 1, "mount": "ev"}))
+        );
+        assert_eq!(upstream_error(None).data, Some(json!({"mount": "ev"})));
+        assert_eq!(upstream_error(Some(json!([1]))).data, Some(json!([1])));
+    }
+
+    #[test]
+    fn unreachable_upstreams_are_tool_errors_naming_the_mount() {
+        let result = RouteError::MountUnavailable {
+            mount: MountName::new("broken").unwrap(),
+            cause: "cannot start `nope`".to_owned(),
+        }
+        .into_tool_answer()
+        .unwrap();
+        assert_eq!(result.is_error, Some(true));
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(
+            text.contains("mount broken is unavailable: cannot start `nope`"),
+            "{text}"
+        );
+        let unknown = RouteError::UnknownTool("x__y".to_owned()).into_tool_answer();
+        assert_eq!(
+            unknown.unwrap_err().code,
+            rmcp::model::ErrorCode::INVALID_PARAMS
+        );
     }
 }

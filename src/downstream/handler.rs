@@ -79,6 +79,14 @@ async fn unless_cancelled<T>(
     }
 }
 
+/// Whether the upstream declared a server capability at initialize.
+fn declares(upstream: &UpstreamSession, check: impl Fn(&ServerCapabilities) -> bool) -> bool {
+    upstream
+        .peer()
+        .peer_info()
+        .is_some_and(|info| check(&info.capabilities))
+}
+
 fn page_error(error: PageError) -> ErrorData {
     ErrorData::invalid_params(error.to_string(), None)
 }
@@ -233,7 +241,7 @@ impl ServerHandler for DownstreamSession {
             let peer = upstream.peer();
             let response = unless_cancelled(&context, peer.call_tool_once(params))
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+                .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
                 CallToolResponse::Complete(mut result) => {
                     rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
@@ -273,7 +281,7 @@ impl ServerHandler for DownstreamSession {
             params.meta = forwarded_meta(&context.meta);
             let response = unless_cancelled(&context, upstream.peer().get_prompt_once(params))
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+                .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
                 GetPromptResponse::Complete(mut result) => {
                     rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
@@ -302,7 +310,7 @@ impl ServerHandler for DownstreamSession {
             params.meta = forwarded_meta(&context.meta);
             let response = unless_cancelled(&context, upstream.peer().read_resource_once(params))
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+                .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
                 ReadResourceResponse::Complete(mut result) => {
                     rewrite::qualify_read_result(&mount.config.namespace, &mut result);
@@ -345,10 +353,15 @@ impl ServerHandler for DownstreamSession {
                 }
             };
             let (mount, upstream) = self.connect(&route).await?;
+            if !declares(&upstream, |c| c.completions.is_some()) {
+                // Offering no suggestions is the honest answer for a mount
+                // that has no completions.
+                return Ok(CompleteResult::default());
+            }
             params.meta = forwarded_meta(&context.meta);
             unless_cancelled(&context, upstream.peer().complete(params))
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config.name, error))
+                .map_err(|error| RouteError::upstream(&mount.config, error))
         }
         .await;
         answer.map_err(RouteError::into_mcp_error)
@@ -366,6 +379,17 @@ impl ServerHandler for DownstreamSession {
                 .resolve_uri(&uri)
                 .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;
+            let subscribable = |c: &ServerCapabilities| {
+                c.resources
+                    .as_ref()
+                    .is_some_and(|r| r.subscribe == Some(true))
+            };
+            if !declares(&upstream, subscribable) {
+                return Err(RouteError::Unsupported {
+                    mount: mount.config.name.clone(),
+                    feature: "resource subscriptions",
+                });
+            }
             let first = self.gateway.sessions().subscribe(self.state.key, &uri);
             // A shared upstream is subscribed once, for all sessions; a
             // per-session upstream belongs to this session alone.
@@ -374,7 +398,7 @@ impl ServerHandler for DownstreamSession {
                 params.meta = forwarded_meta(&context.meta);
                 if let Err(error) = upstream.peer().subscribe(params).await {
                     self.gateway.sessions().unsubscribe(self.state.key, &uri);
-                    return Err(RouteError::upstream(&mount.config.name, error));
+                    return Err(RouteError::upstream(&mount.config, error));
                 }
             }
             Ok(())
@@ -403,7 +427,7 @@ impl ServerHandler for DownstreamSession {
                     .peer()
                     .unsubscribe(params)
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config.name, error))?;
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
             }
             Ok(())
         }
@@ -428,11 +452,7 @@ impl ServerHandler for DownstreamSession {
             let Some(upstream) = upstream else {
                 continue;
             };
-            let declares_logging = upstream
-                .peer()
-                .peer_info()
-                .is_some_and(|info| info.capabilities.logging.is_some());
-            if declares_logging {
+            if declares(&upstream, |c| c.logging.is_some()) {
                 if let Err(error) = upstream.peer().set_level(request.clone()).await {
                     tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
                 }

@@ -1,0 +1,219 @@
+//! The `junction` command line: version, config errors and exit codes,
+//! config formats, and environment overrides.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// Bound on commands that are expected to exit by themselves.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn version_is_printed() {
+    let mut command = junction_command();
+    command.arg("--version");
+    let (status, stdout, stderr) = run_to_exit("junction --version", command, EXIT_TIMEOUT).await;
+    assert!(status.success(), "{status}: {stderr}");
+    assert_eq!(
+        stdout.trim(),
+        format!("junction {}", env!("CARGO_PKG_VERSION")),
+        "stderr: {stderr}"
+    );
+}
+
+/// Every problem in the file is reported at once, each as
+/// `SOURCE: field.path: message`, and the exit code is 2.
+#[tokio::test]
+async fn invalid_config_lists_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+listen = "127.0.0.1:0"
+
+[mounts.Bad_Name]
+command = "x"
+
+[mounts.web]
+url = "not a url"
+
+[mounts.moody]
+command = "x"
+isolation = "sometimes"
+
+[mounts.secret]
+url = "http://127.0.0.1:9/mcp"
+headers = { Authorization = "Bearer ${UNSET_VAR_FOR_TEST}" }
+
+[mounts.typo]
+comand = "x"
+"#,
+    )
+    .unwrap();
+    let mut command = junction_command();
+    command
+        .env_remove("UNSET_VAR_FOR_TEST")
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"]);
+    let (status, _, stderr) = run_to_exit("junction (bad config)", command, EXIT_TIMEOUT).await;
+    assert_eq!(status.code(), Some(2), "stderr:\n{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+
+    let source = path.display().to_string();
+    let expected = [
+        ("mounts.Bad_Name", "Bad_Name"),
+        ("mounts.web.url", "relative URL without a base"),
+        ("mounts.moody.isolation", "sometimes"),
+        (
+            "mounts.secret.headers.Authorization",
+            "UNSET_VAR_FOR_TEST is not set",
+        ),
+        ("mounts.typo.comand", "unknown field"),
+    ];
+    for (field, message) in expected {
+        let prefix = format!("{source}: {field}: ");
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.starts_with(&prefix) && line.contains(message)),
+            "no line `{prefix}...{message}...` in stderr:\n{stderr}"
+        );
+    }
+    let problem_lines = stderr
+        .lines()
+        .filter(|line| line.starts_with(&format!("{source}: ")))
+        .count();
+    assert_eq!(problem_lines, expected.len(), "stderr:\n{stderr}");
+}
+
+/// A problem that comes from an environment override is reported like one
+/// from the file.
+#[tokio::test]
+async fn invalid_env_override_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.toml");
+    std::fs::write(&path, SERVER_TOML).unwrap();
+    let mut command = junction_command();
+    command
+        .env("JUNCTION_SERVER__PATH", "no-slash")
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"]);
+    let (status, _, stderr) = run_to_exit("junction (bad env)", command, EXIT_TIMEOUT).await;
+    assert_eq!(status.code(), Some(2), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: server.path: ", path.display())),
+        "{stderr}"
+    );
+}
+
+/// A file that does not exist is a config error too, not a crash.
+#[tokio::test]
+async fn missing_config_file_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.toml");
+    let mut command = junction_command();
+    command.arg("--config").arg(&path);
+    let (status, _, stderr) = run_to_exit("junction (no file)", command, EXIT_TIMEOUT).await;
+    assert_eq!(status.code(), Some(2), "stderr:\n{stderr}");
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+}
+
+/// Loads a config in another format, checks the mount it names is served
+/// and `--listen` overrode the file's address.
+async fn serves_config(ext: &str, config: &str) {
+    let gateway = Gateway::launch(config, ext, &[]).await;
+    // The file says port 1; `--listen 127.0.0.1:0` must win.
+    assert_ne!(gateway.addr.port(), 1, "--listen did not override the file");
+    let readyz = gateway.wait_ready().await;
+    let mount = readyz_mount(&readyz, "fromfile");
+    assert_eq!(mount["state"], "ready", "{readyz}");
+    assert_eq!(mount["isolation"], "per_session", "{readyz}");
+    let client = gateway.connect().await;
+    let echo = call(
+        &client,
+        "fromfile__echo",
+        serde_json::json!({"message": ext}),
+    )
+    .await;
+    assert_eq!(ok_text(&echo), ext);
+    close(client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_config_loads() {
+    // ${JUNCTION_EXE} is the gateway binary itself.
+    serves_config(
+        "yaml",
+        r#"
+server:
+  listen: "127.0.0.1:1"
+mounts:
+  fromfile:
+    command: "${JUNCTION_EXE}"
+    args: ["demo-server"]
+    isolation: per_session
+"#,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_config_loads() {
+    let config = serde_json::json!({
+        "server": {"listen": "127.0.0.1:1"},
+        "mounts": {
+            "fromfile": {
+                "command": BIN,
+                "args": ["demo-server"],
+                "isolation": "per_session",
+            }
+        }
+    });
+    serves_config("json", &config.to_string()).await;
+}
+
+/// `JUNCTION_SERVER__PATH=/other` moves the MCP endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_override_moves_the_endpoint() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::launch(&config, "toml", &[("JUNCTION_SERVER__PATH", "/other")]).await;
+    gateway.wait_ready().await;
+    assert!(
+        gateway.proc.stderr.find("/other").is_some(),
+        "{}",
+        gateway.proc.stderr.text()
+    );
+
+    let client = connect(&gateway.url("/other")).await;
+    let echo = call(
+        &client,
+        "demo__echo",
+        serde_json::json!({"message": "moved"}),
+    )
+    .await;
+    assert_eq!(ok_text(&echo), "moved");
+    close(client).await;
+
+    // Nothing answers MCP at the default path any more.
+    let response = within(
+        "POST /mcp",
+        reqwest::Client::new()
+            .post(gateway.mcp_url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 404);
+    let readyz: Value = gateway.wait_ready().await;
+    assert_eq!(readyz["ready"], true);
+}

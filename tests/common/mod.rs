@@ -1,0 +1,560 @@
+//! Shared helpers for the integration tests: start the `junction` binary
+//! (gateway or demo server) as a real process, wait for it with bounded
+//! polling, connect rmcp clients over Streamable HTTP, and make sure every
+//! process started here is stopped (by pid) when its guard is dropped.
+//!
+//! Nothing here sleeps for a fixed time: every wait polls with a deadline
+//! and fails with the process's stderr attached.
+
+// Each test crate (`gateway`, `cli`) uses a different subset.
+#![allow(dead_code)]
+
+use std::{
+    future::Future,
+    io::{BufRead, BufReader, Read},
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+        JsonObject, ProtocolVersion,
+    },
+    service::{NotificationContext, RunningService},
+    transport::StreamableHttpClientTransport,
+    ClientCacheConfig, ClientHandler, RoleClient, ServiceExt,
+};
+use serde_json::Value;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_junction");
+
+/// Bound on start-up waits (listening, ready).
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on one MCP or HTTP request.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a stopped process gets to exit after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(25);
+
+/// Polls `probe` until it yields `Some`, or panics after `timeout` naming
+/// `what`. Each probe is itself bounded by the time left.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Ok(Some(value)) = tokio::time::timeout(left.max(POLL), probe()).await {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Awaits `future` for at most [`OP_TIMEOUT`].
+pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(OP_TIMEOUT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not finish within {OP_TIMEOUT:?}"),
+    }
+}
+
+/// A `junction` command with a clean environment for the gateway: no
+/// `JUNCTION_*` overrides from the developer's shell, a fixed log filter (the
+/// "listening on" line is an info line), stdin and stdout unused.
+pub fn junction_command() -> Command {
+    let mut command = Command::new(BIN);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("JUNCTION_") {
+            command.env_remove(&key);
+        }
+    }
+    command
+        .env("RUST_LOG", "info,rmcp=warn")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Lines read from a pipe by a background thread, so the child never blocks
+/// on a full pipe and the test can look at what it wrote so far.
+#[derive(Clone, Default)]
+pub struct Lines(Arc<Mutex<Vec<String>>>);
+
+impl Lines {
+    fn pump(reader: impl Read + Send + 'static) -> Self {
+        let lines = Lines::default();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(reader);
+            let mut buffer = Vec::new();
+            loop {
+                buffer.clear();
+                match reader.read_until(b'\n', &mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let line = String::from_utf8_lossy(&buffer);
+                        sink.lock()
+                            .push(line.trim_end_matches(['\r', '\n']).to_owned());
+                    }
+                }
+            }
+        });
+        lines
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn snapshot(&self) -> Vec<String> {
+        self.lock().clone()
+    }
+
+    pub fn text(&self) -> String {
+        self.snapshot().join("\n")
+    }
+
+    pub fn find(&self, needle: &str) -> Option<String> {
+        self.lock()
+            .iter()
+            .find(|line| line.contains(needle))
+            .cloned()
+    }
+}
+
+/// A child process that is stopped (SIGTERM, then SIGKILL) and reaped when
+/// the guard is dropped. Its stderr is collected and printed if the test
+/// panics, so a failure shows what the process said.
+pub struct Proc {
+    name: String,
+    child: Child,
+    pub stderr: Lines,
+    pub stdout: Option<Lines>,
+}
+
+impl Proc {
+    /// Spawns `command`; stderr must be piped. A piped stdout is collected too.
+    pub fn spawn(name: &str, mut command: Command) -> Proc {
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {name}: {error}"));
+        let stderr = Lines::pump(child.stderr.take().expect("stderr is piped"));
+        let stdout = child.stdout.take().map(Lines::pump);
+        Proc {
+            name: name.to_owned(),
+            child,
+            stderr,
+            stdout,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the process has ended.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits for a stderr line containing `needle`; fails fast (with the
+    /// stderr so far) if the process exits first.
+    pub async fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.stderr.find(needle) {
+                return line;
+            }
+            if let Some(status) = self.exited() {
+                // The pump may still be reading the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Some(line) = self.stderr.find(needle) {
+                    return line;
+                }
+                panic!(
+                    "{} exited ({status}) before printing {needle:?}; stderr:\n{}",
+                    self.name,
+                    self.stderr.text()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} did not print {needle:?} within {timeout:?}; stderr:\n{}",
+                    self.name,
+                    self.stderr.text()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits (bounded) for the process to exit on its own.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} still running after {timeout:?}; stderr:\n{}",
+                    self.name,
+                    self.stderr.text()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// SIGTERM by pid, a bounded wait, then SIGKILL; always reaps.
+    pub fn stop(&mut self) {
+        if self.exited().is_some() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + TERM_GRACE;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(POLL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!(
+                "----- stderr of {} (pid {}) -----\n{}\n-----",
+                self.name,
+                self.child.id(),
+                self.stderr.text()
+            );
+        }
+    }
+}
+
+/// Runs a command that is expected to end by itself, within `timeout`
+/// (killed and reported otherwise). Returns (status, stdout, stderr).
+pub async fn run_to_exit(
+    name: &str,
+    mut command: Command,
+    timeout: Duration,
+) -> (ExitStatus, String, String) {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut proc = Proc::spawn(name, command);
+    let status = proc.wait_exit(timeout).await;
+    // Let the pumps drain what is left in the pipes after exit.
+    let stdout = proc.stdout.clone().expect("stdout is piped");
+    let stderr = proc.stderr.clone();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (status, stdout.text(), stderr.text())
+}
+
+/// The address in a log line `... listening on ADDR ...`.
+pub fn parse_listening(line: &str) -> SocketAddr {
+    let (_, rest) = line
+        .split_once("listening on ")
+        .unwrap_or_else(|| panic!("no `listening on ` in {line:?}"));
+    let addr = rest.split_whitespace().next().unwrap_or_default();
+    addr.parse()
+        .unwrap_or_else(|error| panic!("bad address {addr:?} in {line:?}: {error}"))
+}
+
+/// TOML for a `[server]` table on a free loopback port.
+pub const SERVER_TOML: &str = "[server]\nlisten = \"127.0.0.1:0\"\n\n";
+
+/// TOML for a mount running `junction demo-server` over stdio; `extra` is
+/// appended inside the table (e.g. `isolation = "per_session"`).
+pub fn stdio_demo_mount(name: &str, extra: &str) -> String {
+    format!("[mounts.{name}]\ncommand = {BIN:?}\nargs = [\"demo-server\"]\n{extra}\n\n")
+}
+
+/// TOML for a mount of a Streamable HTTP upstream.
+pub fn http_mount(name: &str, url: &str, extra: &str) -> String {
+    format!("[mounts.{name}]\nurl = {url:?}\n{extra}\n\n")
+}
+
+/// A running gateway process on a free loopback port.
+pub struct Gateway {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts a gateway from TOML and waits until `/readyz` says ready.
+    pub async fn start(config_toml: &str) -> Gateway {
+        let gateway = Gateway::launch(config_toml, "toml", &[]).await;
+        gateway.wait_ready().await;
+        gateway
+    }
+
+    /// Writes `config` to `junction.EXT` in a fresh directory, runs
+    /// `junction --config PATH --listen 127.0.0.1:0` with `envs`, and waits
+    /// for the "listening on" line (not for readiness).
+    pub async fn launch(config: &str, ext: &str, envs: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config_path = dir.path().join(format!("junction.{ext}"));
+        std::fs::write(&config_path, config).expect("write config");
+        let mut command = junction_command();
+        command
+            .arg("--config")
+            .arg(&config_path)
+            .args(["--listen", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .envs(envs.iter().copied());
+        let mut proc = Proc::spawn("gateway", command);
+        let line = proc.wait_for_line("listening on ", START_TIMEOUT).await;
+        let addr = parse_listening(&line);
+        assert!(addr.ip().is_loopback(), "gateway bound {addr}");
+        Gateway {
+            proc,
+            addr,
+            config_path,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn mcp_url(&self) -> String {
+        self.url("/mcp")
+    }
+
+    /// Polls `/readyz` until 200 and returns its JSON body.
+    pub async fn wait_ready(&self) -> Value {
+        let url = self.url("/readyz");
+        let http = reqwest::Client::new();
+        eventually("/readyz to answer 200", START_TIMEOUT, || {
+            let request = http.get(&url).send();
+            async move {
+                let response = request.await.ok()?;
+                if response.status() != reqwest::StatusCode::OK {
+                    return None;
+                }
+                response.json::<Value>().await.ok()
+            }
+        })
+        .await
+    }
+
+    /// A new MCP client session on the gateway's endpoint.
+    pub async fn connect(&self) -> Client {
+        connect(&self.mcp_url()).await
+    }
+}
+
+/// The test client's handler: declares the given capabilities and counts
+/// the `tools/list_changed` notifications it receives.
+#[derive(Clone)]
+pub struct TestClient {
+    info: ClientConfig,
+    tool_list_changes: Arc<AtomicUsize>,
+}
+
+impl TestClient {
+    pub fn tool_list_changes(&self) -> usize {
+        self.tool_list_changes.load(Ordering::SeqCst)
+    }
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tool_list_changes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub type Client = RunningService<RoleClient, TestClient>;
+
+/// Connects an rmcp client over Streamable HTTP with no capabilities.
+pub async fn connect(url: &str) -> Client {
+    connect_with(url, ClientCapabilities::default()).await
+}
+
+/// Connects an rmcp client over Streamable HTTP, speaking the handshake-era
+/// protocol (2025-11-25) as today's clients do, with rmcp's client-side
+/// response cache off so every list and read reaches the server (a stale
+/// cached answer must never hide an error or a change).
+pub async fn connect_with(url: &str, capabilities: ClientCapabilities) -> Client {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let info = ClientConfig::new(capabilities, Implementation::new("junction-tests", "0"))
+        .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    let handler = TestClient {
+        info,
+        tool_list_changes: Arc::default(),
+    };
+    let client = within(&format!("connecting to {url}"), handler.serve(transport))
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}"));
+    client
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    client
+}
+
+/// Ends a client session; rmcp's Streamable HTTP client sends the DELETE
+/// for its session as part of closing.
+pub async fn close(client: Client) {
+    within("closing the client", client.cancel())
+        .await
+        .expect("client task panicked");
+}
+
+fn params(name: &str, args: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    match args {
+        Value::Object(map) => params = params.with_arguments(JsonObject::from_iter(map)),
+        Value::Null => {}
+        other => panic!("tool arguments must be an object, got {other}"),
+    }
+    params
+}
+
+/// Calls a tool; panics on a protocol error (a tool error is a result).
+pub async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+    within(
+        &format!("tools/call {name}"),
+        client.call_tool(params(name, args)),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("tools/call {name} failed: {error}"))
+}
+
+/// Calls a tool expecting a JSON-RPC error; returns it.
+pub async fn call_err(client: &Client, name: &str, args: Value) -> rmcp::ErrorData {
+    match within(
+        &format!("tools/call {name}"),
+        client.call_tool(params(name, args)),
+    )
+    .await
+    {
+        Err(rmcp::service::ServiceError::McpError(error)) => error,
+        Err(other) => panic!("tools/call {name}: expected a JSON-RPC error, got {other}"),
+        Ok(result) => panic!("tools/call {name}: expected a JSON-RPC error, got {result:?}"),
+    }
+}
+
+/// The text of a result's first content block.
+pub fn text(result: &CallToolResult) -> &str {
+    &result
+        .content
+        .first()
+        .unwrap_or_else(|| panic!("empty result {result:?}"))
+        .as_text()
+        .unwrap_or_else(|| panic!("first content is not text: {result:?}"))
+        .text
+}
+
+/// Asserts a tool result is a success and returns its text.
+pub fn ok_text(result: &CallToolResult) -> &str {
+    assert_ne!(result.is_error, Some(true), "tool failed: {result:?}");
+    text(result)
+}
+
+/// The pid a demo server's `pid` tool returned.
+pub async fn call_pid(client: &Client, tool: &str) -> u32 {
+    let result = call(client, tool, Value::Null).await;
+    ok_text(&result)
+        .parse()
+        .unwrap_or_else(|error| panic!("{tool} returned {result:?}: {error}"))
+}
+
+/// Whether a process exists and has not exited (a zombie counts as exited).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// Whether `/proc/<pid>` still exists at all (zombies included).
+pub fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A `junction demo-server --http 127.0.0.1:0` process.
+pub struct DemoHttp {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+impl DemoHttp {
+    pub async fn start() -> DemoHttp {
+        let mut command = junction_command();
+        command.args(["demo-server", "--http", "127.0.0.1:0"]);
+        let mut proc = Proc::spawn("demo-server --http", command);
+        let line = proc
+            .wait_for_line("junction demo-server listening on ", START_TIMEOUT)
+            .await;
+        let addr = parse_listening(&line);
+        assert!(addr.ip().is_loopback(), "demo server bound {addr}");
+        DemoHttp { proc, addr }
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The mount entry named `name` in a `/readyz` body.
+pub fn readyz_mount<'a>(readyz: &'a Value, name: &str) -> &'a Value {
+    readyz["mounts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no mounts array in {readyz}"))
+        .iter()
+        .find(|mount| mount["name"] == name)
+        .unwrap_or_else(|| panic!("no mount {name} in {readyz}"))
+}
+
+/// Every tool name the server lists to `client`, sorted.
+pub async fn tool_names(client: &Client) -> Vec<String> {
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .unwrap_or_else(|error| panic!("tools/list failed: {error}"));
+    let mut names: Vec<String> = tools
+        .into_iter()
+        .map(|tool| tool.name.to_string())
+        .collect();
+    names.sort();
+    names
+}

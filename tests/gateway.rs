@@ -1,0 +1,768 @@
+//! End-to-end tests of the gateway: the real `junction` binary serving real
+//! upstreams (its own demo server, over stdio and Streamable HTTP), driven
+//! by rmcp clients and raw HTTP requests.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::{
+    GetPromptRequestParams, JsonObject, ReadResourceRequestParams, ResourceContents,
+};
+use serde_json::{json, Value};
+
+/// How long a per-session child may take to go away after its session ends.
+const CHILD_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tools every demo server lists (it may list more).
+const DEMO_TOOLS: [&str; 8] = [
+    "add", "counter", "echo", "fail", "links", "pid", "recall", "remember",
+];
+
+fn content_uri(contents: &ResourceContents) -> &str {
+    match contents {
+        ResourceContents::TextResourceContents { uri, .. } => uri,
+        ResourceContents::BlobResourceContents { uri, .. } => uri,
+        other => panic!("unexpected resource contents {other:?}"),
+    }
+}
+
+fn content_text(contents: &ResourceContents) -> &str {
+    match contents {
+        ResourceContents::TextResourceContents { text, .. } => text,
+        other => panic!("expected text contents, got {other:?}"),
+    }
+}
+
+async fn read(client: &Client, uri: &str) -> Result<rmcp::model::ReadResourceResult, String> {
+    within(
+        &format!("resources/read {uri}"),
+        client.read_resource(ReadResourceRequestParams::new(uri)),
+    )
+    .await
+    .map_err(|error| error.to_string())
+}
+
+/// Tests 1 and 2: shared vs per_session isolation over stdio, and the end of
+/// a session taking its per-session child with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_isolation_and_per_session_cleanup() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+
+    // Per-session state stays in its session.
+    let stored = call(
+        &a,
+        "private__remember",
+        json!({"key": "k", "value": "a-secret"}),
+    )
+    .await;
+    assert_eq!(ok_text(&stored), "stored k");
+    let recalled = call(&a, "private__recall", json!({"key": "k"})).await;
+    assert_eq!(ok_text(&recalled), "a-secret");
+    let missing = call(&b, "private__recall", json!({"key": "k"})).await;
+    assert_eq!(missing.is_error, Some(true), "B saw A's value: {missing:?}");
+    assert!(text(&missing).contains("no value"), "{missing:?}");
+
+    // Shared state is visible to every session.
+    call(
+        &a,
+        "shared__remember",
+        json!({"key": "s", "value": "for-all"}),
+    )
+    .await;
+    let seen = call(&b, "shared__recall", json!({"key": "s"})).await;
+    assert_eq!(ok_text(&seen), "for-all");
+
+    // ...because it is literally one process, and per_session is one each.
+    let (private_a, private_b) =
+        tokio::join!(call_pid(&a, "private__pid"), call_pid(&b, "private__pid"));
+    let (shared_a, shared_b) =
+        tokio::join!(call_pid(&a, "shared__pid"), call_pid(&b, "shared__pid"));
+    assert_ne!(private_a, private_b, "per_session mount shared a process");
+    assert_eq!(shared_a, shared_b, "shared mount used two processes");
+    assert_ne!(private_a, shared_a);
+    assert_ne!(private_b, shared_a);
+    for pid in [private_a, private_b, shared_a] {
+        assert!(process_alive(pid), "demo process {pid} is not running");
+    }
+    // A per-session upstream lives for the whole session, not one call.
+    assert_eq!(call_pid(&a, "private__pid").await, private_a);
+
+    // Test 2: closing A (rmcp sends DELETE for the session) ends A's child.
+    close(a).await;
+    eventually(
+        "A's per-session child to exit",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_alive(private_a)).then_some(()) },
+    )
+    .await;
+    // Exited and reaped, not left as a zombie of the gateway.
+    eventually(
+        "A's per-session child to be reaped",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_exists(private_a)).then_some(()) },
+    )
+    .await;
+
+    // B and the shared process are untouched, and B still works.
+    assert!(process_alive(private_b), "B's child died with A's session");
+    assert!(
+        process_alive(shared_a),
+        "the shared child died with A's session"
+    );
+    assert_eq!(call_pid(&b, "private__pid").await, private_b);
+    assert_eq!(call_pid(&b, "shared__pid").await, shared_a);
+    call(
+        &b,
+        "private__remember",
+        json!({"key": "k", "value": "b-own"}),
+    )
+    .await;
+    let recalled = call(&b, "private__recall", json!({"key": "k"})).await;
+    assert_eq!(ok_text(&recalled), "b-own");
+    let shared = call(&b, "shared__recall", json!({"key": "s"})).await;
+    assert_eq!(ok_text(&shared), "for-all");
+
+    // A new session gets a new per-session process with fresh state.
+    let c = gateway.connect().await;
+    let private_c = call_pid(&c, "private__pid").await;
+    assert!(![private_a, private_b, shared_a].contains(&private_c));
+    let fresh = call(&c, "private__recall", json!({"key": "k"})).await;
+    assert_eq!(fresh.is_error, Some(true), "{fresh:?}");
+
+    close(b).await;
+    close(c).await;
+    eventually(
+        "B's and C's per-session children to exit",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_alive(private_b) && !process_alive(private_c)).then_some(()) },
+    )
+    .await;
+    assert!(
+        process_alive(shared_a),
+        "shared child must outlive sessions"
+    );
+}
+
+/// Test 3: the same mounts over a Streamable HTTP upstream. The demo server
+/// keeps its state per process, and over HTTP every upstream session (one
+/// per downstream session for `per_session`, one for `shared`) talks to the
+/// same process, so state is visible everywhere; what differs from stdio is
+/// asserted as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_upstream() {
+    let demo = DemoHttp::start().await;
+    let url = demo.mcp_url();
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        http_mount("hshared", &url, "isolation = \"shared\""),
+        http_mount("hprivate", &url, "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let readyz = gateway.wait_ready().await;
+    for (name, isolation) in [("hshared", "shared"), ("hprivate", "per_session")] {
+        let mount = readyz_mount(&readyz, name);
+        assert_eq!(mount["transport"], "streamable_http", "{readyz}");
+        assert_eq!(mount["isolation"], isolation, "{readyz}");
+        assert_eq!(mount["state"], "ready", "{readyz}");
+    }
+
+    // What the upstream itself lists, each name once per mount, namespaced.
+    let direct = connect(&url).await;
+    let upstream_tools = tool_names(&direct).await;
+    close(direct).await;
+    for tool in DEMO_TOOLS {
+        assert!(
+            upstream_tools.iter().any(|t| t == tool),
+            "{upstream_tools:?}"
+        );
+    }
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+    let mut expected: Vec<String> = upstream_tools
+        .iter()
+        .flat_map(|tool| [format!("hshared__{tool}"), format!("hprivate__{tool}")])
+        .collect();
+    expected.sort();
+    assert_eq!(tool_names(&a).await, expected);
+
+    // Every path leads to the one demo process.
+    for (client, tool) in [
+        (&a, "hshared__pid"),
+        (&a, "hprivate__pid"),
+        (&b, "hprivate__pid"),
+        (&b, "hshared__pid"),
+    ] {
+        assert_eq!(call_pid(client, tool).await, demo.proc.pid(), "{tool}");
+    }
+
+    // State is per demo process, so it crosses mounts and sessions here.
+    call(
+        &a,
+        "hprivate__remember",
+        json!({"key": "h", "value": "via-a"}),
+    )
+    .await;
+    assert_eq!(
+        ok_text(&call(&a, "hprivate__recall", json!({"key": "h"})).await),
+        "via-a"
+    );
+    assert_eq!(
+        ok_text(&call(&b, "hprivate__recall", json!({"key": "h"})).await),
+        "via-a"
+    );
+    assert_eq!(
+        ok_text(&call(&b, "hshared__recall", json!({"key": "h"})).await),
+        "via-a"
+    );
+    let counted: Vec<u64> = {
+        let mut values = Vec::new();
+        for (client, tool) in [
+            (&a, "hprivate__counter"),
+            (&b, "hprivate__counter"),
+            (&a, "hshared__counter"),
+        ] {
+            values.push(
+                ok_text(&call(client, tool, Value::Null).await)
+                    .parse()
+                    .unwrap(),
+            );
+        }
+        values
+    };
+    assert_eq!(counted, [1, 2, 3], "one process counts every call");
+
+    // Rewriting works the same through an HTTP upstream.
+    let links = call(&b, "hprivate__links", Value::Null).await;
+    let link = links.content[0].as_resource_link().expect("resource_link");
+    assert_eq!(link.uri, "hprivate+demo://readme");
+    let note = read(&a, "hprivate+demo://notes/h").await.unwrap();
+    assert_eq!(content_uri(&note.contents[0]), "hprivate+demo://notes/h");
+    assert_eq!(content_text(&note.contents[0]), "via-a");
+
+    // Ending A's session (and its per-session upstream session) leaves B's
+    // per-session upstream session working.
+    close(a).await;
+    assert_eq!(
+        ok_text(&call(&b, "hprivate__echo", json!({"message": "still here"})).await),
+        "still here"
+    );
+    assert_eq!(call_pid(&b, "hprivate__pid").await, demo.proc.pid());
+    close(b).await;
+    assert!(
+        process_alive(demo.proc.pid()),
+        "the demo server must outlive the sessions"
+    );
+}
+
+/// Test 4: names, URIs and results as clients see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn naming_and_rewrites() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("shared", ""));
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let info = client.peer_info().expect("server info");
+    let server = info.server_info.as_ref().expect("server_info");
+    assert_eq!(server.name, "junction");
+
+    // Lists carry only namespaced names, each upstream tool once.
+    let tools = within("tools/list", client.list_all_tools()).await.unwrap();
+    let names = tool_names(&client).await;
+    assert!(
+        names.iter().all(|name| name.starts_with("shared__")),
+        "un-namespaced tool listed: {names:?}"
+    );
+    let mut unique = names.clone();
+    unique.dedup();
+    assert_eq!(unique, names, "a tool is listed twice");
+    for tool in DEMO_TOOLS {
+        let name = format!("shared__{tool}");
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let add = tools
+        .iter()
+        .find(|tool| tool.name == "shared__add")
+        .unwrap();
+    assert!(add.output_schema.is_some(), "output schema lost: {add:?}");
+
+    let resources = within("resources/list", client.list_all_resources())
+        .await
+        .unwrap();
+    let uris: Vec<_> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["shared+demo://readme"]);
+    let templates = within("templates/list", client.list_all_resource_templates())
+        .await
+        .unwrap();
+    let templates: Vec<_> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    assert_eq!(templates, ["shared+demo://notes/{key}"]);
+    let prompts = within("prompts/list", client.list_all_prompts())
+        .await
+        .unwrap();
+    let prompts: Vec<_> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(prompts, ["shared__greet"]);
+
+    // URIs inside tool results are rewritten.
+    call(
+        &client,
+        "shared__remember",
+        json!({"key": "hello", "value": "hi there"}),
+    )
+    .await;
+    let links = call(&client, "shared__links", Value::Null).await;
+    assert_ne!(links.is_error, Some(true), "{links:?}");
+    let link = links.content[0].as_resource_link().expect("resource_link");
+    assert_eq!(link.uri, "shared+demo://readme");
+    assert_eq!(link.name, "readme");
+    let embedded = links.content[1].as_resource().expect("embedded resource");
+    assert_eq!(content_uri(&embedded.resource), "shared+demo://notes/hello");
+    assert_eq!(content_text(&embedded.resource), "hi there");
+
+    // Reading by the rewritten URI, from the list and from the template.
+    let readme = read(&client, "shared+demo://readme").await.unwrap();
+    assert_eq!(readme.contents.len(), 1);
+    assert_eq!(content_uri(&readme.contents[0]), "shared+demo://readme");
+    assert!(content_text(&readme.contents[0]).contains("junction-demo"));
+    let note = read(&client, "shared+demo://notes/hello").await.unwrap();
+    assert_eq!(content_uri(&note.contents[0]), "shared+demo://notes/hello");
+    assert_eq!(content_text(&note.contents[0]), "hi there");
+
+    // Prompts: name routed, embedded resource rewritten.
+    let mut args = JsonObject::new();
+    args.insert("name".into(), "Ada".into());
+    let prompt = within(
+        "prompts/get",
+        client.get_prompt(GetPromptRequestParams::new("shared__greet").with_arguments(args)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(prompt.messages.len(), 2);
+    assert_eq!(
+        prompt.messages[0].content.as_text().expect("text").text,
+        "Say hello to Ada."
+    );
+    let embedded = prompt.messages[1].content.as_resource().expect("resource");
+    assert_eq!(content_uri(&embedded.resource), "shared+demo://readme");
+
+    // Structured content and tool errors pass through unchanged.
+    let sum = call(&client, "shared__add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(ok_text(&sum), "5");
+    assert_eq!(sum.structured_content, Some(json!({"sum": 5})));
+    let failed = call(&client, "shared__fail", Value::Null).await;
+    assert_eq!(failed.is_error, Some(true));
+    assert_eq!(text(&failed), "failed on purpose");
+    let echo = call(&client, "shared__echo", json!({"message": "héllo ✓"})).await;
+    assert_eq!(ok_text(&echo), "héllo ✓");
+
+    // Upstream names are not callable directly.
+    for tool in ["no_such_tool", "echo"] {
+        let error = call_err(&client, tool, json!({"message": "x"})).await;
+        assert_eq!(error.code.0, -32602, "{error:?}");
+        assert!(error.message.contains(tool), "{error:?}");
+    }
+    // A namespaced name the upstream does not have: its error is relayed.
+    let error = call_err(&client, "shared__nope", Value::Null).await;
+    assert_eq!(error.code.0, -32602, "{error:?}");
+
+    // Unknown resources are errors, whether or not a mount claims the prefix.
+    for uri in ["nowhere://x", "demo://readme", "shared+demo://nope"] {
+        let result = read(&client, uri).await;
+        assert!(result.is_err(), "reading {uri} gave {result:?}");
+    }
+    let error = read(&client, "nowhere://x").await.unwrap_err();
+    assert!(error.contains("nowhere://x"), "{error}");
+
+    close(client).await;
+}
+
+/// Test 5: a mount whose command does not exist does not stop the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_mount_is_reported_and_isolated() {
+    let config = format!(
+        "{SERVER_TOML}{}[mounts.broken]\ncommand = \"/nonexistent/junction-test-no-such-command\"\n",
+        stdio_demo_mount("ok", ""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let readyz = gateway.wait_ready().await;
+    assert_eq!(readyz["ready"], true, "{readyz}");
+    let broken = readyz_mount(&readyz, "broken");
+    assert_eq!(broken["state"], "failed", "{readyz}");
+    assert_eq!(broken["transport"], "stdio", "{readyz}");
+    let last_error = broken["last_error"].as_str().expect("last_error string");
+    assert!(
+        last_error.contains("junction-test-no-such-command"),
+        "{last_error}"
+    );
+    let ok = readyz_mount(&readyz, "ok");
+    assert_eq!(ok["state"], "ready", "{readyz}");
+    assert!(ok["last_error"].is_null(), "{readyz}");
+
+    let client = gateway.connect().await;
+    let tools = within("tools/list", client.list_all_tools()).await.unwrap();
+    assert!(!tools.is_empty());
+    assert!(
+        tools.iter().all(|tool| tool.name.starts_with("ok__")),
+        "{tools:?}"
+    );
+    let echo = call(&client, "ok__echo", json!({"message": "fine"})).await;
+    assert_eq!(ok_text(&echo), "fine");
+
+    let result = call(&client, "broken__x", Value::Null).await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    assert!(text(&result).contains("broken"), "{result:?}");
+    // The healthy mount is unaffected by the failed call.
+    let echo = call(&client, "ok__echo", json!({"message": "after"})).await;
+    assert_eq!(ok_text(&echo), "after");
+    close(client).await;
+}
+
+/// Test 6: pass-through mounts (`namespace = ""`). Two demo servers offer
+/// the same names; each appears once, and the mount listed first in the
+/// file serves it. The first mount's names are chosen to sort last, so
+/// "first" can only mean document order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_mounts_first_wins() {
+    let demo = DemoHttp::start().await;
+    let http_first = format!(
+        "{SERVER_TOML}{}{}",
+        http_mount("zeta", &demo.mcp_url(), "namespace = \"\""),
+        stdio_demo_mount("alpha", "namespace = \"\""),
+    );
+    let stdio_first = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("zeta", "namespace = \"\""),
+        http_mount("alpha", &demo.mcp_url(), "namespace = \"\""),
+    );
+    let (first, second) = tokio::join!(Gateway::start(&http_first), Gateway::start(&stdio_first));
+    // Both mounts run the same demo server, so both offer exactly these.
+    let direct = connect(&demo.mcp_url()).await;
+    let upstream_tools = tool_names(&direct).await;
+    close(direct).await;
+    assert!(
+        upstream_tools.iter().any(|t| t == "echo"),
+        "{upstream_tools:?}"
+    );
+
+    for (gateway, http_wins) in [(&first, true), (&second, false)] {
+        let client = gateway.connect().await;
+        assert_eq!(tool_names(&client).await, upstream_tools);
+        let resources = within("resources/list", client.list_all_resources())
+            .await
+            .unwrap();
+        let uris: Vec<_> = resources.iter().map(|r| r.uri.as_str()).collect();
+        assert_eq!(uris, ["demo://readme"]);
+
+        let echo = call(&client, "echo", json!({"message": "plain"})).await;
+        assert_eq!(ok_text(&echo), "plain");
+        let pid = call_pid(&client, "pid").await;
+        assert_eq!(
+            pid == demo.proc.pid(),
+            http_wins,
+            "pid {pid}, http demo {}: wrong mount served `pid`",
+            demo.proc.pid()
+        );
+        let links = call(&client, "links", Value::Null).await;
+        let link = links.content[0].as_resource_link().expect("resource_link");
+        assert_eq!(link.uri, "demo://readme", "pass-through must not rewrite");
+        let readme = read(&client, "demo://readme").await.unwrap();
+        assert_eq!(content_uri(&readme.contents[0]), "demo://readme");
+        close(client).await;
+    }
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// Test 7: the HTTP surface, with raw requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_http_surface() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("shared", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let post = |body: &'static str| {
+        http.post(&mcp)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+    };
+
+    let health = within("GET /healthz", http.get(gateway.url("/healthz")).send())
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+
+    // Not JSON: 400 with a JSON-RPC parse error.
+    let response = within("malformed POST", post("{not json").send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = within("body", response.json()).await.unwrap();
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+
+    // A real session, to compare the failures against.
+    let response = within("initialize", post(INITIALIZE).send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("initialize returns a session id")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(response);
+    let with_session = |body: &'static str, id: &str| {
+        post(body)
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-06-18")
+    };
+    let response = within("initialized", with_session(INITIALIZED, &session).send())
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let response = within("tools/list", with_session(TOOLS_LIST, &session).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let listed = within("tools/list body", response.text()).await.unwrap();
+    assert!(listed.contains("shared__echo"), "{listed}");
+
+    // Unknown session id: 404.
+    let response = within(
+        "unknown session",
+        with_session(TOOLS_LIST, "no-such-session").send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 404);
+
+    // DELETE ends the session; its id is then unknown.
+    let response = within(
+        "DELETE",
+        http.delete(&mcp).header("mcp-session-id", &session).send(),
+    )
+    .await
+    .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let response = within("after DELETE", with_session(TOOLS_LIST, &session).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+
+    // DNS-rebinding protection: a foreign Host is refused, localhost is not.
+    let response = within(
+        "foreign Host",
+        post(INITIALIZE).header("host", "evil.example").send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 403);
+    let local = format!("localhost:{}", gateway.addr.port());
+    let response = within(
+        "localhost Host",
+        post(INITIALIZE).header("host", local).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// A list change announced by an upstream reaches the sessions it concerns:
+/// a per-session upstream's change only its own session, a shared
+/// upstream's change every session. (The demo's `toggle_bonus` lists or
+/// hides its `bonus` tool and sends `tools/list_changed`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_reaches_the_right_sessions() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+    let has = |names: &[String], name: &str| names.iter().any(|n| n == name);
+    let before = tool_names(&a).await;
+    assert!(!has(&before, "private__bonus") && !has(&before, "shared__bonus"));
+
+    // A's own per-session upstream changes its list: A is told and sees it.
+    let toggled = call(&a, "private__toggle_bonus", Value::Null).await;
+    assert_eq!(ok_text(&toggled), "bonus on");
+    eventually("A to be told its tool list changed", OP_TIMEOUT, || async {
+        (a.service().tool_list_changes() > 0).then_some(())
+    })
+    .await;
+    eventually("A to list private__bonus", OP_TIMEOUT, || async {
+        has(&tool_names(&a).await, "private__bonus").then_some(())
+    })
+    .await;
+    assert_eq!(
+        ok_text(&call(&a, "private__bonus", Value::Null).await),
+        "bonus is here"
+    );
+    // B's per-session upstream did not change.
+    assert!(!has(&tool_names(&b).await, "private__bonus"));
+    assert_eq!(
+        b.service().tool_list_changes(),
+        0,
+        "B was told of A's change"
+    );
+    let not_enabled = call(&b, "private__bonus", Value::Null).await;
+    assert_eq!(not_enabled.is_error, Some(true), "{not_enabled:?}");
+
+    // The shared upstream changes its list: every session sees it.
+    let toggled = call(&a, "shared__toggle_bonus", Value::Null).await;
+    assert_eq!(ok_text(&toggled), "bonus on");
+    eventually("B to be told the tool list changed", OP_TIMEOUT, || async {
+        (b.service().tool_list_changes() > 0).then_some(())
+    })
+    .await;
+    for (client, who) in [(&a, "A"), (&b, "B")] {
+        eventually(
+            &format!("{who} to list shared__bonus"),
+            OP_TIMEOUT,
+            || async { has(&tool_names(client).await, "shared__bonus").then_some(()) },
+        )
+        .await;
+    }
+    assert_eq!(
+        ok_text(&call(&b, "shared__bonus", Value::Null).await),
+        "bonus is here"
+    );
+    // A still has its own private overlay; B still does not.
+    assert!(has(&tool_names(&a).await, "private__bonus"));
+    assert!(!has(&tool_names(&b).await, "private__bonus"));
+    close(a).await;
+    close(b).await;
+}
+
+/// A per-session upstream is initialized with the capabilities its client
+/// declared; a shared upstream with the gateway's own. (The demo's
+/// `client_capabilities` returns what its client declared, as JSON.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_session_upstream_sees_client_capabilities() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let with_sampling: rmcp::model::ClientCapabilities =
+        serde_json::from_value(json!({"sampling": {}})).unwrap();
+    let url = gateway.mcp_url();
+    let (plain, sampler) = tokio::join!(gateway.connect(), connect_with(&url, with_sampling));
+    let declared = |client: &'static str, result: rmcp::model::CallToolResult| -> Value {
+        let text = ok_text(&result);
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{client}: {text:?}: {e}"))
+    };
+    let plain_private = declared(
+        "plain",
+        call(&plain, "private__client_capabilities", Value::Null).await,
+    );
+    let sampler_private = declared(
+        "sampler",
+        call(&sampler, "private__client_capabilities", Value::Null).await,
+    );
+    assert!(plain_private.get("sampling").is_none(), "{plain_private}");
+    assert!(
+        sampler_private.get("sampling").is_some(),
+        "{sampler_private}"
+    );
+
+    // The shared upstream sees one declaration, the gateway's, for everyone.
+    let plain_shared = declared(
+        "plain",
+        call(&plain, "shared__client_capabilities", Value::Null).await,
+    );
+    let sampler_shared = declared(
+        "sampler",
+        call(&sampler, "shared__client_capabilities", Value::Null).await,
+    );
+    assert_eq!(plain_shared, sampler_shared);
+    assert!(plain_shared.get("sampling").is_some(), "{plain_shared}");
+    close(plain).await;
+    close(sampler).await;
+}
+
+/// The JSON-RPC message with `id` in a POST response, which rmcp sends
+/// either as plain JSON or as one SSE event.
+fn rpc_response(body: &str, id: u64) -> Value {
+    let candidates = std::iter::once(body.trim()).chain(
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim),
+    );
+    candidates
+        .filter_map(|text| serde_json::from_str::<Value>(text).ok())
+        .find(|message| message["id"] == id)
+        .unwrap_or_else(|| panic!("no response with id {id} in {body:?}"))
+}
+
+/// A client that disappears without DELETE: after `session_idle_timeout`
+/// the gateway ends its session, and with it the per-session child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_is_ended_with_its_child() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"1s\"\n\n{}",
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let post = |body: &'static str, session: Option<&str>| {
+        let mut request = http
+            .post(&mcp)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(session) = session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        request
+    };
+    let response = within("initialize", post(INITIALIZE, None).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(response);
+    let response = within("initialized", post(INITIALIZED, Some(&session)).send())
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let call_pid = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"private__pid","arguments":{}}}"#;
+    let response = within("tools/call", post(call_pid, Some(&session)).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = within("tools/call body", response.text()).await.unwrap();
+    let message = rpc_response(&body, 3);
+    let pid: u32 = message["result"]["content"][0]["text"]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {message}"));
+    assert!(process_alive(pid));
+
+    // No DELETE, no more traffic: the idle timeout must clean up.
+    eventually(
+        "the idle session's child to exit",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_alive(pid)).then_some(()) },
+    )
+    .await;
+    let response = within("after idle", post(TOOLS_LIST, Some(&session)).send())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404, "the idle session still answers");
+}
