@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: installs test peers, builds, runs the Rust tests, then the
+# Python interop tests against the built gateway. Exits non-zero if any stage
+# fails.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+stage() { printf '\n==> %s\n' "$*" >&2; }
+
+stage "install test dependencies"
+scripts/install-test-deps.sh
+
+stage "cargo build --bins"
+cargo build --bins
+
+stage "cargo test"
+cargo test
+
+stage "interop tests (pytest tests/interop)"
+JUNCTION_BIN="$ROOT/target/debug/junction" \
+    .cache/venv/bin/python -m pytest tests/interop -q

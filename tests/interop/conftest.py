@@ -1,0 +1,307 @@
+"""Harness for the interop tests: a real `junction` process fronting real MCP
+servers, driven by the official Python `mcp` client.
+
+Environment:
+  JUNCTION_BIN  path to the gateway binary (default: target/debug/junction)
+
+Peers are installed by scripts/install-test-deps.sh into .cache/.
+Every wait here is bounded; everything started is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NPM_MODULES = ROOT / ".cache" / "npm" / "node_modules"
+EVERYTHING_PKG = NPM_MODULES / "@modelcontextprotocol" / "server-everything"
+
+LISTEN_RE = re.compile(r"listening on (\S+)")
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+STARTUP_TIMEOUT_S = 30.0  # until the "listening on" line
+READY_TIMEOUT_S = 60.0  # until /readyz answers 200
+STOP_TIMEOUT_S = 10.0  # SIGTERM grace before SIGKILL
+CHILD_EXIT_TIMEOUT_S = 10.0  # upstream children must be gone this long after the gateway
+
+# Nothing here should ever go through a proxy.
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# --------------------------------------------------------------------- peers
+
+
+def junction_bin() -> Path:
+    path = Path(os.environ.get("JUNCTION_BIN", ROOT / "target" / "debug" / "junction"))
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(f"gateway binary not found or not executable: {path} (run `cargo build --bins`, or set JUNCTION_BIN)")
+    return path
+
+
+def node_bin() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("`node` not found on PATH")
+    return node
+
+
+def everything_entry() -> Path:
+    """The JS entry point of @modelcontextprotocol/server-everything, from its package.json `bin`."""
+    pkg_json = EVERYTHING_PKG / "package.json"
+    if not pkg_json.is_file():
+        pytest.fail(f"{pkg_json} missing: run scripts/install-test-deps.sh")
+    bin_field = json.loads(pkg_json.read_text())["bin"]
+    rel = bin_field if isinstance(bin_field, str) else bin_field["mcp-server-everything"]
+    entry = (EVERYTHING_PKG / rel).resolve()
+    if not entry.is_file():
+        pytest.fail(f"server-everything entry point {entry} missing")
+    return entry
+
+
+def everything_stdio_command() -> tuple[str, list[str]]:
+    return node_bin(), [str(everything_entry()), "stdio"]
+
+
+def toml_str(value: str) -> str:
+    # JSON string escaping is valid TOML basic-string escaping for paths.
+    return json.dumps(value)
+
+
+def everything_config(isolation: str, mount: str = "everything") -> str:
+    command, args = everything_stdio_command()
+    return (
+        "[server]\n"
+        'listen = "127.0.0.1:0"\n'
+        "\n"
+        f"[mounts.{mount}]\n"
+        f"command = {toml_str(command)}\n"
+        f"args = [{', '.join(toml_str(a) for a in args)}]\n"
+        f"isolation = {toml_str(isolation)}\n"
+    )
+
+
+# ------------------------------------------------------------------- process
+
+
+def _children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, read from /proc (Linux)."""
+    kids: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces or parens: split after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 2 and int(fields[1]) == pid:
+            kids.append(int(entry.name))
+    return kids
+
+
+def _descendants_of(pid: int) -> list[int]:
+    out: list[int] = []
+    frontier = [pid]
+    for _ in range(8):  # bounded depth
+        nxt: list[int] = []
+        for p in frontier:
+            nxt.extend(_children_of(p))
+        if not nxt:
+            break
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat[stat.rfind(")") + 2 :].split()[0]
+    return state != "Z"
+
+
+@dataclass
+class Gateway:
+    """A running `junction` process."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    addr: str = ""
+    lines: list[str] = field(default_factory=list)
+    _listening: threading.Event = field(default_factory=threading.Event)
+    _reader: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.addr}"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def log(self) -> str:
+        with self._lock:
+            return "".join(self.lines)
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log_path, "w", encoding="utf-8", errors="replace") as sink:
+            for raw in iter(self.proc.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace")
+                sink.write(line)
+                sink.flush()
+                with self._lock:
+                    self.lines.append(line)
+                if not self._listening.is_set():
+                    m = LISTEN_RE.search(ANSI_RE.sub("", line))
+                    if m:
+                        self.addr = m.group(1).rstrip(".,;")
+                        self._listening.set()
+
+    @classmethod
+    def start(cls, config_path: Path, log_path: Path) -> Gateway:
+        proc = subprocess.Popen(
+            [str(junction_bin()), "--config", str(config_path), "--listen", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=str(config_path.parent),
+            env={**os.environ, "RUST_BACKTRACE": "1", "NO_COLOR": "1"},
+        )
+        gw = cls(proc=proc, log_path=log_path)
+        gw._reader = threading.Thread(target=gw._read_output, name=f"junction-{proc.pid}-output", daemon=True)
+        gw._reader.start()
+        return gw
+
+    def wait_listening(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._listening.wait(0.1):
+                assert self.addr.startswith("127.0.0.1:"), f"gateway bound {self.addr!r}, expected 127.0.0.1:PORT"
+                return
+            if self.proc.poll() is not None:
+                if self._reader is not None:
+                    self._reader.join(2)
+                pytest.fail(f"gateway exited with {self.proc.returncode} before listening; output:\n{self.log()}")
+        pytest.fail(f"no 'listening on ADDR' line within {timeout}s; output:\n{self.log()}")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> httpx.Response:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        with httpx.Client(trust_env=False, timeout=5.0) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    pytest.fail(f"gateway exited with {self.proc.returncode} while waiting for /readyz; output:\n{self.log()}")
+                try:
+                    resp = http.get(f"{self.base_url}/readyz")
+                    if resp.status_code == 200:
+                        return resp
+                    last = f"{resp.status_code} {resp.text[:500]}"
+                except httpx.HTTPError as e:
+                    last = repr(e)
+                time.sleep(0.2)
+        pytest.fail(f"/readyz not 200 within {timeout}s (last: {last}); output:\n{self.log()}")
+
+    def child_pids(self, needle: str) -> list[int]:
+        """Live descendants of the gateway whose command line contains `needle`."""
+        out = []
+        for pid in _descendants_of(self.proc.pid):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if needle in cmdline and _alive(pid):
+                out.append(pid)
+        return out
+
+    def stop(self) -> list[str]:
+        """Stop the gateway by pid and check it and its children exited. Returns problems found."""
+        problems: list[str] = []
+        pid = self.proc.pid
+        children = _descendants_of(pid) if self.proc.poll() is None else []
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                problems.append(f"gateway pid {pid} ignored SIGTERM for {STOP_TIMEOUT_S}s; sent SIGKILL")
+                self.proc.kill()
+                try:
+                    self.proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    problems.append(f"gateway pid {pid} still running after SIGKILL")
+        if self._reader is not None:
+            self._reader.join(5)
+        # Upstream processes the gateway spawned must not outlive it.
+        deadline = time.monotonic() + CHILD_EXIT_TIMEOUT_S
+        leftover = [c for c in children if _alive(c)]
+        while leftover and time.monotonic() < deadline:
+            time.sleep(0.1)
+            leftover = [c for c in leftover if _alive(c)]
+        for c in leftover:
+            problems.append(f"upstream child pid {c} of gateway outlived it by {CHILD_EXIT_TIMEOUT_S}s; killed")
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return problems
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator:
+    """Factory: start_gateway(config_text) -> ready Gateway. Stops every gateway it started."""
+    started: list[Gateway] = []
+
+    def start(config_text: str, *, wait_ready: bool = True) -> Gateway:
+        n = len(started)
+        config_path = tmp_path / f"junction-{n}.toml"
+        config_path.write_text(config_text)
+        gw = Gateway.start(config_path, tmp_path / f"junction-{n}.log")
+        started.append(gw)
+        gw.wait_listening()
+        if wait_ready:
+            gw.wait_ready()
+        return gw
+
+    yield start
+
+    problems: list[str] = []
+    for gw in started:
+        problems.extend(gw.stop())
+        print(f"---- gateway pid {gw.proc.pid} exit {gw.proc.returncode}, output ({gw.log_path}):")
+        print(gw.log()[-20000:])
+    if problems:
+        pytest.fail("teardown: " + "; ".join(problems))
+
+
+@pytest.fixture(params=["per_session", "shared"])
+def isolation(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def everything_gateway(start_gateway, isolation: str) -> Gateway:
+    """A ready gateway mounting server-everything (stdio) as `everything`."""
+    return start_gateway(everything_config(isolation))
