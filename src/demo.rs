@@ -131,6 +131,12 @@ struct RecallArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+struct AskArgs {
+    /// What to ask the client's model.
+    prompt: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 struct GreetArgs {
     /// Who to greet.
     name: String,
@@ -213,6 +219,33 @@ impl DemoServer {
             .map(|info| serde_json::to_string(&info.capabilities).unwrap_or_default())
             .unwrap_or_else(|| "null".to_owned());
         text_result(declared)
+    }
+
+    #[tool(
+        description = "Ask the client's model (sampling/createMessage) and return its answer. Listed only to clients that declared sampling."
+    )]
+    async fn ask_model(
+        &self,
+        Parameters(args): Parameters<AskArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let request = rmcp::model::CreateMessageRequestParams::new(
+            vec![rmcp::model::SamplingMessage::user_text(args.prompt)],
+            100,
+        );
+        match context.peer.create_message(request).await {
+            Ok(reply) => {
+                let answer = reply
+                    .message
+                    .content
+                    .first()
+                    .and_then(|block| block.as_text())
+                    .map(|text| text.text.clone())
+                    .unwrap_or_default();
+                text_result(format!("{} said: {answer}", reply.model))
+            }
+            Err(error) => error_result(format!("sampling failed: {error}")),
+        }
     }
 
     #[tool(description = "Only listed after toggle_bonus; says it is here.")]
@@ -318,14 +351,21 @@ impl ServerHandler for DemoServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let bonus = self.state.bonus.load(Ordering::Relaxed);
+        // Like real servers, offer sampling-based tools only to clients
+        // that can answer sampling requests.
+        let sampling = context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.sampling.is_some());
         let tools = self
             .tool_router
             .list_all()
             .into_iter()
             .filter(|tool| bonus || tool.name != "bonus")
+            .filter(|tool| sampling || tool.name != "ask_model")
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }

@@ -184,10 +184,17 @@ async fn streamable_http_upstream() {
             "{upstream_tools:?}"
         );
     }
+    // A shared mount lists what the gateway's own session sees (it declares
+    // every client capability); a per-session mount lists what a client like
+    // this one (no capabilities) gets from the upstream.
+    let direct_full = connect_with(&url, full_capabilities()).await;
+    let full_tools = tool_names(&direct_full).await;
+    close(direct_full).await;
     let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
-    let mut expected: Vec<String> = upstream_tools
+    let mut expected: Vec<String> = full_tools
         .iter()
-        .flat_map(|tool| [format!("hshared__{tool}"), format!("hprivate__{tool}")])
+        .map(|tool| format!("hshared__{tool}"))
+        .chain(upstream_tools.iter().map(|tool| format!("hprivate__{tool}")))
         .collect();
     expected.sort();
     assert_eq!(tool_names(&a).await, expected);
@@ -439,8 +446,9 @@ async fn pass_through_mounts_first_wins() {
         http_mount("alpha", &demo.mcp_url(), "namespace = \"\""),
     );
     let (first, second) = tokio::join!(Gateway::start(&http_first), Gateway::start(&stdio_first));
-    // Both mounts run the same demo server, so both offer exactly these.
-    let direct = connect(&demo.mcp_url()).await;
+    // Both mounts run the same demo server, so both offer exactly these
+    // (shared mounts list what a client with every capability sees).
+    let direct = connect_with(&demo.mcp_url(), full_capabilities()).await;
     let upstream_tools = tool_names(&direct).await;
     close(direct).await;
     assert!(

@@ -7,18 +7,19 @@
 //! client cancel drops the upstream call, which makes rmcp send the
 //! upstream its own `notifications/cancelled` with the upstream's id.
 
-use std::{borrow::Cow, future::Future, sync::Arc};
+use std::{borrow::Cow, sync::Arc};
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
-        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+        CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest,
+        CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
+        GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequest, ReadResourceRequestParams,
         ReadResourceResponse, Reference, RequestMetaObject, ServerCapabilities, ServerConfig,
-        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+        ServerResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
     },
-    service::{NotificationContext, RequestContext, ServiceError},
+    service::{NotificationContext, RequestContext},
     ErrorData, RoleServer, ServerHandler,
 };
 
@@ -28,7 +29,7 @@ use crate::{
     config::Isolation,
     gateway::Mount,
     rewrite,
-    upstream::UpstreamSession,
+    upstream::{Caller, ClientProfile, UpstreamSession},
 };
 
 /// The newest protocol version the gateway speaks downstream. 2026-07-28
@@ -37,7 +38,21 @@ use crate::{
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 impl DownstreamSession {
-    fn catalog(&self) -> Arc<MergedCatalog> {
+    /// The downstream end of `context`'s request, for the relay.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        Caller {
+            session: self.state.key,
+            peer: context.peer.clone(),
+            request_id: Some(context.id.clone()),
+            progress_token: context.meta.get_progress_token(),
+            profile: self.state.profile(),
+        }
+    }
+
+    /// The session's catalog, after making sure its per-session mounts
+    /// were discovered for this client's profile.
+    async fn catalog(&self) -> Arc<MergedCatalog> {
+        self.gateway.prepare(self.state.profile()).await;
         self.state.catalog(&self.gateway)
     }
 
@@ -65,26 +80,20 @@ fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObject> {
     (!meta.0.is_empty()).then_some(meta)
 }
 
-/// Runs an upstream request unless the client cancels first; dropping the
-/// request future cancels it upstream.
-async fn unless_cancelled<T>(
-    context: &RequestContext<RoleServer>,
-    request: impl Future<Output = Result<T, ServiceError>>,
-) -> Result<T, ServiceError> {
-    tokio::select! {
-        result = request => result,
-        _ = context.ct.cancelled() => Err(ServiceError::Cancelled {
-            reason: Some("cancelled by the client".to_owned()),
-        }),
-    }
-}
-
 /// Whether the upstream declared a server capability at initialize.
 fn declares(upstream: &UpstreamSession, check: impl Fn(&ServerCapabilities) -> bool) -> bool {
     upstream
         .peer()
         .peer_info()
         .is_some_and(|info| check(&info.capabilities))
+}
+
+/// An upstream answered with a result of the wrong type for the request.
+fn unexpected(mount: &Mount) -> RouteError {
+    RouteError::UpstreamFailed {
+        mount: mount.config.name.clone(),
+        cause: "the upstream answered with an unexpected result type".to_owned(),
+    }
 }
 
 fn page_error(error: PageError) -> ErrorData {
@@ -131,14 +140,20 @@ impl ServerHandler for DownstreamSession {
             .state
             .client_capabilities
             .set(request.capabilities.clone());
+        let _ = self
+            .state
+            .profile
+            .set(ClientProfile::of(&request.capabilities));
         let _ = self.state.peer.set(context.peer.clone());
         self.negotiate_initialize(&request)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.gateway
-            .sessions()
-            .register(self.state.key, context.peer.clone());
+        self.gateway.sessions().register(
+            self.state.key,
+            context.peer.clone(),
+            self.state.profile(),
+        );
         tracing::debug!(session = self.state.key, "downstream session initialized");
     }
 
@@ -156,7 +171,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let catalog = self.catalog();
+        let catalog = self.catalog().await;
         let (tools, next) = catalog::page(
             &catalog.tools,
             catalog.generation,
@@ -174,7 +189,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let catalog = self.catalog();
+        let catalog = self.catalog().await;
         let (prompts, next) = catalog::page(
             &catalog.prompts,
             catalog.generation,
@@ -192,7 +207,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let catalog = self.catalog();
+        let catalog = self.catalog().await;
         let (resources, next) = catalog::page(
             &catalog.resources,
             catalog.generation,
@@ -210,7 +225,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let catalog = self.catalog();
+        let catalog = self.catalog().await;
         let (templates, next) = catalog::page(
             &catalog.templates,
             catalog.generation,
@@ -232,18 +247,20 @@ impl ServerHandler for DownstreamSession {
         let answer = async {
             let route = self
                 .catalog()
+                .await
                 .resolve_tool(&name)
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;
             let mut params = request.clone();
             params.name = route.original.to_string().into();
             params.meta = forwarded_meta(&context.meta);
-            let peer = upstream.peer();
-            let response = unless_cancelled(&context, peer.call_tool_once(params))
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let response = upstream
+                .request(request, self.caller(&context), &context.ct)
                 .await
                 .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
-                CallToolResponse::Complete(mut result) => {
+                ServerResult::CallToolResult(mut result) => {
                     rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
                     Ok(result)
                 }
@@ -273,21 +290,24 @@ impl ServerHandler for DownstreamSession {
         let answer = async {
             let route = self
                 .catalog()
+                .await
                 .resolve_prompt(&request.name)
                 .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;
             let mut params = request.clone();
             params.name = route.original.to_string();
             params.meta = forwarded_meta(&context.meta);
-            let response = unless_cancelled(&context, upstream.peer().get_prompt_once(params))
+            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+            let response = upstream
+                .request(request, self.caller(&context), &context.ct)
                 .await
                 .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
-                GetPromptResponse::Complete(mut result) => {
+                ServerResult::GetPromptResult(mut result) => {
                     rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
                     Ok(GetPromptResponse::Complete(result))
                 }
-                other => Ok(other),
+                _ => Err(unexpected(&mount)),
             }
         }
         .await;
@@ -302,21 +322,24 @@ impl ServerHandler for DownstreamSession {
         let answer = async {
             let route = self
                 .catalog()
+                .await
                 .resolve_uri(&request.uri)
                 .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;
             let mut params = request.clone();
             params.uri = route.original.to_string();
             params.meta = forwarded_meta(&context.meta);
-            let response = unless_cancelled(&context, upstream.peer().read_resource_once(params))
+            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+            let response = upstream
+                .request(request, self.caller(&context), &context.ct)
                 .await
                 .map_err(|error| RouteError::upstream(&mount.config, error))?;
             match response {
-                ReadResourceResponse::Complete(mut result) => {
+                ServerResult::ReadResourceResult(mut result) => {
                     rewrite::qualify_read_result(&mount.config.namespace, &mut result);
                     Ok(ReadResourceResponse::Complete(result))
                 }
-                other => Ok(other),
+                _ => Err(unexpected(&mount)),
             }
         }
         .await;
@@ -329,7 +352,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let answer = async {
-            let catalog = self.catalog();
+            let catalog = self.catalog().await;
             let mut params = request.clone();
             let route = match &mut params.r#ref {
                 Reference::Prompt(prompt) => {
@@ -359,9 +382,15 @@ impl ServerHandler for DownstreamSession {
                 return Ok(CompleteResult::default());
             }
             params.meta = forwarded_meta(&context.meta);
-            unless_cancelled(&context, upstream.peer().complete(params))
+            let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+            let response = upstream
+                .request(request, self.caller(&context), &context.ct)
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))
+                .map_err(|error| RouteError::upstream(&mount.config, error))?;
+            match response {
+                ServerResult::CompleteResult(result) => Ok(result),
+                _ => Err(unexpected(&mount)),
+            }
         }
         .await;
         answer.map_err(RouteError::into_mcp_error)
@@ -376,6 +405,7 @@ impl ServerHandler for DownstreamSession {
         let answer = async {
             let route = self
                 .catalog()
+                .await
                 .resolve_uri(&uri)
                 .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;
@@ -416,6 +446,7 @@ impl ServerHandler for DownstreamSession {
         let answer = async {
             let route = self
                 .catalog()
+                .await
                 .resolve_uri(&uri)
                 .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
             let (mount, upstream) = self.connect(&route).await?;

@@ -27,7 +27,7 @@ use crate::{
     config::Isolation,
     gateway::{Gateway, Mount, SessionKey},
     naming::MountName,
-    upstream::{self, UpstreamHandler, UpstreamSession},
+    upstream::{self, Caller, ClientProfile, Relay, UpstreamHandler, UpstreamSession},
 };
 
 /// The rmcp server handler of one downstream session.
@@ -44,6 +44,7 @@ impl DownstreamSession {
             gateway: Arc::downgrade(&gateway),
             peer: OnceLock::new(),
             client_capabilities: OnceLock::new(),
+            profile: OnceLock::new(),
             upstreams: Mutex::new(HashMap::new()),
             overlays: Mutex::new(HashMap::new()),
             overlay_catalog: Mutex::new(None),
@@ -62,6 +63,8 @@ pub(crate) struct SessionState {
     gateway: Weak<Gateway>,
     peer: OnceLock<Peer<RoleServer>>,
     client_capabilities: OnceLock<ClientCapabilities>,
+    /// Derived from `client_capabilities` at initialize.
+    profile: OnceLock<ClientProfile>,
     /// Per-session upstream sessions by mount, opened on first use.
     upstreams: Mutex<HashMap<MountName, UpstreamSlot>>,
     /// Lists announced by this session's own per-session upstreams after a
@@ -75,9 +78,16 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
-    /// The catalog this session sees.
+    /// The client's capability profile (none before initialize).
+    pub(crate) fn profile(&self) -> ClientProfile {
+        self.profile.get().copied().unwrap_or_default()
+    }
+
+    /// The catalog this session sees: the one shared by every session with
+    /// its profile, unless its own per-session upstreams announced lists.
     pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
-        let shared = gateway.catalog();
+        let profile = self.profile();
+        let shared = gateway.catalog(profile);
         let overlays = lock(&self.overlays).clone();
         if overlays.is_empty() {
             return shared;
@@ -88,7 +98,7 @@ impl SessionState {
                 return catalog.clone();
             }
         }
-        let catalog = Arc::new(gateway.catalog_with(&overlays));
+        let catalog = Arc::new(gateway.catalog_with(profile, &overlays));
         *cached = Some((shared.generation, catalog.clone()));
         catalog
     }
@@ -153,7 +163,21 @@ impl SessionState {
             Arc::downgrade(self),
             mount.config.name.clone(),
         ));
-        let session = upstream::open(&mount.config, UpstreamHandler::new(info, events)).await?;
+        // Everything this upstream sends belongs to this one session.
+        let Some(peer) = self.peer.get().cloned() else {
+            return Err(upstream::UpstreamError::Initialize(
+                "the client session has not finished initializing".to_owned(),
+            ));
+        };
+        let relay = Arc::new(Relay::owned_by(Caller {
+            session: self.key,
+            peer,
+            request_id: None,
+            progress_token: None,
+            profile: self.profile(),
+        }));
+        let handler = UpstreamHandler::new(info, events, relay);
+        let session = upstream::open(&mount.config, handler).await?;
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
         Ok(Arc::new(session))
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Weak;
 
-use rmcp::model::{LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
+use rmcp::model::ResourceUpdatedNotificationParam;
 
 use super::SessionState;
 use crate::{
@@ -45,7 +45,9 @@ impl UpstreamEvents for PerSessionEvents {
             let mut catalog = super::lock(&state.overlays)
                 .get(&mount_name)
                 .map(|catalog| MountCatalog::clone(catalog))
-                .unwrap_or_else(|| MountCatalog::clone(&mount.catalog.load()));
+                .unwrap_or_else(|| {
+                    MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
+                });
             if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut catalog).await {
                 tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
                 return;
@@ -53,21 +55,6 @@ impl UpstreamEvents for PerSessionEvents {
             state.set_overlay(&mount_name, catalog);
             if let Some(peer) = state.peer.get() {
                 notify_list_changed(peer.clone(), kind).await;
-            }
-        });
-    }
-
-    fn logging_message(&self, params: LoggingMessageNotificationParam) {
-        let Some(peer) = self
-            .state
-            .upgrade()
-            .and_then(|state| state.peer.get().cloned())
-        else {
-            return;
-        };
-        tokio::spawn(async move {
-            if let Err(error) = peer.notify_logging_message(params).await {
-                tracing::debug!(%error, "could not relay a log message");
             }
         });
     }

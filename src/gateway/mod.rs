@@ -14,30 +14,31 @@ use std::{
     collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Weak,
+        Arc, Mutex, Weak,
     },
     time::Duration,
 };
 
-use arc_swap::ArcSwap;
-use rmcp::model::{LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
+use rmcp::model::ResourceUpdatedNotificationParam;
 use tokio_util::task::TaskTracker;
 
-pub use mount::{gateway_client_capabilities, Mount, MountPhase, MountStatus};
+pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession};
 pub use sessions::{notify_list_changed, SessionKey, SessionRegistry};
 
 use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
     config::Config,
     naming::MountName,
-    upstream::{discovery, ListKind, UpstreamEvents},
+    upstream::{discovery, ClientProfile, ListKind, UpstreamEvents},
 };
 
 pub struct Gateway {
     config: Config,
     /// In config order, which decides name collisions.
     mounts: Vec<Arc<Mount>>,
-    catalog: ArcSwap<MergedCatalog>,
+    /// Merged catalogs by client profile, built on first use after a change.
+    catalogs: Mutex<HashMap<ClientProfile, Arc<MergedCatalog>>>,
+    /// Bumped on every catalog change; cursors carry it.
     generation: AtomicU64,
     sessions: SessionRegistry,
     /// Tracks live downstream sessions (each holds a token) and the tasks
@@ -50,6 +51,10 @@ pub struct Gateway {
 /// children are then killed with the process group on drop).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a list call waits for a per-session mount's first discovery
+/// for a new client profile before answering with what is known.
+pub const PROFILE_DISCOVERY_WAIT: Duration = Duration::from_secs(10);
+
 impl Gateway {
     pub fn new(config: Config) -> Arc<Self> {
         Arc::new_cyclic(|gateway: &Weak<Gateway>| {
@@ -57,9 +62,14 @@ impl Gateway {
                 .mounts
                 .iter()
                 .map(|mount| {
-                    let events = Arc::new(SharedSessionEvents {
-                        gateway: gateway.clone(),
-                        mount: mount.name.clone(),
+                    let gateway = gateway.clone();
+                    let name = mount.name.clone();
+                    let events: EventsFactory = Box::new(move |profile| {
+                        Arc::new(MountSessionEvents {
+                            gateway: gateway.clone(),
+                            mount: name.clone(),
+                            profile,
+                        })
                     });
                     Arc::new(Mount::new(mount.clone(), events))
                 })
@@ -67,8 +77,8 @@ impl Gateway {
             Gateway {
                 config,
                 mounts,
-                catalog: ArcSwap::from_pointee(MergedCatalog::default()),
-                generation: AtomicU64::new(0),
+                catalogs: Mutex::new(HashMap::new()),
+                generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
                 session_tasks: TaskTracker::new(),
             }
@@ -77,11 +87,25 @@ impl Gateway {
 
     /// Starts discovery of every mount in the background.
     pub fn start(self: &Arc<Self>) {
-        self.rebuild_catalog();
         for mount in &self.mounts {
             let gateway = self.clone();
             let mount = mount.clone();
-            tokio::spawn(async move { gateway.discover_mount(&mount).await });
+            tokio::spawn(async move {
+                let name = &mount.config.name;
+                match mount.discover(ClientProfile::FULL).await {
+                    Ok(()) => {
+                        mount.set_status(MountPhase::Ready, None);
+                        gateway.catalog_changed();
+                        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+                            gateway.sessions.notify_list_changed(kind, |_| true);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(mount = %name, %error, "mount unavailable");
+                        mount.set_status(MountPhase::Failed, Some(error));
+                    }
+                }
+            });
         }
     }
 
@@ -101,12 +125,6 @@ impl Gateway {
         &self.sessions
     }
 
-    /// The merged catalog every session sees unless its own per-session
-    /// upstream diverged.
-    pub fn catalog(&self) -> Arc<MergedCatalog> {
-        self.catalog.load_full()
-    }
-
     /// True once every mount's first discovery has finished, either way.
     pub fn is_ready(&self) -> bool {
         self.mounts
@@ -114,102 +132,90 @@ impl Gateway {
             .all(|mount| mount.status().phase != MountPhase::Starting)
     }
 
+    /// Makes sure the per-session mounts know their lists for `profile`
+    /// (bounded wait); a no-op once done.
+    pub async fn prepare(&self, profile: ClientProfile) {
+        let pending: Vec<_> = self
+            .mounts
+            .iter()
+            .filter(|mount| {
+                let serving = mount.serving_profile(profile);
+                serving != ClientProfile::FULL && !mount.is_discovered(serving)
+            })
+            .map(|mount| async move {
+                let serving = mount.serving_profile(profile);
+                match tokio::time::timeout(PROFILE_DISCOVERY_WAIT, mount.discover(serving)).await {
+                    Ok(Ok(())) => true,
+                    Ok(Err(error)) => {
+                        tracing::warn!(mount = %mount.config.name, %profile, %error, "discovery for a client profile failed; showing the full list");
+                        false
+                    }
+                    Err(_) => {
+                        tracing::warn!(mount = %mount.config.name, %profile, "discovery for a client profile is slow; showing the full list meanwhile");
+                        false
+                    }
+                }
+            })
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        if futures::future::join_all(pending)
+            .await
+            .into_iter()
+            .any(|found| found)
+        {
+            self.catalog_changed();
+        }
+    }
+
+    /// The merged catalog sessions with `profile` see, unless their own
+    /// per-session upstream diverged.
+    pub fn catalog(&self, profile: ClientProfile) -> Arc<MergedCatalog> {
+        if let Some(catalog) = lock(&self.catalogs).get(&profile) {
+            return catalog.clone();
+        }
+        let catalog = Arc::new(self.build_catalog(profile, &HashMap::new()));
+        lock(&self.catalogs)
+            .entry(profile)
+            .or_insert(catalog)
+            .clone()
+    }
+
     /// A merged catalog in which some mounts' catalogs are replaced, for a
     /// session whose per-session upstream announced its own lists.
-    pub fn catalog_with(&self, overrides: &HashMap<MountName, Arc<MountCatalog>>) -> MergedCatalog {
+    pub fn catalog_with(
+        &self,
+        profile: ClientProfile,
+        overrides: &HashMap<MountName, Arc<MountCatalog>>,
+    ) -> MergedCatalog {
+        self.build_catalog(profile, overrides)
+    }
+
+    /// The current catalog generation.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn build_catalog(
+        &self,
+        profile: ClientProfile,
+        overrides: &HashMap<MountName, Arc<MountCatalog>>,
+    ) -> MergedCatalog {
         let views: Vec<MountView> = self
             .mounts
             .iter()
-            .map(|mount| {
-                let mut view = mount.view();
-                if let Some(catalog) = overrides.get(&mount.config.name) {
-                    view.catalog = catalog.clone();
-                }
-                view
+            .map(|mount| MountView {
+                mount: mount.config.name.clone(),
+                namespace: mount.config.namespace.clone(),
+                catalog: overrides
+                    .get(&mount.config.name)
+                    .cloned()
+                    .unwrap_or_else(|| mount.catalog_now(mount.serving_profile(profile))),
             })
             .collect();
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        MergedCatalog::build(generation, &self.config.server.separator, &views).0
-    }
-
-    /// Where downstream sessions register themselves and spawn the closing
-    /// of their per-session upstreams.
-    pub fn session_tasks(&self) -> &TaskTracker {
-        &self.session_tasks
-    }
-
-    /// After the HTTP server stopped: waits (bounded) for the downstream
-    /// sessions to end and close their per-session upstreams, then closes
-    /// every shared upstream session.
-    pub async fn shutdown(&self) {
-        self.session_tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.session_tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "sessions still closing after the grace period");
-        }
-        let closing = self.mounts.iter().map(|mount| mount.close());
-        futures::future::join_all(closing).await;
-    }
-
-    async fn discover_mount(&self, mount: &Mount) {
-        let name = &mount.config.name;
-        let result = async {
-            let session = mount.shared_session().await.map_err(|e| e.to_string())?;
-            discovery::discover(session.peer())
-                .await
-                .map_err(|e| format!("discovery failed: {e}"))
-        }
-        .await;
-        match result {
-            Ok(catalog) => {
-                tracing::info!(
-                    mount = %name,
-                    tools = catalog.tools.len(),
-                    prompts = catalog.prompts.len(),
-                    resources = catalog.resources.len(),
-                    templates = catalog.templates.len(),
-                    "mount discovered"
-                );
-                mount.catalog.store(Arc::new(catalog));
-                mount.set_status(MountPhase::Ready, None);
-                self.rebuild_catalog();
-                for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-                    self.sessions.notify_list_changed(kind, |_| true);
-                }
-            }
-            Err(error) => {
-                tracing::warn!(mount = %name, %error, "mount unavailable");
-                mount.set_status(MountPhase::Failed, Some(error));
-            }
-        }
-    }
-
-    /// Re-reads one list of a mount after its shared session said it changed,
-    /// then tells every session.
-    async fn refresh_mount(&self, name: &MountName, kind: ListKind) {
-        let Some(mount) = self.mount(name) else {
-            return;
-        };
-        let Ok(session) = mount.shared_session().await else {
-            return;
-        };
-        let mut catalog = MountCatalog::clone(&mount.catalog.load());
-        if let Err(error) = discovery::refresh(session.peer(), kind, &mut catalog).await {
-            tracing::warn!(mount = %name, %error, ?kind, "refresh after list_changed failed");
-            return;
-        }
-        mount.catalog.store(Arc::new(catalog));
-        self.rebuild_catalog();
-        self.sessions.notify_list_changed(kind, |_| true);
-    }
-
-    fn rebuild_catalog(&self) {
-        let views: Vec<MountView> = self.mounts.iter().map(|mount| mount.view()).collect();
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let (merged, collisions) =
-            MergedCatalog::build(generation, &self.config.server.separator, &views);
+            MergedCatalog::build(self.generation(), &self.config.server.separator, &views);
         for collision in collisions {
             tracing::warn!(
                 kind = collision.kind,
@@ -224,29 +230,81 @@ impl Gateway {
                 collision.kept
             );
         }
-        self.catalog.store(Arc::new(merged));
+        merged
+    }
+
+    /// Forgets every merged catalog after a mount's catalog changed.
+    fn catalog_changed(&self) {
+        let mut catalogs = lock(&self.catalogs);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        catalogs.clear();
+    }
+
+    /// Where downstream sessions register themselves and spawn the closing
+    /// of their per-session upstreams.
+    pub fn session_tasks(&self) -> &TaskTracker {
+        &self.session_tasks
+    }
+
+    /// After the HTTP server stopped: waits (bounded) for the downstream
+    /// sessions to end and close their per-session upstreams, then closes
+    /// every mount's own sessions.
+    pub async fn shutdown(&self) {
+        self.session_tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.session_tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "sessions still closing after the grace period");
+        }
+        let closing = self.mounts.iter().map(|mount| mount.close());
+        futures::future::join_all(closing).await;
+    }
+
+    /// Re-reads one list of a mount's profile session after it said the list
+    /// changed, then tells the sessions that see that profile's lists.
+    async fn refresh_mount(&self, name: &MountName, profile: ClientProfile, kind: ListKind) {
+        let Some(mount) = self.mount(name) else {
+            return;
+        };
+        let profile_session = mount.profile_session(profile);
+        let Ok(session) = mount.session_for(&profile_session).await else {
+            return;
+        };
+        let mut catalog = MountCatalog::clone(&profile_session.catalog().unwrap_or_default());
+        if let Err(error) = discovery::refresh(session.peer(), kind, &mut catalog).await {
+            tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
+            return;
+        }
+        profile_session.store_catalog(catalog);
+        self.catalog_changed();
+        let mount = mount.clone();
+        self.sessions
+            .notify_list_changed(kind, |client| mount.serving_profile(client) == profile);
     }
 }
 
-/// Events of a mount's shared upstream session.
-struct SharedSessionEvents {
-    gateway: Weak<Gateway>,
-    mount: MountName,
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl UpstreamEvents for SharedSessionEvents {
+/// Events of a mount's own upstream sessions (one per profile).
+struct MountSessionEvents {
+    gateway: Weak<Gateway>,
+    mount: MountName,
+    profile: ClientProfile,
+}
+
+impl UpstreamEvents for MountSessionEvents {
     fn list_changed(&self, kind: ListKind) {
         let Some(gateway) = self.gateway.upgrade() else {
             return;
         };
         let mount = self.mount.clone();
-        tokio::spawn(async move { gateway.refresh_mount(&mount, kind).await });
-    }
-
-    fn logging_message(&self, params: LoggingMessageNotificationParam) {
-        // A shared session's log message cannot be tied to one downstream
-        // session here; it is logged, never broadcast.
-        tracing::debug!(mount = %self.mount, level = ?params.level, data = %params.data, "upstream log message");
+        let profile = self.profile;
+        tokio::spawn(async move { gateway.refresh_mount(&mount, profile, kind).await });
     }
 
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
@@ -256,6 +314,11 @@ impl UpstreamEvents for SharedSessionEvents {
         let Some(mount) = gateway.mount(&self.mount) else {
             return;
         };
+        // Only a shared mount's session has subscribers; a per-session
+        // mount's discovery sessions are never subscribed.
+        if mount.config.isolation != crate::config::Isolation::Shared {
+            return;
+        }
         let uri = mount.config.namespace.qualify_uri(&params.uri);
         gateway.sessions.notify_resource_updated(&uri);
     }

@@ -16,7 +16,7 @@ use std::{
 
 use rmcp::{model::ResourceUpdatedNotificationParam, Peer, RoleServer};
 
-use crate::upstream::ListKind;
+use crate::upstream::{ClientProfile, ListKind};
 
 /// Identifies one downstream session inside this process.
 pub type SessionKey = u64;
@@ -30,6 +30,7 @@ pub struct SessionRegistry {
 
 struct SessionEntry {
     peer: Peer<RoleServer>,
+    profile: ClientProfile,
     subscriptions: HashSet<String>,
 }
 
@@ -38,11 +39,12 @@ impl SessionRegistry {
         self.next_key.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>) {
+    pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>, profile: ClientProfile) {
         self.lock().insert(
             key,
             SessionEntry {
                 peer,
+                profile,
                 subscriptions: HashSet::new(),
             },
         );
@@ -91,13 +93,14 @@ impl SessionRegistry {
             .is_some_and(|entry| entry.subscriptions.contains(uri))
     }
 
-    /// Tells every session in `filter` that a list changed.
-    pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(SessionKey) -> bool) {
+    /// Tells every session whose client profile passes `filter` that a list
+    /// changed.
+    pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(ClientProfile) -> bool) {
         let peers: Vec<_> = self
             .lock()
-            .iter()
-            .filter(|(key, _)| filter(**key))
-            .map(|(_, entry)| entry.peer.clone())
+            .values()
+            .filter(|entry| filter(entry.profile))
+            .map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {
             tokio::spawn(notify_list_changed(peer, kind));

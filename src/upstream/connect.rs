@@ -57,6 +57,7 @@ pub async fn open(
         Err(_) => return Err(UpstreamError::InitializeTimeout(INITIALIZE_TIMEOUT)),
     };
     let peer = service.peer().clone();
+    let relay = service.service().relay().clone();
     let mut no_cache = ClientCacheConfig::default();
     no_cache.enabled = false;
     no_cache.serve_stale_on_error = false;
@@ -66,6 +67,7 @@ pub async fn open(
         peer,
         service: Mutex::new(Some(service)),
         pid,
+        relay,
     })
 }
 

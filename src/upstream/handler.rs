@@ -1,17 +1,27 @@
 //! The rmcp client handler of an upstream session.
 //!
 //! It declares the client capabilities the session was opened with (so
-//! capability-gated upstream tools appear) and turns what the upstream
-//! sends into calls on [`UpstreamEvents`], which the gateway implements
-//! differently for a mount's shared session and for a per-session one.
+//! capability-gated upstream tools appear), relays what concerns one
+//! downstream request or session (progress, log messages, sampling,
+//! elicitation, roots) to the caller the [`Relay`] attributes it to, and
+//! hands what concerns the mount as a whole (list changes, resource updates)
+//! to an [`UpstreamEvents`] implementation.
 
 use std::sync::Arc;
 
 use rmcp::{
-    model::{ClientConfig, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam},
-    service::NotificationContext,
-    ClientHandler, RoleClient,
+    model::{
+        ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+        CreateMessageResult, CustomNotification, ElicitRequest, ElicitRequestParams, ElicitResult,
+        ErrorCode, GetExtensions, ListRootsRequest, ListRootsResult,
+        LoggingMessageNotificationParam, ProgressNotificationParam,
+        ResourceUpdatedNotificationParam, ServerRequest,
+    },
+    service::{NotificationContext, OriginatingRequestId, RequestContext, ServiceError},
+    ClientHandler, ErrorData, RoleClient,
 };
+
+use super::relay::{Caller, Relay};
 
 /// Which list an upstream said has changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,11 +32,10 @@ pub enum ListKind {
     Resources,
 }
 
-/// Where an upstream session's events go. Implementations must not block:
-/// they run on the upstream connection's task.
+/// Where an upstream session's mount-wide events go. Implementations must
+/// not block: they run on the upstream connection's task.
 pub trait UpstreamEvents: Send + Sync + 'static {
     fn list_changed(&self, kind: ListKind);
-    fn logging_message(&self, params: LoggingMessageNotificationParam);
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam);
 }
 
@@ -34,17 +43,226 @@ pub trait UpstreamEvents: Send + Sync + 'static {
 pub struct UpstreamHandler {
     info: ClientConfig,
     events: Arc<dyn UpstreamEvents>,
+    relay: Arc<Relay>,
 }
 
 impl UpstreamHandler {
-    pub fn new(info: ClientConfig, events: Arc<dyn UpstreamEvents>) -> Self {
-        Self { info, events }
+    pub fn new(info: ClientConfig, events: Arc<dyn UpstreamEvents>, relay: Arc<Relay>) -> Self {
+        Self {
+            info,
+            events,
+            relay,
+        }
     }
+
+    pub fn relay(&self) -> &Arc<Relay> {
+        &self.relay
+    }
+
+    /// The caller a server→client request goes to, or the error the
+    /// upstream gets instead.
+    fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+        self.relay.attribute(&context.extensions).map_err(|why| {
+            tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
+            ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
+        })
+    }
+
+    /// Sends a request to the caller's client on the stream of the request
+    /// that caused it, and returns the answer; an upstream cancel cancels it
+    /// downstream.
+    async fn forward(
+        &self,
+        caller: &Caller,
+        mut request: ServerRequest,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        if let Some(id) = &caller.request_id {
+            request
+                .extensions_mut()
+                .insert(OriginatingRequestId(id.clone()));
+        }
+        let handle = caller
+            .peer
+            .send_cancellable_request(request, Default::default())
+            .await
+            .map_err(relay_error)?;
+        let downstream_id = handle.id.clone();
+        tokio::select! {
+            answer = handle.await_response() => answer.map_err(relay_error),
+            _ = context.ct.cancelled() => {
+                send_cancel(&caller.peer, downstream_id).await;
+                Err(ErrorData::internal_error("cancelled by the server", None))
+            }
+        }
+    }
+}
+
+/// An error from the client is the client's answer and goes back verbatim
+/// (e.g. -32042 with its data); anything else is the gateway's failure.
+fn relay_error(error: ServiceError) -> ErrorData {
+    match error {
+        ServiceError::McpError(error) => error,
+        other => ErrorData::internal_error(format!("the client did not answer: {other}"), None),
+    }
+}
+
+async fn send_cancel(peer: &rmcp::Peer<rmcp::RoleServer>, request_id: rmcp::model::RequestId) {
+    let notification =
+        rmcp::model::CancelledNotification::new(rmcp::model::CancelledNotificationParam::new(
+            Some(request_id),
+            Some("the upstream server cancelled its request".to_owned()),
+        ));
+    if let Err(error) = peer.send_notification(notification.into()).await {
+        tracing::debug!(%error, "could not relay a cancellation");
+    }
+}
+
+fn missing_capability(what: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("the client session this request belongs to did not declare {what}"),
+        None,
+    )
 }
 
 impl ClientHandler for UpstreamHandler {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
+    }
+
+    async fn create_message(
+        &self,
+        mut params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let caller = self.target(&context)?;
+        if !caller.profile.sampling {
+            return Err(missing_capability("sampling"));
+        }
+        params.meta = passed_meta(&context);
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.forward(&caller, request, &context).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(unexpected_answer()),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        mut params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let caller = self.target(&context)?;
+        let url_id = match &params {
+            ElicitRequestParams::UrlElicitationParams { elicitation_id, .. } => {
+                Some(elicitation_id.clone())
+            }
+            _ => None,
+        };
+        let supported = if url_id.is_some() {
+            caller.profile.elicitation_url
+        } else {
+            caller.profile.elicitation_form
+        };
+        if !supported {
+            return Err(missing_capability(if url_id.is_some() {
+                "URL-mode elicitation"
+            } else {
+                "elicitation"
+            }));
+        }
+        if let Some(id) = url_id {
+            self.relay.remember_elicitation(id, caller.session_only());
+        }
+        set_elicit_meta(&mut params, passed_meta(&context));
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.forward(&caller, request, &context).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(unexpected_answer()),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let caller = self.target(&context)?;
+        if !caller.profile.roots {
+            return Err(missing_capability("roots"));
+        }
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.forward(&caller, request, &context).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(unexpected_answer()),
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        mut params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // The upstream token is the one rmcp chose; the client knows its own.
+        let Some(caller) = self.relay.caller_for_progress(&params.progress_token) else {
+            tracing::debug!(token = ?params.progress_token, "progress for no request in flight");
+            return;
+        };
+        let Some(token) = caller.progress_token.clone() else {
+            return;
+        };
+        params.progress_token = token;
+        if let Err(error) = caller.peer.notify_progress(params).await {
+            tracing::debug!(%error, "could not relay progress");
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        match self.relay.attribute(&context.extensions) {
+            Ok(caller) => {
+                if let Err(error) = caller.peer.notify_logging_message(params).await {
+                    tracing::debug!(%error, "could not relay a log message");
+                }
+            }
+            // Never broadcast: a shared session's unattributed log line
+            // stays in the gateway's own log.
+            Err(why) => tracing::debug!(
+                level = ?params.level,
+                logger = ?params.logger,
+                data = %params.data,
+                %why,
+                "upstream log message not relayed"
+            ),
+        }
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method == "notifications/elicitation/complete" {
+            let id = notification
+                .params
+                .as_ref()
+                .and_then(|params| params.get("elicitationId"))
+                .and_then(|id| id.as_str())
+                .map(str::to_owned);
+            let Some(caller) = id.and_then(|id| self.relay.take_elicitation(&id)) else {
+                tracing::debug!("elicitation/complete for an unknown elicitation");
+                return;
+            };
+            let relayed = rmcp::model::ServerNotification::CustomNotification(notification);
+            if let Err(error) = caller.peer.send_notification(relayed).await {
+                tracing::debug!(%error, "could not relay elicitation/complete");
+            }
+            return;
+        }
+        tracing::debug!(method = %notification.method, "unknown upstream notification not relayed");
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -59,14 +277,6 @@ impl ClientHandler for UpstreamHandler {
         self.events.list_changed(ListKind::Resources);
     }
 
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.events.logging_message(params);
-    }
-
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
@@ -74,4 +284,24 @@ impl ClientHandler for UpstreamHandler {
     ) {
         self.events.resource_updated(params);
     }
+}
+
+/// The upstream request's `_meta`, minus its progress token (a token the
+/// client never issued means nothing to it).
+fn passed_meta(context: &RequestContext<RoleClient>) -> Option<rmcp::model::RequestMetaObject> {
+    let mut meta = context.meta.clone();
+    meta.0.remove("progressToken");
+    (!meta.0.is_empty()).then_some(meta)
+}
+
+fn set_elicit_meta(params: &mut ElicitRequestParams, meta: Option<rmcp::model::RequestMetaObject>) {
+    match params {
+        ElicitRequestParams::FormElicitationParams { meta: slot, .. }
+        | ElicitRequestParams::UrlElicitationParams { meta: slot, .. } => *slot = meta,
+        _ => {}
+    }
+}
+
+fn unexpected_answer() -> ErrorData {
+    ErrorData::internal_error("the client answered with an unexpected result type", None)
 }

@@ -9,13 +9,24 @@
 pub mod connect;
 pub mod discovery;
 pub mod handler;
+pub mod profile;
+pub mod relay;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use rmcp::{service::RunningService, Peer, RoleClient};
+use rmcp::{
+    model::{
+        CancelledNotification, CancelledNotificationParam, ClientRequest, RequestId, ServerResult,
+    },
+    service::{RunningService, ServiceError},
+    Peer, RoleClient,
+};
+use tokio_util::sync::CancellationToken;
 
 pub use connect::{open, UpstreamError};
 pub use handler::{ListKind, UpstreamEvents, UpstreamHandler};
+pub use profile::ClientProfile;
+pub use relay::{Caller, Relay};
 
 use crate::naming::MountName;
 
@@ -29,6 +40,8 @@ pub struct UpstreamSession {
     service: Mutex<Option<RunningService<RoleClient, UpstreamHandler>>>,
     /// The child's pid for stdio upstreams, for logs and tests.
     pid: Option<u32>,
+    /// Attributes what the upstream sends to the downstream caller.
+    relay: Arc<Relay>,
 }
 
 impl UpstreamSession {
@@ -42,6 +55,39 @@ impl UpstreamSession {
 
     pub fn pid(&self) -> Option<u32> {
         self.pid
+    }
+
+    /// Sends `request` upstream on behalf of `caller` and waits for the
+    /// answer. While it is in flight, what the upstream sends about it is
+    /// relayed to the caller. If `cancel` fires, or this future is dropped,
+    /// the upstream gets `notifications/cancelled` with its own request id.
+    pub async fn request(
+        &self,
+        request: ClientRequest,
+        caller: Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ServerResult, ServiceError> {
+        let handle = self
+            .peer
+            .send_cancellable_request(request, Default::default())
+            .await?;
+        let _inflight =
+            self.relay
+                .register(handle.id.clone(), handle.progress_token.clone(), caller);
+        let mut cancel_guard = CancelUpstreamOnDrop {
+            peer: self.peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            _ = cancel.cancelled() => {
+                return Err(ServiceError::Cancelled {
+                    reason: Some("cancelled by the client".to_owned()),
+                });
+            }
+        };
+        cancel_guard.id = None;
+        answer
     }
 
     /// Whether the connection still runs (the child has not exited, the HTTP
@@ -68,5 +114,32 @@ impl std::fmt::Debug for UpstreamSession {
             .field("mount", &self.mount)
             .field("pid", &self.pid)
             .finish()
+    }
+}
+
+/// Sends the upstream a cancel for a request the gateway stopped waiting for.
+struct CancelUpstreamOnDrop {
+    peer: Peer<RoleClient>,
+    /// `None` once the request completed.
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelUpstreamOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(id),
+            Some("cancelled by the client".to_owned()),
+        ));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = peer.send_notification(notification.into()).await {
+                    tracing::debug!(%error, "could not send a cancel upstream");
+                }
+            });
+        }
     }
 }

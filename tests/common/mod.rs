@@ -401,6 +401,17 @@ impl ClientHandler for TestClient {
 
 pub type Client = RunningService<RoleClient, TestClient>;
 
+/// Every client capability the gateway can relay (what its shared
+/// upstream sessions declare).
+pub fn full_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "sampling": {},
+        "roots": {"listChanged": true},
+        "elicitation": {"form": {}, "url": {}},
+    }))
+    .expect("valid capabilities")
+}
+
 /// Connects an rmcp client over Streamable HTTP with no capabilities.
 pub async fn connect(url: &str) -> Client {
     connect_with(url, ClientCapabilities::default()).await

@@ -1,0 +1,183 @@
+//! Who, downstream, an upstream's message is for.
+//!
+//! Every request the gateway sends upstream is registered here with its
+//! [`Caller`]: the downstream session and request that caused it. When the
+//! upstream then sends progress, a log message or a request of its own
+//! (sampling, elicitation, roots), [`Relay::attribute`] finds the caller,
+//! in this order:
+//!
+//! 1. the upstream request whose HTTP response stream the message arrived
+//!    on (Streamable HTTP upstreams; rmcp records it as
+//!    [`InboundStreamOrigin`]), or the progress token for progress;
+//! 2. the single request in flight on this upstream session;
+//! 3. the single downstream session with requests in flight;
+//! 4. the owner, for a per-session upstream (it has exactly one session).
+//!
+//! Anything else is ambiguous and is refused, never guessed or broadcast.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use rmcp::{
+    model::{Extensions, ProgressToken, RequestId},
+    service::InboundStreamOrigin,
+    Peer, RoleServer,
+};
+
+use super::ClientProfile;
+
+/// The downstream end of a request: where messages it causes must go.
+#[derive(Clone)]
+pub struct Caller {
+    /// Identifies the downstream session (see `gateway::SessionKey`).
+    pub session: u64,
+    pub peer: Peer<RoleServer>,
+    /// The downstream request, when the message belongs to one.
+    pub request_id: Option<RequestId>,
+    /// The client's own progress token for that request, if it asked.
+    pub progress_token: Option<ProgressToken>,
+    /// What the client declared, to refuse requests it cannot answer.
+    pub profile: ClientProfile,
+}
+
+impl Caller {
+    /// The same session, not tied to a particular request.
+    pub fn session_only(&self) -> Caller {
+        Caller {
+            request_id: None,
+            progress_token: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// Why a message could not be attributed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unattributed {
+    #[error("no client request is in flight on this upstream session")]
+    Nobody,
+    #[error("{0} client sessions have requests in flight on this shared upstream session, and the message does not say which one it is for")]
+    Ambiguous(usize),
+}
+
+struct Inflight {
+    caller: Caller,
+    progress_token: ProgressToken,
+}
+
+#[derive(Default)]
+pub struct Relay {
+    /// Upstream request id → the request in flight.
+    inflight: Mutex<HashMap<RequestId, Inflight>>,
+    /// URL-mode elicitation id → the caller it was relayed to, so the
+    /// upstream's `notifications/elicitation/complete` reaches only it.
+    elicitations: Mutex<HashMap<String, Caller>>,
+    /// The one session of a per-session upstream.
+    owner: OnceLock<Caller>,
+}
+
+impl Relay {
+    /// A relay for a per-session upstream owned by one downstream session.
+    pub fn owned_by(owner: Caller) -> Self {
+        let relay = Relay::default();
+        let _ = relay.owner.set(owner.session_only());
+        relay
+    }
+
+    /// Records an upstream request until the guard is dropped.
+    pub fn register(
+        self: &Arc<Self>,
+        id: RequestId,
+        progress_token: ProgressToken,
+        caller: Caller,
+    ) -> InflightGuard {
+        lock(&self.inflight).insert(
+            id.clone(),
+            Inflight {
+                caller,
+                progress_token,
+            },
+        );
+        InflightGuard {
+            relay: self.clone(),
+            id,
+        }
+    }
+
+    /// The caller of the request that used this upstream progress token.
+    pub fn caller_for_progress(&self, token: &ProgressToken) -> Option<Caller> {
+        lock(&self.inflight)
+            .values()
+            .find(|inflight| &inflight.progress_token == token)
+            .map(|inflight| inflight.caller.clone())
+    }
+
+    /// Finds the downstream caller of an upstream message (see the module
+    /// doc for the rule).
+    pub fn attribute(&self, extensions: &Extensions) -> Result<Caller, Unattributed> {
+        let inflight = lock(&self.inflight);
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) =
+            extensions.get::<InboundStreamOrigin>()
+        {
+            if let Some(found) = inflight.get(id) {
+                return Ok(found.caller.clone());
+            }
+        }
+        if inflight.len() == 1 {
+            if let Some(only) = inflight.values().next() {
+                return Ok(only.caller.clone());
+            }
+        }
+        let mut sessions: Vec<&Caller> = Vec::new();
+        for entry in inflight.values() {
+            if !sessions.iter().any(|c| c.session == entry.caller.session) {
+                sessions.push(&entry.caller);
+            }
+        }
+        if let [only] = sessions.as_slice() {
+            return Ok(only.session_only());
+        }
+        if let Some(owner) = self.owner.get() {
+            return Ok(owner.clone());
+        }
+        if sessions.is_empty() {
+            Err(Unattributed::Nobody)
+        } else {
+            Err(Unattributed::Ambiguous(sessions.len()))
+        }
+    }
+
+    pub fn remember_elicitation(&self, elicitation_id: String, caller: Caller) {
+        lock(&self.elicitations).insert(elicitation_id, caller);
+    }
+
+    pub fn take_elicitation(&self, elicitation_id: &str) -> Option<Caller> {
+        lock(&self.elicitations).remove(elicitation_id)
+    }
+
+    /// Requests in flight (for tests and diagnostics).
+    pub fn inflight_count(&self) -> usize {
+        lock(&self.inflight).len()
+    }
+}
+
+/// Removes an in-flight entry when the request ends, however it ends.
+pub struct InflightGuard {
+    relay: Arc<Relay>,
+    id: RequestId,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        lock(&self.relay.inflight).remove(&self.id);
+    }
+}
+
+/// A std mutex: held for map operations only, never across an await.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
