@@ -62,6 +62,9 @@ Read demo://notes/<key> to see what was remembered under <key>.
 struct State {
     counter: AtomicU64,
     notes: Mutex<HashMap<String, String>>,
+    /// How many `slow` calls ended before finishing (cancelled by the
+    /// client): lets tests see that a cancel reached this process.
+    cancellations: AtomicU64,
     /// Whether the `bonus` tool is listed; `toggle_bonus` flips it and
     /// announces `tools/list_changed`, so tests can watch a list change.
     bonus: AtomicBool,
@@ -128,6 +131,26 @@ struct RememberArgs {
 struct RecallArgs {
     /// Name the value was stored under.
     key: String,
+}
+
+/// Bounds on `slow`, so a test typo cannot hang a process for hours.
+const MAX_SLOW_STEPS: u32 = 1_000;
+const MAX_SLOW_DELAY_MS: u64 = 10_000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SlowArgs {
+    /// How many steps to take.
+    steps: u32,
+    /// Milliseconds per step.
+    delay_ms: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct LogArgs {
+    /// Log level: debug, info, notice, warning, error, critical, alert, emergency.
+    level: rmcp::model::LoggingLevel,
+    /// Any JSON value.
+    data: serde_json::Value,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -248,6 +271,66 @@ impl DemoServer {
         }
     }
 
+    #[tool(
+        description = "Take `steps` steps of `delay_ms` each, reporting progress when asked; counts calls cancelled before the end."
+    )]
+    async fn slow(
+        &self,
+        Parameters(args): Parameters<SlowArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        /// Counts the call as cancelled unless it finished, including when
+        /// the SDK drops this future on a client's cancel.
+        struct Unfinished<'a>(&'a AtomicU64, bool);
+        impl Drop for Unfinished<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        let mut unfinished = Unfinished(&self.state.cancellations, false);
+        let steps = args.steps.min(MAX_SLOW_STEPS);
+        let delay = std::time::Duration::from_millis(args.delay_ms.min(MAX_SLOW_DELAY_MS));
+        let token = context.meta.get_progress_token();
+        for step in 1..=steps {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = context.ct.cancelled() => return error_result("cancelled"),
+            }
+            if let Some(token) = &token {
+                let mut progress =
+                    rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(step));
+                progress.total = Some(f64::from(steps));
+                progress.message = Some(format!("step {step} of {steps}"));
+                let _ = context.peer.notify_progress(progress).await;
+            }
+        }
+        unfinished.1 = true;
+        text_result(format!("done after {steps} steps"))
+    }
+
+    #[tool(description = "How many `slow` calls this process saw cancelled.")]
+    async fn cancellations(&self) -> CallToolResult {
+        text_result(self.state.cancellations.load(Ordering::SeqCst).to_string())
+    }
+
+    #[tool(
+        description = "Send a log message (notifications/message) with the given level and JSON data."
+    )]
+    async fn log(
+        &self,
+        Parameters(args): Parameters<LogArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let message = rmcp::model::LoggingMessageNotificationParam::new(args.level, args.data)
+            .with_logger("junction-demo");
+        match context.peer.notify_logging_message(message).await {
+            Ok(()) => text_result("logged"),
+            Err(error) => error_result(format!("could not log: {error}")),
+        }
+    }
+
     #[tool(description = "Only listed after toggle_bonus; says it is here.")]
     async fn bonus(&self) -> CallToolResult {
         if self.state.bonus.load(Ordering::Relaxed) {
@@ -335,6 +418,7 @@ impl ServerHandler for DemoServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .enable_prompts()
                 .enable_resources()
                 .build(),
@@ -522,14 +606,17 @@ mod tests {
             names,
             [
                 "add",
+                "cancellations",
                 "client_capabilities",
                 "counter",
                 "echo",
                 "fail",
                 "links",
+                "log",
                 "pid",
                 "recall",
                 "remember",
+                "slow",
                 "toggle_bonus"
             ]
         );

@@ -194,7 +194,11 @@ async fn streamable_http_upstream() {
     let mut expected: Vec<String> = full_tools
         .iter()
         .map(|tool| format!("hshared__{tool}"))
-        .chain(upstream_tools.iter().map(|tool| format!("hprivate__{tool}")))
+        .chain(
+            upstream_tools
+                .iter()
+                .map(|tool| format!("hprivate__{tool}")),
+        )
         .collect();
     expected.sort();
     assert_eq!(tool_names(&a).await, expected);

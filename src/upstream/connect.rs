@@ -21,7 +21,7 @@ use rmcp::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{UpstreamHandler, UpstreamSession};
+use super::{ordered::OrderedTransport, UpstreamHandler, UpstreamSession};
 use crate::config::{MountConfig, UpstreamTransport};
 
 /// Bound on spawning/connecting plus the `initialize` exchange. A server
@@ -108,7 +108,8 @@ async fn start(
                     }
                 });
             }
-            let service = handler.serve(process).await.map_err(initialize_error)?;
+            let transport = OrderedTransport::new(process, handler.relay().clone());
+            let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok((service, pid))
         }
         UpstreamTransport::StreamableHttp { url, headers } => {
@@ -125,7 +126,10 @@ async fn start(
                 .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             config.custom_headers = custom_headers;
-            let transport = StreamableHttpClientTransport::with_client(client, config);
+            let transport = OrderedTransport::new(
+                StreamableHttpClientTransport::with_client(client, config),
+                handler.relay().clone(),
+            );
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok((service, None))
         }

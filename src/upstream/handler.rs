@@ -203,6 +203,7 @@ impl ClientHandler for UpstreamHandler {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        let _relayed = RelayedOnDrop(&self.relay);
         // The upstream token is the one rmcp chose; the client knows its own.
         let Some(caller) = self.relay.caller_for_progress(&params.progress_token) else {
             tracing::debug!(token = ?params.progress_token, "progress for no request in flight");
@@ -222,6 +223,7 @@ impl ClientHandler for UpstreamHandler {
         params: LoggingMessageNotificationParam,
         context: NotificationContext<RoleClient>,
     ) {
+        let _relayed = RelayedOnDrop(&self.relay);
         match self.relay.attribute(&context.extensions) {
             Ok(caller) => {
                 if let Err(error) = caller.peer.notify_logging_message(params).await {
@@ -283,6 +285,16 @@ impl ClientHandler for UpstreamHandler {
         _context: NotificationContext<RoleClient>,
     ) {
         self.events.resource_updated(params);
+    }
+}
+
+/// Marks a notification counted by `OrderedTransport` as handled, on every
+/// path out of its handler.
+struct RelayedOnDrop<'a>(&'a Relay);
+
+impl Drop for RelayedOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.notification_relayed();
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod connect;
 pub mod discovery;
 pub mod handler;
+pub mod ordered;
 pub mod profile;
 pub mod relay;
 
@@ -87,6 +88,8 @@ impl UpstreamSession {
             }
         };
         cancel_guard.id = None;
+        // Progress and logs the upstream sent before answering go first.
+        self.relay.drain().await;
         answer
     }
 

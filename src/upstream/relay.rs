@@ -17,8 +17,14 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex, OnceLock,
+    },
+    time::Duration,
 };
+
+use tokio::sync::Notify;
 
 use rmcp::{
     model::{Extensions, ProgressToken, RequestId},
@@ -76,7 +82,14 @@ pub struct Relay {
     elicitations: Mutex<HashMap<String, Caller>>,
     /// The one session of a per-session upstream.
     owner: OnceLock<Caller>,
+    /// Progress and log notifications received but not yet relayed.
+    pending_notifications: AtomicUsize,
+    relayed: Notify,
 }
+
+/// Bound on how long an answer waits for earlier notifications to be
+/// relayed; a stuck client stream must not hold every answer.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 impl Relay {
     /// A relay for a per-session upstream owned by one downstream session.
@@ -146,6 +159,34 @@ impl Relay {
             Err(Unattributed::Nobody)
         } else {
             Err(Unattributed::Ambiguous(sessions.len()))
+        }
+    }
+
+    /// A progress or log notification arrived (called in wire order).
+    pub fn notification_arrived(&self) {
+        self.pending_notifications.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A notification counted by `notification_arrived` has been handled.
+    pub fn notification_relayed(&self) {
+        let before = self.pending_notifications.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "more notifications relayed than arrived");
+        self.relayed.notify_waiters();
+    }
+
+    /// Waits (bounded) until every notification that arrived so far has
+    /// been relayed.
+    pub async fn drain(&self) {
+        let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
+        loop {
+            let relayed = self.relayed.notified();
+            if self.pending_notifications.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, relayed).await.is_err() {
+                tracing::debug!("answering before every earlier notification was relayed");
+                return;
+            }
         }
     }
 

@@ -6,8 +6,11 @@
 //! Nothing here sleeps for a fixed time: every wait polls with a deadline
 //! and fails with the process's stderr attached.
 
-// Each test crate (`gateway`, `cli`) uses a different subset.
+// Each test crate (`gateway`, `cli`, `relay`) uses a different subset.
 #![allow(dead_code)]
+// Sampling, roots and logging are deprecated by SEP-2577 (2026-07-28) but
+// are what handshake-era clients and servers use.
+#![allow(deprecated)]
 
 use std::{
     future::Future,
@@ -24,10 +27,12 @@ use std::{
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-        JsonObject, ProtocolVersion,
+        CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+        CreateMessageRequestParams, CreateMessageResult, Implementation, JsonObject,
+        ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+        ProtocolVersion, Root, SamplingMessage,
     },
-    service::{NotificationContext, RunningService},
+    service::{NotificationContext, RequestContext, RunningService},
     transport::StreamableHttpClientTransport,
     ClientCacheConfig, ClientHandler, RoleClient, ServiceExt,
 };
@@ -375,17 +380,35 @@ impl Gateway {
     }
 }
 
-/// The test client's handler: declares the given capabilities and counts
-/// the `tools/list_changed` notifications it receives.
+/// The test client's handler: declares the given capabilities, answers
+/// sampling (`"echo: <prompt>"` from model `test-model`) and roots
+/// (`file:///junction-test-root`), and records what the server sends.
 #[derive(Clone)]
 pub struct TestClient {
     info: ClientConfig,
     tool_list_changes: Arc<AtomicUsize>,
+    sampling_requests: Arc<AtomicUsize>,
+    /// `(progress token, progress)` of every progress notification.
+    progress: Arc<Mutex<Vec<(ProgressToken, f64)>>>,
+    /// `data` of every log message.
+    logs: Arc<Mutex<Vec<Value>>>,
 }
 
 impl TestClient {
     pub fn tool_list_changes(&self) -> usize {
         self.tool_list_changes.load(Ordering::SeqCst)
+    }
+
+    pub fn sampling_requests(&self) -> usize {
+        self.sampling_requests.load(Ordering::SeqCst)
+    }
+
+    pub fn progress(&self) -> Vec<(ProgressToken, f64)> {
+        self.progress.lock().unwrap().clone()
+    }
+
+    pub fn logs(&self) -> Vec<Value> {
+        self.logs.lock().unwrap().clone()
     }
 }
 
@@ -394,8 +417,55 @@ impl ClientHandler for TestClient {
         self.info.clone()
     }
 
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, rmcp::ErrorData> {
+        self.sampling_requests.fetch_add(1, Ordering::SeqCst);
+        let prompt = params
+            .messages
+            .first()
+            .and_then(|message| message.content.first())
+            .and_then(|content| content.as_text())
+            .map(|text| text.text.clone())
+            .unwrap_or_default();
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text(format!("echo: {prompt}")),
+            "test-model".to_owned(),
+        ))
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, rmcp::ErrorData> {
+        Ok(ListRootsResult::new(vec![Root::new(
+            "file:///junction-test-root",
+        )]))
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tool_list_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .unwrap()
+            .push((params.progress_token, params.progress));
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params.data);
     }
 }
 
@@ -428,6 +498,9 @@ pub async fn connect_with(url: &str, capabilities: ClientCapabilities) -> Client
     let handler = TestClient {
         info,
         tool_list_changes: Arc::default(),
+        sampling_requests: Arc::default(),
+        progress: Arc::default(),
+        logs: Arc::default(),
     };
     let client = within(&format!("connecting to {url}"), handler.serve(transport))
         .await

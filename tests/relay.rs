@@ -1,0 +1,245 @@
+//! What upstreams send back reaches the right client: sampling, progress,
+//! log messages and cancellation, through shared and per-session mounts,
+//! with the real gateway in front of real demo-server processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject};
+use serde_json::{json, Value};
+
+/// A `shared` and a `per_session` stdio demo mount.
+fn config() -> String {
+    format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    )
+}
+
+fn sampling() -> rmcp::model::ClientCapabilities {
+    serde_json::from_value(json!({"sampling": {}})).unwrap()
+}
+
+fn slow_args(steps: u32, delay_ms: u64) -> Value {
+    json!({"steps": steps, "delay_ms": delay_ms})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_session_lists_follow_the_client_and_sampling_is_relayed() {
+    let gateway = Gateway::start(&config()).await;
+    let url = gateway.mcp_url();
+    let (plain, sampler) = tokio::join!(gateway.connect(), connect_with(&url, sampling()));
+
+    // The per-session upstream offers ask_model only to a client that can
+    // answer sampling; the shared one lists it for everyone.
+    let plain_tools = tool_names(&plain).await;
+    let sampler_tools = tool_names(&sampler).await;
+    assert!(
+        !plain_tools.contains(&"private__ask_model".to_owned()),
+        "{plain_tools:?}"
+    );
+    assert!(
+        sampler_tools.contains(&"private__ask_model".to_owned()),
+        "{sampler_tools:?}"
+    );
+    assert!(plain_tools.contains(&"shared__ask_model".to_owned()));
+
+    for tool in ["private__ask_model", "shared__ask_model"] {
+        let answer = call(&sampler, tool, json!({"prompt": "hello"})).await;
+        assert_eq!(ok_text(&answer), "test-model said: echo: hello", "{tool}");
+    }
+    assert_eq!(sampler.service().sampling_requests(), 2);
+
+    // A client without sampling is never sent a sampling request: the
+    // upstream gets an error and says so in its tool result.
+    let refused = call(&plain, "shared__ask_model", json!({"prompt": "x"})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("did not declare sampling"),
+        "{refused:?}"
+    );
+    assert_eq!(plain.service().sampling_requests(), 0);
+
+    close(plain).await;
+    close(sampler).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reaches_only_the_request_that_asked() {
+    let gateway = Gateway::start(&config()).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+    // Both run on the one shared upstream session at the same time. A's
+    // call is sent by hand to learn the progress token its client chose.
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("shared__slow")
+            .with_arguments(slow_args(4, 30).as_object().cloned().unwrap()),
+    ));
+    let handle = within(
+        "sending A's call",
+        a.peer()
+            .send_cancellable_request(request, Default::default()),
+    )
+    .await
+    .expect("request sent");
+    let token_a = handle.progress_token.clone();
+    let (done_a, done_b) = tokio::join!(
+        within("A's call", handle.await_response()),
+        call(&b, "shared__slow", slow_args(2, 30)),
+    );
+    let Ok(rmcp::model::ServerResult::CallToolResult(done_a)) = done_a else {
+        panic!("A's call failed: {done_a:?}");
+    };
+    assert_eq!(ok_text(&done_a), "done after 4 steps");
+    assert_eq!(ok_text(&done_b), "done after 2 steps");
+    let progress_a = a.service().progress();
+    let progress_b = b.service().progress();
+    let steps = |progress: &[(rmcp::model::ProgressToken, f64)]| -> Vec<f64> {
+        progress.iter().map(|(_, step)| *step).collect()
+    };
+    assert_eq!(steps(&progress_a), [1.0, 2.0, 3.0, 4.0], "{progress_a:?}");
+    assert_eq!(steps(&progress_b), [1.0, 2.0], "{progress_b:?}");
+    // A's progress carries the token A's client sent, not the gateway's.
+    assert!(
+        progress_a.iter().all(|(token, _)| *token == token_a),
+        "{progress_a:?}"
+    );
+    assert!(progress_b.windows(2).all(|w| w[0].0 == w[1].0));
+
+    // The same through a per-session upstream.
+    let done = call(&a, "private__slow", slow_args(3, 10)).await;
+    assert_eq!(ok_text(&done), "done after 3 steps");
+    assert_eq!(a.service().progress().len(), 7);
+    assert_eq!(b.service().progress().len(), 2);
+    close(a).await;
+    close(b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_messages_reach_only_the_caller_with_their_data_unchanged() {
+    let gateway = Gateway::start(&config()).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+    let payloads = [
+        json!("plain text"),
+        json!(42),
+        json!({"nested": {"list": [1, "two", null]}}),
+        json!([true, 2.5]),
+    ];
+    for data in &payloads {
+        let logged = call(&a, "shared__log", json!({"level": "info", "data": data})).await;
+        assert_eq!(ok_text(&logged), "logged");
+    }
+    let logged = call(
+        &a,
+        "private__log",
+        json!({"level": "warning", "data": "own"}),
+    )
+    .await;
+    assert_eq!(ok_text(&logged), "logged");
+    let mut expected: Vec<Value> = payloads.to_vec();
+    expected.push(json!("own"));
+    eventually("A's log messages", Duration::from_secs(5), || async {
+        (a.service().logs() == expected).then_some(())
+    })
+    .await;
+    // B caused none of them and got none.
+    let ping = call(&b, "shared__echo", json!({"message": "still here"})).await;
+    assert_eq!(ok_text(&ping), "still here");
+    assert!(b.service().logs().is_empty(), "{:?}", b.service().logs());
+    close(a).await;
+    close(b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unattributable_sampling_request_is_refused_not_guessed() {
+    let gateway = Gateway::start(&config()).await;
+    let url = gateway.mcp_url();
+    let (busy, sampler) = tokio::join!(gateway.connect(), connect_with(&url, sampling()));
+    // While `busy` has a call in flight on the shared stdio session, a
+    // sampling request from that session could belong to either client:
+    // stdio carries no request association in the handshake era.
+    let (slow, answer) = tokio::join!(call(&busy, "shared__slow", slow_args(20, 50)), async {
+        // Let the slow call reach the upstream first.
+        eventually(
+            "busy's call to be in flight",
+            Duration::from_secs(5),
+            || async { (!busy.service().progress().is_empty()).then_some(()) },
+        )
+        .await;
+        call(&sampler, "shared__ask_model", json!({"prompt": "whose?"})).await
+    });
+    assert_eq!(ok_text(&slow), "done after 20 steps");
+    assert_eq!(answer.is_error, Some(true), "{answer:?}");
+    assert!(text(&answer).contains("cannot route"), "{answer:?}");
+    assert_eq!(sampler.service().sampling_requests(), 0);
+    assert_eq!(busy.service().sampling_requests(), 0);
+
+    // Alone on the session, the same request is attributed and answered.
+    let answer = call(&sampler, "shared__ask_model", json!({"prompt": "mine"})).await;
+    assert_eq!(ok_text(&answer), "test-model said: echo: mine");
+    close(busy).await;
+    close(sampler).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cancel_stops_its_upstream_call_and_nothing_else() {
+    let gateway = Gateway::start(&config()).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+
+    let mut args = JsonObject::new();
+    args.insert("steps".into(), json!(100));
+    args.insert("delay_ms".into(), json!(50));
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("shared__slow").with_arguments(args),
+    ));
+    let handle = within(
+        "sending A's slow call",
+        a.peer()
+            .send_cancellable_request(request, Default::default()),
+    )
+    .await
+    .expect("request sent");
+    // B's call runs on the same shared upstream session meanwhile.
+    let b_call = tokio::spawn({
+        let b = b.peer().clone();
+        async move {
+            b.call_tool(
+                CallToolRequestParams::new("shared__slow").with_arguments(
+                    json!({"steps": 10, "delay_ms": 50})
+                        .as_object()
+                        .cloned()
+                        .unwrap(),
+                ),
+            )
+            .await
+        }
+    });
+    eventually(
+        "A's call to make progress",
+        Duration::from_secs(5),
+        || async { (!a.service().progress().is_empty()).then_some(()) },
+    )
+    .await;
+    within("cancelling A's call", handle.cancel(Some("test".into())))
+        .await
+        .expect("cancel sent");
+
+    // The upstream saw exactly one cancel, and B's call finished normally.
+    eventually(
+        "the upstream to see the cancel",
+        Duration::from_secs(5),
+        || async {
+            let count = call(&b, "shared__cancellations", Value::Null).await;
+            (ok_text(&count) == "1").then_some(())
+        },
+    )
+    .await;
+    let b_result = within("B's call", b_call).await.unwrap().expect("B's call");
+    assert_eq!(ok_text(&b_result), "done after 10 steps");
+    let count = call(&b, "shared__cancellations", Value::Null).await;
+    assert_eq!(ok_text(&count), "1");
+    close(a).await;
+    close(b).await;
+}
