@@ -562,7 +562,11 @@ async fn raw_http_surface() {
     )
     .await
     .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
+    assert_eq!(
+        response.status(),
+        204,
+        "DELETE should answer 204 No Content"
+    );
     let response = within("after DELETE", with_session(TOOLS_LIST, &session).send())
         .await
         .unwrap();

@@ -38,7 +38,8 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     );
     let mcp = Router::new()
         .route_service(&server.path, mcp)
-        .layer(axum::middleware::from_fn(json_guard::check_json_body));
+        .layer(axum::middleware::from_fn(json_guard::check_json_body))
+        .layer(axum::middleware::from_fn(delete_answers_ok));
     Router::new()
         .merge(mcp)
         .route("/healthz", get(healthz))
@@ -62,6 +63,21 @@ pub async fn serve(
             sessions_token.cancel();
         })
         .await
+}
+
+/// rmcp answers a session DELETE with 202; the Python SDK treats anything
+/// but 200/204 as a failed termination and warns, so answer 204 (the
+/// session is gone, there is no body).
+async fn delete_answers_ok(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let is_delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 async fn healthz() -> impl IntoResponse {

@@ -317,6 +317,11 @@ async def test_isolation_upstream_processes(everything_gateway: Gateway, isolati
     session ends. shared: every session uses the one upstream process."""
     needle = str(everything_entry())
     with anyio.fail_after(TEST_TIMEOUT_S):
+        # A first session that only lists: the gateway discovers the mount for
+        # this client's capability profile (one discovery process per profile,
+        # kept for list_changed) without opening a per-session upstream.
+        async with connect(everything_gateway.mcp_url) as warm:
+            await list_all_tools(warm)
         baseline = everything_gateway.child_pids(needle)
         async with connect(everything_gateway.mcp_url) as a:
             await a.call_tool(f"{TOOL_PREFIX}get-sum", {"a": 1, "b": 1})
@@ -328,7 +333,7 @@ async def test_isolation_upstream_processes(everything_gateway: Gateway, isolati
             assert during == baseline, f"shared mount spawned per-session upstreams: before {baseline}, during {during}"
         else:
             new = set(during) - set(baseline)
-            assert len(new) >= 2, f"per_session: two sessions, new upstream pids {sorted(new)} (before {baseline}, during {during})"
+            assert len(new) == 2, f"per_session: two sessions, new upstream pids {sorted(new)} (before {baseline}, during {during})"
             left = await _wait_gone(everything_gateway, needle, new)
             assert not left, f"per_session upstreams {sorted(left)} still running 10 s after their sessions ended"
 
