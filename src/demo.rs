@@ -62,6 +62,8 @@ Read demo://notes/<key> to see what was remembered under <key>.
 struct State {
     counter: AtomicU64,
     notes: Mutex<HashMap<String, String>>,
+    /// How many `notifications/roots/list_changed` the client sent.
+    roots_changes: AtomicU64,
     /// How many `slow` calls ended before finishing (cancelled by the
     /// client): lets tests see that a cancel reached this process.
     cancellations: AtomicU64,
@@ -310,6 +312,20 @@ impl DemoServer {
         text_result(format!("done after {steps} steps"))
     }
 
+    #[tool(
+        description = "Ask the client for its roots (roots/list) and return their URIs, one per line; also says how many roots/list_changed it sent."
+    )]
+    async fn roots(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+        let changes = self.state.roots_changes.load(Ordering::SeqCst);
+        match context.peer.list_roots().await {
+            Ok(result) => {
+                let uris: Vec<&str> = result.roots.iter().map(|root| root.uri.as_str()).collect();
+                text_result(format!("{}\nchanges: {changes}", uris.join("\n")))
+            }
+            Err(error) => error_result(format!("roots/list failed: {error}")),
+        }
+    }
+
     #[tool(description = "How many `slow` calls this process saw cancelled.")]
     async fn cancellations(&self) -> CallToolResult {
         text_result(self.state.cancellations.load(Ordering::SeqCst).to_string())
@@ -430,6 +446,13 @@ impl ServerHandler for DemoServer {
         .with_instructions(
             "Demo server: try echo, add, counter, remember/recall, and read demo://readme.",
         )
+    }
+
+    async fn on_roots_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        self.state.roots_changes.fetch_add(1, Ordering::SeqCst);
     }
 
     async fn list_tools(
@@ -616,6 +639,7 @@ mod tests {
                 "pid",
                 "recall",
                 "remember",
+                "roots",
                 "slow",
                 "toggle_bonus"
             ]

@@ -588,6 +588,19 @@ async fn raw_http_surface() {
     .await
     .unwrap();
     assert_eq!(response.status(), 200);
+
+    // A browser page from a foreign origin is refused; a local one is not,
+    // and clients that send no Origin (SDKs, IDEs) are unaffected.
+    for (origin, status) in [
+        ("http://evil.example", 403),
+        ("https://localhost:6274", 200),
+        ("http://127.0.0.1:3000", 200),
+    ] {
+        let response = within(origin, post(INITIALIZE).header("origin", origin).send())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "Origin {origin}");
+    }
 }
 
 /// A list change announced by an upstream reaches the sessions it concerns:

@@ -243,3 +243,45 @@ async fn a_client_cancel_stops_its_upstream_call_and_nothing_else() {
     close(a).await;
     close(b).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_requests_and_changes_reach_the_right_client() {
+    let gateway = Gateway::start(&config()).await;
+    let url = gateway.mcp_url();
+    let roots: rmcp::model::ClientCapabilities =
+        serde_json::from_value(json!({"roots": {"listChanged": true}})).unwrap();
+    let (plain, rooted) = tokio::join!(gateway.connect(), connect_with(&url, roots));
+
+    for tool in ["private__roots", "shared__roots"] {
+        let answer = call(&rooted, tool, Value::Null).await;
+        assert!(
+            ok_text(&answer).starts_with("file:///junction-test-root\n"),
+            "{tool}: {answer:?}"
+        );
+    }
+    let refused = call(&plain, "shared__roots", Value::Null).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(
+        text(&refused).contains("did not declare roots"),
+        "{refused:?}"
+    );
+
+    // The client's roots/list_changed reaches its per-session upstream.
+    within(
+        "roots/list_changed",
+        rooted.peer().notify_roots_list_changed(),
+    )
+    .await
+    .expect("notification sent");
+    eventually(
+        "the upstream to hear about the change",
+        Duration::from_secs(5),
+        || async {
+            let answer = call(&rooted, "private__roots", Value::Null).await;
+            ok_text(&answer).ends_with("changes: 1").then_some(())
+        },
+    )
+    .await;
+    close(plain).await;
+    close(rooted).await;
+}

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub separator: Separator,
     /// `Host` header allow-list (DNS-rebinding protection); empty = no check.
     pub allowed_hosts: Vec<String>,
+    /// `Origin` header allow-list for requests that carry one (browsers);
+    /// `None` = no check. Entries are `scheme://host[:port|:*]` or `null`.
+    pub allowed_origins: Option<Vec<String>>,
     /// A downstream session with no traffic for this long is ended.
     pub session_idle_timeout: Duration,
 }
@@ -102,6 +105,16 @@ pub mod defaults {
     pub const PATH: &str = "/mcp";
     pub const SEPARATOR: &str = "__";
     pub const ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+    /// Pages served from this machine may call the gateway; a page from any
+    /// other origin (a DNS-rebinding attack) gets 403.
+    pub const ALLOWED_ORIGINS: [&str; 6] = [
+        "http://localhost:*",
+        "https://localhost:*",
+        "http://127.0.0.1:*",
+        "https://127.0.0.1:*",
+        "http://[::1]:*",
+        "https://[::1]:*",
+    ];
     /// Long enough for a developer to step away; short enough that abandoned
     /// sessions (and their per-session upstream processes) do not pile up.
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);

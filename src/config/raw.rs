@@ -17,6 +17,7 @@ pub struct RawServer {
     pub path: Option<String>,
     pub separator: Option<String>,
     pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,
 }
 

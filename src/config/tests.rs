@@ -258,6 +258,28 @@ fn namespaces_must_split_unambiguously() {
 }
 
 #[test]
+fn origins_are_checked_and_star_disables_the_check() {
+    let found = problems(
+        "junction.toml",
+        "[server]\nallowed_origins = [\"https://ok.example\", \"ftp://x\", \"http://h/path\", \"null\"]\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "server.allowed_origins.1: \"ftp://x\" is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\"",
+            "server.allowed_origins.2: \"http://h/path\" is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\"",
+        ]
+    );
+    let config = load_file(
+        "junction.toml",
+        "[server]\nallowed_origins = [\"*\"]\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.server.allowed_origins, None);
+}
+
+#[test]
 fn empty_host_list_and_unknown_format_are_rejected() {
     let found = problems("junction.toml", "[server]\nallowed_hosts = []\n");
     assert!(found[0].starts_with("server.allowed_hosts: must not be empty"));

@@ -152,6 +152,23 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         Some(hosts) if hosts.iter().any(|host| host == "*") => Vec::new(),
         Some(hosts) => hosts,
     };
+    let allowed_origins = match raw.allowed_origins {
+        None => Some(defaults::ALLOWED_ORIGINS.map(str::to_owned).to_vec()),
+        Some(origins) if origins.iter().any(|origin| origin == "*") => None,
+        Some(origins) => {
+            for (index, origin) in origins.iter().enumerate() {
+                if !is_origin_pattern(origin) {
+                    problems.push(
+                        format!("server.allowed_origins.{index}"),
+                        format!(
+                            "{origin:?} is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\""
+                        ),
+                    );
+                }
+            }
+            Some(origins)
+        }
+    };
     let session_idle_timeout = match raw.session_idle_timeout {
         None => Some(defaults::SESSION_IDLE_TIMEOUT),
         Some(text) => match humantime::parse_duration(&text) {
@@ -177,8 +194,28 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         path,
         separator: separator?,
         allowed_hosts,
+        allowed_origins,
         session_idle_timeout: session_idle_timeout?,
     })
+}
+
+/// `null`, or `http(s)://host` with an optional `:port` or `:*`, no path.
+fn is_origin_pattern(origin: &str) -> bool {
+    if origin == "null" {
+        return true;
+    }
+    let base = origin.strip_suffix(":*").unwrap_or(origin);
+    match url::Url::parse(base) {
+        Ok(url) => {
+            matches!(url.scheme(), "http" | "https")
+                && url.host().is_some()
+                && url.path() == "/"
+                && !base.ends_with('/')
+                && url.query().is_none()
+                && url.username().is_empty()
+        }
+        Err(_) => false,
+    }
 }
 
 fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<MountConfig> {

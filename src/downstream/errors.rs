@@ -87,14 +87,15 @@ impl RouteError {
                 namespace,
                 mut error,
             } => {
-                // The code and message are the upstream's; `data` learns which
-                // mount answered and gets a URI the client can use.
+                // Code, message and data are the upstream's (a -32042 must
+                // reach the client as sent); a URI in `data` is given the
+                // namespace so the client can use it, and an error without
+                // data says which mount answered.
                 match &mut error.data {
                     Some(serde_json::Value::Object(data)) => {
                         if let Some(serde_json::Value::String(uri)) = data.get_mut("uri") {
                             *uri = namespace.qualify_uri(uri);
                         }
-                        data.entry("mount").or_insert_with(|| json!(mount.as_str()));
                     }
                     None => error.data = Some(json!({ "mount": mount.as_str() })),
                     Some(_) => {}
@@ -137,10 +138,7 @@ mod tests {
         let error = upstream_error(Some(json!({"uri": "demo://x", "extra": 1})));
         assert_eq!(error.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
         assert_eq!(error.message, "no resource demo://x");
-        assert_eq!(
-            error.data,
-            Some(json!({"uri": "ev+demo://x", "extra": 1, "mount": "ev"}))
-        );
+        assert_eq!(error.data, Some(json!({"uri": "ev+demo://x", "extra": 1})));
         assert_eq!(upstream_error(None).data, Some(json!({"mount": "ev"})));
         assert_eq!(upstream_error(Some(json!([1]))).data, Some(json!([1])));
     }

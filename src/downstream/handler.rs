@@ -157,6 +157,22 @@ impl ServerHandler for DownstreamSession {
         tracing::debug!(session = self.state.key, "downstream session initialized");
     }
 
+    /// The client's roots changed: its per-session upstreams (which asked it
+    /// for roots) are told. Shared upstreams are not: their roots requests
+    /// are answered per calling client, so they hold no roots to refresh.
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        for mount in self.gateway.mounts() {
+            if mount.config.isolation != Isolation::PerSession {
+                continue;
+            }
+            if let Some(upstream) = self.state.open_upstream(&mount.config.name) {
+                if let Err(error) = upstream.peer().notify_roots_list_changed().await {
+                    tracing::debug!(mount = %mount.config.name, %error, "could not relay roots/list_changed");
+                }
+            }
+        }
+    }
+
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,

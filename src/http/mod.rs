@@ -29,6 +29,12 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(server.allowed_hosts.clone())
         .with_cancellation_token(shutdown);
+    mcp_config = match &server.allowed_origins {
+        Some(origins) => mcp_config
+            .with_allowed_origins(origins.clone())
+            .enforce_origin_validation(),
+        None => mcp_config.disable_allowed_origins(),
+    };
     mcp_config.max_request_body_bytes = MAX_BODY_BYTES;
     let factory_gateway = gateway.clone();
     let mcp = StreamableHttpService::new(
