@@ -96,12 +96,15 @@ fn unexpected(mount: &Mount) -> RouteError {
     }
 }
 
-fn page_error(error: PageError) -> ErrorData {
-    ErrorData::invalid_params(error.to_string(), None)
-}
-
-fn cursor(request: &Option<PaginatedRequestParams>) -> Option<&str> {
-    request.as_ref().and_then(|params| params.cursor.as_deref())
+/// One page of a merged list, under the gateway's own cursor.
+fn page_of<T: Clone>(
+    catalog: &MergedCatalog,
+    items: &[T],
+    request: &Option<PaginatedRequestParams>,
+) -> Result<(Vec<T>, Option<String>), ErrorData> {
+    let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
+    catalog::page(items, catalog.generation, cursor, catalog::PAGE_SIZE)
+        .map_err(|error: PageError| ErrorData::invalid_params(error.to_string(), None))
 }
 
 impl ServerHandler for DownstreamSession {
@@ -188,14 +191,8 @@ impl ServerHandler for DownstreamSession {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let catalog = self.catalog().await;
-        let (tools, next) = catalog::page(
-            &catalog.tools,
-            catalog.generation,
-            cursor(&request),
-            catalog::PAGE_SIZE,
-        )
-        .map_err(page_error)?;
-        let mut result = ListToolsResult::with_all_items(tools);
+        let (items, next) = page_of(&catalog, &catalog.tools, &request)?;
+        let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
     }
@@ -206,14 +203,8 @@ impl ServerHandler for DownstreamSession {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let catalog = self.catalog().await;
-        let (prompts, next) = catalog::page(
-            &catalog.prompts,
-            catalog.generation,
-            cursor(&request),
-            catalog::PAGE_SIZE,
-        )
-        .map_err(page_error)?;
-        let mut result = ListPromptsResult::with_all_items(prompts);
+        let (items, next) = page_of(&catalog, &catalog.prompts, &request)?;
+        let mut result = ListPromptsResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
     }
@@ -224,14 +215,8 @@ impl ServerHandler for DownstreamSession {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let catalog = self.catalog().await;
-        let (resources, next) = catalog::page(
-            &catalog.resources,
-            catalog.generation,
-            cursor(&request),
-            catalog::PAGE_SIZE,
-        )
-        .map_err(page_error)?;
-        let mut result = ListResourcesResult::with_all_items(resources);
+        let (items, next) = page_of(&catalog, &catalog.resources, &request)?;
+        let mut result = ListResourcesResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
     }
@@ -242,14 +227,8 @@ impl ServerHandler for DownstreamSession {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let catalog = self.catalog().await;
-        let (templates, next) = catalog::page(
-            &catalog.templates,
-            catalog.generation,
-            cursor(&request),
-            catalog::PAGE_SIZE,
-        )
-        .map_err(page_error)?;
-        let mut result = ListResourceTemplatesResult::with_all_items(templates);
+        let (items, next) = page_of(&catalog, &catalog.templates, &request)?;
+        let mut result = ListResourceTemplatesResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
     }
