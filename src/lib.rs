@@ -31,4 +31,5 @@ pub mod gateway;
 pub mod http;
 pub mod naming;
 pub mod rewrite;
+pub mod telemetry;
 pub mod upstream;

@@ -1,9 +1,9 @@
 //! Where the config comes from and how the layers are merged.
 //!
 //! Order, later wins: the file (TOML, YAML or JSON by extension, or the
-//! embedded default), then `JUNCTION_SERVER__…` / `JUNCTION_MOUNTS__…`
+//! embedded default), then `JUNCTION_{SERVER,MOUNTS,TELEMETRY,ADMIN}__…`
 //! environment overrides (`__` nests), then `${VAR}` expansion. Only those
-//! two env prefixes are read so that unrelated `JUNCTION_*` variables in a
+//! section prefixes are read so that unrelated `JUNCTION_*` variables in a
 //! user's shell cannot break start-up.
 
 use std::path::{Path, PathBuf};
@@ -114,7 +114,9 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         Env::prefixed("JUNCTION_")
             .filter(|key| {
                 let key = key.as_str().to_ascii_lowercase();
-                key.starts_with("server__") || key.starts_with("mounts__")
+                ["server__", "mounts__", "telemetry__", "admin__"]
+                    .iter()
+                    .any(|section| key.starts_with(section))
             })
             .split("__"),
     );

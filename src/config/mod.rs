@@ -22,6 +22,8 @@ use crate::naming::{MountName, Namespace, Separator};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub server: ServerConfig,
+    pub telemetry: TelemetryConfig,
+    pub admin: AdminConfig,
     /// Mounts in config order: on a name collision the earlier one wins.
     pub mounts: Vec<MountConfig>,
 }
@@ -42,6 +44,30 @@ pub struct ServerConfig {
     pub allowed_origins: Option<Vec<String>>,
     /// A downstream session with no traffic for this long is ended.
     pub session_idle_timeout: Duration,
+}
+
+/// The `[telemetry]` table: logs and trace export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    pub log_format: crate::telemetry::LogFormat,
+    /// A `tracing` filter such as `info` or `info,junction=debug`;
+    /// `RUST_LOG` wins when set.
+    pub log_level: String,
+    /// OTLP/HTTP base endpoint (`http://collector:4318`); `None` = no trace
+    /// export unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` (default) or `http/json`.
+    pub otlp_json: bool,
+    /// `OTEL_SERVICE_NAME` wins when set.
+    pub service_name: String,
+}
+
+/// The `[admin]` table: `/metrics`, `/status`, `/status.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    pub enabled: bool,
+    /// Serve them on their own listener; `None` = on `server.listen`.
+    pub listen: Option<SocketAddr>,
 }
 
 /// One upstream MCP server and how it is exposed.
@@ -118,6 +144,8 @@ pub mod defaults {
     /// Long enough for a developer to step away; short enough that abandoned
     /// sessions (and their per-session upstream processes) do not pile up.
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    pub const LOG_LEVEL: &str = "info,rmcp=warn";
+    pub const SERVICE_NAME: &str = "junction";
 }
 
 #[cfg(test)]

@@ -37,3 +37,22 @@ pub struct RawMount {
     pub namespace: Option<String>,
     pub isolation: Option<String>,
 }
+
+/// The `[telemetry]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub log_format: Option<String>,
+    pub log_level: Option<String>,
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: Option<String>,
+    pub service_name: Option<String>,
+}
+
+/// The `[admin]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+}

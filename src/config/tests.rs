@@ -192,7 +192,7 @@ fn every_problem_is_reported_at_once_with_its_path() {
         "server.path: \"mcp\" must start with `/`",
         "server.separator: separator \"x\" must be 1 to 4 characters from `_`, `-`, `.`, `:`",
         "server.session_idle_timeout: \"soon\" is not a duration like \"30m\" or \"90s\"",
-        "bogus: unknown key (expected `server` or `mounts`)",
+        "bogus: unknown key (expected `server`, `mounts`, `telemetry` or `admin`)",
         "mounts.Bad_Name: mount name \"Bad_Name\" must match ^[a-z][a-z0-9-]{0,31}$",
         "mounts.tiny.url: relative URL without a base",
         "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
@@ -301,4 +301,31 @@ fn error_lines_carry_the_source() {
         rendered,
         "bad.toml: mounts.tiny.url: relative URL without a base"
     );
+}
+
+#[test]
+fn telemetry_and_admin_have_defaults_and_checks() {
+    let config = load_file("junction.toml", "", &[]).unwrap();
+    assert_eq!(
+        config.telemetry.log_format,
+        crate::telemetry::LogFormat::Text
+    );
+    assert_eq!(config.telemetry.otlp_endpoint, None);
+    assert!(config.admin.enabled);
+    assert_eq!(config.admin.listen, None);
+    let found = problems(
+        "junction.toml",
+        "[telemetry]\nlog_format = \"xml\"\notlp_endpoint = \"collector\"\notlp_protocol = \"grpc\"\n[admin]\nlisten = \"nope\"\n",
+    );
+    for needle in [
+        "telemetry.log_format: \"xml\" is not a log format",
+        "telemetry.otlp_endpoint: relative URL without a base",
+        "telemetry.otlp_protocol: \"grpc\" is not supported",
+        "admin.listen: \"nope\" is not a socket address",
+    ] {
+        assert!(
+            found.iter().any(|p| p.starts_with(needle)),
+            "{needle}: {found:#?}"
+        );
+    }
 }

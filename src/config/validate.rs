@@ -12,10 +12,11 @@ use serde_json::Value;
 use super::{
     defaults,
     problems::Problems,
-    raw::{RawMount, RawServer},
-    Config, Isolation, MountConfig, ServerConfig, UpstreamTransport,
+    raw::{RawAdmin, RawMount, RawServer, RawTelemetry},
+    AdminConfig, Config, Isolation, MountConfig, ServerConfig, TelemetryConfig, UpstreamTransport,
 };
 use crate::naming::{MountName, Namespace, Separator};
+use crate::telemetry::LogFormat;
 
 /// Turns the merged, expanded tree into a [`Config`]. `problems` may already
 /// hold problems found earlier (expansion); they are reported with the rest.
@@ -37,9 +38,24 @@ pub fn resolve(
     };
     let server_value = root.remove("server");
     let mounts_value = root.remove("mounts");
+    let telemetry_value = root.remove("telemetry");
+    let admin_value = root.remove("admin");
     for key in root.keys() {
-        problems.push(key.as_str(), "unknown key (expected `server` or `mounts`)");
+        problems.push(
+            key.as_str(),
+            "unknown key (expected `server`, `mounts`, `telemetry` or `admin`)",
+        );
     }
+    let raw_telemetry: RawTelemetry = match telemetry_value {
+        None => RawTelemetry::default(),
+        Some(value) => parse_section("telemetry", value, &mut problems).unwrap_or_default(),
+    };
+    let telemetry = resolve_telemetry(raw_telemetry, &mut problems);
+    let raw_admin: RawAdmin = match admin_value {
+        None => RawAdmin::default(),
+        Some(value) => parse_section("admin", value, &mut problems).unwrap_or_default(),
+    };
+    let admin = resolve_admin(raw_admin, &mut problems);
 
     let raw_server: RawServer = match server_value {
         None => RawServer::default(),
@@ -84,8 +100,13 @@ pub fn resolve(
         check_namespaces(&mounts, &server.separator, &mut problems);
     }
 
-    match server {
-        Some(server) if problems.is_empty() => Ok(Config { server, mounts }),
+    match (server, telemetry, admin) {
+        (Some(server), Some(telemetry), Some(admin)) if problems.is_empty() => Ok(Config {
+            server,
+            telemetry,
+            admin,
+            mounts,
+        }),
         _ => Err(problems),
     }
 }
@@ -108,6 +129,84 @@ fn parse_section<T: DeserializeOwned>(
             None
         }
     }
+}
+
+fn resolve_telemetry(raw: RawTelemetry, problems: &mut Problems) -> Option<TelemetryConfig> {
+    let before = problems.len();
+    let log_format = match raw.log_format.as_deref() {
+        None | Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            problems.push(
+                "telemetry.log_format",
+                format!("{other:?} is not a log format (use \"text\" or \"json\")"),
+            );
+            LogFormat::Text
+        }
+    };
+    let log_level = raw
+        .log_level
+        .unwrap_or_else(|| defaults::LOG_LEVEL.to_owned());
+    if let Err(error) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+        problems.push(
+            "telemetry.log_level",
+            format!("{log_level:?} is not a log filter like \"info\" or \"info,junction=debug\": {error}"),
+        );
+    }
+    let otlp_endpoint = raw.otlp_endpoint.filter(|endpoint| !endpoint.is_empty());
+    if let Some(endpoint) = &otlp_endpoint {
+        match url::Url::parse(endpoint) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            Ok(url) => problems.push(
+                "telemetry.otlp_endpoint",
+                format!("scheme {:?} is not http or https", url.scheme()),
+            ),
+            Err(error) => problems.push("telemetry.otlp_endpoint", error.to_string()),
+        }
+    }
+    let otlp_json = match raw.otlp_protocol.as_deref() {
+        None | Some("http/protobuf") => false,
+        Some("http/json") => true,
+        Some(other) => {
+            problems.push(
+                "telemetry.otlp_protocol",
+                format!("{other:?} is not supported (use \"http/protobuf\" or \"http/json\")"),
+            );
+            false
+        }
+    };
+    if problems.len() != before {
+        return None;
+    }
+    Some(TelemetryConfig {
+        log_format,
+        log_level,
+        otlp_endpoint,
+        otlp_json,
+        service_name: raw
+            .service_name
+            .unwrap_or_else(|| defaults::SERVICE_NAME.to_owned()),
+    })
+}
+
+fn resolve_admin(raw: RawAdmin, problems: &mut Problems) -> Option<AdminConfig> {
+    let listen = match raw.listen.filter(|listen| !listen.is_empty()) {
+        None => None,
+        Some(text) => match text.parse::<SocketAddr>() {
+            Ok(listen) => Some(listen),
+            Err(_) => {
+                problems.push(
+                    "admin.listen",
+                    format!("{text:?} is not a socket address like 127.0.0.1:9090"),
+                );
+                return None;
+            }
+        },
+    };
+    Some(AdminConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        listen,
+    })
 }
 
 fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfig> {

@@ -23,7 +23,7 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
 };
 
-use super::{DownstreamSession, RouteError};
+use super::{observe::observe, DownstreamSession, RouteError};
 use crate::{
     catalog::{self, MergedCatalog, PageError, Route},
     config::Isolation,
@@ -67,6 +67,7 @@ impl DownstreamSession {
                 cause: "the mount is no longer configured".to_owned(),
             });
         };
+        super::observe::routed_to(&mount.config.name);
         let upstream = self.state.upstream_for(&mount).await?;
         Ok((mount, upstream))
     }
@@ -102,6 +103,7 @@ fn page_of<T: Clone>(
     items: &[T],
     request: &Option<PaginatedRequestParams>,
 ) -> Result<(Vec<T>, Option<String>), ErrorData> {
+    crate::telemetry::metrics().cache_hits.inc();
     let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
     catalog::page(items, catalog.generation, cursor, catalog::PAGE_SIZE)
         .map_err(|error: PageError| ErrorData::invalid_params(error.to_string(), None))
@@ -138,17 +140,20 @@ impl ServerHandler for DownstreamSession {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        context.peer.set_peer_info(request.clone());
-        let _ = self
-            .state
-            .client_capabilities
-            .set(request.capabilities.clone());
-        let _ = self
-            .state
-            .profile
-            .set(ClientProfile::of(&request.capabilities));
-        let _ = self.state.peer.set(context.peer.clone());
-        self.negotiate_initialize(&request)
+        observe("initialize", None, &context, async {
+            context.peer.set_peer_info(request.clone());
+            let _ = self
+                .state
+                .client_capabilities
+                .set(request.capabilities.clone());
+            let _ = self
+                .state
+                .profile
+                .set(ClientProfile::of(&request.capabilities));
+            let _ = self.state.peer.set(context.peer.clone());
+            self.negotiate_initialize(&request)
+        })
+        .await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -188,49 +193,61 @@ impl ServerHandler for DownstreamSession {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let catalog = self.catalog().await;
-        let (items, next) = page_of(&catalog, &catalog.tools, &request)?;
-        let mut result = ListToolsResult::with_all_items(items);
-        result.next_cursor = next;
-        Ok(result)
+        observe("tools/list", None, &context, async {
+            let catalog = self.catalog().await;
+            let (items, next) = page_of(&catalog, &catalog.tools, &request)?;
+            let mut result = ListToolsResult::with_all_items(items);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
     }
 
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let catalog = self.catalog().await;
-        let (items, next) = page_of(&catalog, &catalog.prompts, &request)?;
-        let mut result = ListPromptsResult::with_all_items(items);
-        result.next_cursor = next;
-        Ok(result)
+        observe("prompts/list", None, &context, async {
+            let catalog = self.catalog().await;
+            let (items, next) = page_of(&catalog, &catalog.prompts, &request)?;
+            let mut result = ListPromptsResult::with_all_items(items);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let catalog = self.catalog().await;
-        let (items, next) = page_of(&catalog, &catalog.resources, &request)?;
-        let mut result = ListResourcesResult::with_all_items(items);
-        result.next_cursor = next;
-        Ok(result)
+        observe("resources/list", None, &context, async {
+            let catalog = self.catalog().await;
+            let (items, next) = page_of(&catalog, &catalog.resources, &request)?;
+            let mut result = ListResourcesResult::with_all_items(items);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
     }
 
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let catalog = self.catalog().await;
-        let (items, next) = page_of(&catalog, &catalog.templates, &request)?;
-        let mut result = ListResourceTemplatesResult::with_all_items(items);
-        result.next_cursor = next;
-        Ok(result)
+        observe("resources/templates/list", None, &context, async {
+            let catalog = self.catalog().await;
+            let (items, next) = page_of(&catalog, &catalog.templates, &request)?;
+            let mut result = ListResourceTemplatesResult::with_all_items(items);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
     }
 
     async fn call_tool(
@@ -238,43 +255,47 @@ impl ServerHandler for DownstreamSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name.to_string();
-        let answer = async {
-            let route = self
-                .catalog()
-                .await
-                .resolve_tool(&name)
-                .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
-            let (mount, upstream) = self.connect(&route).await?;
-            let mut params = request.clone();
-            params.name = route.original.to_string().into();
-            params.meta = forwarded_meta(&context.meta);
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            let response = upstream
-                .request(request, self.caller(&context), &context.ct)
-                .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?;
-            match response {
-                ServerResult::CallToolResult(mut result) => {
-                    rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
-                    Ok(result)
+        let tool_name = request.name.to_string();
+        observe("tools/call", Some(&tool_name), &context, async {
+            let name = request.name.to_string();
+            let answer = async {
+                let route = self
+                    .catalog()
+                    .await
+                    .resolve_tool(&name)
+                    .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                let mut params = request.clone();
+                params.name = route.original.to_string().into();
+                params.meta = forwarded_meta(&context.meta);
+                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+                let response = upstream
+                    .request(request, self.caller(&context), &context.ct)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                match response {
+                    ServerResult::CallToolResult(mut result) => {
+                        rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
+                        Ok(result)
+                    }
+                    _ => Err(RouteError::UpstreamFailed {
+                        mount: mount.config.name.clone(),
+                        cause:
+                            "the upstream answered with a result kind the gateway does not relay yet"
+                                .to_owned(),
+                    }),
                 }
-                _ => Err(RouteError::UpstreamFailed {
-                    mount: mount.config.name.clone(),
-                    cause:
-                        "the upstream answered with a result kind the gateway does not relay yet"
-                            .to_owned(),
-                }),
             }
-        }
-        .await;
-        match answer {
-            Ok(result) => Ok(CallToolResponse::Complete(result)),
-            Err(error) => {
-                tracing::debug!(tool = %name, %error, "tools/call failed");
-                error.into_tool_answer().map(CallToolResponse::Complete)
+            .await;
+            match answer {
+                Ok(result) => Ok(CallToolResponse::Complete(result)),
+                Err(error) => {
+                    tracing::debug!(tool = %name, %error, "tools/call failed");
+                    error.into_tool_answer().map(CallToolResponse::Complete)
+                }
             }
-        }
+        })
+        .await
     }
 
     async fn get_prompt(
@@ -282,31 +303,34 @@ impl ServerHandler for DownstreamSession {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let answer = async {
-            let route = self
-                .catalog()
-                .await
-                .resolve_prompt(&request.name)
-                .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
-            let (mount, upstream) = self.connect(&route).await?;
-            let mut params = request.clone();
-            params.name = route.original.to_string();
-            params.meta = forwarded_meta(&context.meta);
-            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-            let response = upstream
-                .request(request, self.caller(&context), &context.ct)
-                .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?;
-            match response {
-                ServerResult::GetPromptResult(mut result) => {
-                    rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
-                    Ok(GetPromptResponse::Complete(result))
+        observe("prompts/get", None, &context, async {
+            let answer = async {
+                let route = self
+                    .catalog()
+                    .await
+                    .resolve_prompt(&request.name)
+                    .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                let mut params = request.clone();
+                params.name = route.original.to_string();
+                params.meta = forwarded_meta(&context.meta);
+                let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+                let response = upstream
+                    .request(request, self.caller(&context), &context.ct)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                match response {
+                    ServerResult::GetPromptResult(mut result) => {
+                        rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
+                        Ok(GetPromptResponse::Complete(result))
+                    }
+                    _ => Err(unexpected(&mount)),
                 }
-                _ => Err(unexpected(&mount)),
             }
-        }
-        .await;
-        answer.map_err(RouteError::into_mcp_error)
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
     }
 
     async fn read_resource(
@@ -314,31 +338,34 @@ impl ServerHandler for DownstreamSession {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let answer = async {
-            let route = self
-                .catalog()
-                .await
-                .resolve_uri(&request.uri)
-                .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
-            let (mount, upstream) = self.connect(&route).await?;
-            let mut params = request.clone();
-            params.uri = route.original.to_string();
-            params.meta = forwarded_meta(&context.meta);
-            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
-            let response = upstream
-                .request(request, self.caller(&context), &context.ct)
-                .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?;
-            match response {
-                ServerResult::ReadResourceResult(mut result) => {
-                    rewrite::qualify_read_result(&mount.config.namespace, &mut result);
-                    Ok(ReadResourceResponse::Complete(result))
+        observe("resources/read", None, &context, async {
+            let answer = async {
+                let route = self
+                    .catalog()
+                    .await
+                    .resolve_uri(&request.uri)
+                    .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                let mut params = request.clone();
+                params.uri = route.original.to_string();
+                params.meta = forwarded_meta(&context.meta);
+                let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+                let response = upstream
+                    .request(request, self.caller(&context), &context.ct)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                match response {
+                    ServerResult::ReadResourceResult(mut result) => {
+                        rewrite::qualify_read_result(&mount.config.namespace, &mut result);
+                        Ok(ReadResourceResponse::Complete(result))
+                    }
+                    _ => Err(unexpected(&mount)),
                 }
-                _ => Err(unexpected(&mount)),
             }
-        }
-        .await;
-        answer.map_err(RouteError::into_mcp_error)
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
     }
 
     async fn complete(
@@ -346,49 +373,52 @@ impl ServerHandler for DownstreamSession {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let answer = async {
-            let catalog = self.catalog().await;
-            let mut params = request.clone();
-            let route = match &mut params.r#ref {
-                Reference::Prompt(prompt) => {
-                    let route = catalog
-                        .resolve_prompt(&prompt.name)
-                        .ok_or_else(|| RouteError::UnknownPrompt(prompt.name.clone()))?;
-                    prompt.name = route.original.to_string();
-                    route
+        observe("completion/complete", None, &context, async {
+            let answer = async {
+                let catalog = self.catalog().await;
+                let mut params = request.clone();
+                let route = match &mut params.r#ref {
+                    Reference::Prompt(prompt) => {
+                        let route = catalog
+                            .resolve_prompt(&prompt.name)
+                            .ok_or_else(|| RouteError::UnknownPrompt(prompt.name.clone()))?;
+                        prompt.name = route.original.to_string();
+                        route
+                    }
+                    Reference::Resource(resource) => {
+                        let route = catalog
+                            .resolve_uri(&resource.uri)
+                            .ok_or_else(|| RouteError::UnknownResource(resource.uri.clone()))?;
+                        resource.uri = route.original.to_string();
+                        route
+                    }
+                    _ => {
+                        return Err(RouteError::UnknownResource(
+                            "completion reference of an unknown kind".to_owned(),
+                        ))
+                    }
+                };
+                let (mount, upstream) = self.connect(&route).await?;
+                if !declares(&upstream, |c| c.completions.is_some()) {
+                    // Offering no suggestions is the honest answer for a mount
+                    // that has no completions.
+                    return Ok(CompleteResult::default());
                 }
-                Reference::Resource(resource) => {
-                    let route = catalog
-                        .resolve_uri(&resource.uri)
-                        .ok_or_else(|| RouteError::UnknownResource(resource.uri.clone()))?;
-                    resource.uri = route.original.to_string();
-                    route
+                params.meta = forwarded_meta(&context.meta);
+                let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+                let response = upstream
+                    .request(request, self.caller(&context), &context.ct)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                match response {
+                    ServerResult::CompleteResult(result) => Ok(result),
+                    _ => Err(unexpected(&mount)),
                 }
-                _ => {
-                    return Err(RouteError::UnknownResource(
-                        "completion reference of an unknown kind".to_owned(),
-                    ))
-                }
-            };
-            let (mount, upstream) = self.connect(&route).await?;
-            if !declares(&upstream, |c| c.completions.is_some()) {
-                // Offering no suggestions is the honest answer for a mount
-                // that has no completions.
-                return Ok(CompleteResult::default());
             }
-            params.meta = forwarded_meta(&context.meta);
-            let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-            let response = upstream
-                .request(request, self.caller(&context), &context.ct)
-                .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?;
-            match response {
-                ServerResult::CompleteResult(result) => Ok(result),
-                _ => Err(unexpected(&mount)),
-            }
-        }
-        .await;
-        answer.map_err(RouteError::into_mcp_error)
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
     }
 
     async fn subscribe(
@@ -396,40 +426,43 @@ impl ServerHandler for DownstreamSession {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let uri = request.uri.clone();
-        let answer = async {
-            let route = self
-                .catalog()
-                .await
-                .resolve_uri(&uri)
-                .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-            let (mount, upstream) = self.connect(&route).await?;
-            let subscribable = |c: &ServerCapabilities| {
-                c.resources
-                    .as_ref()
-                    .is_some_and(|r| r.subscribe == Some(true))
-            };
-            if !declares(&upstream, subscribable) {
-                return Err(RouteError::Unsupported {
-                    mount: mount.config.name.clone(),
-                    feature: "resource subscriptions",
-                });
-            }
-            let first = self.gateway.sessions().subscribe(self.state.key, &uri);
-            // A shared upstream is subscribed once, for all sessions; a
-            // per-session upstream belongs to this session alone.
-            if first || mount.config.isolation == Isolation::PerSession {
-                let mut params = SubscribeRequestParams::new(route.original.to_string());
-                params.meta = forwarded_meta(&context.meta);
-                if let Err(error) = upstream.peer().subscribe(params).await {
-                    self.gateway.sessions().unsubscribe(self.state.key, &uri);
-                    return Err(RouteError::upstream(&mount.config, error));
+        observe("resources/subscribe", None, &context, async {
+            let uri = request.uri.clone();
+            let answer = async {
+                let route = self
+                    .catalog()
+                    .await
+                    .resolve_uri(&uri)
+                    .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                let subscribable = |c: &ServerCapabilities| {
+                    c.resources
+                        .as_ref()
+                        .is_some_and(|r| r.subscribe == Some(true))
+                };
+                if !declares(&upstream, subscribable) {
+                    return Err(RouteError::Unsupported {
+                        mount: mount.config.name.clone(),
+                        feature: "resource subscriptions",
+                    });
                 }
+                let first = self.gateway.sessions().subscribe(self.state.key, &uri);
+                // A shared upstream is subscribed once, for all sessions; a
+                // per-session upstream belongs to this session alone.
+                if first || mount.config.isolation == Isolation::PerSession {
+                    let mut params = SubscribeRequestParams::new(route.original.to_string());
+                    params.meta = forwarded_meta(&context.meta);
+                    if let Err(error) = upstream.peer().subscribe(params).await {
+                        self.gateway.sessions().unsubscribe(self.state.key, &uri);
+                        return Err(RouteError::upstream(&mount.config, error));
+                    }
+                }
+                Ok(())
             }
-            Ok(())
-        }
-        .await;
-        answer.map_err(RouteError::into_mcp_error)
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
     }
 
     async fn unsubscribe(
@@ -437,28 +470,31 @@ impl ServerHandler for DownstreamSession {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let uri = request.uri.clone();
-        let answer = async {
-            let route = self
-                .catalog()
-                .await
-                .resolve_uri(&uri)
-                .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-            let (mount, upstream) = self.connect(&route).await?;
-            let last = self.gateway.sessions().unsubscribe(self.state.key, &uri);
-            if last || mount.config.isolation == Isolation::PerSession {
-                let mut params = UnsubscribeRequestParams::new(route.original.to_string());
-                params.meta = forwarded_meta(&context.meta);
-                upstream
-                    .peer()
-                    .unsubscribe(params)
+        observe("resources/unsubscribe", None, &context, async {
+            let uri = request.uri.clone();
+            let answer = async {
+                let route = self
+                    .catalog()
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                    .resolve_uri(&uri)
+                    .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                let last = self.gateway.sessions().unsubscribe(self.state.key, &uri);
+                if last || mount.config.isolation == Isolation::PerSession {
+                    let mut params = UnsubscribeRequestParams::new(route.original.to_string());
+                    params.meta = forwarded_meta(&context.meta);
+                    upstream
+                        .peer()
+                        .unsubscribe(params)
+                        .await
+                        .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                }
+                Ok(())
             }
-            Ok(())
-        }
-        .await;
-        answer.map_err(RouteError::into_mcp_error)
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
     }
 
     /// Sets the level on every upstream this session uses that declares
@@ -468,22 +504,25 @@ impl ServerHandler for DownstreamSession {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        for mount in self.gateway.mounts() {
-            let upstream = match mount.config.isolation {
-                Isolation::Shared => mount.shared_session().await.ok(),
-                Isolation::PerSession => self.state.open_upstream(&mount.config.name),
-            };
-            let Some(upstream) = upstream else {
-                continue;
-            };
-            if declares(&upstream, |c| c.logging.is_some()) {
-                if let Err(error) = upstream.peer().set_level(request.clone()).await {
-                    tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
+        observe("logging/setLevel", None, &context, async {
+            for mount in self.gateway.mounts() {
+                let upstream = match mount.config.isolation {
+                    Isolation::Shared => mount.shared_session().await.ok(),
+                    Isolation::PerSession => self.state.open_upstream(&mount.config.name),
+                };
+                let Some(upstream) = upstream else {
+                    continue;
+                };
+                if declares(&upstream, |c| c.logging.is_some()) {
+                    if let Err(error) = upstream.peer().set_level(request.clone()).await {
+                        tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
+                    }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 }

@@ -9,6 +9,7 @@
 
 mod errors;
 mod handler;
+mod observe;
 mod per_session;
 
 use std::{
@@ -139,6 +140,10 @@ impl SessionState {
                 // The child exited or the HTTP session ended: the next call
                 // opens a fresh one rather than failing forever.
                 tracing::info!(mount = %name, session = self.key, "per-session upstream ended; reopening");
+                crate::telemetry::metrics()
+                    .upstream_restarts
+                    .get_or_create(&mount.labels())
+                    .inc();
                 *slot = UpstreamSlot::default();
             }
             slot.clone()

@@ -44,6 +44,7 @@ pub struct Gateway {
     /// Tracks live downstream sessions (each holds a token) and the tasks
     /// closing their per-session upstreams, so shutdown can wait for both.
     session_tasks: TaskTracker,
+    started: std::time::Instant,
 }
 
 /// How long shutdown waits for downstream sessions to end and their
@@ -81,6 +82,7 @@ impl Gateway {
                 generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
                 session_tasks: TaskTracker::new(),
+                started: std::time::Instant::now(),
             }
         })
     }
@@ -107,6 +109,11 @@ impl Gateway {
                 }
             });
         }
+    }
+
+    /// How long this gateway has been running.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
     }
 
     pub fn config(&self) -> &Config {
@@ -272,6 +279,10 @@ impl Gateway {
             return;
         };
         let mut catalog = MountCatalog::clone(&profile_session.catalog().unwrap_or_default());
+        crate::telemetry::metrics()
+            .cache_refreshes
+            .get_or_create(&mount.labels())
+            .inc();
         if let Err(error) = discovery::refresh(session.peer(), kind, &mut catalog).await {
             tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
             return;

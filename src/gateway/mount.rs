@@ -21,6 +21,7 @@ use tokio::sync::OnceCell;
 
 use crate::{
     catalog::MountCatalog,
+    telemetry::metrics::{metrics, MountLabels},
     config::{Isolation, MountConfig},
     upstream::{
         self, discovery, ClientProfile, Relay, UpstreamError, UpstreamEvents, UpstreamHandler,
@@ -156,6 +157,7 @@ impl Mount {
                         .session_for(&profile_session)
                         .await
                         .map_err(|e| e.to_string())?;
+                    metrics().cache_refreshes.get_or_create(&self.labels()).inc();
                     discovery::discover(session.peer())
                         .await
                         .map_err(|e| format!("discovery failed: {e}"))
@@ -207,6 +209,10 @@ impl Mount {
         if let Some(session) = live() {
             return Ok(session);
         }
+        if profile_session.session.load().is_some() {
+            tracing::warn!(mount = %self.config.name, "upstream session ended; reopening");
+            metrics().upstream_restarts.get_or_create(&self.labels()).inc();
+        }
         let profile = profile_session.profile;
         let info = upstream::connect::client_config(profile.capabilities());
         // A mount's own sessions serve many downstream sessions: no owner.
@@ -216,6 +222,12 @@ impl Mount {
         tracing::info!(mount = %self.config.name, %profile, pid = ?session.pid(), "mount upstream session open");
         profile_session.session.store(Some(session.clone()));
         Ok(session)
+    }
+
+    pub fn labels(&self) -> MountLabels {
+        MountLabels {
+            mount: self.config.name.as_str().to_owned(),
+        }
     }
 
     /// Ends every session of this mount.

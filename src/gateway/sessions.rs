@@ -40,6 +40,7 @@ impl SessionRegistry {
     }
 
     pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>, profile: ClientProfile) {
+        crate::telemetry::metrics().downstream_sessions.inc();
         self.lock().insert(
             key,
             SessionEntry {
@@ -51,7 +52,9 @@ impl SessionRegistry {
     }
 
     pub fn unregister(&self, key: SessionKey) {
-        self.lock().remove(&key);
+        if self.lock().remove(&key).is_some() {
+            crate::telemetry::metrics().downstream_sessions.dec();
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -103,6 +106,7 @@ impl SessionRegistry {
             .map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {
+            crate::telemetry::metrics().count_relayed("list_changed");
             tokio::spawn(notify_list_changed(peer, kind));
         }
     }
@@ -116,6 +120,7 @@ impl SessionRegistry {
             .map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {
+            crate::telemetry::metrics().count_relayed("resource_updated");
             let params = ResourceUpdatedNotificationParam::new(uri.to_owned());
             tokio::spawn(async move {
                 if let Err(error) = peer.notify_resource_updated(params).await {

@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{downstream::DownstreamSession, gateway::Gateway};
 
+pub mod admin;
 mod json_guard;
+mod status_page;
 
 pub use json_guard::MAX_BODY_BYTES;
 
@@ -46,29 +48,62 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .route_service(&server.path, mcp)
         .layer(axum::middleware::from_fn(json_guard::check_json_body))
         .layer(axum::middleware::from_fn(delete_answers_ok));
-    Router::new()
+    let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
+    let app = Router::new()
         .merge(mcp)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(gateway)
+        .with_state(gateway.clone());
+    if admin_here {
+        app.merge(admin::router(gateway))
+    } else {
+        app
+    }
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, ends the MCP
-/// sessions, and waits for open requests to finish.
+/// sessions, and waits for open requests to finish. With `[admin] listen`
+/// set, `/metrics` and `/status` are served on that address instead.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let admin_listener = match gateway.config().admin.listen {
+        Some(address) if gateway.config().admin.enabled => {
+            let listener = tokio::net::TcpListener::bind(address).await?;
+            eprintln!(
+                "junction admin listening on {} (/metrics, /status)",
+                listener.local_addr()?
+            );
+            Some(listener)
+        }
+        _ => None,
+    };
     let sessions_token = CancellationToken::new();
-    let app = router(gateway, sessions_token.clone());
-    axum::serve(listener, app)
+    let app = router(gateway.clone(), sessions_token.clone());
+    let stopped = sessions_token.clone();
+    let admin = admin_listener.map(|listener| {
+        let app = admin::router(gateway);
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .await
+        })
+    });
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             // Long-lived SSE streams would hold graceful shutdown open.
             sessions_token.cancel();
         })
-        .await
+        .await;
+    if let Some(admin) = admin {
+        stopped.cancel();
+        let _ = admin.await;
+    }
+    served
 }
 
 /// rmcp answers a session DELETE with 202; the Python SDK treats anything

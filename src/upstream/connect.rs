@@ -21,7 +21,9 @@ use rmcp::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{ordered::OrderedTransport, UpstreamHandler, UpstreamSession};
+use super::{
+    http_client::TracingHttpClient, ordered::OrderedTransport, UpstreamHandler, UpstreamSession,
+};
 use crate::config::{MountConfig, UpstreamTransport};
 
 /// Bound on spawning/connecting plus the `initialize` exchange. A server
@@ -58,6 +60,7 @@ pub async fn open(
     };
     let peer = service.peer().clone();
     let relay = service.service().relay().clone();
+    crate::telemetry::metrics().upstream_session_opened(mount.name.as_str());
     let mut no_cache = ClientCacheConfig::default();
     no_cache.enabled = false;
     no_cache.serve_stale_on_error = false;
@@ -121,13 +124,16 @@ async fn start(
                     .map_err(|_| UpstreamError::Header(name.to_string()))?;
                 custom_headers.insert(name, value);
             }
+            // No redirects: a redirect could carry the configured headers
+            // (credentials) to another host.
             let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             config.custom_headers = custom_headers;
             let transport = OrderedTransport::new(
-                StreamableHttpClientTransport::with_client(client, config),
+                StreamableHttpClientTransport::with_client(TracingHttpClient(client), config),
                 handler.relay().clone(),
             );
             let service = handler.serve(transport).await.map_err(initialize_error)?;

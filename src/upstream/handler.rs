@@ -22,6 +22,7 @@ use rmcp::{
 };
 
 use super::relay::{Caller, Relay};
+use crate::telemetry::metrics;
 
 /// Which list an upstream said has changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,11 +83,17 @@ impl UpstreamHandler {
                 .extensions_mut()
                 .insert(OriginatingRequestId(id.clone()));
         }
-        let handle = caller
-            .peer
-            .send_cancellable_request(request, Default::default())
-            .await
-            .map_err(relay_error)?;
+        // Sent from a fresh task: rmcp tags a request sent from inside a
+        // handler with that handler's request id (here: the upstream's),
+        // which would override the downstream id set above.
+        let peer = caller.peer.clone();
+        let handle = tokio::spawn(async move {
+            peer.send_cancellable_request(request, Default::default())
+                .await
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(format!("relay task failed: {error}"), None))?
+        .map_err(relay_error)?;
         let downstream_id = handle.id.clone();
         tokio::select! {
             answer = handle.await_response() => answer.map_err(relay_error),
@@ -140,6 +147,7 @@ impl ClientHandler for UpstreamHandler {
         if !caller.profile.sampling {
             return Err(missing_capability("sampling"));
         }
+        metrics().count_relayed("sampling");
         params.meta = passed_meta(&context);
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
         match self.forward(&caller, request, &context).await? {
@@ -175,6 +183,7 @@ impl ClientHandler for UpstreamHandler {
         if let Some(id) = url_id {
             self.relay.remember_elicitation(id, caller.session_only());
         }
+        metrics().count_relayed("elicitation");
         set_elicit_meta(&mut params, passed_meta(&context));
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
         match self.forward(&caller, request, &context).await? {
@@ -191,6 +200,7 @@ impl ClientHandler for UpstreamHandler {
         if !caller.profile.roots {
             return Err(missing_capability("roots"));
         }
+        metrics().count_relayed("roots");
         let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
         match self.forward(&caller, request, &context).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
@@ -213,6 +223,7 @@ impl ClientHandler for UpstreamHandler {
             return;
         };
         params.progress_token = token;
+        metrics().count_relayed("progress");
         if let Err(error) = caller.peer.notify_progress(params).await {
             tracing::debug!(%error, "could not relay progress");
         }
@@ -226,6 +237,7 @@ impl ClientHandler for UpstreamHandler {
         let _relayed = RelayedOnDrop(&self.relay);
         match self.relay.attribute(&context.extensions) {
             Ok(caller) => {
+                metrics().count_relayed("log");
                 if let Err(error) = caller.peer.notify_logging_message(params).await {
                     tracing::debug!(%error, "could not relay a log message");
                 }
@@ -258,6 +270,7 @@ impl ClientHandler for UpstreamHandler {
                 tracing::debug!("elicitation/complete for an unknown elicitation");
                 return;
             };
+            metrics().count_relayed("elicitation_complete");
             let relayed = rmcp::model::ServerNotification::CustomNotification(notification);
             if let Err(error) = caller.peer.send_notification(relayed).await {
                 tracing::debug!(%error, "could not relay elicitation/complete");

@@ -9,6 +9,7 @@
 pub mod connect;
 pub mod discovery;
 pub mod handler;
+pub mod http_client;
 pub mod ordered;
 pub mod profile;
 pub mod relay;
@@ -22,7 +23,11 @@ use rmcp::{
     service::{RunningService, ServiceError},
     Peer, RoleClient,
 };
+use rmcp::model::GetMeta;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::telemetry::metrics::{metrics, UpstreamLabels};
 
 pub use connect::{open, UpstreamError};
 pub use handler::{ListKind, UpstreamEvents, UpstreamHandler};
@@ -68,6 +73,45 @@ impl UpstreamSession {
         caller: Caller,
         cancel: &CancellationToken,
     ) -> Result<ServerResult, ServiceError> {
+        let method = request.method().to_owned();
+        let span = tracing::info_span!(
+            "mcp.upstream.request",
+            otel.name = %format!("{method} {}", self.mount),
+            otel.kind = "client",
+            mcp.method.name = %method,
+            junction.mount = %self.mount,
+            rpc.jsonrpc.error_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let answer = self
+            .request_in_span(request, caller, cancel)
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &answer {
+            if let ServiceError::McpError(error) = error {
+                span.record("rpc.jsonrpc.error_code", error.code.0);
+            }
+            span.record("otel.status_code", "ERROR");
+        }
+        metrics()
+            .upstream_duration
+            .get_or_create(&UpstreamLabels {
+                mount: self.mount.as_str().to_owned(),
+                method,
+            })
+            .observe(started.elapsed().as_secs_f64());
+        answer
+    }
+
+    async fn request_in_span(
+        &self,
+        mut request: ClientRequest,
+        caller: Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ServerResult, ServiceError> {
+        // The upstream continues the client's trace (W3C, in `_meta`).
+        crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
         let handle = self
             .peer
             .send_cancellable_request(request, Default::default())
@@ -108,6 +152,12 @@ impl UpstreamSession {
                 tracing::debug!(mount = %self.mount, %error, "upstream session ended with an error");
             }
         }
+    }
+}
+
+impl Drop for UpstreamSession {
+    fn drop(&mut self) {
+        metrics().upstream_session_closed(self.mount.as_str());
     }
 }
 

@@ -1,0 +1,112 @@
+//! `/metrics`, `/status.json` and `/status`: what an operator looks at.
+//!
+//! All three sit behind `[admin] enabled`; with `[admin] listen` they are
+//! served on their own listener (e.g. a port only the monitoring network
+//! reaches) instead of the gateway's.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::State,
+    http::header,
+    response::{Html, IntoResponse},
+    routing::get,
+    Json, Router,
+};
+use serde::Serialize;
+
+use super::status_page;
+use crate::{
+    gateway::{Gateway, MountPhase},
+    telemetry::metrics::{metrics, MountLabels},
+    upstream::ClientProfile,
+};
+
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/metrics", get(prometheus))
+        .route("/status.json", get(status_json))
+        .route("/status", get(status_html))
+        .with_state(gateway)
+}
+
+async fn prometheus() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics().render(),
+    )
+}
+
+/// The gateway as a whole.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub version: &'static str,
+    pub uptime_seconds: u64,
+    pub ready: bool,
+    pub downstream_sessions: usize,
+    pub mounts: Vec<MountReport>,
+}
+
+/// One mount, as the status page shows it.
+#[derive(Debug, Serialize)]
+pub struct MountReport {
+    pub name: String,
+    pub namespace: String,
+    pub transport: &'static str,
+    pub isolation: &'static str,
+    pub health: MountPhase,
+    pub last_error: Option<String>,
+    pub restarts: u64,
+    pub upstream_sessions: i64,
+    pub tools: usize,
+    pub prompts: usize,
+    pub resources: usize,
+    pub resource_templates: usize,
+}
+
+pub fn status(gateway: &Gateway) -> Status {
+    let metrics = metrics();
+    let mounts = gateway
+        .mounts()
+        .iter()
+        .map(|mount| {
+            let status = mount.status();
+            let catalog = mount.catalog_now(ClientProfile::FULL);
+            let labels = MountLabels {
+                mount: mount.config.name.as_str().to_owned(),
+            };
+            MountReport {
+                name: mount.config.name.as_str().to_owned(),
+                namespace: mount.config.namespace.as_str().to_owned(),
+                transport: mount.config.transport.kind(),
+                isolation: mount.config.isolation.as_str(),
+                health: status.phase,
+                last_error: status.last_error,
+                restarts: metrics.upstream_restarts.get_or_create(&labels).get(),
+                upstream_sessions: metrics.upstream_sessions.get_or_create(&labels).get(),
+                tools: catalog.tools.len(),
+                prompts: catalog.prompts.len(),
+                resources: catalog.resources.len(),
+                resource_templates: catalog.templates.len(),
+            }
+        })
+        .collect();
+    Status {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_seconds: gateway.uptime().as_secs(),
+        ready: gateway.is_ready(),
+        downstream_sessions: gateway.sessions().len(),
+        mounts,
+    }
+}
+
+async fn status_json(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+    Json(status(&gateway))
+}
+
+async fn status_html(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+    Html(status_page::render(&status(&gateway)))
+}

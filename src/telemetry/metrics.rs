@@ -1,0 +1,179 @@
+//! The gateway's Prometheus metrics, rendered on `GET /metrics`.
+//!
+//! One process-wide [`Metrics`] (see [`metrics()`]) so any module can count
+//! without threading a handle through every call. Labels are bounded by
+//! construction: mount names come from the config, methods from the MCP
+//! method set, outcomes and kinds from fixed lists; never tool arguments,
+//! session ids or URIs.
+
+use std::sync::LazyLock;
+
+use prometheus_client::{
+    encoding::{text::encode, EncodeLabelSet},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+/// Labels of a downstream request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The mount it was routed to, or `-` for requests answered locally
+    /// (lists, ping) or not routable.
+    pub mount: String,
+    pub method: String,
+    /// `ok`, `error` (JSON-RPC error) or `tool_error` (`isError: true`).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub mount: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MountLabels {
+    pub mount: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: Family<MethodLabels, Histogram>,
+    pub upstream_duration: Family<UpstreamLabels, Histogram>,
+    pub downstream_sessions: Gauge,
+    pub upstream_sessions: Family<MountLabels, Gauge>,
+    pub upstream_restarts: Family<MountLabels, Counter>,
+    pub cache_hits: Counter,
+    pub cache_refreshes: Family<MountLabels, Counter>,
+    pub relayed: Family<KindLabels, Counter>,
+}
+
+/// Latency buckets from 50 µs to ~105 s: a cache hit and a slow tool both
+/// land in a meaningful bucket.
+fn latency_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_05, 2.0, 22,
+    ))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("junction");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Downstream MCP requests by mount, method and outcome",
+            requests.clone(),
+        );
+        let request_duration =
+            Family::<MethodLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
+        registry.register(
+            "request_duration_seconds",
+            "Time from a downstream request to its answer",
+            request_duration.clone(),
+        );
+        let upstream_duration = Family::<UpstreamLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> _,
+        );
+        registry.register(
+            "upstream_request_duration_seconds",
+            "Time an upstream took to answer a request the gateway sent it",
+            upstream_duration.clone(),
+        );
+        let downstream_sessions = Gauge::default();
+        registry.register(
+            "downstream_sessions",
+            "Initialized downstream sessions currently open",
+            downstream_sessions.clone(),
+        );
+        let upstream_sessions = Family::<MountLabels, Gauge>::default();
+        registry.register(
+            "upstream_sessions",
+            "Upstream sessions currently open, by mount",
+            upstream_sessions.clone(),
+        );
+        let upstream_restarts = Family::<MountLabels, Counter>::default();
+        registry.register(
+            "upstream_restarts",
+            "Upstream sessions reopened after the previous one ended",
+            upstream_restarts.clone(),
+        );
+        let cache_hits = Counter::default();
+        registry.register(
+            "discovery_cache_hits",
+            "List requests answered from the discovery cache",
+            cache_hits.clone(),
+        );
+        let cache_refreshes = Family::<MountLabels, Counter>::default();
+        registry.register(
+            "discovery_cache_refreshes",
+            "Discoveries and list re-reads of an upstream, by mount",
+            cache_refreshes.clone(),
+        );
+        let relayed = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "relayed_messages",
+            "Messages relayed from upstreams to clients, by kind",
+            relayed.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            request_duration,
+            upstream_duration,
+            downstream_sessions,
+            upstream_sessions,
+            upstream_restarts,
+            cache_hits,
+            cache_refreshes,
+            relayed,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(error) = encode(&mut out, &self.registry) {
+            tracing::warn!(%error, "could not encode metrics");
+        }
+        out
+    }
+
+    pub fn count_relayed(&self, kind: &'static str) {
+        self.relayed.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    pub fn upstream_session_opened(&self, mount: &str) {
+        self.upstream_sessions
+            .get_or_create(&MountLabels {
+                mount: mount.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn upstream_session_closed(&self, mount: &str) {
+        self.upstream_sessions
+            .get_or_create(&MountLabels {
+                mount: mount.to_owned(),
+            })
+            .dec();
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}

@@ -1,0 +1,135 @@
+//! Observability: logs, traces and metrics.
+//!
+//! [`init`] installs the `tracing` subscriber once per process: text or JSON
+//! logs on stderr, plus an OpenTelemetry layer exporting spans over OTLP
+//! when an endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT` is set);
+//! with no endpoint no exporter exists and spans cost only what `tracing`
+//! costs. [`metrics`] holds the Prometheus metrics; [`context`] carries
+//! W3C trace context in and out of MCP messages.
+
+pub mod context;
+pub mod metrics;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::{trace::SdkTracerProvider, Resource};
+use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
+
+pub use metrics::metrics;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Where spans go, if anywhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceExport {
+    /// Base OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318`.
+    pub endpoint: String,
+    pub json: bool,
+    pub service_name: String,
+}
+
+/// Keeps the span exporter alive; [`Telemetry::shutdown`] flushes it.
+#[derive(Default)]
+pub struct Telemetry {
+    tracer_provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Flushes spans still buffered (bounded by the SDK's export timeout).
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.tracer_provider {
+            if let Err(error) = provider.shutdown() {
+                eprintln!("junction: flushing traces failed: {error}");
+            }
+        }
+    }
+}
+
+/// Installs logging (and tracing export, if `traces` is given). `filter` is
+/// used unless `RUST_LOG` is set. Must run inside a tokio runtime when
+/// traces are exported (the batch exporter runs on it).
+pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Telemetry {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .boxed(),
+    };
+    let mut telemetry = Telemetry::default();
+    let otel = traces.and_then(|export| match tracer_provider(&export) {
+        Ok(provider) => {
+            let tracer = provider.tracer("junction");
+            telemetry.tracer_provider = Some(provider);
+            Some(tracing_opentelemetry::layer().with_tracer(tracer))
+        }
+        Err(error) => {
+            eprintln!(
+                "junction: traces disabled: cannot export to {}: {error}",
+                export.endpoint
+            );
+            None
+        }
+    });
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    telemetry
+}
+
+/// Installs logging and tracing as the config (and the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_SERVICE_NAME` variables, which win)
+/// say; `format` overrides the configured log format (`--log-format`).
+pub fn init_from_config(
+    config: &crate::config::TelemetryConfig,
+    format: Option<LogFormat>,
+) -> Telemetry {
+    let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| config.otlp_endpoint.clone());
+    let json = match env("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
+        Some("http/json") => true,
+        Some(_) => false,
+        None => config.otlp_json,
+    };
+    let traces = endpoint.map(|endpoint| TraceExport {
+        endpoint,
+        json,
+        service_name: env("OTEL_SERVICE_NAME").unwrap_or_else(|| config.service_name.clone()),
+    });
+    init(format.unwrap_or(config.log_format), &config.log_level, traces)
+}
+
+fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, String> {
+    let endpoint = format!("{}/v1/traces", export.endpoint.trim_end_matches('/'));
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(if export.json {
+            Protocol::HttpJson
+        } else {
+            Protocol::HttpBinary
+        })
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|error| error.to_string())?;
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            Resource::builder()
+                .with_service_name(export.service_name.clone())
+                .build(),
+        )
+        .build())
+}
