@@ -285,3 +285,47 @@ async fn roots_requests_and_changes_reach_the_right_client() {
     close(plain).await;
     close(rooted).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_gets_log_messages_at_its_own_level() {
+    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    let gateway = Gateway::start(&config()).await;
+    let (quiet, chatty) = tokio::join!(gateway.connect(), gateway.connect());
+    within(
+        "quiet sets error",
+        quiet
+            .peer()
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Error)),
+    )
+    .await
+    .unwrap();
+    within(
+        "chatty sets debug",
+        chatty
+            .peer()
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug)),
+    )
+    .await
+    .unwrap();
+
+    // The shared upstream logs at debug (for chatty); quiet's own level
+    // still filters what reaches quiet. Its per-session upstream opens after
+    // the setLevel and gets the level too.
+    for (client, tool, level) in [
+        (&quiet, "shared__log", "info"),
+        (&quiet, "private__log", "warning"),
+        (&quiet, "shared__log", "error"),
+        (&chatty, "shared__log", "info"),
+    ] {
+        let data = format!("{tool} {level}");
+        let logged = call(client, tool, json!({"level": level, "data": data})).await;
+        assert_eq!(ok_text(&logged), "logged");
+    }
+    eventually("chatty's info message", Duration::from_secs(5), || async {
+        (chatty.service().logs() == [json!("shared__log info")]).then_some(())
+    })
+    .await;
+    assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
+    close(quiet).await;
+    close(chatty).await;
+}

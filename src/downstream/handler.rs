@@ -46,6 +46,7 @@ impl DownstreamSession {
             request_id: Some(context.id.clone()),
             progress_token: context.meta.get_progress_token(),
             profile: self.state.profile(),
+            log_level: self.state.log_level.clone(),
         }
     }
 
@@ -507,16 +508,27 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         observe("logging/setLevel", None, &context, async {
+            self.state.log_level.set(request.level);
+            // A shared upstream serves every session: it logs at the most
+            // verbose level any of them asked for; each session's own level
+            // is applied when messages are relayed.
+            let shared_level = self
+                .gateway
+                .sessions()
+                .set_log_level(self.state.key, request.level);
             for mount in self.gateway.mounts() {
-                let upstream = match mount.config.isolation {
-                    Isolation::Shared => mount.shared_session().await.ok(),
-                    Isolation::PerSession => self.state.open_upstream(&mount.config.name),
+                let (upstream, level) = match mount.config.isolation {
+                    Isolation::Shared => (mount.shared_session().await.ok(), shared_level),
+                    Isolation::PerSession => {
+                        (self.state.open_upstream(&mount.config.name), request.level)
+                    }
                 };
                 let Some(upstream) = upstream else {
                     continue;
                 };
                 if declares(&upstream, |c| c.logging.is_some()) {
-                    if let Err(error) = upstream.peer().set_level(request.clone()).await {
+                    let params = SetLevelRequestParams::new(level);
+                    if let Err(error) = upstream.peer().set_level(params).await {
                         tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
                     }
                 }

@@ -28,7 +28,9 @@ use crate::{
     config::Isolation,
     gateway::{Gateway, Mount, SessionKey},
     naming::MountName,
-    upstream::{self, Caller, ClientProfile, Relay, UpstreamHandler, UpstreamSession},
+    upstream::{
+        self, Caller, ClientProfile, LogLevelSetting, Relay, UpstreamHandler, UpstreamSession,
+    },
 };
 
 /// The rmcp server handler of one downstream session.
@@ -46,6 +48,7 @@ impl DownstreamSession {
             peer: OnceLock::new(),
             client_capabilities: OnceLock::new(),
             profile: OnceLock::new(),
+            log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
             overlays: Mutex::new(HashMap::new()),
             overlay_catalog: Mutex::new(None),
@@ -66,6 +69,8 @@ pub(crate) struct SessionState {
     client_capabilities: OnceLock<ClientCapabilities>,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
+    /// What the client asked for with `logging/setLevel`.
+    pub(crate) log_level: LogLevelSetting,
     /// Per-session upstream sessions by mount, opened on first use.
     upstreams: Mutex<HashMap<MountName, UpstreamSlot>>,
     /// Lists announced by this session's own per-session upstreams after a
@@ -180,9 +185,24 @@ impl SessionState {
             request_id: None,
             progress_token: None,
             profile: self.profile(),
+            log_level: self.log_level.clone(),
         }));
         let handler = UpstreamHandler::new(info, events, relay);
         let session = upstream::open(&mount.config, handler).await?;
+        // A level the client chose before this upstream existed applies to
+        // it too.
+        if let Some(level) = self.log_level.get() {
+            let declares_logging = session
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.capabilities.logging.is_some());
+            if declares_logging {
+                let params = rmcp::model::SetLevelRequestParams::new(level);
+                if let Err(error) = session.peer().set_level(params).await {
+                    tracing::debug!(mount = %mount.config.name, %error, "could not set the log level");
+                }
+            }
+        }
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
         Ok(Arc::new(session))
     }

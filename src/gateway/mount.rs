@@ -21,8 +21,8 @@ use tokio::sync::OnceCell;
 
 use crate::{
     catalog::MountCatalog,
-    telemetry::metrics::{metrics, MountLabels},
     config::{Isolation, MountConfig},
+    telemetry::metrics::{metrics, MountLabels},
     upstream::{
         self, discovery, ClientProfile, Relay, UpstreamError, UpstreamEvents, UpstreamHandler,
         UpstreamSession,
@@ -157,7 +157,10 @@ impl Mount {
                         .session_for(&profile_session)
                         .await
                         .map_err(|e| e.to_string())?;
-                    metrics().cache_refreshes.get_or_create(&self.labels()).inc();
+                    metrics()
+                        .cache_refreshes
+                        .get_or_create(&self.labels())
+                        .inc();
                     discovery::discover(session.peer())
                         .await
                         .map_err(|e| format!("discovery failed: {e}"))
@@ -211,7 +214,10 @@ impl Mount {
         }
         if profile_session.session.load().is_some() {
             tracing::warn!(mount = %self.config.name, "upstream session ended; reopening");
-            metrics().upstream_restarts.get_or_create(&self.labels()).inc();
+            metrics()
+                .upstream_restarts
+                .get_or_create(&self.labels())
+                .inc();
         }
         let profile = profile_session.profile;
         let info = upstream::connect::client_config(profile.capabilities());

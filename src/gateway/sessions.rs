@@ -14,7 +14,10 @@ use std::{
     },
 };
 
-use rmcp::{model::ResourceUpdatedNotificationParam, Peer, RoleServer};
+use rmcp::{
+    model::{LoggingLevel, ResourceUpdatedNotificationParam},
+    Peer, RoleServer,
+};
 
 use crate::upstream::{ClientProfile, ListKind};
 
@@ -31,6 +34,7 @@ pub struct SessionRegistry {
 struct SessionEntry {
     peer: Peer<RoleServer>,
     profile: ClientProfile,
+    log_level: Option<LoggingLevel>,
     subscriptions: HashSet<String>,
 }
 
@@ -46,6 +50,7 @@ impl SessionRegistry {
             SessionEntry {
                 peer,
                 profile,
+                log_level: None,
                 subscriptions: HashSet::new(),
             },
         );
@@ -63,6 +68,20 @@ impl SessionRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Records a session's log level; returns the most verbose level any
+    /// session asked for (what a shared upstream must log at).
+    pub fn set_log_level(&self, key: SessionKey, level: LoggingLevel) -> LoggingLevel {
+        let mut sessions = self.lock();
+        if let Some(entry) = sessions.get_mut(&key) {
+            entry.log_level = Some(level);
+        }
+        sessions
+            .values()
+            .filter_map(|entry| entry.log_level)
+            .min_by_key(|level| *level as u8)
+            .unwrap_or(level)
     }
 
     /// Records a subscription; returns whether this is the first session

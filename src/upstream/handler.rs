@@ -236,6 +236,9 @@ impl ClientHandler for UpstreamHandler {
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
         match self.relay.attribute(&context.extensions) {
+            Ok(caller) if !caller.log_level.admits(params.level) => {
+                tracing::debug!(level = ?params.level, "log message below the client's level");
+            }
             Ok(caller) => {
                 metrics().count_relayed("log");
                 if let Err(error) = caller.peer.notify_logging_message(params).await {

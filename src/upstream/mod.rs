@@ -16,6 +16,7 @@ pub mod relay;
 
 use std::sync::{Arc, Mutex};
 
+use rmcp::model::GetMeta;
 use rmcp::{
     model::{
         CancelledNotification, CancelledNotificationParam, ClientRequest, RequestId, ServerResult,
@@ -23,7 +24,6 @@ use rmcp::{
     service::{RunningService, ServiceError},
     Peer, RoleClient,
 };
-use rmcp::model::GetMeta;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -32,7 +32,7 @@ use crate::telemetry::metrics::{metrics, UpstreamLabels};
 pub use connect::{open, UpstreamError};
 pub use handler::{ListKind, UpstreamEvents, UpstreamHandler};
 pub use profile::ClientProfile;
-pub use relay::{Caller, Relay};
+pub use relay::{Caller, LogLevelSetting, Relay};
 
 use crate::naming::MountName;
 

@@ -18,7 +18,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::Duration,
@@ -27,7 +27,7 @@ use std::{
 use tokio::sync::Notify;
 
 use rmcp::{
-    model::{Extensions, ProgressToken, RequestId},
+    model::{Extensions, LoggingLevel, ProgressToken, RequestId},
     service::InboundStreamOrigin,
     Peer, RoleServer,
 };
@@ -46,6 +46,47 @@ pub struct Caller {
     pub progress_token: Option<ProgressToken>,
     /// What the client declared, to refuse requests it cannot answer.
     pub profile: ClientProfile,
+    /// The log level the client asked for (`logging/setLevel`).
+    pub log_level: LogLevelSetting,
+}
+
+/// A session's `logging/setLevel` choice, shared with its callers. A shared
+/// upstream logs at the most verbose level any session asked for, so each
+/// session's own level is applied again when its messages are relayed.
+#[derive(Clone, Debug, Default)]
+pub struct LogLevelSetting(Arc<AtomicU8>);
+
+impl LogLevelSetting {
+    /// Nothing asked: relay every level.
+    const UNSET: u8 = u8::MAX;
+
+    pub fn new() -> Self {
+        Self(Arc::new(AtomicU8::new(Self::UNSET)))
+    }
+
+    pub fn set(&self, level: LoggingLevel) {
+        self.0.store(level as u8, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Option<LoggingLevel> {
+        level_from_severity(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Whether a message at `level` reaches a client that asked for this.
+    pub fn admits(&self, level: LoggingLevel) -> bool {
+        let minimum = self.0.load(Ordering::Relaxed);
+        minimum == Self::UNSET || level as u8 >= minimum
+    }
+}
+
+/// Severity order is declaration order: debug (0) … emergency (7).
+fn level_from_severity(severity: u8) -> Option<LoggingLevel> {
+    use LoggingLevel::*;
+    [
+        Debug, Info, Notice, Warning, Error, Critical, Alert, Emergency,
+    ]
+    .get(usize::from(severity))
+    .copied()
 }
 
 impl Caller {
@@ -221,4 +262,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_levels_filter_by_severity() {
+        let setting = LogLevelSetting::new();
+        assert!(
+            setting.admits(LoggingLevel::Debug),
+            "unset admits everything"
+        );
+        assert_eq!(setting.get(), None);
+        setting.set(LoggingLevel::Warning);
+        assert_eq!(setting.get(), Some(LoggingLevel::Warning));
+        assert!(!setting.admits(LoggingLevel::Info));
+        assert!(setting.admits(LoggingLevel::Warning));
+        assert!(setting.admits(LoggingLevel::Emergency));
+    }
 }
