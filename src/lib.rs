@@ -24,6 +24,7 @@
 #![allow(deprecated)]
 
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod downstream;

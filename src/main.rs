@@ -1,14 +1,18 @@
 //! The `junction` binary: parses the command line, loads the config and runs
-//! the gateway (or the demo MCP server). All behaviour lives in the library;
-//! this file only wires it to the process: logging, signals, exit codes.
+//! the gateway, the demo MCP server, or one of the setup commands in
+//! `junction::cli` (`check`, `tools`, `import`). All behaviour lives in the
+//! library; this file only wires it to the process: logging, signals, exit
+//! codes.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use junction::{
+    cli::{self, probe::DEFAULT_DISCOVERY_WAIT, Outcome},
     config::{self, ConfigSource},
     gateway::Gateway,
+    telemetry::{self, LogFormat},
 };
 
 /// Exit code for an invalid config or command line.
@@ -19,7 +23,7 @@ const EXIT_CONFIG: u8 = 2;
     name = "junction",
     version,
     about = "An MCP gateway: many upstream MCP servers behind one Streamable HTTP endpoint",
-    after_help = "Examples:\n  junction                         serve ./junction.toml, else the embedded default\n  junction --config gateway.yaml --listen 0.0.0.0:8080\n  JUNCTION_SERVER__LISTEN=127.0.0.1:9000 junction --config junction.toml"
+    after_help = "Examples:\n  junction                         serve ./junction.toml, else the embedded default\n  junction --config gateway.yaml --listen 0.0.0.0:8080\n  JUNCTION_SERVER__LISTEN=127.0.0.1:9000 junction --config junction.toml\n  junction check --config junction.toml --connect\n  junction import ~/.cursor/mcp.json > junction.toml"
 )]
 struct Cli {
     /// Config file (.toml, .yaml, .yml or .json). Default: ./junction.toml if
@@ -29,6 +33,9 @@ struct Cli {
     /// Listen address, overriding `server.listen` (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// Log line format on stderr, overriding `telemetry.log_format`.
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -43,6 +50,48 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         http: Option<SocketAddr>,
     },
+    /// Validate the config and list its mounts (--connect: start each upstream once)
+    ///
+    /// Loads the config like `serve` and prints every problem with its field
+    /// path, or a summary of the mounts. With --connect, also starts every
+    /// upstream, discovers it, prints what it offers under the names clients
+    /// will see, and stops it again.
+    #[command(after_help = cli::check::EXAMPLES)]
+    Check {
+        /// Also start each upstream, discover it, print its tool, prompt and
+        /// resource counts and the names clients will see (flagging tool
+        /// names many clients reject), then stop it.
+        #[arg(long)]
+        connect: bool,
+        /// How long --connect waits for every upstream's first discovery
+        /// (e.g. 30s, 2m). Default: 30s.
+        #[arg(long, value_name = "DURATION", value_parser = cli::probe::parse_wait, requires = "connect")]
+        timeout: Option<Duration>,
+    },
+    /// Print the merged tool list clients will see
+    ///
+    /// Starts every upstream once (no HTTP is served), waits for discovery,
+    /// prints the qualified tool names with their descriptions, then stops
+    /// every upstream.
+    #[command(after_help = cli::tools::EXAMPLES)]
+    Tools {
+        /// Print the tool objects a client's tools/list receives, as a JSON
+        /// array.
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for every upstream's first discovery (e.g. 30s,
+        /// 2m). Default: 30s.
+        #[arg(long, value_name = "DURATION", value_parser = cli::probe::parse_wait)]
+        timeout: Option<Duration>,
+    },
+    /// Translate a Claude Desktop, Claude Code, Cursor or VS Code MCP config into Junction TOML
+    #[command(after_help = cli::import::EXAMPLES)]
+    Import {
+        /// The client's config file (claude_desktop_config.json, .mcp.json,
+        /// mcp.json, .vscode/mcp.json).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,9 +100,31 @@ fn main() -> ExitCode {
     // keep it quiet unless asked. rmcp's own info lines are per-message noise.
     let default_filter = match cli.command {
         Some(Command::DemoServer { .. }) => "warn",
+        // These commands print their own report of every mount; the
+        // gateway's per-mount log lines would repeat it. An upstream's own
+        // stderr stays visible: it usually says why a mount failed.
+        Some(Command::Check { .. } | Command::Tools { .. } | Command::Import { .. }) => {
+            "error,rmcp=off,junction::upstream_stderr=info"
+        }
         _ => "info,rmcp=warn",
     };
-    init_logging(default_filter);
+    if cli.listen.is_some()
+        && matches!(
+            cli.command,
+            Some(Command::Check { .. } | Command::Tools { .. } | Command::Import { .. })
+        )
+    {
+        eprintln!("junction: --listen only applies when serving");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let log_format = cli.log_format.as_deref().map(|format| match format {
+        "json" => LogFormat::Json,
+        _ => LogFormat::Text,
+    });
+    let serving = matches!(cli.command, Some(Command::Serve) | None);
+    if !serving {
+        telemetry::init(log_format.unwrap_or_default(), default_filter, None);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -65,7 +136,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Some(Command::DemoServer { http: None }) => runtime.block_on(junction::demo::run_stdio()),
+        Some(Command::DemoServer { http: None }) => runtime
+            .block_on(junction::demo::run_stdio())
+            .map(|()| Outcome::Ok),
         Some(Command::DemoServer { http: Some(addr) }) => runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -74,8 +147,26 @@ fn main() -> ExitCode {
                 "junction demo-server listening on {}",
                 listener.local_addr()?
             );
-            junction::demo::run_http(listener).await
+            junction::demo::run_http(listener).await?;
+            Ok(Outcome::Ok)
         }),
+        Some(Command::Check { connect, timeout }) => Ok(runtime.block_on(cli::check::run(
+            ConfigSource::resolve(cli.config),
+            connect,
+            timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
+        ))),
+        Some(Command::Tools { json, timeout }) => Ok(runtime.block_on(cli::tools::run(
+            ConfigSource::resolve(cli.config),
+            json,
+            timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
+        ))),
+        Some(Command::Import { file }) => {
+            if cli.config.is_some() {
+                eprintln!("junction: import reads FILE; --config does not apply");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            Ok(cli::import::run(&file))
+        }
         Some(Command::Serve) | None => {
             let source = ConfigSource::resolve(cli.config);
             let mut config = match config::load(&source) {
@@ -88,14 +179,19 @@ fn main() -> ExitCode {
             if let Some(listen) = cli.listen {
                 config.server.listen = listen;
             }
+            // Inside the runtime: the trace exporter may need it.
+            let telemetry = runtime
+                .block_on(async { telemetry::init_from_config(&config.telemetry, log_format) });
             tracing::info!(config = %source.describe(), mounts = config.mounts.len(), "config loaded");
-            runtime.block_on(serve(config))
+            let served = runtime.block_on(serve(config)).map(|()| Outcome::Ok);
+            telemetry.shutdown();
+            served
         }
     };
     // Do not wait for stray blocking tasks (stdin readers) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(error) => {
             eprintln!("junction: {error:#}");
             ExitCode::FAILURE
@@ -142,16 +238,4 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
-}
-
-/// Human-readable logs on stderr (stdout stays free for the stdio demo
-/// server's protocol), level from `RUST_LOG`, else `default_filter`.
-fn init_logging(default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
 }

@@ -329,6 +329,13 @@ impl DemoServer {
         }
     }
 
+    #[tool(
+        description = "Return this request's `_meta`, as JSON text (shows what reached the server)."
+    )]
+    async fn meta(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+        text_result(serde_json::to_string(&context.meta.0).unwrap_or_default())
+    }
+
     #[tool(description = "How many `slow` calls this process saw cancelled.")]
     async fn cancellations(&self) -> CallToolResult {
         text_result(self.state.cancellations.load(Ordering::SeqCst).to_string())

@@ -109,7 +109,11 @@ pub fn init_from_config(
         json,
         service_name: env("OTEL_SERVICE_NAME").unwrap_or_else(|| config.service_name.clone()),
     });
-    init(format.unwrap_or(config.log_format), &config.log_level, traces)
+    init(
+        format.unwrap_or(config.log_format),
+        &config.log_level,
+        traces,
+    )
 }
 
 fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, String> {

@@ -235,7 +235,7 @@ impl ClientHandler for UpstreamHandler {
         context: NotificationContext<RoleClient>,
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
-        match self.relay.attribute(&context.extensions) {
+        match self.relay.attribute_notification(&context.extensions) {
             Ok(caller) if !caller.log_level.admits(params.level) => {
                 tracing::debug!(level = ?params.level, "log message below the client's level");
             }

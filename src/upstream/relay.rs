@@ -16,12 +16,12 @@
 //! Anything else is ambiguous and is refused, never guessed or broadcast.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{
         atomic::{AtomicU8, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use tokio::sync::Notify;
@@ -123,10 +123,20 @@ pub struct Relay {
     elicitations: Mutex<HashMap<String, Caller>>,
     /// The one session of a per-session upstream.
     owner: OnceLock<Caller>,
+    /// Sessions whose requests ended within [`LINGER`], newest last: a log
+    /// message the upstream wrote during a request can reach the gateway
+    /// just after the answer (servers need not order them).
+    recent: Mutex<VecDeque<(Instant, Caller)>>,
     /// Progress and log notifications received but not yet relayed.
     pending_notifications: AtomicUsize,
     relayed: Notify,
 }
+
+/// How long a finished request still claims late log messages.
+pub const LINGER: Duration = Duration::from_secs(1);
+
+/// Bound on the finished requests remembered for [`LINGER`].
+const RECENT_MAX: usize = 64;
 
 /// Bound on how long an answer waits for earlier notifications to be
 /// relayed; a stuck client stream must not hold every answer.
@@ -203,6 +213,32 @@ impl Relay {
         }
     }
 
+    /// Like [`Self::attribute`], for a notification (a log message): when
+    /// nothing is in flight, a request that just ended claims it if it was
+    /// the only session to finish one within [`LINGER`].
+    pub fn attribute_notification(&self, extensions: &Extensions) -> Result<Caller, Unattributed> {
+        match self.attribute(extensions) {
+            Err(Unattributed::Nobody) => {
+                let recent = lock(&self.recent);
+                let now = Instant::now();
+                let mut sessions: Vec<&Caller> = Vec::new();
+                for (ended, caller) in recent.iter() {
+                    if now.duration_since(*ended) <= LINGER
+                        && !sessions.iter().any(|c| c.session == caller.session)
+                    {
+                        sessions.push(caller);
+                    }
+                }
+                match sessions.as_slice() {
+                    [only] => Ok((*only).clone()),
+                    [] => Err(Unattributed::Nobody),
+                    many => Err(Unattributed::Ambiguous(many.len())),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// A progress or log notification arrived (called in wire order).
     pub fn notification_arrived(&self) {
         self.pending_notifications.fetch_add(1, Ordering::AcqRel);
@@ -253,7 +289,19 @@ pub struct InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        lock(&self.relay.inflight).remove(&self.id);
+        let Some(ended) = lock(&self.relay.inflight).remove(&self.id) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut recent = lock(&self.relay.recent);
+        while recent.len() >= RECENT_MAX
+            || recent
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at) > LINGER)
+        {
+            recent.pop_front();
+        }
+        recent.push_back((now, ended.caller.session_only()));
     }
 }
 

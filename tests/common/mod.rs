@@ -87,8 +87,13 @@ pub fn junction_command() -> Command {
             command.env_remove(&key);
         }
     }
+    // JUNCTION_TEST_RUST_LOG (e.g. `info,junction=debug`) turns up the log
+    // of every process a test starts, for investigating a failure.
     command
-        .env("RUST_LOG", "info,rmcp=warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("JUNCTION_TEST_RUST_LOG").unwrap_or_else(|_| "info,rmcp=warn".to_owned()),
+        )
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -305,3 +305,182 @@ def isolation(request: pytest.FixtureRequest) -> str:
 def everything_gateway(start_gateway, isolation: str) -> Gateway:
     """A ready gateway mounting server-everything (stdio) as `everything`."""
     return start_gateway(everything_config(isolation))
+
+
+# ------------------------------------------------- server-everything over HTTP
+
+# server-everything's HTTP modes listen on all interfaces; this preload keeps
+# every listen() without an explicit host on 127.0.0.1. The shared copy is used
+# when present (JUNCTION_LOOPBACK_PRELOAD overrides); otherwise the same few
+# lines are written next to the test's other files, so CI needs nothing else.
+LOOPBACK_PRELOAD_CANDIDATES = [ROOT.parent / "shared" / "tools" / "loopback.cjs"]
+LOOPBACK_PRELOAD_SOURCE = """\
+// Preload: force every net.Server.listen() without an explicit host onto 127.0.0.1
+const net = require('net');
+const orig = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  if (args.length && (typeof args[0] === 'number' || (typeof args[0] === 'string' && /^\\d+$/.test(args[0])))) {
+    if (typeof args[1] !== 'string') args.splice(1, 0, '127.0.0.1');
+  } else if (args.length && typeof args[0] === 'object' && args[0] !== null && !('path' in args[0]) && !args[0].host) {
+    args[0] = { ...args[0], host: '127.0.0.1' };
+  }
+  return orig.apply(this, args);
+};
+"""
+HTTP_UPSTREAM_START_TIMEOUT_S = 30.0
+
+
+def loopback_preload(scratch: Path) -> Path:
+    override = os.environ.get("JUNCTION_LOOPBACK_PRELOAD")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            pytest.fail(f"JUNCTION_LOOPBACK_PRELOAD={override} is not a file")
+        return path
+    for candidate in LOOPBACK_PRELOAD_CANDIDATES:
+        if candidate.is_file():
+            return candidate
+    path = scratch / "loopback.cjs"
+    path.write_text(LOOPBACK_PRELOAD_SOURCE)
+    return path
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the OS picks it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tcp_listeners(port: int) -> list[str]:
+    """Local addresses (hex, as in /proc/net/tcp{,6}) listening on `port`."""
+    found: list[str] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) < 4 or cols[3] != "0A":  # 0A = LISTEN
+                continue
+            addr, _, hex_port = cols[1].rpartition(":")
+            if int(hex_port, 16) == port:
+                found.append(addr)
+    return found
+
+
+LOOPBACK_V4_HEX = "0100007F"  # 127.0.0.1 in /proc/net/tcp byte order
+
+
+@dataclass
+class EverythingHttp:
+    """`mcp-server-everything streamableHttp` on 127.0.0.1:PORT."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @classmethod
+    def start(cls, scratch: Path, index: int) -> EverythingHttp:
+        port = free_port()
+        log_path = scratch / f"everything-http-{index}.log"
+        preload = loopback_preload(scratch)
+        env = {
+            **os.environ,
+            "PORT": str(port),
+            "NODE_OPTIONS": f'--require "{preload}"',
+        }
+        with open(log_path, "wb") as sink:
+            proc = subprocess.Popen(
+                [node_bin(), str(everything_entry()), "streamableHttp"],
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=str(scratch),
+                env=env,
+            )
+        return cls(proc=proc, port=port, log_path=log_path)
+
+    def wait_listening(self, timeout: float = HTTP_UPSTREAM_START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server-everything (HTTP) exited with {self.proc.returncode}; output:\n{self.log()}")
+            listeners = tcp_listeners(self.port)
+            if listeners:
+                wrong = [a for a in listeners if a != LOOPBACK_V4_HEX]
+                if wrong:
+                    self.stop()
+                    pytest.fail(
+                        f"server-everything (HTTP) listens on port {self.port} beyond 127.0.0.1 "
+                        f"({listeners}): the loopback preload did not apply"
+                    )
+                return
+            time.sleep(0.1)
+        pytest.fail(f"server-everything (HTTP) not listening on 127.0.0.1:{self.port} within {timeout}s:\n{self.log()}")
+
+    def stop(self) -> list[str]:
+        problems: list[str] = []
+        if self.proc.poll() is None:
+            children = _descendants_of(self.proc.pid)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                problems.append(f"server-everything pid {self.proc.pid} ignored SIGTERM; sent SIGKILL")
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
+            for c in children:
+                if _alive(c):
+                    problems.append(f"server-everything child pid {c} outlived it; killed")
+                    try:
+                        os.kill(c, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        return problems
+
+
+@pytest.fixture
+def start_everything_http(tmp_path: Path) -> Iterator:
+    """Factory: start_everything_http() -> listening EverythingHttp. Stops every one it started."""
+    started: list[EverythingHttp] = []
+
+    def start() -> EverythingHttp:
+        server = EverythingHttp.start(tmp_path, len(started))
+        started.append(server)
+        server.wait_listening()
+        return server
+
+    yield start
+
+    problems: list[str] = []
+    for server in started:
+        problems.extend(server.stop())
+        print(f"---- server-everything (HTTP) pid {server.proc.pid} port {server.port} exit {server.proc.returncode}, output:")
+        print(server.log()[-20000:])
+    if problems:
+        pytest.fail("teardown: " + "; ".join(problems))
+
+
+def everything_http_config(url: str, isolation: str, mount: str = "everything") -> str:
+    return (
+        "[server]\n"
+        'listen = "127.0.0.1:0"\n'
+        "\n"
+        f"[mounts.{mount}]\n"
+        f"url = {toml_str(url)}\n"
+        f"isolation = {toml_str(isolation)}\n"
+    )

@@ -1,0 +1,273 @@
+//! `junction check`: load and validate a config and say what it mounts;
+//! with `--connect`, start every upstream once and say what each offers.
+//!
+//! Without `--connect` nothing is spawned or connected (config loading does
+//! no I/O beyond reading). With it, the mounts are started as `serve` would
+//! ([`super::probe`]), their counts and final tool and prompt names printed,
+//! tool names clients would reject flagged ([`super::names`]), names lost to
+//! a collision marked, and everything stopped again before returning.
+
+use std::time::Duration;
+
+use super::{
+    columns,
+    names::tool_name_problems,
+    print_stdout,
+    probe::{probe, MountOutcome, Probe},
+    Outcome,
+};
+use crate::{
+    catalog::MountCatalog,
+    config::{self, Config, ConfigSource, MountConfig, UpstreamTransport},
+};
+
+/// Shown under `junction check --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  junction check                               check ./junction.toml (else the embedded default)
+  junction check --config gateway.yaml
+  junction check --config junction.toml --connect --timeout 60s
+
+Exit codes: 0 valid (and, with --connect, every upstream started);
+1 valid, but an upstream failed to start or to answer in time;
+2 invalid config (every problem is printed with its field path).";
+
+/// `junction check`.
+pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome {
+    let config = match config::load(&source) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("junction: invalid config\n{error}");
+            return Outcome::Invalid;
+        }
+    };
+    print_stdout(&summary(&source.describe(), &config));
+    if !connect || config.mounts.is_empty() {
+        return Outcome::Ok;
+    }
+    eprintln!(
+        "junction: starting {} (waiting up to {})",
+        plural(config.mounts.len(), "mount", "mounts"),
+        humantime::format_duration(wait)
+    );
+    let probe = probe(config, wait).await;
+    let (report, outcome) = connect_report(&probe);
+    print_stdout(&report);
+    probe.stop().await;
+    outcome
+}
+
+/// The config in a few lines: where it serves and one row per mount.
+pub fn summary(origin: &str, config: &Config) -> String {
+    let server = &config.server;
+    let mut out = format!(
+        "{origin}: valid; {} served at http://{}{} (separator {:?})\n",
+        plural(config.mounts.len(), "mount", "mounts"),
+        server.listen,
+        server.path,
+        server.separator.as_str()
+    );
+    if config.mounts.is_empty() {
+        return out;
+    }
+    out.push('\n');
+    let mut rows = vec![["MOUNT", "TRANSPORT", "ISOLATION", "NAMESPACE", "TARGET"]
+        .map(str::to_owned)
+        .to_vec()];
+    for mount in &config.mounts {
+        let namespace = if mount.namespace.is_pass_through() {
+            "(none)".to_owned()
+        } else {
+            mount.namespace.as_str().to_owned()
+        };
+        rows.push(vec![
+            mount.name.to_string(),
+            mount.transport.kind().to_owned(),
+            mount.isolation.as_str().to_owned(),
+            namespace,
+            target(mount),
+        ]);
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+/// What a mount runs or connects to. Header and env values are left out
+/// (they usually carry secrets); a URL's password is masked.
+fn target(mount: &MountConfig) -> String {
+    match &mount.transport {
+        UpstreamTransport::Stdio { command, args, .. } => std::iter::once(command)
+            .chain(args)
+            .map(|word| shell_word(word))
+            .collect::<Vec<_>>()
+            .join(" "),
+        UpstreamTransport::StreamableHttp { url, .. } => {
+            let mut url = url.clone();
+            if url.password().is_some() {
+                let _ = url.set_password(Some("***"));
+            }
+            url.to_string()
+        }
+    }
+}
+
+/// `word` as a shell would need it, so the printed command can be pasted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The `--connect` part: per mount its state, counts and names; the outcome
+/// is [`Outcome::Partial`] if any mount did not become ready.
+pub fn connect_report(probe: &Probe) -> (String, Outcome) {
+    let mut out = String::from("\n");
+    let mut rejected_names = 0;
+    for mount in &probe.mounts {
+        let name = &mount.config.name;
+        match &mount.outcome {
+            MountOutcome::Ready(catalog) => {
+                out.push_str(&format!("{name}: ready: {}\n", counts(catalog)));
+                let (lines, rejected) = name_lines(probe, &mount.config, catalog);
+                rejected_names += rejected;
+                out.push_str(&lines);
+            }
+            MountOutcome::Failed(error) => {
+                out.push_str(&format!("{name}: failed: {error}\n"));
+            }
+            MountOutcome::TimedOut => out.push_str(&format!(
+                "{name}: failed: no answer within {} (still starting or discovering; try --timeout)\n",
+                humantime::format_duration(probe.waited)
+            )),
+        }
+    }
+    let failed = probe.unavailable().count();
+    let ready = probe.mounts.len() - failed;
+    out.push_str(&format!(
+        "\n{} of {} ready",
+        ready,
+        plural(probe.mounts.len(), "mount", "mounts")
+    ));
+    if failed > 0 {
+        out.push_str(&format!(", {failed} failed"));
+    }
+    if rejected_names > 0 {
+        out.push_str(&format!(
+            "; {} many clients would reject",
+            plural(rejected_names, "tool name", "tool names")
+        ));
+    }
+    out.push('\n');
+    let outcome = if failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    };
+    (out, outcome)
+}
+
+fn counts(catalog: &MountCatalog) -> String {
+    [
+        plural(catalog.tools.len(), "tool", "tools"),
+        plural(catalog.prompts.len(), "prompt", "prompts"),
+        plural(catalog.resources.len(), "resource", "resources"),
+        plural(
+            catalog.templates.len(),
+            "resource template",
+            "resource templates",
+        ),
+    ]
+    .join(", ")
+}
+
+/// One line per tool and prompt under the name clients see, with a note
+/// when a tool name breaks the client rule or a name was lost to another
+/// mount. Returns the lines and how many tool names break the rule.
+fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (String, usize) {
+    let mut rows = Vec::new();
+    let mut rejected = 0;
+    let separator = &probe.separator;
+    for tool in &catalog.tools {
+        let name = mount.namespace.qualify_name(separator, &tool.name);
+        let mut notes: Vec<String> = Vec::new();
+        let problems = tool_name_problems(&name);
+        if !problems.is_empty() {
+            rejected += 1;
+            for problem in problems {
+                notes.push(format!("warning: {problem}"));
+            }
+        }
+        if let Some(route) = probe.catalog.resolve_tool(&name) {
+            if route.mount != mount.name {
+                notes.push(format!(
+                    "not listed: mount {} offers the same name and comes first in config order",
+                    route.mount
+                ));
+            }
+        }
+        rows.push(vec![kind("tool"), name, notes.join("; ")]);
+    }
+    for prompt in &catalog.prompts {
+        let name = mount.namespace.qualify_name(separator, &prompt.name);
+        let mut note = String::new();
+        if let Some(route) = probe.catalog.resolve_prompt(&name) {
+            if route.mount != mount.name {
+                note = format!(
+                    "not listed: mount {} offers the same name and comes first in config order",
+                    route.mount
+                );
+            }
+        }
+        rows.push(vec![kind("prompt"), name, note]);
+    }
+    (columns(&rows), rejected)
+}
+
+/// The indented kind column, one width for every mount so the names line
+/// up (and read the same) whether or not a mount has prompts.
+fn kind(kind: &str) -> String {
+    format!("  {kind:<6}")
+}
+
+fn plural(count: usize, one: &str, many: &str) -> String {
+    if count == 1 {
+        format!("{count} {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("npx"), "npx");
+        assert_eq!(shell_word("@scope/pkg@1.2"), "@scope/pkg@1.2");
+        assert_eq!(shell_word("two words"), "'two words'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn summary_lists_every_mount() {
+        let config = config::load(&ConfigSource::Embedded).expect("embedded config is valid");
+        let text = summary("embedded", &config);
+        assert!(text.starts_with("embedded: valid; 2 mounts served at http://127.0.0.1:8080/mcp"));
+        let demo = text
+            .lines()
+            .find(|line| line.starts_with("demo "))
+            .unwrap_or_else(|| panic!("no demo row in\n{text}"));
+        let cells: Vec<&str> = demo.split_whitespace().collect();
+        assert_eq!(&cells[..4], ["demo", "stdio", "shared", "demo"]);
+        assert!(demo.ends_with(" demo-server"), "{demo}");
+        assert!(text.contains("per_session"), "{text}");
+    }
+}

@@ -1,0 +1,285 @@
+//! One client server entry → the fields of one Junction mount.
+//!
+//! The transport comes from `type` (`stdio`, `http`; Cursor leaves it out
+//! and has `command` or `url`). `sse` cannot be mounted: Junction speaks
+//! stdio and Streamable HTTP upstreams. A field with no Junction equivalent
+//! (`envFile`, client-only settings) is dropped and reported; an entry that
+//! cannot become a working mount at all is an `Err` with the reason, and the
+//! caller skips it. Every string goes through [`super::vars`].
+
+use serde_json::{Map, Value};
+
+use super::{
+    source::{kind_of, Entry},
+    vars::{self, Inputs},
+    Issue,
+};
+
+/// A mount's transport, strings already in Junction syntax, maps in source
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// What an entry becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub transport: Transport,
+    /// `"disabled": true` in the source: written commented out.
+    pub disabled: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Stdio,
+    Http,
+}
+
+/// Fields this translation reads; any other field is reported as dropped.
+const KNOWN_FIELDS: [&str; 9] = [
+    "type", "command", "args", "env", "cwd", "envFile", "url", "headers", "disabled",
+];
+
+/// Translates `entry`; `Err` is why it cannot be mounted.
+pub fn translate(entry: &Entry, inputs: &Inputs, issues: &mut Vec<Issue>) -> Result<Mount, String> {
+    let Value::Object(fields) = &entry.value else {
+        return Err(format!(
+            "expected an object with `command` or `url`, found {}",
+            kind_of(&entry.value)
+        ));
+    };
+    let path = &entry.path;
+    let kind = transport_kind(fields)?;
+    let disabled = match fields.get("disabled") {
+        None => false,
+        Some(Value::Bool(disabled)) => *disabled,
+        Some(other) => {
+            issues.push(Issue::lost(
+                format!("{path}.disabled"),
+                format!("expected true or false, found {}; ignored", kind_of(other)),
+            ));
+            false
+        }
+    };
+    for key in fields.keys() {
+        if !KNOWN_FIELDS.contains(&key.as_str()) {
+            issues.push(Issue::lost(
+                format!("{path}.{key}"),
+                "has no Junction equivalent; dropped",
+            ));
+        }
+    }
+    let transport = match kind {
+        Kind::Stdio => stdio(fields, path, inputs, issues)?,
+        Kind::Http => http(fields, path, inputs, issues)?,
+    };
+    Ok(Mount {
+        transport,
+        disabled,
+    })
+}
+
+fn transport_kind(fields: &Map<String, Value>) -> Result<Kind, String> {
+    match fields.get("type") {
+        None if fields.contains_key("command") => Ok(Kind::Stdio),
+        None if fields.contains_key("url") => Ok(Kind::Http),
+        None => Err("has neither `command` (a local server) nor `url` (a remote server)".to_owned()),
+        Some(Value::String(kind)) => match kind.as_str() {
+            "stdio" => Ok(Kind::Stdio),
+            "http" | "streamable-http" | "streamable_http" | "streamableHttp" => Ok(Kind::Http),
+            "sse" => Err(
+                "type \"sse\" (the older HTTP+SSE transport) is not supported: Junction mounts stdio and Streamable HTTP upstreams; if the server also speaks Streamable HTTP (often at /mcp rather than /sse), import it with \"type\": \"http\" and that URL".to_owned(),
+            ),
+            other => Err(format!(
+                "type {other:?} is not a transport Junction knows (use \"stdio\" or \"http\")"
+            )),
+        },
+        Some(other) => Err(format!("`type` must be a string, found {}", kind_of(other))),
+    }
+}
+
+fn stdio(
+    fields: &Map<String, Value>,
+    path: &str,
+    inputs: &Inputs,
+    issues: &mut Vec<Issue>,
+) -> Result<Transport, String> {
+    let command = match fields.get("command") {
+        Some(Value::String(command)) if !command.trim().is_empty() => {
+            vars::translate(command, inputs, &format!("{path}.command"), issues)
+        }
+        Some(Value::String(_)) => return Err("`command` is empty".to_owned()),
+        Some(other) => {
+            return Err(format!(
+                "`command` must be a string, found {}",
+                kind_of(other)
+            ))
+        }
+        None => return Err("a stdio server needs `command`".to_owned()),
+    };
+    let args = match fields.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut args = Vec::new();
+            for (index, item) in items.iter().enumerate() {
+                let item_path = format!("{path}.args.{index}");
+                match scalar_text(item) {
+                    Some(text) => args.push(vars::translate(&text, inputs, &item_path, issues)),
+                    // A missing argument would change what the server does.
+                    None => {
+                        return Err(format!(
+                            "args.{index} must be a string, found {}",
+                            kind_of(item)
+                        ))
+                    }
+                }
+            }
+            args
+        }
+        Some(other) => return Err(format!("`args` must be an array, found {}", kind_of(other))),
+    };
+    let env = string_map(fields, "env", path, inputs, issues)?;
+    let cwd = match fields.get("cwd") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cwd)) => {
+            Some(vars::translate(cwd, inputs, &format!("{path}.cwd"), issues))
+        }
+        Some(other) => {
+            issues.push(Issue::lost(
+                format!("{path}.cwd"),
+                format!("expected a string, found {}; dropped", kind_of(other)),
+            ));
+            None
+        }
+    };
+    if fields.contains_key("envFile") {
+        issues.push(Issue::lost(
+            format!("{path}.envFile"),
+            "Junction does not read env files; dropped: copy its variables into `env`, or export them before starting junction and refer to them as ${NAME}",
+        ));
+    }
+    for field in ["url", "headers"] {
+        if fields.contains_key(field) {
+            issues.push(Issue::lost(
+                format!("{path}.{field}"),
+                "a stdio server takes no `url` or `headers`; dropped",
+            ));
+        }
+    }
+    Ok(Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    })
+}
+
+fn http(
+    fields: &Map<String, Value>,
+    path: &str,
+    inputs: &Inputs,
+    issues: &mut Vec<Issue>,
+) -> Result<Transport, String> {
+    let url = match fields.get("url") {
+        Some(Value::String(url)) => vars::translate(url, inputs, &format!("{path}.url"), issues),
+        Some(other) => return Err(format!("`url` must be a string, found {}", kind_of(other))),
+        None => return Err("a remote server needs `url`".to_owned()),
+    };
+    // With a variable in it the URL is only known at load; `junction
+    // check` will judge it then.
+    if !url.contains('$') {
+        match url::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+                if parsed.path().trim_end_matches('/').ends_with("/sse") {
+                    issues.push(Issue::note(
+                        format!("{path}.url"),
+                        "ends in /sse, which usually means the older HTTP+SSE transport Junction cannot mount; imported as Streamable HTTP (`junction check --connect` will tell)",
+                    ));
+                }
+            }
+            Ok(parsed) => {
+                return Err(format!(
+                    "url {url:?} has scheme {:?}; Junction connects over http or https",
+                    parsed.scheme()
+                ))
+            }
+            Err(error) => return Err(format!("url {url:?} is not a URL: {error}")),
+        }
+    }
+    let mut headers = string_map(fields, "headers", path, inputs, issues)?;
+    headers.retain(|(name, _)| {
+        let valid = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok();
+        if !valid {
+            issues.push(Issue::lost(
+                format!("{path}.headers.{name}"),
+                "is not a valid HTTP header name; dropped",
+            ));
+        }
+        valid
+    });
+    for field in ["command", "args", "env", "cwd", "envFile"] {
+        if fields.contains_key(field) {
+            issues.push(Issue::lost(
+                format!("{path}.{field}"),
+                "a remote server takes no `command`, `args`, `env`, `cwd` or `envFile`; dropped",
+            ));
+        }
+    }
+    Ok(Transport::Http { url, headers })
+}
+
+/// `env` or `headers`: an object of strings (numbers and booleans are
+/// written as text); other values are dropped and reported.
+fn string_map(
+    fields: &Map<String, Value>,
+    field: &str,
+    path: &str,
+    inputs: &Inputs,
+    issues: &mut Vec<Issue>,
+) -> Result<Vec<(String, String)>, String> {
+    let map = match fields.get(field) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(format!(
+                "`{field}` must be an object, found {}",
+                kind_of(other)
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for (key, value) in map {
+        let value_path = format!("{path}.{field}.{key}");
+        match scalar_text(value) {
+            Some(text) => out.push((
+                key.clone(),
+                vars::translate(&text, inputs, &value_path, issues),
+            )),
+            None => issues.push(Issue::lost(
+                value_path,
+                format!("expected a string, found {}; dropped", kind_of(value)),
+            )),
+        }
+    }
+    Ok(out)
+}
+
+/// A string, or a number or boolean as the text a client would pass on.
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}

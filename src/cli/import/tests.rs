@@ -1,0 +1,365 @@
+//! Unit tests of the translation: client JSON in, TOML and issues out. Each
+//! test goes through [`translate`], the one entry point, and checks that
+//! the TOML parses and holds what it should.
+
+use serde_json::json;
+
+use super::{mount_name::sanitize, translate, vars::env_name, Severity, Translation};
+
+fn import(source: serde_json::Value) -> Translation {
+    translate(&source.to_string(), "test.json").expect("valid input")
+}
+
+/// The output TOML parsed back, so tests compare values, not layout.
+fn parsed(translation: &Translation) -> toml::Value {
+    toml::from_str(&translation.toml)
+        .unwrap_or_else(|error| panic!("output is not TOML: {error}\n{}", translation.toml))
+}
+
+/// Every issue as `path: label: message`, one per line.
+fn report(translation: &Translation) -> String {
+    translation
+        .issues
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn lost(translation: &Translation) -> usize {
+    translation
+        .issues
+        .iter()
+        .filter(|issue| issue.severity == Severity::Lost)
+        .count()
+}
+
+#[test]
+fn claude_desktop_stdio_servers_translate_fully() {
+    let translation = import(json!({
+        "mcpServers": {
+            "filesystem": {
+                "command": "npx",
+                "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]
+            },
+            "github": {
+                "command": "npx",
+                "args": ["-y", "@modelcontextprotocol/server-github"],
+                "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"}
+            }
+        },
+        "globalShortcut": "Ctrl+Space"
+    }));
+    assert!(translation.is_complete(), "{}", report(&translation));
+    assert_eq!(translation.issues, []);
+    let config = parsed(&translation);
+    let github = &config["mounts"]["github"];
+    assert_eq!(github["command"].as_str(), Some("npx"));
+    assert_eq!(
+        github["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"].as_str(),
+        Some("ghp_example")
+    );
+    assert_eq!(github["isolation"].as_str(), Some("shared"));
+    assert_eq!(
+        config["mounts"]["filesystem"]["args"][2].as_str(),
+        Some("/Users/me/Desktop")
+    );
+    // Source order is kept.
+    let filesystem_at = translation.toml.find("[mounts.filesystem]").unwrap();
+    let github_at = translation.toml.find("[mounts.github]").unwrap();
+    assert!(filesystem_at < github_at);
+}
+
+#[test]
+fn claude_code_http_and_sse() {
+    let translation = import(json!({
+        "mcpServers": {
+            "api": {
+                "type": "http",
+                "url": "https://api.example.com/mcp",
+                "headers": {"Authorization": "Bearer ${API_TOKEN}"}
+            },
+            "old": {"type": "sse", "url": "https://old.example.com/sse"},
+            "local": {"type": "stdio", "command": "./server", "env": {"KEY": "${KEY:-dev}"}}
+        }
+    }));
+    let config = parsed(&translation);
+    let api = &config["mounts"]["api"];
+    assert_eq!(api["url"].as_str(), Some("https://api.example.com/mcp"));
+    assert_eq!(
+        api["headers"]["Authorization"].as_str(),
+        Some("Bearer ${API_TOKEN}")
+    );
+    assert!(config["mounts"].get("old").is_none());
+    assert!(translation
+        .toml
+        .contains("# mcpServers.old was not imported"));
+    assert_eq!(
+        config["mounts"]["local"]["env"]["KEY"].as_str(),
+        Some("${KEY}")
+    );
+    let report = report(&translation);
+    assert!(
+        report.contains("mcpServers.old: not translated: not imported: type \"sse\""),
+        "{report}"
+    );
+    assert!(report.contains("Streamable HTTP"), "{report}");
+    assert!(
+        report.contains("mcpServers.local.env.KEY: not translated: ${KEY:-dev}"),
+        "{report}"
+    );
+    assert_eq!((translation.imported, translation.skipped), (2, 1));
+    assert_eq!(lost(&translation), 2);
+}
+
+#[test]
+fn cursor_url_without_type_is_streamable_http() {
+    let translation = import(json!({
+        "mcpServers": {
+            "remote": {"url": "http://localhost:3000/mcp"},
+            "legacy": {"url": "http://localhost:3001/sse"},
+            "home": {"command": "${userHome}/bin/server", "env": {"TOKEN": "${env:MY_TOKEN}"}}
+        }
+    }));
+    let config = parsed(&translation);
+    assert_eq!(
+        config["mounts"]["remote"]["url"].as_str(),
+        Some("http://localhost:3000/mcp")
+    );
+    assert_eq!(
+        config["mounts"]["home"]["command"].as_str(),
+        Some("${HOME}/bin/server")
+    );
+    assert_eq!(
+        config["mounts"]["home"]["env"]["TOKEN"].as_str(),
+        Some("${MY_TOKEN}")
+    );
+    // A /sse URL is only a hint: imported, with a note.
+    assert!(translation.is_complete(), "{}", report(&translation));
+    assert!(report(&translation).contains("mcpServers.legacy.url: note: ends in /sse"));
+}
+
+#[test]
+fn vscode_inputs_env_file_and_sse() {
+    let source = r#"{
+        // VS Code allows comments
+        "inputs": [
+            {"type": "promptString", "id": "github-token", "description": "GitHub token", "password": true}
+        ],
+        "servers": {
+            "GitHub": {
+                "type": "stdio",
+                "command": "docker",
+                "args": ["run", "-i", "--rm", "ghcr.io/github/github-mcp-server"],
+                "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "${input:github-token}"},
+                "envFile": "${workspaceFolder}/.env",
+            },
+            "fetch": {"type": "http", "url": "https://fetch.example.com/mcp", "headers": {"X-Key": "${input:fetch-key}"}},
+            "events": {"type": "sse", "url": "https://events.example.com/sse"},
+            "tools": {"command": "node", "args": ["${workspaceFolder}/server.js"], "dev": {"watch": "src/**"}},
+        },
+    }"#;
+    let translation = translate(source, "mcp.json").expect("valid input");
+    let config = parsed(&translation);
+    let github = &config["mounts"]["github"];
+    assert_eq!(
+        github["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"].as_str(),
+        Some("${GITHUB_TOKEN}")
+    );
+    assert!(github.get("envFile").is_none());
+    assert_eq!(
+        config["mounts"]["fetch"]["headers"]["X-Key"].as_str(),
+        Some("${FETCH_KEY}")
+    );
+    assert_eq!(
+        config["mounts"]["tools"]["args"][0].as_str(),
+        Some("${WORKSPACE_FOLDER}/server.js")
+    );
+    assert!(config["mounts"].get("events").is_none());
+    let report = report(&translation);
+    for expected in [
+        "servers.GitHub: note: renamed to mount \"github\"",
+        "servers.GitHub.env.GITHUB_PERSONAL_ACCESS_TOKEN: not translated: ${input:github-token} (VS Code prompts for secret \"GitHub token\") became ${GITHUB_TOKEN}",
+        "servers.GitHub.envFile: not translated: Junction does not read env files",
+        "servers.fetch.headers.X-Key: not translated: ${input:fetch-key} (an input not defined under \"inputs\") became ${FETCH_KEY}",
+        "servers.events: not translated: not imported: type \"sse\"",
+        "servers.tools.args.0: not translated: ${workspaceFolder} is an editor variable",
+        "servers.tools.dev: not translated: has no Junction equivalent",
+    ] {
+        assert!(report.contains(expected), "missing {expected:?} in\n{report}");
+    }
+    assert!(translation
+        .toml
+        .contains("# \"GitHub\" in the source\n[mounts.github]"));
+    assert!(translation.toml.contains("VS Code"));
+}
+
+#[test]
+fn vscode_settings_shape_is_read() {
+    let translation = import(json!({
+        "editor.fontSize": 14,
+        "mcp": {"servers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}
+    }));
+    assert_eq!(
+        parsed(&translation)["mounts"]["time"]["command"].as_str(),
+        Some("uvx")
+    );
+}
+
+#[test]
+fn disabled_servers_are_commented_out() {
+    let translation = import(json!({
+        "mcpServers": {"off": {"command": "x", "disabled": true}}
+    }));
+    assert!(translation.is_complete());
+    assert!(parsed(&translation).get("mounts").is_none());
+    assert!(
+        translation
+            .toml
+            .contains("# [mounts.off]\n# command = \"x\""),
+        "{}",
+        translation.toml
+    );
+}
+
+#[test]
+fn broken_entries_are_skipped_and_reported() {
+    let translation = import(json!({
+        "mcpServers": {
+            "nothing": {},
+            "list": ["x"],
+            "bad-args": {"command": "x", "args": [{"a": 1}]},
+            "ftp": {"url": "ftp://example.com/mcp"},
+            "noscheme": {"url": "localhost:3000/mcp"},
+            "fine": {"command": "x", "args": [1, true], "env": {"N": 5, "O": {"x": 1}}}
+        }
+    }));
+    let report = report(&translation);
+    for expected in [
+        "mcpServers.nothing: not translated: not imported: has neither `command`",
+        "mcpServers.list: not translated: not imported: expected an object",
+        "mcpServers.bad-args: not translated: not imported: args.0 must be a string",
+        "mcpServers.ftp: not translated: not imported: url \"ftp://example.com/mcp\" has scheme \"ftp\"",
+        "mcpServers.noscheme: not translated: not imported:",
+        "mcpServers.fine.env.O: not translated: expected a string, found an object; dropped",
+    ] {
+        assert!(report.contains(expected), "missing {expected:?} in\n{report}");
+    }
+    let config = parsed(&translation);
+    let fine = &config["mounts"]["fine"];
+    assert_eq!(fine["args"][0].as_str(), Some("1"));
+    assert_eq!(fine["args"][1].as_str(), Some("true"));
+    assert_eq!(fine["env"]["N"].as_str(), Some("5"));
+    assert_eq!((translation.imported, translation.skipped), (1, 5));
+}
+
+#[test]
+fn odd_strings_round_trip() {
+    let awkward = "quote \" backslash \\ tab \t newline \n cr \r ctl \u{1}\u{7f}\u{85} é ✓ \u{2028} 'single' '''";
+    let translation = import(json!({
+        "mcpServers": {"s": {"command": awkward, "env": {"WEIRD KEY": awkward, "a.b": "x"}}}
+    }));
+    let config = parsed(&translation);
+    assert_eq!(config["mounts"]["s"]["command"].as_str(), Some(awkward));
+    assert_eq!(
+        config["mounts"]["s"]["env"]["WEIRD KEY"].as_str(),
+        Some(awkward)
+    );
+    assert_eq!(config["mounts"]["s"]["env"]["a.b"].as_str(), Some("x"));
+}
+
+#[test]
+fn dollars_that_are_not_references_stay_literal() {
+    let translation = import(json!({
+        "mcpServers": {"s": {"command": "x", "args": ["$HOME", "cost: 5$", "${unclosed", "${a b}"]}}
+    }));
+    let config = parsed(&translation);
+    let args = &config["mounts"]["s"]["args"];
+    assert_eq!(args[0].as_str(), Some("$HOME"));
+    assert_eq!(args[1].as_str(), Some("cost: 5$"));
+    // `$${` is Junction's literal `${`.
+    assert_eq!(args[2].as_str(), Some("$${unclosed"));
+    assert_eq!(args[3].as_str(), Some("$${a b}"));
+    assert!(report(&translation).contains("${a b} has no Junction equivalent"));
+}
+
+#[test]
+fn invalid_files_are_rejected_whole() {
+    for (text, expected) in [
+        ("{", "not valid JSON"),
+        ("[]", "expected a JSON object at the top level"),
+        ("{\"other\": 1}", "no servers found"),
+        (
+            "{\"mcpServers\": []}",
+            "mcpServers: expected an object of servers by name, found an array",
+        ),
+    ] {
+        let error = translate(text, "x.json").expect_err(text);
+        assert!(error.0.contains(expected), "{text}: {error}");
+    }
+}
+
+#[test]
+fn empty_server_list_is_a_valid_empty_config() {
+    let translation = import(json!({"mcpServers": {}}));
+    assert!(translation.is_complete());
+    assert!(parsed(&translation).get("mounts").is_none());
+}
+
+#[test]
+fn mount_names_are_sanitized_and_unique() {
+    let check = |key: &str, taken: &[&str], expect: &str| {
+        let taken: Vec<String> = taken.iter().map(|name| name.to_string()).collect();
+        assert_eq!(sanitize(key, &taken), expect, "key {key:?}");
+    };
+    check("github", &[], "github");
+    check("GitHub Tools", &[], "github-tools");
+    check("brave_search", &[], "brave-search");
+    check("@scope/server.name", &[], "scope-server-name");
+    check("1password", &[], "mcp-1password");
+    check("___", &[], "server");
+    check("ünïcode", &[], "n-code");
+    check(&"x".repeat(40), &[], &"x".repeat(32));
+    check("a_b", &["a-b"], "a-b-2");
+    check("a_b", &["a-b", "a-b-2"], "a-b-3");
+    check(
+        &"y".repeat(40),
+        &[&"y".repeat(32)],
+        &format!("{}-2", "y".repeat(30)),
+    );
+}
+
+#[test]
+fn duplicate_sanitized_names_get_suffixes() {
+    let translation = import(json!({
+        "mcpServers": {"my_server": {"command": "a"}, "my-server": {"command": "b"}}
+    }));
+    let config = parsed(&translation);
+    assert_eq!(config["mounts"]["my-server"]["command"].as_str(), Some("a"));
+    assert_eq!(
+        config["mounts"]["my-server-2"]["command"].as_str(),
+        Some("b")
+    );
+}
+
+#[test]
+fn env_names_for_inputs() {
+    assert_eq!(env_name("github-token"), "GITHUB_TOKEN");
+    assert_eq!(env_name("apiKey"), "API_KEY");
+    assert_eq!(env_name("workspaceFolder"), "WORKSPACE_FOLDER");
+    assert_eq!(env_name("2fa"), "INPUT_2FA");
+    assert_eq!(env_name("--"), "INPUT");
+}
+
+#[test]
+fn newlines_in_keys_cannot_break_out_of_comments() {
+    let translation = import(json!({
+        "mcpServers": {
+            "a\n[mounts.evil]\ncommand = \"x\"": {"type": "sse", "url": "http://h/sse"},
+            "b\nc": {"command": "y"}
+        }
+    }));
+    let config = parsed(&translation);
+    let mounts = config["mounts"].as_table().expect("mounts table");
+    assert_eq!(mounts.keys().collect::<Vec<_>>(), ["b-c"]);
+}

@@ -1,0 +1,181 @@
+//! Starting a config's mounts once, without serving HTTP, to see what they
+//! offer: the shared part of `check --connect` and `tools`.
+//!
+//! The mounts are started exactly as `serve` starts them ([`Gateway::start`]:
+//! one discovery task per mount, full client profile), so the lists are the
+//! ones clients would get. The wait for first discovery is bounded; a mount
+//! still starting when it runs out is reported as such. [`Probe::stop`] then
+//! ends every upstream: shared sessions are closed (a stdio child gets EOF,
+//! SIGTERM, then SIGKILL, to its whole process group, and is waited for).
+//!
+//! A mount still *opening* its session when the wait ran out cannot be
+//! cancelled cleanly: dropping a half-spawned stdio child kills only the
+//! group leader (tokio's kill-on-drop), leaving what a wrapper such as `sh`
+//! or `npx` started. So `stop` waits for such opens to finish, bounded by
+//! [`INITIALIZE_TIMEOUT`], and closes what they opened.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    catalog::{MergedCatalog, MountCatalog},
+    config::{Config, MountConfig},
+    gateway::{Gateway, MountPhase},
+    naming::Separator,
+    upstream::{connect::INITIALIZE_TIMEOUT, ClientProfile},
+};
+
+/// Default bound on waiting for every mount's first discovery: as long as
+/// one upstream gets to answer `initialize` ([`INITIALIZE_TIMEOUT`]), since
+/// `npx`-launched servers can take that long on a first download.
+pub const DEFAULT_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
+
+/// How often readiness is polled. The gateway has no "all discovered" signal
+/// (start-up never waits for mounts), and a poll this short adds no
+/// noticeable latency to a command that runs once.
+const READY_POLL: Duration = Duration::from_millis(50);
+
+/// Slack on top of [`INITIALIZE_TIMEOUT`] for a mount whose open timed out
+/// to record its failure, when [`Probe::stop`] waits for it.
+const SETTLE_MARGIN: Duration = Duration::from_secs(5);
+
+/// What one mount did during the probe.
+#[derive(Debug, Clone)]
+pub enum MountOutcome {
+    /// Discovered; its lists in the upstream's own names.
+    Ready(Arc<MountCatalog>),
+    /// Could not be started or discovered; the reason.
+    Failed(String),
+    /// First discovery had not finished when the wait ran out.
+    TimedOut,
+}
+
+/// One mount and how it fared.
+#[derive(Debug, Clone)]
+pub struct MountReport {
+    pub config: MountConfig,
+    pub outcome: MountOutcome,
+}
+
+/// Everything learned from starting the mounts once. The upstreams still
+/// run until [`Probe::stop`].
+pub struct Probe {
+    /// In config order.
+    pub mounts: Vec<MountReport>,
+    /// What clients with every capability would be listed, names qualified
+    /// and collisions dropped.
+    pub catalog: Arc<MergedCatalog>,
+    pub separator: Separator,
+    /// How long the probe waited at most.
+    pub waited: Duration,
+    gateway: Arc<Gateway>,
+    started: Instant,
+}
+
+impl Probe {
+    /// Mounts that did not become ready.
+    pub fn unavailable(&self) -> impl Iterator<Item = &MountReport> {
+        self.mounts
+            .iter()
+            .filter(|mount| !matches!(mount.outcome, MountOutcome::Ready(_)))
+    }
+
+    /// Stops every upstream the probe started; returns once they are gone.
+    pub async fn stop(self) {
+        // No downstream sessions exist, so this only closes each mount's own
+        // upstream sessions, waiting for stdio children to exit.
+        self.gateway.shutdown().await;
+        let starting = || {
+            self.gateway
+                .mounts()
+                .iter()
+                .filter(|mount| mount.status().phase == MountPhase::Starting)
+                .count()
+        };
+        let pending = starting();
+        if pending == 0 {
+            return;
+        }
+        let deadline = self.started + INITIALIZE_TIMEOUT + SETTLE_MARGIN;
+        eprintln!(
+            "junction: waiting up to {}s for {} still starting, to stop {}",
+            deadline.saturating_duration_since(Instant::now()).as_secs(),
+            plural_upstreams(pending),
+            if pending == 1 { "it" } else { "them" }
+        );
+        // Each round closes whatever session an open finished since; closing
+        // fails the discovery waiting on it, which ends the mount's start.
+        while starting() > 0 && Instant::now() < deadline {
+            for mount in self.gateway.mounts() {
+                mount.close().await;
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+        for mount in self.gateway.mounts() {
+            mount.close().await;
+        }
+    }
+}
+
+fn plural_upstreams(count: usize) -> String {
+    if count == 1 {
+        "1 upstream".to_owned()
+    } else {
+        format!("{count} upstreams")
+    }
+}
+
+/// Starts every mount of `config`, waits up to `wait` for their first
+/// discovery and records what they offer. Call [`Probe::stop`] next.
+pub async fn probe(config: Config, wait: Duration) -> Probe {
+    let separator = config.server.separator.clone();
+    let gateway = Gateway::new(config);
+    let started = Instant::now();
+    gateway.start();
+    let deadline = started + wait;
+    while !gateway.is_ready() && Instant::now() < deadline {
+        tokio::time::sleep(READY_POLL).await;
+    }
+    let mounts = gateway
+        .mounts()
+        .iter()
+        .map(|mount| {
+            let status = mount.status();
+            let outcome = match status.phase {
+                MountPhase::Ready => MountOutcome::Ready(mount.catalog_now(ClientProfile::FULL)),
+                MountPhase::Failed => MountOutcome::Failed(
+                    status
+                        .last_error
+                        .unwrap_or_else(|| "failed without a reason".to_owned()),
+                ),
+                MountPhase::Starting => MountOutcome::TimedOut,
+            };
+            MountReport {
+                config: mount.config.clone(),
+                outcome,
+            }
+        })
+        .collect();
+    let catalog = gateway.catalog(ClientProfile::FULL);
+    Probe {
+        mounts,
+        catalog,
+        separator,
+        waited: wait,
+        gateway,
+        started,
+    }
+}
+
+/// Parses `--timeout` values such as `30s` or `2m` (humantime).
+pub fn parse_wait(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err(format!("timeout {text:?} must be longer than zero")),
+        Err(error) => Err(format!(
+            "timeout {text:?} is not a duration like \"30s\" or \"2m\": {error}"
+        )),
+    }
+}

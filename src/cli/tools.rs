@@ -1,0 +1,82 @@
+//! `junction tools`: the merged tool list exactly as clients will be given
+//! it, by starting the config's mounts once ([`super::probe`]) without
+//! serving HTTP.
+//!
+//! Text output is one tool per line, qualified name then description;
+//! `--json` prints the tool objects a `tools/list` answer would carry (all
+//! pages, in order). Mounts that failed are reported on stderr and make the
+//! exit code 1, with whatever the other mounts offered still printed.
+
+use std::time::Duration;
+
+use super::{
+    columns, print_stdout,
+    probe::{probe, MountOutcome},
+    Outcome,
+};
+use crate::config::{self, ConfigSource};
+
+/// Shown under `junction tools --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  junction tools                               the tools of ./junction.toml (else the embedded default)
+  junction tools --config junction.toml --json | jq '.[].name'
+
+The list is the one a client declaring sampling, elicitation and roots
+gets; a per_session mount may list fewer tools to clients without them.
+
+Exit codes: 0 every mount answered; 1 some mount failed or timed out (the
+others' tools are still printed); 2 invalid config.";
+
+/// `junction tools`.
+pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
+    let config = match config::load(&source) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("junction: invalid config\n{error}");
+            return Outcome::Invalid;
+        }
+    };
+    let probe = probe(config, wait).await;
+    let mut outcome = Outcome::Ok;
+    for mount in probe.unavailable() {
+        outcome = Outcome::Partial;
+        let reason = match &mount.outcome {
+            MountOutcome::Failed(error) => error.clone(),
+            _ => format!(
+                "no answer within {} (try --timeout)",
+                humantime::format_duration(probe.waited)
+            ),
+        };
+        eprintln!(
+            "junction: mount {} is missing from the list: {reason}",
+            mount.config.name
+        );
+    }
+    let tools = &probe.catalog.tools;
+    if json {
+        match serde_json::to_string_pretty(tools) {
+            Ok(text) => print_stdout(&format!("{text}\n")),
+            Err(error) => {
+                eprintln!("junction: cannot write the tools as JSON: {error}");
+                outcome = Outcome::Partial;
+            }
+        }
+    } else {
+        let rows: Vec<Vec<String>> = tools
+            .iter()
+            .map(|tool| {
+                let description = tool.description.as_deref().unwrap_or_default();
+                vec![tool.name.to_string(), one_line(description)]
+            })
+            .collect();
+        print_stdout(&columns(&rows));
+    }
+    probe.stop().await;
+    outcome
+}
+
+/// A multi-line description on one line, so each tool is one greppable line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

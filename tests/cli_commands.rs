@@ -1,0 +1,696 @@
+//! The setup commands of the `junction` binary: `check` (with and without
+//! `--connect`), `tools` and `import`, run as real processes against real
+//! demo upstreams and the sample client configs in `tests/fixtures/import/`.
+//!
+//! Upstreams started by `--connect` and `tools` carry a unique marker in
+//! their environment, so a test can prove that none outlives the command.
+
+mod common;
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+/// Bound on one command run. The slowest command here waits out the
+/// gateway's 30 s initialize timeout; every other ends within seconds.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often a running command is checked on.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Environment variable that marks the upstream processes a test started.
+const MARKER_VAR: &str = "JUNCTION_CLI_TEST_MARKER";
+
+/// Tools every demo server lists (it may list more).
+const DEMO_TOOLS: [&str; 8] = [
+    "add", "counter", "echo", "fail", "links", "pid", "recall", "remember",
+];
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/import")
+        .join(name)
+}
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Panics with both streams unless the exit code is `code`.
+    fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    fn stdout_line(&self, prefix: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?} in stdout:\n{}", self.stdout))
+    }
+}
+
+/// Runs `junction ARGS` with `envs` to exit, killed (by pid) and reported
+/// if it takes longer than [`EXIT_TIMEOUT`]. Both pipes are read to their
+/// end, so no output is missed however busy the machine is.
+async fn junction(args: &[&str], envs: &[(&str, &str)]) -> Run {
+    let name = format!("junction {}", args.join(" "));
+    let mut command = junction_command();
+    command
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {name}: {error}"));
+    let stdout = read_all(child.stdout.take().expect("stdout is piped"));
+    let stderr = read_all(child.stderr.take().expect("stderr is piped"));
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for junction") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{name} still running after {EXIT_TIMEOUT:?}; stderr:\n{}",
+                stderr.join().unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    Run {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+/// Reads a pipe to its end on a thread.
+fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// A config file in a fresh directory (kept alive by the returned guard).
+fn config_file(toml: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("junction.toml");
+    std::fs::write(&path, toml).expect("write config");
+    (dir, path.display().to_string())
+}
+
+/// A value unique to this test run, for [`MARKER_VAR`].
+fn unique_marker() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "cli-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// `env = { MARKER_VAR = marker }` for a mount table.
+fn marker_env(marker: &str) -> String {
+    format!("env = {{ {MARKER_VAR} = {marker:?} }}")
+}
+
+/// Live processes whose environment carries `marker`.
+fn marked_processes(marker: &str) -> Vec<u32> {
+    let needle = format!("{MARKER_VAR}={marker}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|byte| *byte == 0)
+                    .any(|pair| pair == needle.as_bytes())
+            }) && process_alive(*pid)
+        })
+        .collect()
+}
+
+fn assert_no_marked_processes(marker: &str) {
+    let left = marked_processes(marker);
+    assert!(
+        left.is_empty(),
+        "upstream processes outlived the command: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn check_summarizes_a_valid_config_without_starting_anything() {
+    let config = format!(
+        "{SERVER_TOML}{}{}[mounts.broken]\ncommand = \"/nonexistent/junction-test-command\"\n",
+        stdio_demo_mount("alpha", ""),
+        http_mount(
+            "web",
+            "http://127.0.0.1:9/mcp",
+            "namespace = \"web-api\"\nisolation = \"per_session\""
+        ),
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(&["check", "--config", &path], &[]).await;
+    // A command that does not exist is fine: nothing is started.
+    run.expect_code(0);
+    assert!(
+        run.stdout.starts_with(&format!(
+            "{path}: valid; 3 mounts served at http://127.0.0.1:0/mcp"
+        )),
+        "{}",
+        run.stdout
+    );
+    let header: Vec<&str> = run.stdout_line("MOUNT").split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["MOUNT", "TRANSPORT", "ISOLATION", "NAMESPACE", "TARGET"]
+    );
+    let alpha: Vec<&str> = run.stdout_line("alpha ").split_whitespace().collect();
+    assert_eq!(
+        alpha,
+        ["alpha", "stdio", "shared", "alpha", BIN, "demo-server"]
+    );
+    let web: Vec<&str> = run.stdout_line("web ").split_whitespace().collect();
+    assert_eq!(
+        web,
+        [
+            "web",
+            "streamable_http",
+            "per_session",
+            "web-api",
+            "http://127.0.0.1:9/mcp"
+        ]
+    );
+    let broken: Vec<&str> = run.stdout_line("broken ").split_whitespace().collect();
+    assert_eq!(
+        broken,
+        [
+            "broken",
+            "stdio",
+            "shared",
+            "broken",
+            "/nonexistent/junction-test-command"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn check_reports_every_problem_with_its_path() {
+    let (_dir, path) = config_file(
+        r#"
+[server]
+listen = "nowhere"
+
+[mounts.Bad_Name]
+command = "x"
+
+[mounts.web]
+url = "not a url"
+
+[mounts.moody]
+command = "x"
+isolation = "sometimes"
+
+[mounts.typo]
+comand = "x"
+"#,
+    );
+    let run = junction(&["check", "--config", &path], &[]).await;
+    run.expect_code(2);
+    assert_eq!(
+        run.stdout, "",
+        "nothing is summarized for an invalid config"
+    );
+    for (field, message) in [
+        ("server.listen", "\"nowhere\" is not a socket address"),
+        ("mounts.Bad_Name", "must match"),
+        ("mounts.web.url", "relative URL without a base"),
+        ("mounts.moody.isolation", "sometimes"),
+        ("mounts.typo.comand", "unknown field"),
+    ] {
+        let prefix = format!("{path}: {field}: ");
+        let line = run
+            .stderr
+            .lines()
+            .find(|line| line.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in stderr:\n{}", run.stderr));
+        assert!(
+            line.contains(message),
+            "{line:?} should mention {message:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn check_connect_lists_counts_and_names_then_stops_every_upstream() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("alpha", &marker_env(&marker)),
+        stdio_demo_mount(
+            "beta",
+            &format!("{}\nisolation = \"per_session\"", marker_env(&marker))
+        ),
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(0);
+    assert_no_marked_processes(&marker);
+
+    for mount in ["alpha", "beta"] {
+        let status = run.stdout_line(&format!("{mount}: "));
+        let counts = status
+            .strip_prefix(&format!("{mount}: ready: "))
+            .unwrap_or_else(|| panic!("{mount} is not ready: {status:?}"));
+        let tools: usize = counts
+            .split(' ')
+            .next()
+            .and_then(|count| count.parse().ok())
+            .unwrap_or_else(|| panic!("no tool count in {status:?}"));
+        assert!(tools >= DEMO_TOOLS.len(), "{status:?}");
+        assert!(counts.contains(" tools, 1 prompt, "), "{status:?}");
+        assert!(counts.contains(" resource"), "{status:?}");
+        for tool in DEMO_TOOLS {
+            let line = run.stdout_line(&format!("  tool    {mount}__{tool}"));
+            assert!(!line.contains("warning"), "{line:?}");
+        }
+        run.stdout_line(&format!("  prompt  {mount}__greet"));
+    }
+    run.stdout_line("2 of 2 mounts ready");
+}
+
+#[tokio::test]
+async fn check_connect_names_a_mount_that_fails_and_exits_1() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}{}[mounts.broken]\ncommand = \"/nonexistent/junction-test-command\"\n",
+        stdio_demo_mount("alpha", &marker_env(&marker)),
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(1);
+    assert_no_marked_processes(&marker);
+    assert!(run.stdout_line("alpha: ").starts_with("alpha: ready: "));
+    let broken = run.stdout_line("broken: ");
+    assert!(
+        broken.starts_with("broken: failed: cannot start `/nonexistent/junction-test-command`"),
+        "{broken:?}"
+    );
+    run.stdout_line("1 of 2 mounts ready, 1 failed");
+}
+
+/// A stdio upstream that answers `initialize` and then nothing, from a
+/// shell whose own child (`sleep`) must be stopped with it.
+const MUTE_UPSTREAM: &str = r#"read line; id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p'); printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"mute","version":"0"}}}\n' "$id"; sleep 60; true"#;
+
+#[tokio::test]
+async fn check_connect_gives_up_on_a_silent_upstream_and_stops_it() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}[mounts.mute]\ncommand = \"sh\"\nargs = [\"-c\", '''{MUTE_UPSTREAM}''']\n{}\n",
+        marker_env(&marker)
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(
+        &["check", "--config", &path, "--connect", "--timeout", "1s"],
+        &[],
+    )
+    .await;
+    run.expect_code(1);
+    assert_no_marked_processes(&marker);
+    let mute = run.stdout_line("mute: ");
+    assert!(
+        mute.starts_with("mute: failed: no answer within 1s"),
+        "{mute:?}"
+    );
+}
+
+/// An upstream that never answers `initialize` cannot be cancelled midway
+/// without leaving its children behind, so the command waits out the
+/// gateway's initialize timeout (30 s) and then stops it.
+#[tokio::test]
+async fn check_connect_stops_an_upstream_that_never_initializes() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}[mounts.hung]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 120; true\"]\n{}\n",
+        marker_env(&marker)
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(
+        &["check", "--config", &path, "--connect", "--timeout", "1s"],
+        &[],
+    )
+    .await;
+    run.expect_code(1);
+    assert_no_marked_processes(&marker);
+    let hung = run.stdout_line("hung: ");
+    assert!(
+        hung.starts_with("hung: failed: no answer within 1s"),
+        "{hung:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("for 1 upstream still starting, to stop it"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn check_connect_timeout_requires_connect() {
+    let run = junction(&["check", "--timeout", "5s"], &[]).await;
+    run.expect_code(2);
+    assert!(run.stderr.contains("--connect"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn tools_prints_the_merged_catalog_as_text_and_json() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("demo", &marker_env(&marker))
+    );
+    let (_dir, path) = config_file(&config);
+
+    let text = junction(&["tools", "--config", &path], &[]).await;
+    text.expect_code(0);
+    assert_no_marked_processes(&marker);
+    let echo = text.stdout_line("demo__echo ");
+    assert!(echo.ends_with("Return the message unchanged."), "{echo:?}");
+    let text_names: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    for name in &text_names {
+        assert!(name.starts_with("demo__"), "{name} in\n{}", text.stdout);
+    }
+
+    let json = junction(&["tools", "--config", &path, "--json"], &[]).await;
+    json.expect_code(0);
+    assert_no_marked_processes(&marker);
+    let tools: Vec<Value> = serde_json::from_str(&json.stdout)
+        .unwrap_or_else(|error| panic!("not a JSON array: {error}\n{}", json.stdout));
+    let json_names: Vec<&str> = tools
+        .iter()
+        .map(|tool| tool["name"].as_str().expect("tool name"))
+        .collect();
+    assert_eq!(
+        json_names, text_names,
+        "both forms list the same tools in order"
+    );
+    for tool in DEMO_TOOLS {
+        assert!(json_names.contains(&format!("demo__{tool}").as_str()));
+    }
+    let echo = tools
+        .iter()
+        .find(|tool| tool["name"] == "demo__echo")
+        .expect("demo__echo");
+    assert_eq!(echo["description"], "Return the message unchanged.");
+    assert_eq!(echo["inputSchema"]["type"], "object");
+}
+
+#[tokio::test]
+async fn tools_lists_what_it_can_when_a_mount_fails() {
+    let config = format!(
+        "{SERVER_TOML}{}[mounts.broken]\ncommand = \"/nonexistent/junction-test-command\"\n",
+        stdio_demo_mount("demo", "")
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(&["tools", "--config", &path], &[]).await;
+    run.expect_code(1);
+    run.stdout_line("demo__echo ");
+    assert!(
+        run.stderr
+            .contains("junction: mount broken is missing from the list: cannot start"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn tools_with_an_invalid_config_exits_2() {
+    let (_dir, path) = config_file("[mounts.x]\nurl = \"nope\"\n");
+    let run = junction(&["tools", "--config", &path], &[]).await;
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains(&format!("{path}: mounts.x.url: ")),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Imports `file`, expecting `code`; checks the TOML loads with `junction
+/// check` given `envs` and lists exactly `mounts`. Returns the import run.
+async fn import_and_check(file: &str, code: i32, mounts: &[&str], envs: &[(&str, &str)]) -> Run {
+    let source = fixture(file);
+    let source = source.to_str().expect("utf-8 path");
+    let import = junction(&["import", source], &[]).await;
+    import.expect_code(code);
+    let (_dir, path) = config_file(&import.stdout);
+    let check = junction(&["check", "--config", &path], envs).await;
+    assert_eq!(
+        check.code(),
+        Some(0),
+        "imported TOML does not load:\n{}\nstderr:\n{}",
+        import.stdout,
+        check.stderr
+    );
+    let listed: Vec<&str> = check
+        .stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("MOUNT "))
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    assert_eq!(listed, mounts, "check output:\n{}", check.stdout);
+    for mount in mounts {
+        let row: Vec<&str> = check
+            .stdout_line(&format!("{mount} "))
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[2], "shared", "{row:?}");
+    }
+    import
+}
+
+fn assert_reported(run: &Run, file: &str, lines: &[&str]) {
+    for line in lines {
+        let expected = format!("{}: {line}", fixture(file).display());
+        assert!(
+            run.stderr.lines().any(|got| got.starts_with(&expected)),
+            "no line starting {expected:?} in stderr:\n{}",
+            run.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn import_claude_desktop() {
+    let run = import_and_check(
+        "claude_desktop.json",
+        0,
+        &["filesystem", "github", "brave-search", "sqlite-db"],
+        &[],
+    )
+    .await;
+    assert!(run.stdout.contains(
+        "[mounts.github]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-github\"]\nenv = { GITHUB_PERSONAL_ACCESS_TOKEN = \"ghp_exampleexampleexample\" }\nisolation = \"shared\"\n"
+    ), "{}", run.stdout);
+    assert!(run
+        .stdout
+        .contains("# \"Brave Search\" in the source\n[mounts.brave-search]\n"));
+    assert_reported(
+        &run,
+        "claude_desktop.json",
+        &[
+            "mcpServers.Brave Search: note: renamed to mount \"brave-search\"",
+            "mcpServers.sqlite_db: note: renamed to mount \"sqlite-db\"",
+        ],
+    );
+    assert!(!run.stderr.contains("not translated"), "{}", run.stderr);
+    assert!(run
+        .stderr
+        .contains("junction import: 4 of 4 servers imported"));
+}
+
+#[tokio::test]
+async fn import_claude_code() {
+    let run = import_and_check(
+        "claude_code.mcp.json",
+        1,
+        &["playwright", "sentry", "db"],
+        &[
+            ("SENTRY_TOKEN", "t"),
+            ("HOME", "/home/test"),
+            ("DATABASE_URL", "postgres://db/x"),
+        ],
+    )
+    .await;
+    assert!(run.stdout.contains(
+        "[mounts.sentry]\nurl = \"https://mcp.sentry.dev/mcp\"\nheaders = { Authorization = \"Bearer ${SENTRY_TOKEN}\" }\n"
+    ), "{}", run.stdout);
+    assert!(run
+        .stdout
+        .contains("args = [\"--url\", \"${DATABASE_URL}\"]"));
+    assert!(run
+        .stdout
+        .contains("# mcpServers.linear was not imported: type \"sse\""));
+    assert_reported(
+        &run,
+        "claude_code.mcp.json",
+        &[
+            "mcpServers.linear: not translated: not imported: type \"sse\"",
+            "mcpServers.db.args.1: not translated: ${DATABASE_URL:-postgres://localhost/dev}: Junction has no defaults",
+        ],
+    );
+    assert!(run
+        .stderr
+        .contains("junction import: 3 of 4 servers imported; 2 things not translated"));
+}
+
+#[tokio::test]
+async fn import_cursor() {
+    let run = import_and_check(
+        "cursor.json",
+        0,
+        &["context7", "memory", "local-tools"],
+        &[("CONTEXT7_API_KEY", "k"), ("HOME", "/home/test")],
+    )
+    .await;
+    assert!(run.stdout.contains(
+        "[mounts.context7]\nurl = \"https://mcp.context7.com/mcp\"\nheaders = { CONTEXT7_API_KEY = \"${CONTEXT7_API_KEY}\" }\n"
+    ), "{}", run.stdout);
+    assert!(run
+        .stdout
+        .contains("env = { MEMORY_FILE_PATH = \"${HOME}/.cursor/memory.json\" }"));
+    assert!(run
+        .stdout
+        .contains("[mounts.local-tools]\nurl = \"http://localhost:3000/mcp\"\n"));
+    assert!(!run.stderr.contains("not translated"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn import_vscode() {
+    let run = import_and_check(
+        "vscode.mcp.json",
+        1,
+        &["github", "perplexity", "fetch"],
+        &[("GITHUB_TOKEN", "t"), ("PERPLEXITY_KEY", "k")],
+    )
+    .await;
+    assert!(run.stdout.contains(
+        "[mounts.github]\nurl = \"https://api.githubcopilot.com/mcp/\"\nheaders = { Authorization = \"Bearer ${GITHUB_TOKEN}\" }\n"
+    ), "{}", run.stdout);
+    assert!(run
+        .stdout
+        .contains("env = { PERPLEXITY_API_KEY = \"${PERPLEXITY_KEY}\" }"));
+    assert!(run.stdout.contains("cwd = \"/srv/fetch\""));
+    assert!(!run.stdout.contains("envFile"), "{}", run.stdout);
+    assert!(run
+        .stdout
+        .contains("# servers.events was not imported: type \"sse\""));
+    assert_reported(
+        &run,
+        "vscode.mcp.json",
+        &[
+            "servers.github.headers.Authorization: not translated: ${input:github_token} (VS Code prompts for secret \"GitHub Personal Access Token\") became ${GITHUB_TOKEN}",
+            "servers.Perplexity: note: renamed to mount \"perplexity\"",
+            "servers.Perplexity.env.PERPLEXITY_API_KEY: not translated: ${input:perplexity-key} (VS Code prompts for secret \"Perplexity API Key\") became ${PERPLEXITY_KEY}",
+            "servers.Perplexity.envFile: not translated: Junction does not read env files",
+            "servers.events: not translated: not imported: type \"sse\"",
+        ],
+    );
+    assert!(run
+        .stderr
+        .contains("junction import: 3 of 4 servers imported; 4 things not translated"));
+}
+
+#[tokio::test]
+async fn import_rejects_unreadable_or_invalid_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let not_json = dir.path().join("broken.json");
+    std::fs::write(&not_json, "{\"mcpServers\": {").unwrap();
+    let no_servers = dir.path().join("settings.json");
+    std::fs::write(&no_servers, "{\"editor.fontSize\": 14}").unwrap();
+    for (path, message) in [
+        (&missing, "cannot read file"),
+        (&not_json, "not valid JSON"),
+        (&no_servers, "no servers found"),
+    ] {
+        let path = path.display().to_string();
+        let run = junction(&["import", &path], &[]).await;
+        run.expect_code(2);
+        assert_eq!(run.stdout, "", "no TOML for invalid input");
+        assert!(
+            run.stderr
+                .contains(&format!("junction import: {path}: {message}")),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_command_has_help_with_examples() {
+    for (command, example) in [
+        ("check", "junction check --config"),
+        ("tools", "junction tools --config"),
+        ("import", "junction import ~/.cursor/mcp.json"),
+    ] {
+        let run = junction(&[command, "--help"], &[]).await;
+        run.expect_code(0);
+        assert!(run.stdout.contains("Examples:"), "{}", run.stdout);
+        assert!(run.stdout.contains(example), "{}", run.stdout);
+        assert!(run.stdout.contains("Exit codes:"), "{}", run.stdout);
+    }
+}
+
+#[tokio::test]
+async fn serving_flags_are_refused_where_they_do_not_apply() {
+    let source = fixture("cursor.json");
+    let source = source.to_str().expect("utf-8 path");
+    let run = junction(&["import", source, "--config", "x.toml"], &[]).await;
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("--config does not apply"),
+        "{}",
+        run.stderr
+    );
+    let run = junction(&["--listen", "127.0.0.1:0", "check"], &[]).await;
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("--listen only applies when serving"),
+        "{}",
+        run.stderr
+    );
+}

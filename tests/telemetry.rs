@@ -1,0 +1,269 @@
+//! Traces and metrics, observed from outside: an OTLP/HTTP receiver in this
+//! test process decodes the protobuf spans the gateway exports, and
+//! `/metrics` is scraped after known traffic.
+
+mod common;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{body::Bytes, extract::State, routing::post, Router};
+use common::*;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::{any_value, KeyValue},
+    trace::v1::Span,
+};
+use prost::Message;
+use rmcp::model::{CallToolRequestParams, MetaObject, RequestMetaObject};
+use serde_json::{json, Value};
+
+type Spans = Arc<Mutex<Vec<Span>>>;
+
+/// An OTLP/HTTP trace receiver on 127.0.0.1; returns its base URL.
+async fn otlp_receiver(spans: Spans) -> String {
+    async fn receive(State(spans): State<Spans>, body: Bytes) -> &'static str {
+        let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+        let mut all = spans.lock().unwrap();
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                all.extend(scope.spans);
+            }
+        }
+        ""
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/v1/traces", post(receive))
+        .with_state(spans);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|KeyValue { key: k, .. }| k == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|value| match &value.value {
+            Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+            Some(any_value::Value::IntValue(i)) => Some(i.to_string()),
+            _ => None,
+        })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN_ID: &str = "00f067aa0ba902b7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_continue_the_client_trace_and_reach_the_upstream() {
+    let spans = Spans::default();
+    let endpoint = otlp_receiver(spans.clone()).await;
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+    );
+    // Export quickly instead of the SDK's default 5 s batches.
+    let gateway = Gateway::launch(&config, "toml", &[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+
+    let mut meta = MetaObject::new();
+    meta.set_traceparent(format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"));
+    meta.insert("x-custom".into(), json!({"kept": true}));
+    let mut params = CallToolRequestParams::new("shared__meta");
+    params.meta = Some(RequestMetaObject(meta));
+    let result = within("tools/call shared__meta", client.peer().call_tool(params))
+        .await
+        .expect("call");
+    let seen: Value = serde_json::from_str(ok_text(&result)).expect("meta as JSON");
+
+    // The upstream got the client's unknown _meta key, and a traceparent in
+    // the client's trace whose parent is the gateway's upstream span.
+    assert_eq!(seen["x-custom"], json!({"kept": true}), "{seen}");
+    let upstream_traceparent = seen["traceparent"]
+        .as_str()
+        .expect("traceparent")
+        .to_owned();
+    let parts: Vec<&str> = upstream_traceparent.split('-').collect();
+    assert_eq!(parts[1], TRACE_ID, "{upstream_traceparent}");
+    assert_ne!(
+        parts[2], CLIENT_SPAN_ID,
+        "the gateway must add its own span"
+    );
+
+    let (server, upstream) =
+        eventually("the spans to be exported", Duration::from_secs(10), || {
+            let spans = spans.clone();
+            async move {
+                let spans = spans.lock().unwrap();
+                let server = spans
+                    .iter()
+                    .find(|s| s.name == "tools/call shared__meta")?
+                    .clone();
+                let upstream = spans
+                    .iter()
+                    .find(|s| {
+                        attribute(s, "mcp.method.name").as_deref() == Some("tools/call")
+                            && s.name.starts_with("tools/call shared")
+                    })
+                    .filter(|s| s.span_id != server.span_id)
+                    .cloned()?;
+                Some((server, upstream))
+            }
+        })
+        .await;
+    assert_eq!(hex(&server.trace_id), TRACE_ID);
+    assert_eq!(hex(&server.parent_span_id), CLIENT_SPAN_ID);
+    assert_eq!(
+        attribute(&server, "mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(
+        attribute(&server, "gen_ai.tool.name").as_deref(),
+        Some("shared__meta")
+    );
+    assert_eq!(
+        attribute(&server, "junction.mount").as_deref(),
+        Some("shared")
+    );
+    assert!(!attribute(&server, "mcp.session.id")
+        .unwrap_or_default()
+        .is_empty());
+    assert_eq!(hex(&upstream.trace_id), TRACE_ID);
+    assert_eq!(
+        upstream.parent_span_id, server.span_id,
+        "upstream span is the server span's child"
+    );
+    assert_eq!(
+        parts[2],
+        hex(&upstream.span_id),
+        "the upstream's parent is the upstream span"
+    );
+
+    // A failed request records its JSON-RPC error code.
+    let error = call_err(&client, "nobody__nothing", Value::Null).await;
+    assert_eq!(error.code.0, -32602);
+    let failed = eventually("the failed request's span", Duration::from_secs(10), || {
+        let spans = spans.clone();
+        async move {
+            spans
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|s| s.name == "tools/call nobody__nothing")
+                .cloned()
+        }
+    })
+    .await;
+    assert_eq!(
+        attribute(&failed, "rpc.jsonrpc.error_code").as_deref(),
+        Some("-32602")
+    );
+    close(client).await;
+}
+
+/// The value of one sample line of the Prometheus exposition.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        rest.trim().parse().ok()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_exactly_the_traffic_sent() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let client = gateway.connect().await;
+    for _ in 0..3 {
+        let echoed = call(&client, "shared__echo", json!({"message": "hi"})).await;
+        assert_eq!(ok_text(&echoed), "hi");
+    }
+    let failed = call(&client, "private__fail", Value::Null).await;
+    assert_eq!(failed.is_error, Some(true));
+    call_err(&client, "nobody__nothing", Value::Null).await;
+    tool_names(&client).await;
+
+    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let expect = [
+        (
+            r#"junction_requests_total{mount="shared",method="tools/call",outcome="ok"}"#,
+            3.0,
+        ),
+        (
+            r#"junction_requests_total{mount="private",method="tools/call",outcome="tool_error"}"#,
+            1.0,
+        ),
+        (
+            r#"junction_requests_total{mount="-",method="tools/call",outcome="error"}"#,
+            1.0,
+        ),
+        ("junction_downstream_sessions", 1.0),
+        // Discovery for the full profile and for this client's (no
+        // capabilities), plus this session's own upstream.
+        (r#"junction_upstream_sessions{mount="private"}"#, 3.0),
+        (
+            r#"junction_request_duration_seconds_count{method="tools/call"}"#,
+            5.0,
+        ),
+        (
+            r#"junction_upstream_request_duration_seconds_count{mount="shared",method="tools/call"}"#,
+            3.0,
+        ),
+    ];
+    for (series, value) in expect {
+        assert_eq!(
+            sample(&metrics, series),
+            Some(value),
+            "{series} in\n{metrics}"
+        );
+    }
+    // Every list page served from the cache counts; the pages here are few.
+    assert!(sample(&metrics, "junction_discovery_cache_hits_total").unwrap_or(0.0) >= 1.0);
+    // Cardinality: no session ids, arguments or URIs in labels.
+    assert!(!metrics.contains("hi\""), "{metrics}");
+
+    let status: Value = within(
+        "GET /status.json",
+        http.get(gateway.url("/status.json")).send(),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(status["downstream_sessions"], 1);
+    let shared = &status["mounts"][0];
+    assert_eq!(shared["name"], "shared");
+    assert_eq!(shared["health"], "ready");
+    assert!(shared["tools"].as_u64().unwrap() > 5, "{status}");
+    let page = within("GET /status", http.get(gateway.url("/status")).send())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("<b>shared</b>") && page.contains("<b>private</b>"),
+        "{page}"
+    );
+    close(client).await;
+}
