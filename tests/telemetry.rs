@@ -66,9 +66,11 @@ const CLIENT_SPAN_ID: &str = "00f067aa0ba902b7";
 async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     let spans = Spans::default();
     let endpoint = otlp_receiver(spans.clone()).await;
+    let demo = DemoHttp::start().await;
     let config = format!(
-        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}",
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}{}",
         stdio_demo_mount("shared", "isolation = \"shared\""),
+        http_mount("remote", &demo.mcp_url(), ""),
     );
     // Export quickly instead of the SDK's default 5 s batches.
     let gateway = Gateway::launch(&config, "toml", &[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
@@ -147,6 +149,21 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         hex(&upstream.span_id),
         "the upstream's parent is the upstream span"
     );
+
+    // An HTTP upstream also gets the context as W3C headers.
+    let mut meta = MetaObject::new();
+    meta.set_traceparent(format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"));
+    let mut params = CallToolRequestParams::new("remote__meta");
+    params.meta = Some(RequestMetaObject(meta));
+    let result = within("tools/call remote__meta", client.peer().call_tool(params))
+        .await
+        .expect("call");
+    let seen: Value = serde_json::from_str(ok_text(&result)).expect("meta as JSON");
+    let header = seen["http:traceparent"]
+        .as_str()
+        .expect("traceparent header");
+    assert_eq!(Some(header), seen["traceparent"].as_str(), "{seen}");
+    assert!(header.contains(TRACE_ID), "{seen}");
 
     // A failed request records its JSON-RPC error code.
     let error = call_err(&client, "nobody__nothing", Value::Null).await;
@@ -264,6 +281,35 @@ async fn metrics_count_exactly_the_traffic_sent() {
     assert!(
         page.contains("<b>shared</b>") && page.contains("<b>private</b>"),
         "{page}"
+    );
+    close(client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_carry_the_request_context() {
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\nlog_format = \"json\"\n\n{}",
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    // Opening the per-session upstream logs a line inside the request.
+    call(&client, "private__echo", json!({"message": "x"})).await;
+    let line = eventually(
+        "the per-session open line",
+        Duration::from_secs(5),
+        || async { gateway.proc.stderr.find("per-session upstream open") },
+    )
+    .await;
+    let record: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let span = &record["span"];
+    assert_eq!(span["mcp.method.name"], "tools/call", "{record}");
+    assert_eq!(span["junction.mount"], "private", "{record}");
+    assert_eq!(span["gen_ai.tool.name"], "private__echo", "{record}");
+    assert!(
+        !span["mcp.session.id"].as_str().unwrap_or("").is_empty(),
+        "{record}"
     );
     close(client).await;
 }

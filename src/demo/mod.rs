@@ -333,7 +333,16 @@ impl DemoServer {
         description = "Return this request's `_meta`, as JSON text (shows what reached the server)."
     )]
     async fn meta(&self, context: RequestContext<RoleServer>) -> CallToolResult {
-        text_result(serde_json::to_string(&context.meta.0).unwrap_or_default())
+        let mut shown = serde_json::Map::from_iter(context.meta.0 .0.clone());
+        // Over HTTP, also the trace headers the request came with.
+        if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+            for name in ["traceparent", "tracestate"] {
+                if let Some(value) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
+                    shown.insert(format!("http:{name}"), value.into());
+                }
+            }
+        }
+        text_result(serde_json::Value::Object(shown).to_string())
     }
 
     #[tool(description = "How many `slow` calls this process saw cancelled.")]
