@@ -25,6 +25,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod coalesce;
 pub mod config;
 pub mod demo;
 pub mod downstream;

@@ -25,11 +25,13 @@ pub use errors::RouteError;
 
 use crate::{
     catalog::{MergedCatalog, MountCatalog},
+    coalesce::Coalescer,
     config::Isolation,
     gateway::{Gateway, Mount, SessionKey},
     naming::MountName,
     upstream::{
-        self, Caller, ClientProfile, LogLevelSetting, Relay, UpstreamHandler, UpstreamSession,
+        self, Caller, ClientProfile, ListKind, LogLevelSetting, Relay, UpstreamHandler,
+        UpstreamSession,
     },
 };
 
@@ -53,6 +55,7 @@ impl DownstreamSession {
             overlays: Mutex::new(HashMap::new()),
             overlay_catalog: Mutex::new(None),
             _alive: gateway.session_tasks().token(),
+            refreshes: Coalescer::default(),
         });
         Self { gateway, state }
     }
@@ -81,6 +84,8 @@ pub(crate) struct SessionState {
     overlay_catalog: Mutex<Option<(u64, Arc<MergedCatalog>)>>,
     /// Held while the session lives, so shutdown waits for it.
     _alive: TaskTrackerToken,
+    /// One overlay refresh at a time per mount and list.
+    refreshes: Coalescer<(MountName, ListKind)>,
 }
 
 impl SessionState {

@@ -1,7 +1,7 @@
 //! Events of a per-session upstream: they concern exactly one downstream
 //! session, so they go to that session and nowhere else.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use rmcp::model::ResourceUpdatedNotificationParam;
 
@@ -32,29 +32,16 @@ impl UpstreamEvents for PerSessionEvents {
             return;
         };
         let mount_name = self.mount.clone();
+        let key = (mount_name.clone(), kind);
+        if !state.refreshes.start(&key) {
+            return;
+        }
         tokio::spawn(async move {
-            let Some(gateway) = state.gateway.upgrade() else {
-                return;
-            };
-            let Some(mount) = gateway.mount(&mount_name) else {
-                return;
-            };
-            let Ok(upstream) = state.upstream_for(mount).await else {
-                return;
-            };
-            let mut catalog = super::lock(&state.overlays)
-                .get(&mount_name)
-                .map(|catalog| MountCatalog::clone(catalog))
-                .unwrap_or_else(|| {
-                    MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
-                });
-            if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut catalog).await {
-                tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
-                return;
-            }
-            state.set_overlay(&mount_name, catalog);
-            if let Some(peer) = state.peer.get() {
-                notify_list_changed(peer.clone(), kind).await;
+            loop {
+                refresh_overlay(&state, &mount_name, kind).await;
+                if !state.refreshes.again(&key) {
+                    break;
+                }
             }
         });
     }
@@ -82,5 +69,33 @@ impl UpstreamEvents for PerSessionEvents {
                 tracing::debug!(%error, "could not relay resources/updated");
             }
         });
+    }
+}
+
+/// Reads the lists of a session's own upstream into its overlay after that
+/// upstream announced a change, then tells the session.
+async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind: ListKind) {
+    let Some(gateway) = state.gateway.upgrade() else {
+        return;
+    };
+    let Some(mount) = gateway.mount(mount_name) else {
+        return;
+    };
+    let Ok(upstream) = state.upstream_for(mount).await else {
+        return;
+    };
+    let mut catalog = super::lock(&state.overlays)
+        .get(mount_name)
+        .map(|catalog| MountCatalog::clone(catalog))
+        .unwrap_or_else(|| {
+            MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
+        });
+    if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut catalog).await {
+        tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
+        return;
+    }
+    state.set_overlay(mount_name, catalog);
+    if let Some(peer) = state.peer.get() {
+        notify_list_changed(peer.clone(), kind).await;
     }
 }

@@ -27,6 +27,7 @@ pub use sessions::{notify_list_changed, SessionKey, SessionRegistry};
 
 use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
+    coalesce::Coalescer,
     config::Config,
     naming::MountName,
     upstream::{discovery, ClientProfile, ListKind, UpstreamEvents},
@@ -45,6 +46,8 @@ pub struct Gateway {
     /// closing their per-session upstreams, so shutdown can wait for both.
     session_tasks: TaskTracker,
     started: std::time::Instant,
+    /// One list refresh at a time per mount, profile and list.
+    refreshes: Coalescer<(MountName, ClientProfile, ListKind)>,
 }
 
 /// How long shutdown waits for downstream sessions to end and their
@@ -83,6 +86,7 @@ impl Gateway {
                 sessions: SessionRegistry::default(),
                 session_tasks: TaskTracker::new(),
                 started: std::time::Instant::now(),
+                refreshes: Coalescer::default(),
             }
         })
     }
@@ -271,6 +275,19 @@ impl Gateway {
     /// Re-reads one list of a mount's profile session after it said the list
     /// changed, then tells the sessions that see that profile's lists.
     async fn refresh_mount(&self, name: &MountName, profile: ClientProfile, kind: ListKind) {
+        let key = (name.clone(), profile, kind);
+        if !self.refreshes.start(&key) {
+            return;
+        }
+        loop {
+            self.refresh_mount_once(name, profile, kind).await;
+            if !self.refreshes.again(&key) {
+                break;
+            }
+        }
+    }
+
+    async fn refresh_mount_once(&self, name: &MountName, profile: ClientProfile, kind: ListKind) {
         let Some(mount) = self.mount(name) else {
             return;
         };

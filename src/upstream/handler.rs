@@ -25,7 +25,7 @@ use super::relay::{Caller, Relay};
 use crate::telemetry::metrics;
 
 /// Which list an upstream said has changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
     Tools,
     Prompts,
