@@ -795,3 +795,39 @@ async fn idle_session_is_ended_with_its_child() {
         .unwrap();
     assert_eq!(response.status(), 404, "the idle session still answers");
 }
+
+/// A stdio upstream's own children (as `npx` starts the real server) end
+/// with it: the whole process group is killed when its session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_children_end_with_its_session() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("grandchild.pid");
+    let script = format!(
+        "sleep 300 & echo $! > {marker}; exec {BIN} demo-server",
+        marker = marker.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}[mounts.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let echoed = call(&client, "wrapped__echo", json!({"message": "up"})).await;
+    assert_eq!(ok_text(&echoed), "up");
+    // The discovery session and this session's upstream each wrote the
+    // marker; the last write is this session's grandchild.
+    let grandchild: u32 = eventually("the grandchild pid", Duration::from_secs(5), || async {
+        std::fs::read_to_string(&marker).ok()?.trim().parse().ok()
+    })
+    .await;
+    assert!(
+        process_alive(grandchild),
+        "sleep {grandchild} should be running"
+    );
+    close(client).await;
+    eventually(
+        "the grandchild to be killed",
+        Duration::from_secs(10),
+        || async { (!process_alive(grandchild)).then_some(()) },
+    )
+    .await;
+}

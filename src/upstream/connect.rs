@@ -22,7 +22,8 @@ use rmcp::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{
-    http_client::TracingHttpClient, ordered::OrderedTransport, UpstreamHandler, UpstreamSession,
+    http_client::TracingHttpClient, ordered::OrderedTransport, process_group::ProcessGroupGuard,
+    UpstreamHandler, UpstreamSession,
 };
 use crate::config::{MountConfig, UpstreamTransport};
 
@@ -54,7 +55,7 @@ pub async fn open(
     handler: UpstreamHandler,
 ) -> Result<UpstreamSession, UpstreamError> {
     let started = tokio::time::timeout(INITIALIZE_TIMEOUT, start(mount, handler)).await;
-    let (service, pid) = match started {
+    let (service, pid, group) = match started {
         Ok(result) => result?,
         Err(_) => return Err(UpstreamError::InitializeTimeout(INITIALIZE_TIMEOUT)),
     };
@@ -71,6 +72,7 @@ pub async fn open(
         service: Mutex::new(Some(service)),
         pid,
         relay,
+        group: Mutex::new(group),
     })
 }
 
@@ -79,7 +81,7 @@ type Running = rmcp::service::RunningService<rmcp::RoleClient, UpstreamHandler>;
 async fn start(
     mount: &MountConfig,
     handler: UpstreamHandler,
-) -> Result<(Running, Option<u32>), UpstreamError> {
+) -> Result<(Running, Option<u32>, ProcessGroupGuard), UpstreamError> {
     match &mount.transport {
         UpstreamTransport::Stdio {
             command,
@@ -102,6 +104,9 @@ async fn start(
                     source,
                 })?;
             let pid = process.id();
+            // From here on, abandoning the start (timeout, shutdown) kills
+            // the whole group.
+            let group = ProcessGroupGuard::new(pid);
             if let Some(stderr) = stderr {
                 let mount_name = mount.name.clone();
                 tokio::spawn(async move {
@@ -113,7 +118,7 @@ async fn start(
             }
             let transport = OrderedTransport::new(process, handler.relay().clone());
             let service = handler.serve(transport).await.map_err(initialize_error)?;
-            Ok((service, pid))
+            Ok((service, pid, group))
         }
         UpstreamTransport::StreamableHttp { url, headers } => {
             let mut custom_headers = HashMap::new();
@@ -137,7 +142,7 @@ async fn start(
                 handler.relay().clone(),
             );
             let service = handler.serve(transport).await.map_err(initialize_error)?;
-            Ok((service, None))
+            Ok((service, None, ProcessGroupGuard::new(None)))
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod handler;
 pub mod http_client;
 pub mod ordered;
+pub mod process_group;
 pub mod profile;
 pub mod relay;
 
@@ -48,6 +49,8 @@ pub struct UpstreamSession {
     pid: Option<u32>,
     /// Attributes what the upstream sends to the downstream caller.
     relay: Arc<Relay>,
+    /// Kills a stdio upstream's process group when this session goes away.
+    group: Mutex<process_group::ProcessGroupGuard>,
 }
 
 impl UpstreamSession {
@@ -151,6 +154,11 @@ impl UpstreamSession {
             if let Err(error) = service.cancel().await {
                 tracing::debug!(mount = %self.mount, %error, "upstream session ended with an error");
             }
+        }
+        // The leader exited (stdin closed, then SIGTERM, then SIGKILL);
+        // anything it started that is still running goes too.
+        if let Ok(mut group) = self.group.lock() {
+            group.kill();
         }
     }
 }

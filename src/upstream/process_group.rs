@@ -1,0 +1,52 @@
+//! Makes sure a stdio upstream's whole process group dies with it.
+//!
+//! The child runs as the leader of its own process group, so a wrapper such
+//! as `npx` and the server it starts share one group. rmcp kills the leader
+//! on drop from a spawned task (which never runs once the runtime is
+//! shutting down), and tokio's `kill_on_drop` kills only the leader. This
+//! guard sends SIGKILL to the whole group, synchronously, when dropped:
+//! when an upstream is abandoned while starting, dropped without a graceful
+//! close, or after a graceful close to reap stragglers. A group that no
+//! longer exists is not an error.
+
+use nix::{
+    sys::signal::{killpg, Signal},
+    unistd::Pid,
+};
+
+pub struct ProcessGroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl ProcessGroupGuard {
+    /// Guards the group led by `pid` (the child spawned as group leader).
+    pub fn new(pid: Option<u32>) -> Self {
+        Self {
+            pgid: pid
+                .and_then(|pid| i32::try_from(pid).ok())
+                .filter(|pid| *pid > 1)
+                .map(Pid::from_raw),
+        }
+    }
+
+    /// Kills whatever is left of the group now.
+    pub fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            match killpg(pgid, Signal::SIGKILL) {
+                Ok(()) => {
+                    tracing::debug!(pgid = pgid.as_raw(), "killed an upstream's process group")
+                }
+                Err(nix::errno::Errno::ESRCH) => {}
+                Err(error) => {
+                    tracing::warn!(pgid = pgid.as_raw(), %error, "cannot kill an upstream's process group")
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
