@@ -831,3 +831,28 @@ async fn an_upstreams_children_end_with_its_session() {
     )
     .await;
 }
+
+/// The instructions a client gets say how each mount's names are formed and
+/// carry each upstream's own instructions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instructions_describe_every_mount() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", ""),
+        stdio_demo_mount("raw", "namespace = \"\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let info = client.peer().peer_info().expect("server info");
+    let instructions = info.instructions.clone().unwrap_or_default();
+    for needle in [
+        "- shared (tools and prompts shared__<name>, resources shared+<uri>): Demo server:",
+        "- raw (names unchanged): Demo server:",
+    ] {
+        assert!(
+            instructions.contains(needle),
+            "{needle:?} in {instructions}"
+        );
+    }
+    close(client).await;
+}

@@ -38,6 +38,29 @@ use crate::{
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 impl DownstreamSession {
+    /// What the client is told at initialize: how names are formed for each
+    /// mount, followed by that upstream's own instructions when known.
+    fn instructions(&self) -> String {
+        let separator = self.gateway.config().server.separator.as_str();
+        let mut text = String::from("Junction MCP gateway. Mounted servers:");
+        for mount in self.gateway.mounts() {
+            let namespace = mount.config.namespace.as_str();
+            let naming = if namespace.is_empty() {
+                "names unchanged".to_owned()
+            } else {
+                format!(
+                    "tools and prompts {namespace}{separator}<name>, resources {namespace}+<uri>"
+                )
+            };
+            text.push_str(&format!("\n- {} ({naming})", mount.config.name));
+            if let Some(own) = mount.instructions() {
+                text.push_str(": ");
+                text.push_str(own.trim());
+            }
+        }
+        text
+    }
+
     /// The downstream end of `context`'s request, for the relay.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
         Caller {
@@ -126,10 +149,7 @@ impl ServerHandler for DownstreamSession {
         capabilities.experimental = None;
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("junction", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Junction gateway: tools and prompts are named <mount>__<name>, \
-                 resources <mount>+<uri>.",
-            )
+            .with_instructions(self.instructions())
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

@@ -230,6 +230,16 @@ impl Mount {
         Ok(session)
     }
 
+    /// The upstream's own `instructions`, from its full-profile session if
+    /// that is open (never opens one).
+    pub fn instructions(&self) -> Option<String> {
+        let session = lock(&self.profiles)
+            .get(&ClientProfile::FULL)?
+            .session
+            .load_full()?;
+        session.peer().peer_info()?.instructions.clone()
+    }
+
     pub fn labels(&self) -> MountLabels {
         MountLabels {
             mount: self.config.name.as_str().to_owned(),
