@@ -597,7 +597,11 @@ pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
         StreamableHttpService::new(move || Ok(server.clone()), Arc::default(), config);
     let app = axum::Router::new().nest_service("/mcp", service);
     tracing::info!(%addr, "demo server listening on http://{addr}/mcp");
-    axum::serve(listener, app).await?;
+    axum::serve(
+        axum::serve::ListenerExt::tap_io(listener, crate::http::no_delay),
+        app,
+    )
+    .await?;
     Ok(())
 }
 

@@ -159,7 +159,7 @@ impl SessionState {
             slot.clone()
         };
         let session = slot
-            .get_or_try_init(|| self.open_per_session(mount))
+            .get_or_try_init(|| Box::pin(self.open_per_session(mount)))
             .await
             .map_err(|error| unavailable(error.to_string()))?;
         Ok(session.clone())

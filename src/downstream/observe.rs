@@ -72,11 +72,24 @@ plain_outcome!(
 
 /// Runs one downstream request's `work` inside its span, then counts and
 /// times it. `tool` is the tool name for `tools/call`.
-pub(crate) async fn observe<T: Outcome>(
+pub(crate) fn observe<'a, T, W>(
+    method: &'static str,
+    tool: Option<&'a str>,
+    context: &'a RequestContext<RoleServer>,
+    work: W,
+) -> impl Future<Output = Result<T, ErrorData>> + 'a
+where
+    T: Outcome + 'a,
+    W: Future<Output = Result<T, ErrorData>> + 'a,
+{
+    observe_inner(method, tool, context, Box::pin(work))
+}
+
+async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     method: &'static str,
     tool: Option<&str>,
     context: &RequestContext<RoleServer>,
-    work: impl Future<Output = Result<T, ErrorData>>,
+    work: std::pin::Pin<Box<W>>,
 ) -> Result<T, ErrorData> {
     let headers = context
         .extensions

@@ -224,7 +224,7 @@ impl Mount {
         // A mount's own sessions serve many downstream sessions: no owner.
         let relay = Arc::new(Relay::default());
         let handler = UpstreamHandler::new(info, (self.events)(profile), relay);
-        let session = Arc::new(upstream::open(&self.config, handler).await?);
+        let session = Arc::new(Box::pin(upstream::open(&self.config, handler)).await?);
         tracing::info!(mount = %self.config.name, %profile, pid = ?session.pid(), "mount upstream session open");
         profile_session.session.store(Some(session.clone()));
         Ok(session)

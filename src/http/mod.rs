@@ -7,7 +7,10 @@
 
 use std::{future::Future, sync::Arc};
 
-use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+use axum::{
+    extract::State, http::StatusCode, response::IntoResponse, routing::get, serve::ListenerExt,
+    Json, Router,
+};
 use rmcp::transport::{
     streamable_http_server::session::local::LocalSessionManager, StreamableHttpServerConfig,
     StreamableHttpService,
@@ -87,12 +90,12 @@ pub async fn serve(
         let app = admin::router(gateway);
         let stopped = stopped.clone();
         tokio::spawn(async move {
-            axum::serve(listener, app)
+            axum::serve(listener.tap_io(no_delay), app)
                 .with_graceful_shutdown(async move { stopped.cancelled().await })
                 .await
         })
     });
-    let served = axum::serve(listener, app)
+    let served = axum::serve(listener.tap_io(no_delay), app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             // Long-lived SSE streams would hold graceful shutdown open.
@@ -119,6 +122,15 @@ async fn delete_answers_ok(
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
+}
+
+/// Turns off Nagle's algorithm on an accepted connection. rmcp writes an SSE
+/// answer in more than one write; with Nagle on, the last one waits for the
+/// client's delayed ACK (~40 ms on Linux) on every request.
+pub fn no_delay(stream: &mut tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY");
+    }
 }
 
 async fn healthz() -> impl IntoResponse {
