@@ -856,3 +856,32 @@ async fn instructions_describe_every_mount() {
     }
     close(client).await;
 }
+
+/// A per-session Streamable HTTP upstream session ends with its client
+/// session: the upstream server sees its DELETE (it has one session fewer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_session_http_upstream_gets_its_delete() {
+    let demo = DemoHttp::start().await;
+    let config = format!(
+        "{SERVER_TOML}{}",
+        http_mount("hprivate", &demo.mcp_url(), "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let echoed = call(&client, "hprivate__echo", json!({"message": "up"})).await;
+    assert_eq!(ok_text(&echoed), "up");
+    let direct = connect(&demo.mcp_url()).await;
+    let open = |text: &str| -> usize { text.parse().expect("a session count") };
+    let before = open(ok_text(&call(&direct, "sessions", Value::Null).await));
+    close(client).await;
+    eventually(
+        "the upstream session to be deleted",
+        Duration::from_secs(10),
+        || async {
+            let now = open(ok_text(&call(&direct, "sessions", Value::Null).await));
+            (now == before - 1).then_some(())
+        },
+    )
+    .await;
+    close(direct).await;
+}

@@ -62,6 +62,9 @@ Read demo://notes/<key> to see what was remembered under <key>.
 struct State {
     counter: AtomicU64,
     notes: Mutex<HashMap<String, String>>,
+    /// Over HTTP, the session manager, so `sessions` can count live
+    /// sessions (tests check that a client's DELETE really ends one).
+    http_sessions: std::sync::OnceLock<Arc<LocalSessionManager>>,
     /// How many `notifications/roots/list_changed` the client sent.
     roots_changes: AtomicU64,
     /// How many `slow` calls ended before finishing (cancelled by the
@@ -345,6 +348,15 @@ impl DemoServer {
         text_result(serde_json::Value::Object(shown).to_string())
     }
 
+    #[tool(description = "How many Streamable HTTP sessions this process has open (0 over stdio).")]
+    async fn sessions(&self) -> CallToolResult {
+        let open = match self.state.http_sessions.get() {
+            Some(sessions) => sessions.sessions.read().await.len(),
+            None => 0,
+        };
+        text_result(open.to_string())
+    }
+
     #[tool(description = "How many `slow` calls this process saw cancelled.")]
     async fn cancellations(&self) -> CallToolResult {
         text_result(self.state.cancellations.load(Ordering::SeqCst).to_string())
@@ -593,8 +605,10 @@ pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
             .extend([addr.ip().to_string(), addr.to_string()]);
     }
     let server = DemoServer::new();
+    let sessions = Arc::new(LocalSessionManager::default());
+    let _ = server.state.http_sessions.set(sessions.clone());
     let service: StreamableHttpService<DemoServer, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(server.clone()), Arc::default(), config);
+        StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
     let app = axum::Router::new().nest_service("/mcp", service);
     tracing::info!(%addr, "demo server listening on http://{addr}/mcp");
     axum::serve(

@@ -71,6 +71,7 @@ async fn lists_all_tools() {
             "recall",
             "remember",
             "roots",
+            "sessions",
             "slow",
             "toggle_bonus"
         ]
