@@ -917,9 +917,19 @@ async fn verify_sessions(addr: SocketAddr, ids: &[String], tool: &str) -> (u64, 
     (failures, first)
 }
 
+/// The process's RSS once it stops moving: two readings 100 ms apart within
+/// 0.5% of each other (at most 3 s), so freed buffers are not counted.
 async fn settle_rss(pid: u32) -> u64 {
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    procs::rss_bytes(pid)
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut last = procs::rss_bytes(pid);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = procs::rss_bytes(pid);
+        if now.abs_diff(last) * 200 <= last.max(1) || Instant::now() >= deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// RSS with 0, 1,000 and N idle downstream sessions, gateway and (for

@@ -19,7 +19,7 @@ use std::{
     path::PathBuf,
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc, Mutex,
     },
     time::{Duration, Instant},
@@ -104,13 +104,26 @@ pub fn junction_command() -> Command {
 /// Lines read from a pipe by a background thread, so the child never blocks
 /// on a full pipe and the test can look at what it wrote so far.
 #[derive(Clone, Default)]
-pub struct Lines(Arc<Mutex<Vec<String>>>);
+pub struct Lines(Arc<Mutex<Vec<String>>>, Arc<AtomicBool>);
+
+/// How long to wait for a pipe's last lines once its process has exited
+/// (longer only if a grandchild still holds the pipe open).
+const PIPE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Lines {
     fn pump(reader: impl Read + Send + 'static) -> Self {
         let lines = Lines::default();
         let sink = lines.clone();
+        let closed = lines.1.clone();
         std::thread::spawn(move || {
+            // Set on every way out of the loop: the pipe is drained.
+            struct Closed(Arc<AtomicBool>);
+            impl Drop for Closed {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let _closed = Closed(closed);
             let mut reader = BufReader::new(reader);
             let mut buffer = Vec::new();
             loop {
@@ -132,6 +145,15 @@ impl Lines {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits (bounded) until the writer closed the pipe and every line
+    /// before that was read.
+    pub async fn drained(&self) {
+        let deadline = Instant::now() + PIPE_DRAIN_TIMEOUT;
+        while !self.1.load(Ordering::SeqCst) && Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     pub fn snapshot(&self) -> Vec<String> {
@@ -195,7 +217,7 @@ impl Proc {
             }
             if let Some(status) = self.exited() {
                 // The pump may still be reading the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.stderr.drained().await;
                 if let Some(line) = self.stderr.find(needle) {
                     return line;
                 }
@@ -284,7 +306,8 @@ pub async fn run_to_exit(
     // Let the pumps drain what is left in the pipes after exit.
     let stdout = proc.stdout.clone().expect("stdout is piped");
     let stderr = proc.stderr.clone();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    stdout.drained().await;
+    stderr.drained().await;
     (status, stdout.text(), stderr.text())
 }
 
