@@ -38,6 +38,21 @@ use crate::{
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 impl DownstreamSession {
+    /// Sends a request upstream for the client request of `context` (so
+    /// what the upstream says about it comes back to this client).
+    async fn send(
+        &self,
+        mount: &Mount,
+        upstream: &UpstreamSession,
+        request: ClientRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, RouteError> {
+        upstream
+            .request(request, self.caller(context), &context.ct)
+            .await
+            .map_err(|error| RouteError::upstream(&mount.config, error))
+    }
+
     /// What the client is told at initialize: how names are formed for each
     /// mount, followed by that upstream's own instructions when known.
     fn instructions(&self) -> String {
@@ -290,21 +305,13 @@ impl ServerHandler for DownstreamSession {
                 params.name = route.original.to_string().into();
                 params.meta = forwarded_meta(&context.meta);
                 let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-                let response = upstream
-                    .request(request, self.caller(&context), &context.ct)
-                    .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                let response = self.send(&mount, &upstream, request, &context).await?;
                 match response {
                     ServerResult::CallToolResult(mut result) => {
                         rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
                         Ok(result)
                     }
-                    _ => Err(RouteError::UpstreamFailed {
-                        mount: mount.config.name.clone(),
-                        cause:
-                            "the upstream answered with a result kind the gateway does not relay yet"
-                                .to_owned(),
-                    }),
+                    _ => Err(unexpected(&mount)),
                 }
             }
             .await;
@@ -336,10 +343,7 @@ impl ServerHandler for DownstreamSession {
                 params.name = route.original.to_string();
                 params.meta = forwarded_meta(&context.meta);
                 let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-                let response = upstream
-                    .request(request, self.caller(&context), &context.ct)
-                    .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                let response = self.send(&mount, &upstream, request, &context).await?;
                 match response {
                     ServerResult::GetPromptResult(mut result) => {
                         rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
@@ -371,10 +375,7 @@ impl ServerHandler for DownstreamSession {
                 params.uri = route.original.to_string();
                 params.meta = forwarded_meta(&context.meta);
                 let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
-                let response = upstream
-                    .request(request, self.caller(&context), &context.ct)
-                    .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                let response = self.send(&mount, &upstream, request, &context).await?;
                 match response {
                     ServerResult::ReadResourceResult(mut result) => {
                         rewrite::qualify_read_result(&mount.config.namespace, &mut result);
@@ -427,10 +428,7 @@ impl ServerHandler for DownstreamSession {
                 }
                 params.meta = forwarded_meta(&context.meta);
                 let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-                let response = upstream
-                    .request(request, self.caller(&context), &context.ct)
-                    .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                let response = self.send(&mount, &upstream, request, &context).await?;
                 match response {
                     ServerResult::CompleteResult(result) => Ok(result),
                     _ => Err(unexpected(&mount)),

@@ -99,8 +99,8 @@ impl SessionState {
     pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
         let profile = self.profile();
         let shared = gateway.catalog(profile);
-        let overlays = lock(&self.overlays).clone();
-        if overlays.is_empty() {
+        // Every request reads the catalog: look before copying anything.
+        if lock(&self.overlays).is_empty() {
             return shared;
         }
         let mut cached = lock(&self.overlay_catalog);
@@ -109,6 +109,7 @@ impl SessionState {
                 return catalog.clone();
             }
         }
+        let overlays = lock(&self.overlays).clone();
         let catalog = Arc::new(gateway.catalog_with(profile, &overlays));
         *cached = Some((shared.generation, catalog.clone()));
         catalog
