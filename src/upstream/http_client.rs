@@ -45,6 +45,8 @@ fn with_trace_headers(
 impl StreamableHttpClient for TracingHttpClient {
     type Error = reqwest::Error;
 
+    /// rmcp's transport posts through `post_message_with_response_limits`;
+    /// this (required by the trait) and the trait's other defaults lead there.
     async fn post_message(
         &self,
         uri: Arc<str>,
@@ -53,32 +55,15 @@ impl StreamableHttpClient for TracingHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.0
-            .post_message(uri, message, session_id, auth_header, headers)
-            .await
-    }
-
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.0
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                headers,
-                max_sse_event_size,
-            )
-            .await
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
     }
 
     async fn post_message_with_response_limits(
