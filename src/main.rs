@@ -176,14 +176,19 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            if let Some(listen) = cli.listen {
-                config.server.listen = listen;
-            }
+            let overrides = move |config: &mut config::Config| {
+                if let Some(listen) = cli.listen {
+                    config.server.listen = listen;
+                }
+            };
+            overrides(&mut config);
             // Inside the runtime: the trace exporter may need it.
             let telemetry = runtime
                 .block_on(async { telemetry::init_from_config(&config.telemetry, log_format) });
             tracing::info!(config = %source.describe(), mounts = config.mounts.len(), "config loaded");
-            let served = runtime.block_on(serve(config)).map(|()| Outcome::Ok);
+            let served = runtime
+                .block_on(serve(config, source, overrides))
+                .map(|()| Outcome::Ok);
             telemetry.shutdown();
             served
         }
@@ -199,7 +204,11 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: config::Config) -> anyhow::Result<()> {
+async fn serve(
+    config: config::Config,
+    source: ConfigSource,
+    overrides: impl Fn(&mut config::Config) + Send + Sync + 'static,
+) -> anyhow::Result<()> {
     let listen = config.server.listen;
     let path = config.server.path.clone();
     let listener = tokio::net::TcpListener::bind(listen)
@@ -211,8 +220,17 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     // Printed, not logged: scripts and tests read this line whatever the
     // log level.
     eprintln!("junction listening on {bound} (MCP endpoint http://{bound}{path})");
+    let stop_watching = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn(junction::gateway::watch::watch(
+        gateway.clone(),
+        source,
+        overrides,
+        stop_watching.clone(),
+    ));
     junction::http::serve(listener, gateway.clone(), shutdown_signal()).await?;
     tracing::info!("shutting down");
+    stop_watching.cancel();
+    let _ = watcher.await;
     gateway.shutdown().await;
     Ok(())
 }

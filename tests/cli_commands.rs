@@ -353,9 +353,8 @@ async fn check_connect_gives_up_on_a_silent_upstream_and_stops_it() {
     );
 }
 
-/// An upstream that never answers `initialize` cannot be cancelled midway
-/// without leaving its children behind, so the command waits out the
-/// gateway's initialize timeout (30 s) and then stops it.
+/// An upstream that never answers `initialize` is abandoned when the wait
+/// runs out: its whole process group (the shell and its `sleep`) is killed.
 #[tokio::test]
 async fn check_connect_stops_an_upstream_that_never_initializes() {
     let marker = unique_marker();
@@ -375,12 +374,6 @@ async fn check_connect_stops_an_upstream_that_never_initializes() {
     assert!(
         hung.starts_with("hung: failed: no answer within 1s"),
         "{hung:?}"
-    );
-    assert!(
-        run.stderr
-            .contains("for 1 upstream still starting, to stop it"),
-        "{}",
-        run.stderr
     );
 }
 

@@ -402,7 +402,11 @@ async fn failed_mount_is_reported_and_isolated() {
     let readyz = gateway.wait_ready().await;
     assert_eq!(readyz["ready"], true, "{readyz}");
     let broken = readyz_mount(&readyz, "broken");
-    assert_eq!(broken["state"], "failed", "{readyz}");
+    // Its supervisor keeps retrying with backoff: degraded, later down.
+    assert!(
+        broken["state"] == "degraded" || broken["state"] == "down",
+        "{readyz}"
+    );
     assert_eq!(broken["transport"], "stdio", "{readyz}");
     let last_error = broken["last_error"].as_str().expect("last_error string");
     assert!(

@@ -8,11 +8,9 @@
 //! ends every upstream: shared sessions are closed (a stdio child gets EOF,
 //! SIGTERM, then SIGKILL, to its whole process group, and is waited for).
 //!
-//! A mount still *opening* its session when the wait ran out cannot be
-//! cancelled cleanly: dropping a half-spawned stdio child kills only the
-//! group leader (tokio's kill-on-drop), leaving what a wrapper such as `sh`
-//! or `npx` started. So `stop` waits for such opens to finish, bounded by
-//! [`INITIALIZE_TIMEOUT`], and closes what they opened.
+//! A mount still *opening* its session when the wait ran out is stopped by
+//! its supervisor: the abandoned start kills the child's whole process
+//! group, so nothing a wrapper such as `sh` or `npx` started survives.
 
 use std::{
     sync::Arc,
@@ -24,11 +22,11 @@ use crate::{
     config::{Config, MountConfig},
     gateway::{Gateway, MountPhase},
     naming::Separator,
-    upstream::{connect::INITIALIZE_TIMEOUT, ClientProfile},
+    upstream::ClientProfile,
 };
 
 /// Default bound on waiting for every mount's first discovery: as long as
-/// one upstream gets to answer `initialize` ([`INITIALIZE_TIMEOUT`]), since
+/// one upstream gets to answer `initialize` by default, since
 /// `npx`-launched servers can take that long on a first download.
 pub const DEFAULT_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
 
@@ -36,10 +34,6 @@ pub const DEFAULT_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
 /// (start-up never waits for mounts), and a poll this short adds no
 /// noticeable latency to a command that runs once.
 const READY_POLL: Duration = Duration::from_millis(50);
-
-/// Slack on top of [`INITIALIZE_TIMEOUT`] for a mount whose open timed out
-/// to record its failure, when [`Probe::stop`] waits for it.
-const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// What one mount did during the probe.
 #[derive(Debug, Clone)]
@@ -71,7 +65,6 @@ pub struct Probe {
     /// How long the probe waited at most.
     pub waited: Duration,
     gateway: Arc<Gateway>,
-    started: Instant,
 }
 
 impl Probe {
@@ -84,46 +77,11 @@ impl Probe {
 
     /// Stops every upstream the probe started; returns once they are gone.
     pub async fn stop(self) {
-        // No downstream sessions exist, so this only closes each mount's own
-        // upstream sessions, waiting for stdio children to exit.
+        // No downstream sessions exist, so this only retires the mounts:
+        // their supervisors close live sessions (a stdio child gets EOF,
+        // SIGTERM, then SIGKILL, to its whole process group) and abandon
+        // starts still running.
         self.gateway.shutdown().await;
-        let starting = || {
-            self.gateway
-                .mounts()
-                .iter()
-                .filter(|mount| mount.status().phase == MountPhase::Starting)
-                .count()
-        };
-        let pending = starting();
-        if pending == 0 {
-            return;
-        }
-        let deadline = self.started + INITIALIZE_TIMEOUT + SETTLE_MARGIN;
-        eprintln!(
-            "junction: waiting up to {}s for {} still starting, to stop {}",
-            deadline.saturating_duration_since(Instant::now()).as_secs(),
-            plural_upstreams(pending),
-            if pending == 1 { "it" } else { "them" }
-        );
-        // Each round closes whatever session an open finished since; closing
-        // fails the discovery waiting on it, which ends the mount's start.
-        while starting() > 0 && Instant::now() < deadline {
-            for mount in self.gateway.mounts() {
-                mount.close().await;
-            }
-            tokio::time::sleep(READY_POLL).await;
-        }
-        for mount in self.gateway.mounts() {
-            mount.close().await;
-        }
-    }
-}
-
-fn plural_upstreams(count: usize) -> String {
-    if count == 1 {
-        "1 upstream".to_owned()
-    } else {
-        format!("{count} upstreams")
     }
 }
 
@@ -145,7 +103,7 @@ pub async fn probe(config: Config, wait: Duration) -> Probe {
             let status = mount.status();
             let outcome = match status.phase {
                 MountPhase::Ready => MountOutcome::Ready(mount.catalog_now(ClientProfile::FULL)),
-                MountPhase::Failed => MountOutcome::Failed(
+                MountPhase::Degraded | MountPhase::Down => MountOutcome::Failed(
                     status
                         .last_error
                         .unwrap_or_else(|| "failed without a reason".to_owned()),
@@ -165,7 +123,6 @@ pub async fn probe(config: Config, wait: Duration) -> Probe {
         separator,
         waited: wait,
         gateway,
-        started,
     }
 }
 

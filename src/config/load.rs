@@ -1,7 +1,7 @@
 //! Where the config comes from and how the layers are merged.
 //!
 //! Order, later wins: the file (TOML, YAML or JSON by extension, or the
-//! embedded default), then `JUNCTION_{SERVER,MOUNTS,TELEMETRY,ADMIN}__…`
+//! embedded default), then `JUNCTION_{SERVER,MOUNTS,TIMEOUTS,SUPERVISION,LIMITS,TELEMETRY,ADMIN}__…`
 //! environment overrides (`__` nests), then `${VAR}` expansion. Only those
 //! section prefixes are read so that unrelated `JUNCTION_*` variables in a
 //! user's shell cannot break start-up.
@@ -114,9 +114,17 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         Env::prefixed("JUNCTION_")
             .filter(|key| {
                 let key = key.as_str().to_ascii_lowercase();
-                ["server__", "mounts__", "telemetry__", "admin__"]
-                    .iter()
-                    .any(|section| key.starts_with(section))
+                [
+                    "server__",
+                    "mounts__",
+                    "timeouts__",
+                    "supervision__",
+                    "limits__",
+                    "telemetry__",
+                    "admin__",
+                ]
+                .iter()
+                .any(|section| key.starts_with(section))
             })
             .split("__"),
     );

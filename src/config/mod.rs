@@ -24,6 +24,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub telemetry: TelemetryConfig,
     pub admin: AdminConfig,
+    pub timeouts: Timeouts,
+    pub supervision: Supervision,
+    pub limits: Limits,
     /// Mounts in config order: on a name collision the earlier one wins.
     pub mounts: Vec<MountConfig>,
 }
@@ -44,6 +47,81 @@ pub struct ServerConfig {
     pub allowed_origins: Option<Vec<String>>,
     /// A downstream session with no traffic for this long is ended.
     pub session_idle_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long open requests and sessions get to finish
+    /// before upstreams are closed and children killed anyway.
+    pub shutdown_grace: Duration,
+}
+
+/// The `[timeouts]` table: gateway-wide defaults, each overridable in a
+/// mount's own `timeouts` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP (and TLS) connect to a Streamable HTTP upstream, per attempt.
+    pub connect: Duration,
+    /// Starting an upstream (spawn or connect) plus the `initialize`
+    /// exchange.
+    pub initialize: Duration,
+    /// A request with no answer *and no progress notification* for this
+    /// long is cancelled upstream and fails; each progress notification
+    /// starts the wait again.
+    pub request: Duration,
+    /// No request runs longer than this, progress or not.
+    pub request_ceiling: Duration,
+}
+
+impl Timeouts {
+    /// These defaults with a mount's own overrides applied.
+    pub fn for_mount(&self, mount: &MountTimeouts) -> Timeouts {
+        Timeouts {
+            connect: mount.connect.unwrap_or(self.connect),
+            initialize: mount.initialize.unwrap_or(self.initialize),
+            request: mount.request.unwrap_or(self.request),
+            request_ceiling: mount.request_ceiling.unwrap_or(self.request_ceiling),
+        }
+    }
+}
+
+/// A mount's `timeouts` table: what it overrides of `[timeouts]`, plus
+/// request timeouts for single tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountTimeouts {
+    pub connect: Option<Duration>,
+    pub initialize: Option<Duration>,
+    pub request: Option<Duration>,
+    pub request_ceiling: Option<Duration>,
+    /// By the upstream's own tool name (not the namespaced one).
+    pub tools: BTreeMap<String, Duration>,
+}
+
+/// The `[supervision]` table: how a mount's own upstream session is
+/// restarted after it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Supervision {
+    /// Delay before the first restart; doubled after each further failure
+    /// in a row, with jitter.
+    pub restart_backoff: Duration,
+    /// Cap on that delay.
+    pub restart_backoff_max: Duration,
+    /// After this many failures in a row the mount is marked `down`.
+    pub crash_loop_restarts: u32,
+    /// While `down`, one restart attempt every this long.
+    pub down_retry: Duration,
+}
+
+/// The `[limits]` table. Beyond a limit the client gets a clear error and
+/// nothing else is affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Live downstream sessions; a new session beyond it gets HTTP 503.
+    pub max_sessions: usize,
+    /// Requests in flight in one downstream session; one more gets a
+    /// JSON-RPC error.
+    pub max_concurrent_requests: usize,
+    /// Largest POST body, in bytes; bigger gets HTTP 413.
+    pub max_body_size: usize,
+    /// Upstream sessions one `per_session` mount may have open at once
+    /// (each may be a process); a mount's `max_upstream_sessions` overrides.
+    pub max_upstream_sessions: usize,
 }
 
 /// The `[telemetry]` table: logs and trace export.
@@ -77,6 +155,9 @@ pub struct MountConfig {
     pub namespace: Namespace,
     pub isolation: Isolation,
     pub transport: UpstreamTransport,
+    pub timeouts: MountTimeouts,
+    /// Overrides `[limits] max_upstream_sessions` for this mount.
+    pub max_upstream_sessions: Option<usize>,
 }
 
 /// Who shares an upstream session.
@@ -144,6 +225,31 @@ pub mod defaults {
     /// Long enough for a developer to step away; short enough that abandoned
     /// sessions (and their per-session upstream processes) do not pile up.
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    /// Long enough for a typical tool call to finish; short enough for an
+    /// orchestrator's own kill timeout (Kubernetes: 30 s).
+    pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `npx` fetching a package on first start can take this long.
+    pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The TypeScript SDK's default request timeout, which clients expect.
+    pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+    /// A long task reporting progress may run this long.
+    pub const REQUEST_CEILING: Duration = Duration::from_secs(60 * 60);
+
+    pub const RESTART_BACKOFF: Duration = Duration::from_millis(250);
+    pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+    pub const CRASH_LOOP_RESTARTS: u32 = 5;
+    pub const DOWN_RETRY: Duration = Duration::from_secs(5 * 60);
+
+    pub const MAX_SESSIONS: usize = 10_000;
+    pub const MAX_CONCURRENT_REQUESTS: usize = 64;
+    /// Tool arguments can carry files (base64 images, documents); 4 MiB is
+    /// also rmcp's own default.
+    pub const MAX_BODY_SIZE: usize = 4 * 1024 * 1024;
+    /// Each may be a child process.
+    pub const MAX_UPSTREAM_SESSIONS: usize = 100;
+
     pub const LOG_LEVEL: &str = "info,rmcp=warn";
     pub const SERVICE_NAME: &str = "junction";
 }

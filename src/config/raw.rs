@@ -19,6 +19,7 @@ pub struct RawServer {
     pub allowed_hosts: Option<Vec<String>>,
     pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,
+    pub shutdown_grace: Option<String>,
 }
 
 /// One `[mounts.NAME]` table.
@@ -36,6 +37,58 @@ pub struct RawMount {
     // both
     pub namespace: Option<String>,
     pub isolation: Option<String>,
+    pub timeouts: Option<RawMountTimeouts>,
+    pub max_upstream_sessions: Option<usize>,
+}
+
+/// The `[timeouts]` table, and the same keys in `[mounts.NAME.timeouts]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    pub connect: Option<String>,
+    pub initialize: Option<String>,
+    pub request: Option<String>,
+    pub request_ceiling: Option<String>,
+}
+
+/// `[mounts.NAME.timeouts]`: the `[timeouts]` keys plus per-tool request
+/// timeouts by the upstream's own tool name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMountTimeouts {
+    pub connect: Option<String>,
+    pub initialize: Option<String>,
+    pub request: Option<String>,
+    pub request_ceiling: Option<String>,
+    pub tools: Option<BTreeMap<String, String>>,
+}
+
+/// The `[supervision]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSupervision {
+    pub restart_backoff: Option<String>,
+    pub restart_backoff_max: Option<String>,
+    pub crash_loop_restarts: Option<u32>,
+    pub down_retry: Option<String>,
+}
+
+/// The `[limits]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_sessions: Option<usize>,
+    pub max_concurrent_requests: Option<usize>,
+    pub max_body_size: Option<RawSize>,
+    pub max_upstream_sessions: Option<usize>,
+}
+
+/// A size in bytes: a number, or a string such as `"4MiB"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawSize {
+    Bytes(u64),
+    Text(String),
 }
 
 /// The `[telemetry]` table.

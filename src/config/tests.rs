@@ -6,6 +6,8 @@
 
 use figment::Jail;
 
+use std::time::Duration;
+
 use super::*;
 
 /// Loads `text` written to a file named `name` inside a jail, with `env` set.
@@ -23,6 +25,10 @@ fn load_file(name: &str, text: &str, env: &[(&str, &str)]) -> Result<Config, Vec
         Ok(())
     });
     outcome.expect("jail ran")
+}
+
+fn parse(name: &str, text: &str) -> Result<Config, Vec<String>> {
+    load_file(name, text, &[])
 }
 
 fn problems(name: &str, text: &str) -> Vec<String> {
@@ -191,8 +197,8 @@ fn every_problem_is_reported_at_once_with_its_path() {
         "server.listen: \"nowhere\" is not a socket address like 127.0.0.1:8080",
         "server.path: \"mcp\" must start with `/`",
         "server.separator: separator \"x\" must be 1 to 4 characters from `_`, `-`, `.`, `:`",
-        "server.session_idle_timeout: \"soon\" is not a duration like \"30m\" or \"90s\"",
-        "bogus: unknown key (expected `server`, `mounts`, `telemetry` or `admin`)",
+        "server.session_idle_timeout: \"soon\" is not a duration like \"30m\"",
+        "bogus: unknown key (expected `server`, `mounts`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
         "mounts.Bad_Name: mount name \"Bad_Name\" must match ^[a-z][a-z0-9-]{0,31}$",
         "mounts.tiny.url: relative URL without a base",
         "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
@@ -328,4 +334,133 @@ fn telemetry_and_admin_have_defaults_and_checks() {
             "{needle}: {found:#?}"
         );
     }
+}
+
+#[test]
+fn timeouts_supervision_and_limits_have_documented_defaults() {
+    let config = parse("junction.toml", "[mounts.a]\ncommand = \"x\"\n").unwrap();
+    assert_eq!(config.server.shutdown_grace, defaults::SHUTDOWN_GRACE);
+    assert_eq!(config.timeouts.connect, defaults::CONNECT_TIMEOUT);
+    assert_eq!(config.timeouts.initialize, defaults::INITIALIZE_TIMEOUT);
+    assert_eq!(config.timeouts.request, defaults::REQUEST_TIMEOUT);
+    assert_eq!(config.timeouts.request_ceiling, defaults::REQUEST_CEILING);
+    assert_eq!(
+        config.supervision.restart_backoff,
+        defaults::RESTART_BACKOFF
+    );
+    assert_eq!(
+        config.supervision.crash_loop_restarts,
+        defaults::CRASH_LOOP_RESTARTS
+    );
+    assert_eq!(config.limits.max_sessions, defaults::MAX_SESSIONS);
+    assert_eq!(config.limits.max_body_size, defaults::MAX_BODY_SIZE);
+    assert_eq!(config.mounts[0].timeouts, MountTimeouts::default());
+    assert_eq!(config.mounts[0].max_upstream_sessions, None);
+}
+
+#[test]
+fn mount_timeouts_override_the_gateway_defaults_per_tool() {
+    let config = parse(
+        "junction.toml",
+        r#"
+        [timeouts]
+        request = "20s"
+        request_ceiling = "10m"
+        [limits]
+        max_body_size = "512KiB"
+        max_sessions = 50
+        [supervision]
+        restart_backoff = "50ms"
+        crash_loop_restarts = 2
+        [mounts.slow]
+        command = "x"
+        max_upstream_sessions = 3
+        timeouts = { request = "2m", tools = { render = "9m" } }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.limits.max_body_size, 512 * 1024);
+    assert_eq!(config.limits.max_sessions, 50);
+    assert_eq!(
+        config.supervision.restart_backoff,
+        Duration::from_millis(50)
+    );
+    assert_eq!(config.supervision.crash_loop_restarts, 2);
+    let mount = &config.mounts[0];
+    assert_eq!(mount.max_upstream_sessions, Some(3));
+    let effective = config.timeouts.for_mount(&mount.timeouts);
+    assert_eq!(effective.request, Duration::from_secs(120));
+    assert_eq!(effective.request_ceiling, Duration::from_secs(600));
+    assert_eq!(effective.initialize, defaults::INITIALIZE_TIMEOUT);
+    assert_eq!(mount.timeouts.tools["render"], Duration::from_secs(540));
+}
+
+#[test]
+fn bad_timeouts_and_limits_are_all_reported() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        shutdown_grace = "0s"
+        [timeouts]
+        connect = "fast"
+        request = "2h"
+        [supervision]
+        crash_loop_restarts = 0
+        restart_backoff = "1m"
+        restart_backoff_max = "1s"
+        [limits]
+        max_sessions = 0
+        max_body_size = "lots"
+        [mounts.m]
+        command = "x"
+        max_upstream_sessions = 0
+        timeouts = { initialize = "-1", tools = { t = "2h" }, bogus = "1s" }
+        "#,
+    );
+    let expected = [
+        "server.shutdown_grace: must be longer than zero",
+        "timeouts.connect: \"fast\" is not a duration",
+        "timeouts.request: is longer than request_ceiling (1h)",
+        "supervision.crash_loop_restarts: must be at least 1",
+        "supervision.restart_backoff: is longer than restart_backoff_max (1s)",
+        "limits.max_sessions: must be at least 1",
+        "limits.max_body_size: \"lots\" is not a size",
+        "mounts.m.timeouts.bogus: unknown field `bogus`",
+    ];
+    for needle in expected {
+        assert!(
+            found.iter().any(|problem| problem.starts_with(needle)),
+            "missing {needle:?} in {found:#?}"
+        );
+    }
+}
+
+#[test]
+fn sizes_take_numbers_and_binary_units() {
+    for (text, bytes) in [
+        ("1024", 1024),
+        ("\"4MiB\"", 4 << 20),
+        ("\"2 kb\"", 2048),
+        ("\"1G\"", 1 << 30),
+    ] {
+        let config = parse(
+            "junction.toml",
+            &format!("[limits]\nmax_body_size = {text}\n"),
+        )
+        .unwrap();
+        assert_eq!(config.limits.max_body_size, bytes, "{text}");
+    }
+}
+
+#[test]
+fn a_tool_timeout_may_not_exceed_the_ceiling() {
+    let found = problems(
+        "junction.toml",
+        "[mounts.n]\ncommand = \"x\"\ntimeouts = { request_ceiling = \"5m\", tools = { t = \"6m\" } }\n",
+    );
+    assert_eq!(
+        found,
+        ["mounts.n.timeouts.tools.t: is longer than request_ceiling (5m)"]
+    );
 }

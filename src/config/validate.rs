@@ -4,7 +4,7 @@
 //! type error names its field) and then checked; a broken mount never hides
 //! the problems of the next one.
 
-use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -12,8 +12,12 @@ use serde_json::Value;
 use super::{
     defaults,
     problems::Problems,
-    raw::{RawAdmin, RawMount, RawServer, RawTelemetry},
-    AdminConfig, Config, Isolation, MountConfig, ServerConfig, TelemetryConfig, UpstreamTransport,
+    raw::{
+        RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize, RawSupervision,
+        RawTelemetry, RawTimeouts,
+    },
+    AdminConfig, Config, Isolation, Limits, MountConfig, MountTimeouts, ServerConfig, Supervision,
+    TelemetryConfig, Timeouts, UpstreamTransport,
 };
 use crate::naming::{MountName, Namespace, Separator};
 use crate::telemetry::LogFormat;
@@ -40,12 +44,30 @@ pub fn resolve(
     let mounts_value = root.remove("mounts");
     let telemetry_value = root.remove("telemetry");
     let admin_value = root.remove("admin");
+    let timeouts_value = root.remove("timeouts");
+    let supervision_value = root.remove("supervision");
+    let limits_value = root.remove("limits");
     for key in root.keys() {
         problems.push(
             key.as_str(),
-            "unknown key (expected `server`, `mounts`, `telemetry` or `admin`)",
+            "unknown key (expected `server`, `mounts`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
         );
     }
+    let raw_timeouts: RawTimeouts = match timeouts_value {
+        None => RawTimeouts::default(),
+        Some(value) => parse_section("timeouts", value, &mut problems).unwrap_or_default(),
+    };
+    let timeouts = resolve_timeouts(raw_timeouts, &mut problems);
+    let raw_supervision: RawSupervision = match supervision_value {
+        None => RawSupervision::default(),
+        Some(value) => parse_section("supervision", value, &mut problems).unwrap_or_default(),
+    };
+    let supervision = resolve_supervision(raw_supervision, &mut problems);
+    let raw_limits: RawLimits = match limits_value {
+        None => RawLimits::default(),
+        Some(value) => parse_section("limits", value, &mut problems).unwrap_or_default(),
+    };
+    let limits = resolve_limits(raw_limits, &mut problems);
     let raw_telemetry: RawTelemetry = match telemetry_value {
         None => RawTelemetry::default(),
         Some(value) => parse_section("telemetry", value, &mut problems).unwrap_or_default(),
@@ -95,16 +117,36 @@ pub fn resolve(
             mounts.push(mount);
         }
     }
+    if let Some(timeouts) = &timeouts {
+        for mount in &mounts {
+            check_ceiling(
+                &format!("mounts.{}.timeouts", mount.name),
+                &timeouts.for_mount(&mount.timeouts),
+                &mount.timeouts,
+                &mut problems,
+            );
+        }
+    }
 
     if let Some(server) = &server {
         check_namespaces(&mounts, &server.separator, &mut problems);
     }
 
-    match (server, telemetry, admin) {
-        (Some(server), Some(telemetry), Some(admin)) if problems.is_empty() => Ok(Config {
+    match (server, telemetry, admin, timeouts, supervision, limits) {
+        (
+            Some(server),
+            Some(telemetry),
+            Some(admin),
+            Some(timeouts),
+            Some(supervision),
+            Some(limits),
+        ) if problems.is_empty() => Ok(Config {
             server,
             telemetry,
             admin,
+            timeouts,
+            supervision,
+            limits,
             mounts,
         }),
         _ => Err(problems),
@@ -268,23 +310,18 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
             Some(origins)
         }
     };
-    let session_idle_timeout = match raw.session_idle_timeout {
-        None => Some(defaults::SESSION_IDLE_TIMEOUT),
-        Some(text) => match humantime::parse_duration(&text) {
-            Ok(duration) if !duration.is_zero() => Some(duration),
-            Ok(_) => {
-                problems.push("server.session_idle_timeout", "must be longer than zero");
-                None
-            }
-            Err(error) => {
-                problems.push(
-                    "server.session_idle_timeout",
-                    format!("{text:?} is not a duration like \"30m\" or \"90s\": {error}"),
-                );
-                None
-            }
-        },
-    };
+    let session_idle_timeout = duration_or(
+        "server.session_idle_timeout",
+        raw.session_idle_timeout,
+        defaults::SESSION_IDLE_TIMEOUT,
+        problems,
+    );
+    let shutdown_grace = duration_or(
+        "server.shutdown_grace",
+        raw.shutdown_grace,
+        defaults::SHUTDOWN_GRACE,
+        problems,
+    );
     if problems.len() != before {
         return None;
     }
@@ -295,7 +332,277 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         allowed_hosts,
         allowed_origins,
         session_idle_timeout: session_idle_timeout?,
+        shutdown_grace: shutdown_grace?,
     })
+}
+
+/// A positive duration such as `"30s"` or `"500ms"`, or `None` (reported).
+fn duration(path: &str, text: &str, problems: &mut Problems) -> Option<Duration> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Some(duration),
+        Ok(_) => {
+            problems.push(path, "must be longer than zero");
+            None
+        }
+        Err(error) => {
+            problems.push(
+                path,
+                format!("{text:?} is not a duration like \"30m\", \"90s\" or \"500ms\": {error}"),
+            );
+            None
+        }
+    }
+}
+
+/// [`duration`] for an optional field with a default.
+fn duration_or(
+    path: &str,
+    text: Option<String>,
+    default: Duration,
+    problems: &mut Problems,
+) -> Option<Duration> {
+    match text {
+        None => Some(default),
+        Some(text) => duration(path, &text, problems),
+    }
+}
+
+/// [`duration`] for an optional override (no default).
+fn optional_duration(
+    path: &str,
+    text: Option<String>,
+    problems: &mut Problems,
+    ok: &mut bool,
+) -> Option<Duration> {
+    let text = text?;
+    let parsed = duration(path, &text, problems);
+    *ok &= parsed.is_some();
+    parsed
+}
+
+fn resolve_timeouts(raw: RawTimeouts, problems: &mut Problems) -> Option<Timeouts> {
+    let connect = duration_or(
+        "timeouts.connect",
+        raw.connect,
+        defaults::CONNECT_TIMEOUT,
+        problems,
+    );
+    let initialize = duration_or(
+        "timeouts.initialize",
+        raw.initialize,
+        defaults::INITIALIZE_TIMEOUT,
+        problems,
+    );
+    let request = duration_or(
+        "timeouts.request",
+        raw.request,
+        defaults::REQUEST_TIMEOUT,
+        problems,
+    );
+    let request_ceiling = duration_or(
+        "timeouts.request_ceiling",
+        raw.request_ceiling,
+        defaults::REQUEST_CEILING,
+        problems,
+    );
+    if let (Some(request), Some(ceiling)) = (request, request_ceiling) {
+        if request > ceiling {
+            problems.push(
+                "timeouts.request",
+                format!(
+                    "is longer than request_ceiling ({})",
+                    humantime::format_duration(ceiling)
+                ),
+            );
+            return None;
+        }
+    }
+    Some(Timeouts {
+        connect: connect?,
+        initialize: initialize?,
+        request: request?,
+        request_ceiling: request_ceiling?,
+    })
+}
+
+/// No request timeout of a mount (its own or a tool's) may exceed the
+/// ceiling that applies to it.
+fn check_ceiling(path: &str, timeouts: &Timeouts, mount: &MountTimeouts, problems: &mut Problems) {
+    let ceiling = timeouts.request_ceiling;
+    let too_long = |duration: &Duration| *duration > ceiling;
+    let ceiling_text = humantime::format_duration(ceiling);
+    if mount.request.as_ref().is_some_and(too_long) {
+        problems.push(
+            format!("{path}.request"),
+            format!("is longer than request_ceiling ({ceiling_text})"),
+        );
+    }
+    for (tool, duration) in &mount.tools {
+        if too_long(duration) {
+            problems.push(
+                format!("{path}.tools.{tool}"),
+                format!("is longer than request_ceiling ({ceiling_text})"),
+            );
+        }
+    }
+}
+
+fn resolve_mount_timeouts(
+    path: &str,
+    raw: Option<RawMountTimeouts>,
+    problems: &mut Problems,
+    ok: &mut bool,
+) -> MountTimeouts {
+    let Some(raw) = raw else {
+        return MountTimeouts::default();
+    };
+    let field = |name: &str| format!("{path}.timeouts.{name}");
+    let mut tools = BTreeMap::new();
+    for (tool, text) in raw.tools.unwrap_or_default() {
+        if let Some(duration) =
+            optional_duration(&field(&format!("tools.{tool}")), Some(text), problems, ok)
+        {
+            tools.insert(tool, duration);
+        }
+    }
+    MountTimeouts {
+        connect: optional_duration(&field("connect"), raw.connect, problems, ok),
+        initialize: optional_duration(&field("initialize"), raw.initialize, problems, ok),
+        request: optional_duration(&field("request"), raw.request, problems, ok),
+        request_ceiling: optional_duration(
+            &field("request_ceiling"),
+            raw.request_ceiling,
+            problems,
+            ok,
+        ),
+        tools,
+    }
+}
+
+fn resolve_supervision(raw: RawSupervision, problems: &mut Problems) -> Option<Supervision> {
+    let restart_backoff = duration_or(
+        "supervision.restart_backoff",
+        raw.restart_backoff,
+        defaults::RESTART_BACKOFF,
+        problems,
+    );
+    let restart_backoff_max = duration_or(
+        "supervision.restart_backoff_max",
+        raw.restart_backoff_max,
+        defaults::RESTART_BACKOFF_MAX,
+        problems,
+    );
+    let down_retry = duration_or(
+        "supervision.down_retry",
+        raw.down_retry,
+        defaults::DOWN_RETRY,
+        problems,
+    );
+    let crash_loop_restarts = raw
+        .crash_loop_restarts
+        .unwrap_or(defaults::CRASH_LOOP_RESTARTS);
+    let mut ok = true;
+    if crash_loop_restarts == 0 {
+        problems.push("supervision.crash_loop_restarts", "must be at least 1");
+        ok = false;
+    }
+    if let (Some(first), Some(max)) = (restart_backoff, restart_backoff_max) {
+        if first > max {
+            problems.push(
+                "supervision.restart_backoff",
+                format!(
+                    "is longer than restart_backoff_max ({})",
+                    humantime::format_duration(max)
+                ),
+            );
+            ok = false;
+        }
+    }
+    let supervision = Supervision {
+        restart_backoff: restart_backoff?,
+        restart_backoff_max: restart_backoff_max?,
+        crash_loop_restarts,
+        down_retry: down_retry?,
+    };
+    ok.then_some(supervision)
+}
+
+fn resolve_limits(raw: RawLimits, problems: &mut Problems) -> Option<Limits> {
+    let mut ok = true;
+    let mut count = |name: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => {
+            problems.push(format!("limits.{name}"), "must be at least 1");
+            ok = false;
+            default
+        }
+        Some(value) => value,
+        None => default,
+    };
+    let max_sessions = count("max_sessions", raw.max_sessions, defaults::MAX_SESSIONS);
+    let max_concurrent_requests = count(
+        "max_concurrent_requests",
+        raw.max_concurrent_requests,
+        defaults::MAX_CONCURRENT_REQUESTS,
+    );
+    let max_upstream_sessions = count(
+        "max_upstream_sessions",
+        raw.max_upstream_sessions,
+        defaults::MAX_UPSTREAM_SESSIONS,
+    );
+    let max_body_size = match raw.max_body_size {
+        None => Some(defaults::MAX_BODY_SIZE),
+        Some(size) => byte_size("limits.max_body_size", size, problems),
+    };
+    let limits = Limits {
+        max_sessions,
+        max_concurrent_requests,
+        max_body_size: max_body_size?,
+        max_upstream_sessions,
+    };
+    ok.then_some(limits)
+}
+
+/// Bytes, from a number or a string such as `"512KiB"`, `"4MiB"`, `"1GiB"`
+/// (`KB`/`MB`/`GB` mean the same powers of 1024: nobody means 10^6 here).
+fn byte_size(path: &str, raw: RawSize, problems: &mut Problems) -> Option<usize> {
+    let bytes = match raw {
+        RawSize::Bytes(bytes) => Some(bytes),
+        RawSize::Text(text) => {
+            let trimmed = text.trim();
+            let split = trimmed
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(trimmed.len());
+            let (number, unit) = trimmed.split_at(split);
+            let multiplier: Option<u64> = match unit.trim().to_ascii_lowercase().as_str() {
+                "" | "b" => Some(1),
+                "k" | "kb" | "kib" => Some(1 << 10),
+                "m" | "mb" | "mib" => Some(1 << 20),
+                "g" | "gb" | "gib" => Some(1 << 30),
+                _ => None,
+            };
+            match (number.parse::<u64>(), multiplier) {
+                (Ok(number), Some(multiplier)) => number.checked_mul(multiplier),
+                _ => {
+                    problems.push(
+                        path,
+                        format!("{text:?} is not a size like 4194304, \"512KiB\" or \"4MiB\""),
+                    );
+                    return None;
+                }
+            }
+        }
+    };
+    match bytes.and_then(|bytes| usize::try_from(bytes).ok()) {
+        Some(0) => {
+            problems.push(path, "must be at least 1 byte");
+            None
+        }
+        Some(bytes) => Some(bytes),
+        None => {
+            problems.push(path, "is too large");
+            None
+        }
+    }
 }
 
 /// `null`, or `http(s)://host` with an optional `:port` or `:*`, no path.
@@ -340,6 +647,14 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         (None, Some(mount_name)) => Some(Namespace::from_mount(mount_name)),
         (None, None) => None,
     };
+    let timeouts = resolve_mount_timeouts(&path, raw.timeouts, problems, &mut ok);
+    if raw.max_upstream_sessions == Some(0) {
+        problems.push(
+            format!("{path}.max_upstream_sessions"),
+            "must be at least 1",
+        );
+        ok = false;
+    }
     let isolation = match raw.isolation.as_deref() {
         None | Some("shared") => Isolation::Shared,
         Some("per_session") => Isolation::PerSession,
@@ -445,6 +760,8 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         namespace: namespace?,
         isolation,
         transport: transport?,
+        timeouts,
+        max_upstream_sessions: raw.max_upstream_sessions,
     })
 }
 

@@ -15,9 +15,14 @@ use rmcp::{
 use serde_json::json;
 
 use crate::{
-    config::MountConfig,
+    config::{Isolation, MountConfig},
     naming::{MountName, Namespace},
+    upstream::RequestError,
 };
+
+/// JSON-RPC error code for "request timed out" (the TypeScript SDK's
+/// `ErrorCode.RequestTimeout`; the spec leaves it to implementations).
+pub const REQUEST_TIMEOUT: i32 = -32001;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -31,6 +36,8 @@ pub enum RouteError {
     MountUnavailable { mount: MountName, cause: String },
     #[error("mount {mount} failed: {cause}")]
     UpstreamFailed { mount: MountName, cause: String },
+    #[error("mount {mount} timed out: {cause}")]
+    TimedOut { mount: MountName, cause: String },
     #[error("mount {mount} answered with error {}: {}", .error.code.0, .error.message)]
     UpstreamError {
         mount: MountName,
@@ -46,22 +53,38 @@ pub enum RouteError {
 
 impl RouteError {
     /// Classifies a failed upstream request.
-    pub fn upstream(mount_config: &MountConfig, error: ServiceError) -> Self {
-        let mount = &mount_config.name;
+    pub fn upstream(mount_config: &MountConfig, error: RequestError) -> Self {
+        let mount = mount_config.name.clone();
         match error {
-            ServiceError::McpError(error) => RouteError::UpstreamError {
-                mount: mount.clone(),
+            RequestError::Service(ServiceError::McpError(error)) => RouteError::UpstreamError {
+                mount,
                 namespace: mount_config.namespace.clone(),
                 error,
             },
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+            RequestError::Ended => RouteError::UpstreamFailed {
+                mount,
+                cause: match mount_config.isolation {
+                    Isolation::Shared => {
+                        "the upstream server went away during the request; the gateway is restarting it"
+                    }
+                    Isolation::PerSession => {
+                        "the upstream server went away during the request; it is restarted on the next call"
+                    }
+                }
+                .to_owned(),
+            },
+            RequestError::Service(ServiceError::TransportSend(error)) => {
                 RouteError::UpstreamFailed {
-                    mount: mount.clone(),
-                    cause: format!("the upstream connection is closed ({error})"),
+                    mount,
+                    cause: format!("the request could not be sent upstream: {error}"),
                 }
             }
-            other => RouteError::UpstreamFailed {
-                mount: mount.clone(),
+            timeout @ (RequestError::Idle(_) | RequestError::Ceiling(_)) => RouteError::TimedOut {
+                mount,
+                cause: timeout.to_string(),
+            },
+            RequestError::Service(other) => RouteError::UpstreamFailed {
+                mount,
                 cause: other.to_string(),
             },
         }
@@ -82,6 +105,12 @@ impl RouteError {
             | RouteError::UpstreamFailed { mount, .. } => {
                 ErrorData::internal_error(message, Some(json!({ "mount": mount.as_str() })))
             }
+            // The code the TypeScript SDK uses for its own request timeouts.
+            RouteError::TimedOut { mount, .. } => ErrorData::new(
+                rmcp::model::ErrorCode(REQUEST_TIMEOUT),
+                message,
+                Some(json!({ "mount": mount.as_str() })),
+            ),
             RouteError::UpstreamError {
                 mount,
                 namespace,
@@ -112,9 +141,11 @@ impl RouteError {
     /// the model can read; protocol errors stay protocol errors.
     pub fn into_tool_answer(self) -> Result<CallToolResult, ErrorData> {
         match self {
-            RouteError::MountUnavailable { .. } | RouteError::UpstreamFailed { .. } => Ok(
-                CallToolResult::error(vec![ContentBlock::text(self.to_string())]),
-            ),
+            RouteError::MountUnavailable { .. }
+            | RouteError::UpstreamFailed { .. }
+            | RouteError::TimedOut { .. } => Ok(CallToolResult::error(vec![ContentBlock::text(
+                self.to_string(),
+            )])),
             other => Err(other.into_mcp_error()),
         }
     }

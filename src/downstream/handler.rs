@@ -23,7 +23,7 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
 };
 
-use super::{observe::observe, DownstreamSession, RouteError};
+use super::{DownstreamSession, RouteError};
 use crate::{
     catalog::{self, MergedCatalog, PageError, Route},
     config::Isolation,
@@ -47,8 +47,13 @@ impl DownstreamSession {
         request: ClientRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, RouteError> {
+        let tool = match &request {
+            ClientRequest::CallToolRequest(call) => Some(call.params.name.to_string()),
+            _ => None,
+        };
+        let limit = mount.request_limit(tool.as_deref());
         upstream
-            .request(request, self.caller(context), &context.ct)
+            .request(request, self.caller(context), &context.ct, limit)
             .await
             .map_err(|error| RouteError::upstream(&mount.config, error))
     }
@@ -56,9 +61,10 @@ impl DownstreamSession {
     /// What the client is told at initialize: how names are formed for each
     /// mount, followed by that upstream's own instructions when known.
     fn instructions(&self) -> String {
-        let separator = self.gateway.config().server.separator.as_str();
+        let config = self.gateway.config();
+        let separator = config.server.separator.as_str();
         let mut text = String::from("Junction MCP gateway. Mounted servers:");
-        for mount in self.gateway.mounts() {
+        for mount in self.gateway.mounts().iter() {
             let namespace = mount.config.namespace.as_str();
             let naming = if namespace.is_empty() {
                 "names unchanged".to_owned()
@@ -100,7 +106,7 @@ impl DownstreamSession {
         &self,
         route: &Route,
     ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
-        let Some(mount) = self.gateway.mount(&route.mount).cloned() else {
+        let Some(mount) = self.gateway.mount(&route.mount) else {
             return Err(RouteError::MountUnavailable {
                 mount: route.mount.clone(),
                 cause: "the mount is no longer configured".to_owned(),
@@ -176,7 +182,7 @@ impl ServerHandler for DownstreamSession {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        observe("initialize", None, &context, async {
+        self.handle("initialize", None, &context, async {
             context.peer.set_peer_info(request.clone());
             let _ = self
                 .state
@@ -205,7 +211,7 @@ impl ServerHandler for DownstreamSession {
     /// for roots) are told. Shared upstreams are not: their roots requests
     /// are answered per calling client, so they hold no roots to refresh.
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        for mount in self.gateway.mounts() {
+        for mount in self.gateway.mounts().iter() {
             if mount.config.isolation != Isolation::PerSession {
                 continue;
             }
@@ -231,7 +237,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        observe("tools/list", None, &context, async {
+        self.handle("tools/list", None, &context, async {
             let catalog = self.catalog().await;
             let (items, next) = page_of(&catalog, &catalog.tools, &request)?;
             let mut result = ListToolsResult::with_all_items(items);
@@ -246,7 +252,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        observe("prompts/list", None, &context, async {
+        self.handle("prompts/list", None, &context, async {
             let catalog = self.catalog().await;
             let (items, next) = page_of(&catalog, &catalog.prompts, &request)?;
             let mut result = ListPromptsResult::with_all_items(items);
@@ -261,7 +267,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        observe("resources/list", None, &context, async {
+        self.handle("resources/list", None, &context, async {
             let catalog = self.catalog().await;
             let (items, next) = page_of(&catalog, &catalog.resources, &request)?;
             let mut result = ListResourcesResult::with_all_items(items);
@@ -276,7 +282,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        observe("resources/templates/list", None, &context, async {
+        self.handle("resources/templates/list", None, &context, async {
             let catalog = self.catalog().await;
             let (items, next) = page_of(&catalog, &catalog.templates, &request)?;
             let mut result = ListResourceTemplatesResult::with_all_items(items);
@@ -292,7 +298,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool_name = request.name.to_string();
-        observe("tools/call", Some(&tool_name), &context, async {
+        self.handle("tools/call", Some(&tool_name), &context, async {
             let name = request.name.to_string();
             let answer = async {
                 let route = self
@@ -331,7 +337,7 @@ impl ServerHandler for DownstreamSession {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        observe("prompts/get", None, &context, async {
+        self.handle("prompts/get", None, &context, async {
             let answer = async {
                 let route = self
                     .catalog()
@@ -363,7 +369,7 @@ impl ServerHandler for DownstreamSession {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        observe("resources/read", None, &context, async {
+        self.handle("resources/read", None, &context, async {
             let answer = async {
                 let route = self
                     .catalog()
@@ -395,7 +401,7 @@ impl ServerHandler for DownstreamSession {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        observe("completion/complete", None, &context, async {
+        self.handle("completion/complete", None, &context, async {
             let answer = async {
                 let catalog = self.catalog().await;
                 let mut params = request.clone();
@@ -445,7 +451,7 @@ impl ServerHandler for DownstreamSession {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        observe("resources/subscribe", None, &context, async {
+        self.handle("resources/subscribe", None, &context, async {
             let uri = request.uri.clone();
             let answer = async {
                 let route = self
@@ -473,7 +479,7 @@ impl ServerHandler for DownstreamSession {
                     params.meta = forwarded_meta(&context.meta);
                     if let Err(error) = upstream.peer().subscribe(params).await {
                         self.gateway.sessions().unsubscribe(self.state.key, &uri);
-                        return Err(RouteError::upstream(&mount.config, error));
+                        return Err(RouteError::upstream(&mount.config, error.into()));
                     }
                 }
                 Ok(())
@@ -489,7 +495,7 @@ impl ServerHandler for DownstreamSession {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        observe("resources/unsubscribe", None, &context, async {
+        self.handle("resources/unsubscribe", None, &context, async {
             let uri = request.uri.clone();
             let answer = async {
                 let route = self
@@ -506,7 +512,7 @@ impl ServerHandler for DownstreamSession {
                         .peer()
                         .unsubscribe(params)
                         .await
-                        .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                        .map_err(|error| RouteError::upstream(&mount.config, error.into()))?;
                 }
                 Ok(())
             }
@@ -525,7 +531,7 @@ impl ServerHandler for DownstreamSession {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        observe("logging/setLevel", None, &context, async {
+        self.handle("logging/setLevel", None, &context, async {
             self.state.log_level.set(request.level);
             // A shared upstream serves every session: it logs at the most
             // verbose level any of them asked for; each session's own level
@@ -534,7 +540,7 @@ impl ServerHandler for DownstreamSession {
                 .gateway
                 .sessions()
                 .set_log_level(self.state.key, request.level);
-            for mount in self.gateway.mounts() {
+            for mount in self.gateway.mounts().iter() {
                 let (upstream, level) = match mount.config.isolation {
                     Isolation::Shared => (mount.shared_session().await.ok(), shared_level),
                     Isolation::PerSession => {

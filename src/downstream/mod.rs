@@ -7,6 +7,7 @@
 //! closes them when it is dropped, so a stdio child never outlives the
 //! client session it belonged to.
 
+mod admission;
 mod errors;
 mod handler;
 mod observe;
@@ -21,13 +22,14 @@ use rmcp::{model::ClientCapabilities, Peer, RoleServer};
 use tokio::sync::OnceCell;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
+pub use admission::LIMIT_EXCEEDED;
 pub use errors::RouteError;
 
 use crate::{
     catalog::{MergedCatalog, MountCatalog},
     coalesce::Coalescer,
     config::Isolation,
-    gateway::{Gateway, Mount, SessionKey},
+    gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket, UpstreamPermit},
     naming::MountName,
     upstream::{
         self, Caller, ClientProfile, ListKind, LogLevelSetting, Relay, UpstreamHandler,
@@ -42,7 +44,8 @@ pub struct DownstreamSession {
 }
 
 impl DownstreamSession {
-    pub fn new(gateway: Arc<Gateway>) -> Self {
+    /// A session holding `ticket`, its place under `max_sessions`.
+    pub fn new(gateway: Arc<Gateway>, ticket: SessionTicket) -> Self {
         let key = gateway.sessions().next_key();
         let state = Arc::new(SessionState {
             key,
@@ -56,12 +59,21 @@ impl DownstreamSession {
             overlay_catalog: Mutex::new(None),
             _alive: gateway.session_tasks().token(),
             refreshes: Coalescer::default(),
+            requests: admission::RequestSlots::default(),
+            _ticket: ticket,
         });
         Self { gateway, state }
     }
 }
 
 type UpstreamSlot = Arc<OnceCell<Arc<UpstreamSession>>>;
+
+/// A per-session upstream slot and the mount instance it was opened for (a
+/// reload that replaces the mount makes the slot stale).
+struct PerSessionSlot {
+    mount_id: u64,
+    slot: UpstreamSlot,
+}
 
 /// What a session owns, shared with its per-session upstreams' event
 /// handlers (which hold it weakly, so they never keep a session alive).
@@ -75,7 +87,7 @@ pub(crate) struct SessionState {
     /// What the client asked for with `logging/setLevel`.
     pub(crate) log_level: LogLevelSetting,
     /// Per-session upstream sessions by mount, opened on first use.
-    upstreams: Mutex<HashMap<MountName, UpstreamSlot>>,
+    upstreams: Mutex<HashMap<MountName, PerSessionSlot>>,
     /// Lists announced by this session's own per-session upstreams after a
     /// `list_changed`; they replace the shared view for this session only.
     overlays: Mutex<HashMap<MountName, Arc<MountCatalog>>>,
@@ -86,6 +98,10 @@ pub(crate) struct SessionState {
     _alive: TaskTrackerToken,
     /// One overlay refresh at a time per mount and list.
     refreshes: Coalescer<(MountName, ListKind)>,
+    /// Requests in flight, against `max_concurrent_requests`.
+    requests: admission::RequestSlots,
+    /// This session's place under `max_sessions`.
+    _ticket: SessionTicket,
 }
 
 impl SessionState {
@@ -124,14 +140,14 @@ impl SessionState {
     pub(crate) fn open_upstream(&self, mount: &MountName) -> Option<Arc<UpstreamSession>> {
         lock(&self.upstreams)
             .get(mount)
-            .and_then(|slot| slot.get().cloned())
+            .and_then(|entry| entry.slot.get().cloned())
             .filter(|session| session.is_alive())
     }
 
     /// The upstream session serving `mount` for this session.
     pub(crate) async fn upstream_for(
         self: &Arc<Self>,
-        mount: &Mount,
+        mount: &Arc<Mount>,
     ) -> Result<Arc<UpstreamSession>, RouteError> {
         let name = &mount.config.name;
         let unavailable = |cause: String| RouteError::MountUnavailable {
@@ -139,15 +155,33 @@ impl SessionState {
             cause,
         };
         if mount.config.isolation == Isolation::Shared {
-            return mount
-                .shared_session()
-                .await
-                .map_err(|error| unavailable(error.to_string()));
+            return mount.shared_session().await.map_err(unavailable);
+        }
+        // A per-session mount that keeps failing to start is not retried on
+        // every call (each would spawn a process): its supervisor retries.
+        let status = mount.status();
+        if status.phase == MountPhase::Down {
+            return Err(unavailable(format!(
+                "the mount is down after repeated failures (last: {})",
+                status.last_error.unwrap_or_default()
+            )));
         }
         let slot = {
             let mut upstreams = lock(&self.upstreams);
-            let slot = upstreams.entry(name.clone()).or_default();
-            if slot.get().is_some_and(|session| !session.is_alive()) {
+            let entry = upstreams
+                .entry(name.clone())
+                .or_insert_with(|| PerSessionSlot {
+                    mount_id: mount.id(),
+                    slot: UpstreamSlot::default(),
+                });
+            if entry.mount_id != mount.id() {
+                // The mount was replaced by a reload; the old session is
+                // closed by its watcher.
+                *entry = PerSessionSlot {
+                    mount_id: mount.id(),
+                    slot: UpstreamSlot::default(),
+                };
+            } else if entry.slot.get().is_some_and(|session| !session.is_alive()) {
                 // The child exited or the HTTP session ended: the next call
                 // opens a fresh one rather than failing forever.
                 tracing::info!(mount = %name, session = self.key, "per-session upstream ended; reopening");
@@ -155,21 +189,22 @@ impl SessionState {
                     .upstream_restarts
                     .get_or_create(&mount.labels())
                     .inc();
-                *slot = UpstreamSlot::default();
+                entry.slot = UpstreamSlot::default();
             }
-            slot.clone()
+            entry.slot.clone()
         };
         let session = slot
             .get_or_try_init(|| Box::pin(self.open_per_session(mount)))
             .await
-            .map_err(|error| unavailable(error.to_string()))?;
+            .map_err(unavailable)?;
         Ok(session.clone())
     }
 
     async fn open_per_session(
         self: &Arc<Self>,
-        mount: &Mount,
-    ) -> Result<Arc<UpstreamSession>, upstream::UpstreamError> {
+        mount: &Arc<Mount>,
+    ) -> Result<Arc<UpstreamSession>, String> {
+        let permit = mount.reserve_upstream()?;
         // The upstream sees the real client's capabilities, so features that
         // depend on them (sampling, elicitation, roots) appear as they would
         // without the gateway.
@@ -181,9 +216,7 @@ impl SessionState {
         ));
         // Everything this upstream sends belongs to this one session.
         let Some(peer) = self.peer.get().cloned() else {
-            return Err(upstream::UpstreamError::Initialize(
-                "the client session has not finished initializing".to_owned(),
-            ));
+            return Err("the client session has not finished initializing".to_owned());
         };
         let relay = Arc::new(Relay::owned_by(Caller {
             session: self.key,
@@ -194,7 +227,9 @@ impl SessionState {
             log_level: self.log_level.clone(),
         }));
         let handler = UpstreamHandler::new(info, events, relay);
-        let session = upstream::open(&mount.config, handler).await?;
+        let session = upstream::open(&mount.config, mount.timeouts(), handler)
+            .await
+            .map_err(|error| error.to_string())?;
         // A level the client chose before this upstream existed applies to
         // it too.
         if let Some(level) = self.log_level.get() {
@@ -210,8 +245,31 @@ impl SessionState {
             }
         }
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
-        Ok(Arc::new(session))
+        let session = Arc::new(session);
+        watch_per_session(mount, &session, permit);
+        Ok(session)
     }
+}
+
+/// Holds the mount's slot for `session` until it ends, and closes it if the
+/// mount is retired first (removed or replaced by a reload, or shutdown).
+fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: UpstreamPermit) {
+    let retired = mount.retired_token();
+    let ended = session.ended_token();
+    let session = Arc::downgrade(session);
+    let name = mount.config.name.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        tokio::select! {
+            _ = ended.cancelled() => {}
+            _ = retired.cancelled() => {
+                if let Some(session) = session.upgrade() {
+                    tracing::info!(mount = %name, "mount retired; closing its per-session upstream");
+                    session.close().await;
+                }
+            }
+        }
+    });
 }
 
 impl Drop for SessionState {
@@ -221,7 +279,7 @@ impl Drop for SessionState {
         }
         let upstreams: Vec<_> = lock(&self.upstreams)
             .drain()
-            .filter_map(|(_, slot)| slot.get().cloned())
+            .filter_map(|(_, entry)| entry.slot.get().cloned())
             .collect();
         if upstreams.is_empty() {
             return;

@@ -81,7 +81,7 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     let Some(mount) = gateway.mount(mount_name) else {
         return;
     };
-    let Ok(upstream) = state.upstream_for(mount).await else {
+    let Ok(upstream) = state.upstream_for(&mount).await else {
         return;
     };
     let mut catalog = super::lock(&state.overlays)

@@ -8,7 +8,10 @@
 //! and swapped in atomically; readers never lock.
 
 mod mount;
+mod reload;
 mod sessions;
+mod supervisor;
+pub mod watch;
 
 use std::{
     collections::HashMap,
@@ -19,24 +22,30 @@ use std::{
     time::Duration,
 };
 
+use arc_swap::ArcSwap;
 use rmcp::model::ResourceUpdatedNotificationParam;
 use tokio_util::task::TaskTracker;
 
-pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession};
-pub use sessions::{notify_list_changed, SessionKey, SessionRegistry};
+pub use mount::{
+    EventsFactory, LiveConfig, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit,
+};
+pub use reload::ReloadOutcome;
+pub use sessions::{notify_list_changed, SessionKey, SessionRegistry, SessionTicket};
+pub use supervisor::{restart_delay, STABLE_AFTER};
 
 use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
     coalesce::Coalescer,
-    config::Config,
+    config::{Config, MountConfig},
     naming::MountName,
     upstream::{discovery, ClientProfile, ListKind, UpstreamEvents},
 };
 
 pub struct Gateway {
-    config: Config,
-    /// In config order, which decides name collisions.
-    mounts: Vec<Arc<Mount>>,
+    /// The config in force; reload swaps it.
+    config: LiveConfig,
+    /// In config order, which decides name collisions; reload swaps it.
+    mounts: ArcSwap<Vec<Arc<Mount>>>,
     /// Merged catalogs by client profile, built on first use after a change.
     catalogs: Mutex<HashMap<ClientProfile, Arc<MergedCatalog>>>,
     /// Bumped on every catalog change; cursors carry it.
@@ -48,12 +57,15 @@ pub struct Gateway {
     started: std::time::Instant,
     /// One list refresh at a time per mount, profile and list.
     refreshes: Coalescer<(MountName, ClientProfile, ListKind)>,
+    /// Downstream requests in flight (each holds a token), so shutdown can
+    /// let them finish before ending sessions.
+    requests: TaskTracker,
+    /// Set once shutdown begins: new sessions and requests are refused.
+    draining: std::sync::atomic::AtomicBool,
+    /// Serializes reloads (a file change and a SIGHUP at once).
+    reloading: tokio::sync::Mutex<()>,
+    weak: Weak<Gateway>,
 }
-
-/// How long shutdown waits for downstream sessions to end and their
-/// per-session upstreams to close, before the process exits anyway (stdio
-/// children are then killed with the process group on drop).
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a list call waits for a per-session mount's first discovery
 /// for a new client profile before answering with what is known.
@@ -61,57 +73,35 @@ pub const PROFILE_DISCOVERY_WAIT: Duration = Duration::from_secs(10);
 
 impl Gateway {
     pub fn new(config: Config) -> Arc<Self> {
-        Arc::new_cyclic(|gateway: &Weak<Gateway>| {
-            let mounts = config
+        Arc::new_cyclic(|weak: &Weak<Gateway>| {
+            let live: LiveConfig = Arc::new(ArcSwap::from_pointee(config));
+            let mounts = live
+                .load()
                 .mounts
                 .iter()
-                .map(|mount| {
-                    let gateway = gateway.clone();
-                    let name = mount.name.clone();
-                    let events: EventsFactory = Box::new(move |profile| {
-                        Arc::new(MountSessionEvents {
-                            gateway: gateway.clone(),
-                            mount: name.clone(),
-                            profile,
-                        })
-                    });
-                    Arc::new(Mount::new(mount.clone(), events))
-                })
+                .map(|mount| Arc::new(build_mount(weak, &live, mount.clone())))
                 .collect();
             Gateway {
-                config,
-                mounts,
+                config: live,
+                mounts: ArcSwap::from_pointee(mounts),
                 catalogs: Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
                 session_tasks: TaskTracker::new(),
                 started: std::time::Instant::now(),
                 refreshes: Coalescer::default(),
+                requests: TaskTracker::new(),
+                draining: std::sync::atomic::AtomicBool::new(false),
+                reloading: tokio::sync::Mutex::new(()),
+                weak: weak.clone(),
             }
         })
     }
 
-    /// Starts discovery of every mount in the background.
+    /// Starts every mount's supervisor; each discovers in the background.
     pub fn start(self: &Arc<Self>) {
-        for mount in &self.mounts {
-            let gateway = self.clone();
-            let mount = mount.clone();
-            tokio::spawn(async move {
-                let name = &mount.config.name;
-                match mount.discover(ClientProfile::FULL).await {
-                    Ok(()) => {
-                        mount.set_status(MountPhase::Ready, None);
-                        gateway.catalog_changed();
-                        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-                            gateway.sessions.notify_list_changed(kind, |_| true);
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(mount = %name, %error, "mount unavailable");
-                        mount.set_status(MountPhase::Failed, Some(error));
-                    }
-                }
-            });
+        for mount in self.mounts().iter() {
+            mount.start();
         }
     }
 
@@ -120,16 +110,22 @@ impl Gateway {
         self.started.elapsed()
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
+    /// The config in force now.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
     }
 
-    pub fn mounts(&self) -> &[Arc<Mount>] {
-        &self.mounts
+    /// The mounts in force now, in config order.
+    pub fn mounts(&self) -> Arc<Vec<Arc<Mount>>> {
+        self.mounts.load_full()
     }
 
-    pub fn mount(&self, name: &MountName) -> Option<&Arc<Mount>> {
-        self.mounts.iter().find(|mount| &mount.config.name == name)
+    pub fn mount(&self, name: &MountName) -> Option<Arc<Mount>> {
+        self.mounts
+            .load()
+            .iter()
+            .find(|mount| &mount.config.name == name)
+            .cloned()
     }
 
     pub fn sessions(&self) -> &SessionRegistry {
@@ -138,7 +134,7 @@ impl Gateway {
 
     /// True once every mount's first discovery has finished, either way.
     pub fn is_ready(&self) -> bool {
-        self.mounts
+        self.mounts()
             .iter()
             .all(|mount| mount.status().phase != MountPhase::Starting)
     }
@@ -146,8 +142,8 @@ impl Gateway {
     /// Makes sure the per-session mounts know their lists for `profile`
     /// (bounded wait); a no-op once done.
     pub async fn prepare(&self, profile: ClientProfile) {
-        let pending: Vec<_> = self
-            .mounts
+        let mounts = self.mounts();
+        let pending: Vec<_> = mounts
             .iter()
             .filter(|mount| {
                 let serving = mount.serving_profile(profile);
@@ -214,7 +210,7 @@ impl Gateway {
         overrides: &HashMap<MountName, Arc<MountCatalog>>,
     ) -> MergedCatalog {
         let views: Vec<MountView> = self
-            .mounts
+            .mounts()
             .iter()
             .map(|mount| MountView {
                 mount: mount.config.name.clone(),
@@ -226,7 +222,7 @@ impl Gateway {
             })
             .collect();
         let (merged, collisions) =
-            MergedCatalog::build(self.generation(), &self.config.server.separator, &views);
+            MergedCatalog::build(self.generation(), &self.config().server.separator, &views);
         for collision in collisions {
             tracing::warn!(
                 kind = collision.kind,
@@ -245,10 +241,42 @@ impl Gateway {
     }
 
     /// Forgets every merged catalog after a mount's catalog changed.
-    fn catalog_changed(&self) {
+    pub(crate) fn catalog_changed(&self) {
         let mut catalogs = lock(&self.catalogs);
         self.generation.fetch_add(1, Ordering::AcqRel);
         catalogs.clear();
+    }
+
+    /// Downstream requests in flight.
+    pub fn requests_in_flight(&self) -> &TaskTracker {
+        &self.requests
+    }
+
+    /// Whether shutdown has begun (new sessions and requests are refused).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// First step of shutdown: refuse new sessions and requests, and wait
+    /// (at most `shutdown_grace`) for requests in flight to be answered.
+    pub async fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.requests.close();
+        let grace = self.config().server.shutdown_grace;
+        let pending = self.requests.len();
+        if pending > 0 {
+            tracing::info!(pending, ?grace, "waiting for requests in flight");
+        }
+        if tokio::time::timeout(grace, self.requests.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pending = self.requests.len(),
+                ?grace,
+                "requests still in flight after the grace period; ending them"
+            );
+        }
     }
 
     /// Where downstream sessions register themselves and spawn the closing
@@ -262,13 +290,15 @@ impl Gateway {
     /// every mount's own sessions.
     pub async fn shutdown(&self) {
         self.session_tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.session_tasks.wait())
+        let grace = self.config().server.shutdown_grace;
+        if tokio::time::timeout(grace, self.session_tasks.wait())
             .await
             .is_err()
         {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "sessions still closing after the grace period");
+            tracing::warn!(?grace, "sessions still closing after the grace period");
         }
-        let closing = self.mounts.iter().map(|mount| mount.close());
+        let mounts = self.mounts();
+        let closing = mounts.iter().map(|mount| mount.close());
         futures::future::join_all(closing).await;
     }
 
@@ -295,6 +325,7 @@ impl Gateway {
         let Ok(session) = mount.session_for(&profile_session).await else {
             return;
         };
+        let mount_for_notify = mount.clone();
         let mut catalog = MountCatalog::clone(&profile_session.catalog().unwrap_or_default());
         crate::telemetry::metrics()
             .cache_refreshes
@@ -306,10 +337,31 @@ impl Gateway {
         }
         profile_session.store_catalog(catalog);
         self.catalog_changed();
-        let mount = mount.clone();
-        self.sessions
-            .notify_list_changed(kind, |client| mount.serving_profile(client) == profile);
+        self.notify_mount_changed(&mount_for_notify, profile, kind);
     }
+
+    /// Tells the sessions that see `mount`'s lists for `profile` that a list
+    /// changed. A change to the full profile reaches every session: sessions
+    /// whose own profile is not discovered yet see the full lists.
+    fn notify_mount_changed(&self, mount: &Mount, profile: ClientProfile, kind: ListKind) {
+        self.sessions.notify_list_changed(kind, |client| {
+            profile == ClientProfile::FULL || mount.serving_profile(client) == profile
+        });
+    }
+}
+
+/// Builds a mount whose events reach this gateway.
+fn build_mount(gateway: &Weak<Gateway>, live: &LiveConfig, config: MountConfig) -> Mount {
+    let gateway = gateway.clone();
+    let name = config.name.clone();
+    let events: EventsFactory = Box::new(move |profile| {
+        Arc::new(MountSessionEvents {
+            gateway: gateway.clone(),
+            mount: name.clone(),
+            profile,
+        })
+    });
+    Mount::new(config, live.clone(), events)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -333,6 +385,19 @@ impl UpstreamEvents for MountSessionEvents {
         let mount = self.mount.clone();
         let profile = self.profile;
         tokio::spawn(async move { gateway.refresh_mount(&mount, profile, kind).await });
+    }
+
+    fn catalog_replaced(&self, kinds: &[ListKind]) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        let Some(mount) = gateway.mount(&self.mount) else {
+            return;
+        };
+        gateway.catalog_changed();
+        for kind in kinds {
+            gateway.notify_mount_changed(&mount, self.profile, *kind);
+        }
     }
 
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {

@@ -1,44 +1,58 @@
-//! One running mount: its config, its discovery sessions and catalogs, and
-//! its health.
+//! One running mount: its config, its own upstream sessions and catalogs,
+//! and its health.
 //!
 //! A mount keeps one upstream session per client profile it has to know the
-//! lists for (see [`ClientProfile`]). The [`ClientProfile::FULL`] session is
-//! opened at start-up: for a `shared` mount it is *the* shared session that
-//! serves every downstream session; for a `per_session` mount it only
-//! discovers. A `per_session` mount opens another discovery session the first
-//! time a client with a different profile asks for lists, so each client sees
+//! lists for (see [`ClientProfile`]), each kept running by a supervisor
+//! (`supervisor.rs`). The [`ClientProfile::FULL`] session starts with the
+//! mount: for a `shared` mount it is *the* shared session that serves every
+//! downstream session; for a `per_session` mount it only discovers. A
+//! `per_session` mount starts another discovery session the first time a
+//! client with a different profile asks for lists, so each client sees
 //! exactly what its own per-session upstream will offer. Discovery sessions
 //! stay open so their `list_changed` keeps the cache correct.
+//!
+//! A mount is immutable once built; a reload that changes it builds a new
+//! one and *retires* this one, which stops its supervisors and closes every
+//! upstream session opened for it, per-session ones included.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
 };
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::Serialize;
-use tokio::sync::OnceCell;
+use tokio::sync::watch;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     catalog::MountCatalog,
-    config::{Isolation, MountConfig},
-    telemetry::metrics::{metrics, MountLabels},
+    config::{Config, Isolation, MountConfig, Supervision, Timeouts},
+    telemetry::metrics::MountLabels,
     upstream::{
-        self, discovery, ClientProfile, Relay, UpstreamError, UpstreamEvents, UpstreamHandler,
-        UpstreamSession,
+        self, ClientProfile, ListKind, Relay, RequestLimit, UpstreamError, UpstreamEvents,
+        UpstreamHandler, UpstreamSession,
     },
 };
 
-/// Where a mount is in its life, as shown by `/readyz`.
+/// Where a mount is in its life, as shown by `/readyz` and the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MountPhase {
-    /// First discovery not finished yet.
+    /// First start not finished yet.
     Starting,
-    /// Discovered; serving.
+    /// Started and discovered; serving.
     Ready,
-    /// First discovery failed; calls try to reconnect and report the cause.
-    Failed,
+    /// Its upstream session failed or ended; restarting with backoff. Calls
+    /// fail with the reason until it is back.
+    Degraded,
+    /// Failed too many times in a row; retried slowly. Its tools stay
+    /// listed from the last good catalog; calls fail with the reason.
+    Down,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,31 +60,74 @@ pub struct MountStatus {
     pub phase: MountPhase,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Start attempts after the first (restarts after a crash, retries after
+    /// a failed start).
+    pub restarts: u64,
 }
 
-/// Makes the event sink of a discovery session for one profile.
+/// Makes the event sink of a mount's own session for one profile.
 pub type EventsFactory = Box<dyn Fn(ClientProfile) -> Arc<dyn UpstreamEvents> + Send + Sync>;
+
+/// The gateway's current config, shared with every mount so that changes
+/// to `[timeouts]`, `[supervision]` and `[limits]` apply without a restart.
+pub type LiveConfig = Arc<ArcSwap<Config>>;
 
 pub struct Mount {
     pub config: MountConfig,
+    live: LiveConfig,
     profiles: Mutex<HashMap<ClientProfile, Arc<ProfileSession>>>,
     status: Mutex<MountStatus>,
     events: EventsFactory,
+    /// Cancelled when the mount is removed, replaced or shut down.
+    retired: CancellationToken,
+    /// The supervisors, so retiring can wait for their sessions to close.
+    supervisors: TaskTracker,
+    /// Per-session upstream sessions open now (`per_session` mounts).
+    per_session_open: Arc<AtomicUsize>,
+    /// Distinguishes this mount from a later one with the same name.
+    id: u64,
+}
+
+/// What a [`ProfileSession`]'s supervisor says about its upstream session.
+#[derive(Clone)]
+pub enum SessionSlot {
+    /// A start attempt is running.
+    Starting,
+    Live(Arc<UpstreamSession>),
+    /// The last attempt failed or the session ended; the next attempt is at
+    /// `retry_at`.
+    Waiting {
+        error: String,
+        down: bool,
+        retry_at: tokio::time::Instant,
+    },
+    /// The mount was retired.
+    Retired,
 }
 
 /// The upstream session and catalog of one mount for one client profile.
 pub struct ProfileSession {
     profile: ClientProfile,
     catalog: ArcSwapOption<MountCatalog>,
-    session: ArcSwapOption<UpstreamSession>,
-    /// Serializes (re)opening, so concurrent first calls start one upstream.
-    opening: tokio::sync::Mutex<()>,
-    /// The outcome of the first discovery; later refreshes go through
-    /// `list_changed`.
-    first_discovery: OnceCell<Result<(), String>>,
+    slot: watch::Sender<SessionSlot>,
+    /// Whether a first start attempt has finished (either way).
+    attempted: watch::Sender<bool>,
 }
 
 impl ProfileSession {
+    fn new(profile: ClientProfile) -> Self {
+        Self {
+            profile,
+            catalog: ArcSwapOption::empty(),
+            slot: watch::Sender::new(SessionSlot::Starting),
+            attempted: watch::Sender::new(false),
+        }
+    }
+
+    pub fn profile(&self) -> ClientProfile {
+        self.profile
+    }
+
     pub fn catalog(&self) -> Option<Arc<MountCatalog>> {
         self.catalog.load_full()
     }
@@ -78,19 +135,89 @@ impl ProfileSession {
     pub fn store_catalog(&self, catalog: MountCatalog) {
         self.catalog.store(Some(Arc::new(catalog)));
     }
+
+    pub(super) fn publish(&self, slot: SessionSlot) {
+        self.slot.send_replace(slot);
+        if !matches!(self.slot.borrow().clone(), SessionSlot::Starting) {
+            self.mark_attempted();
+        }
+    }
+
+    pub(super) fn mark_attempted(&self) {
+        self.attempted
+            .send_if_modified(|done| !std::mem::replace(done, true));
+    }
+
+    fn live_session(&self) -> Option<Arc<UpstreamSession>> {
+        match &*self.slot.borrow() {
+            SessionSlot::Live(session) if session.is_alive() => Some(session.clone()),
+            _ => None,
+        }
+    }
 }
 
+/// Held while a per-session upstream session is open; counts it against
+/// the mount's `max_upstream_sessions`.
+pub struct UpstreamPermit(Arc<AtomicUsize>);
+
+impl Drop for UpstreamPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
+
 impl Mount {
-    pub fn new(config: MountConfig, events: EventsFactory) -> Self {
+    pub fn new(config: MountConfig, live: LiveConfig, events: EventsFactory) -> Self {
         Self {
             config,
+            live,
             profiles: Mutex::new(HashMap::new()),
             status: Mutex::new(MountStatus {
                 phase: MountPhase::Starting,
                 last_error: None,
+                restarts: 0,
             }),
             events,
+            retired: CancellationToken::new(),
+            supervisors: TaskTracker::new(),
+            per_session_open: Arc::new(AtomicUsize::new(0)),
+            id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Unique among every mount this process ever built.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Starts the full-profile session (and keeps it running).
+    pub fn start(self: &Arc<Self>) {
+        self.profile_session(ClientProfile::FULL);
+    }
+
+    /// This mount's timeouts: `[timeouts]` with its own overrides.
+    pub fn timeouts(&self) -> Timeouts {
+        self.live.load().timeouts.for_mount(&self.config.timeouts)
+    }
+
+    /// The limit for one request to this mount (`tool` is the upstream's
+    /// own name, for `tools/call`).
+    pub fn request_limit(&self, tool: Option<&str>) -> RequestLimit {
+        let timeouts = self.timeouts();
+        let idle = tool
+            .and_then(|tool| self.config.timeouts.tools.get(tool))
+            .copied()
+            .unwrap_or(timeouts.request);
+        RequestLimit {
+            idle,
+            ceiling: timeouts.request_ceiling,
+        }
+    }
+
+    pub fn supervision(&self) -> Supervision {
+        self.live.load().supervision
     }
 
     /// The profile whose lists (and, for shared mounts, whose session) a
@@ -106,25 +233,44 @@ impl Mount {
         lock(&self.status).clone()
     }
 
-    pub fn set_status(&self, phase: MountPhase, last_error: Option<String>) {
+    pub(super) fn record_ready(&self, restarts: u64) {
         let mut status = lock(&self.status);
-        status.phase = phase;
-        status.last_error = last_error;
+        if status.phase != MountPhase::Ready {
+            tracing::info!(mount = %self.config.name, restarts, "mount ready");
+        }
+        status.phase = MountPhase::Ready;
+        status.last_error = None;
+        status.restarts = restarts;
     }
 
-    pub fn profile_session(&self, profile: ClientProfile) -> Arc<ProfileSession> {
-        lock(&self.profiles)
-            .entry(profile)
-            .or_insert_with(|| {
-                Arc::new(ProfileSession {
-                    profile,
-                    catalog: ArcSwapOption::empty(),
-                    session: ArcSwapOption::empty(),
-                    opening: tokio::sync::Mutex::new(()),
-                    first_discovery: OnceCell::new(),
-                })
-            })
-            .clone()
+    pub(super) fn record_failure(&self, down: bool, error: &str, attempts: u64) {
+        let mut status = lock(&self.status);
+        status.phase = if down {
+            MountPhase::Down
+        } else {
+            MountPhase::Degraded
+        };
+        status.last_error = Some(error.to_owned());
+        status.restarts = attempts.saturating_sub(1);
+    }
+
+    /// The session of `profile`, creating it (and its supervisor) on first
+    /// use.
+    pub fn profile_session(self: &Arc<Self>, profile: ClientProfile) -> Arc<ProfileSession> {
+        let mut profiles = lock(&self.profiles);
+        if let Some(existing) = profiles.get(&profile) {
+            return existing.clone();
+        }
+        let created = Arc::new(ProfileSession::new(profile));
+        profiles.insert(profile, created.clone());
+        drop(profiles);
+        if self.retired.is_cancelled() {
+            created.publish(SessionSlot::Retired);
+        } else {
+            self.supervisors
+                .spawn(super::supervisor::supervise(self.clone(), created.clone()));
+        }
+        created
     }
 
     /// The catalog known now for `profile`, without waiting. Falls back to
@@ -138,105 +284,159 @@ impl Mount {
             .unwrap_or_default()
     }
 
-    /// Whether `profile`'s first discovery has finished (either way).
+    /// Whether `profile`'s first start has finished (either way).
     pub fn is_discovered(&self, profile: ClientProfile) -> bool {
         lock(&self.profiles)
             .get(&profile)
-            .is_some_and(|p| p.first_discovery.initialized())
+            .is_some_and(|p| *p.attempted.borrow())
     }
 
-    /// Runs the first discovery for `profile` once; later callers wait for
-    /// the same outcome.
-    pub async fn discover(&self, profile: ClientProfile) -> Result<(), String> {
+    /// Waits for `profile`'s first start; `Ok` when its lists are known.
+    pub async fn discover(self: &Arc<Self>, profile: ClientProfile) -> Result<(), String> {
         let profile_session = self.profile_session(profile);
-        profile_session
-            .first_discovery
-            .get_or_init(|| async {
-                let result = async {
-                    let session = self
-                        .session_for(&profile_session)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    metrics()
-                        .cache_refreshes
-                        .get_or_create(&self.labels())
-                        .inc();
-                    discovery::discover(session.peer())
-                        .await
-                        .map_err(|e| format!("discovery failed: {e}"))
-                }
-                .await;
-                match result {
-                    Ok(catalog) => {
-                        tracing::info!(
-                            mount = %self.config.name,
-                            %profile,
-                            tools = catalog.tools.len(),
-                            prompts = catalog.prompts.len(),
-                            resources = catalog.resources.len(),
-                            templates = catalog.templates.len(),
-                            "mount discovered"
-                        );
-                        profile_session.store_catalog(catalog);
-                        Ok(())
-                    }
-                    Err(error) => Err(error),
-                }
-            })
-            .await
-            .clone()
+        let mut attempted = profile_session.attempted.subscribe();
+        let _ = attempted.wait_for(|done| *done).await;
+        if profile_session.catalog().is_some() {
+            return Ok(());
+        }
+        let slot = profile_session.slot.borrow().clone();
+        match slot {
+            SessionSlot::Waiting { error, .. } => Err(error),
+            SessionSlot::Retired => Err("the mount was removed".to_owned()),
+            _ => Err("the upstream has not listed anything yet".to_owned()),
+        }
     }
 
-    /// The live shared session (full profile), opening a new one if there is
-    /// none or the last one ended.
-    pub async fn shared_session(&self) -> Result<Arc<UpstreamSession>, UpstreamError> {
+    /// The live shared session (full profile).
+    pub async fn shared_session(self: &Arc<Self>) -> Result<Arc<UpstreamSession>, String> {
         let profile_session = self.profile_session(ClientProfile::FULL);
         self.session_for(&profile_session).await
     }
 
-    /// The live session of a profile, opening one if needed.
+    /// The live session of a profile. While a start is running this waits
+    /// for it (bounded by the mount's initialize and request timeouts);
+    /// while the supervisor backs off after a failure it fails at once with
+    /// the reason, so no client waits on a crash-looping upstream.
     pub async fn session_for(
         &self,
         profile_session: &ProfileSession,
+    ) -> Result<Arc<UpstreamSession>, String> {
+        let timeouts = self.timeouts();
+        let bound = timeouts.initialize + timeouts.request;
+        let mut slot = profile_session.slot.subscribe();
+        let waited = tokio::time::timeout(bound, async {
+            loop {
+                let current = slot.borrow_and_update().clone();
+                match current {
+                    SessionSlot::Live(session) if session.is_alive() => return Ok(session),
+                    SessionSlot::Waiting {
+                        error,
+                        down,
+                        retry_at,
+                    } => {
+                        let next = humantime::format_duration(round_to_seconds(
+                            retry_at.saturating_duration_since(tokio::time::Instant::now()),
+                        ));
+                        return Err(if down {
+                            format!("the mount is down after repeated failures (last: {error}); next attempt in {next}")
+                        } else {
+                            format!("the upstream is restarting after a failure ({error}); next attempt in {next}")
+                        });
+                    }
+                    SessionSlot::Retired => return Err("the mount was removed".to_owned()),
+                    // Starting, or live but just ended (the supervisor has
+                    // not noticed yet): wait for the next word.
+                    _ => {
+                        if slot.changed().await.is_err() {
+                            return Err("the mount was removed".to_owned());
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "the upstream did not start within {}",
+                humantime::format_duration(bound)
+            )),
+        }
+    }
+
+    /// Opens one of the mount's own sessions (for the supervisor).
+    pub(super) async fn open_own_session(
+        &self,
+        profile: ClientProfile,
     ) -> Result<Arc<UpstreamSession>, UpstreamError> {
-        let live = || {
-            profile_session
-                .session
-                .load_full()
-                .filter(|session| session.is_alive())
-        };
-        if let Some(session) = live() {
-            return Ok(session);
-        }
-        let _opening = profile_session.opening.lock().await;
-        if let Some(session) = live() {
-            return Ok(session);
-        }
-        if profile_session.session.load().is_some() {
-            tracing::warn!(mount = %self.config.name, "upstream session ended; reopening");
-            metrics()
-                .upstream_restarts
-                .get_or_create(&self.labels())
-                .inc();
-        }
-        let profile = profile_session.profile;
         let info = upstream::connect::client_config(profile.capabilities());
         // A mount's own sessions serve many downstream sessions: no owner.
         let relay = Arc::new(Relay::default());
         let handler = UpstreamHandler::new(info, (self.events)(profile), relay);
-        let session = Arc::new(Box::pin(upstream::open(&self.config, handler)).await?);
-        tracing::info!(mount = %self.config.name, %profile, pid = ?session.pid(), "mount upstream session open");
-        profile_session.session.store(Some(session.clone()));
-        Ok(session)
+        let session = Box::pin(upstream::open(&self.config, self.timeouts(), handler)).await?;
+        Ok(Arc::new(session))
+    }
+
+    /// Stores what a (re)start discovered and tells the sessions that see
+    /// this profile's lists about the lists that changed.
+    pub(super) fn catalog_discovered(
+        &self,
+        profile_session: &ProfileSession,
+        catalog: MountCatalog,
+    ) {
+        let old = profile_session.catalog();
+        let changed: Vec<ListKind> = match &old {
+            // A first discovery for a client profile is awaited by the list
+            // call that needs it (`Gateway::prepare`): nobody saw a
+            // different list to be told about.
+            None if profile_session.profile != ClientProfile::FULL => Vec::new(),
+            None => vec![ListKind::Tools, ListKind::Prompts, ListKind::Resources],
+            Some(old) => [
+                (ListKind::Tools, old.tools != catalog.tools),
+                (ListKind::Prompts, old.prompts != catalog.prompts),
+                (
+                    ListKind::Resources,
+                    old.resources != catalog.resources || old.templates != catalog.templates,
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(kind, changed)| changed.then_some(kind))
+            .collect(),
+        };
+        profile_session.store_catalog(catalog);
+        if !changed.is_empty() {
+            (self.events)(profile_session.profile).catalog_replaced(&changed);
+        }
+    }
+
+    /// Reserves a slot for one more per-session upstream session, or says
+    /// why not.
+    pub fn reserve_upstream(&self) -> Result<UpstreamPermit, String> {
+        let limit = self
+            .config
+            .max_upstream_sessions
+            .unwrap_or(self.live.load().limits.max_upstream_sessions);
+        let open = self.per_session_open.fetch_add(1, Ordering::AcqRel);
+        let permit = UpstreamPermit(self.per_session_open.clone());
+        if open >= limit {
+            return Err(format!(
+                "the mount already has {limit} per-session upstream sessions open (max_upstream_sessions); try again when another client session ends"
+            ));
+        }
+        Ok(permit)
+    }
+
+    /// Per-session upstream sessions open now.
+    pub fn per_session_open(&self) -> usize {
+        self.per_session_open.load(Ordering::Acquire)
     }
 
     /// The upstream's own `instructions`, from its full-profile session if
-    /// that is open (never opens one).
+    /// that is live (never opens one).
     pub fn instructions(&self) -> Option<String> {
         let session = lock(&self.profiles)
             .get(&ClientProfile::FULL)?
-            .session
-            .load_full()?;
+            .live_session()?;
         session.peer().peer_info()?.instructions.clone()
     }
 
@@ -246,16 +446,29 @@ impl Mount {
         }
     }
 
-    /// Ends every session of this mount.
-    pub async fn close(&self) {
-        let sessions: Vec<_> = lock(&self.profiles)
-            .values()
-            .filter_map(|p| p.session.swap(None))
-            .collect();
-        for session in sessions {
-            session.close().await;
-        }
+    /// Cancelled when this mount is retired; per-session upstream sessions
+    /// opened for it close then.
+    pub fn retired_token(&self) -> CancellationToken {
+        self.retired.clone()
     }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.is_cancelled()
+    }
+
+    /// Retires the mount: supervisors stop and close their sessions,
+    /// per-session sessions opened for it close. Returns once the
+    /// supervisors' sessions are closed.
+    pub async fn close(&self) {
+        self.retired.cancel();
+        self.supervisors.close();
+        self.supervisors.wait().await;
+    }
+}
+
+/// Whole seconds (at least one) read better in an error message.
+fn round_to_seconds(duration: Duration) -> Duration {
+    Duration::from_secs(duration.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -9,8 +9,8 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::{
-        atomic::{AtomicU64, Ordering},
-        Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
     },
 };
 
@@ -27,6 +27,8 @@ pub type SessionKey = u64;
 #[derive(Default)]
 pub struct SessionRegistry {
     next_key: AtomicU64,
+    /// Sessions alive or being created, against `[limits] max_sessions`.
+    tickets: Arc<AtomicUsize>,
     /// A std mutex: held only to copy peers out, never across an await.
     sessions: Mutex<HashMap<SessionKey, SessionEntry>>,
 }
@@ -38,7 +40,29 @@ struct SessionEntry {
     subscriptions: HashSet<String>,
 }
 
+/// A place under `max_sessions`, held by a session from before it is
+/// created until it ends; dropping it frees the place.
+pub struct SessionTicket(Arc<AtomicUsize>);
+
+impl Drop for SessionTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl SessionRegistry {
+    /// Takes a place for a new session, or `None` when `limit` are taken.
+    pub fn reserve(&self, limit: usize) -> Option<SessionTicket> {
+        let before = self.tickets.fetch_add(1, Ordering::AcqRel);
+        let ticket = SessionTicket(self.tickets.clone());
+        (before < limit).then_some(ticket)
+    }
+
+    /// Sessions alive or being created.
+    pub fn reserved(&self) -> usize {
+        self.tickets.load(Ordering::Acquire)
+    }
+
     pub fn next_key(&self) -> SessionKey {
         self.next_key.fetch_add(1, Ordering::Relaxed) + 1
     }

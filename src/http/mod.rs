@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{downstream::DownstreamSession, gateway::Gateway};
 
 pub mod admin;
+mod admission;
 mod json_guard;
 mod status_page;
 
@@ -43,13 +44,24 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     mcp_config.max_request_body_bytes = MAX_BODY_BYTES;
     let factory_gateway = gateway.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(DownstreamSession::new(factory_gateway.clone())),
+        move || {
+            // Normally reserved by `admission::admit` for this request.
+            let limit = factory_gateway.config().limits.max_sessions;
+            let ticket = admission::take_reserved_ticket()
+                .or_else(|| factory_gateway.sessions().reserve(limit))
+                .ok_or_else(|| std::io::Error::other("session limit reached"))?;
+            Ok(DownstreamSession::new(factory_gateway.clone(), ticket))
+        },
         Arc::new(sessions),
         mcp_config,
     );
     let mcp = Router::new()
         .route_service(&server.path, mcp)
         .layer(axum::middleware::from_fn(json_guard::check_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            admission::admit,
+        ))
         .layer(axum::middleware::from_fn(delete_answers_ok));
     let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
     let app = Router::new()
@@ -85,6 +97,7 @@ pub async fn serve(
     };
     let sessions_token = CancellationToken::new();
     let app = router(gateway.clone(), sessions_token.clone());
+    let drained = gateway.clone();
     let stopped = sessions_token.clone();
     let admin = admin_listener.map(|listener| {
         let app = admin::router(gateway);
@@ -98,6 +111,9 @@ pub async fn serve(
     let served = axum::serve(listener.tap_io(no_delay), app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            // New work is refused from here; requests in flight get the
+            // grace period to be answered.
+            drained.drain().await;
             // Long-lived SSE streams would hold graceful shutdown open.
             sessions_token.cancel();
         })
@@ -150,6 +166,7 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
                 "isolation": mount.config.isolation.as_str(),
                 "state": status.phase,
                 "last_error": status.last_error,
+                "restarts": status.restarts,
             })
         })
         .collect();

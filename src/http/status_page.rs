@@ -36,7 +36,8 @@ pub fn render(status: &Status) -> String {
         let (label, class) = match mount.health {
             MountPhase::Ready => ("ready", "ok"),
             MountPhase::Starting => ("starting", "wait"),
-            MountPhase::Failed => ("down", "bad"),
+            MountPhase::Degraded => ("degraded", "wait"),
+            MountPhase::Down => ("down", "bad"),
         };
         let error = mount
             .last_error
@@ -109,7 +110,7 @@ mod tests {
                 namespace: "".into(),
                 transport: "stdio",
                 isolation: "shared",
-                health: MountPhase::Failed,
+                health: MountPhase::Down,
                 last_error: Some("<script>alert(1)</script>".into()),
                 restarts: 3,
                 upstream_sessions: 1,

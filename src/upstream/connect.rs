@@ -25,12 +25,8 @@ use super::{
     http_client::TracingHttpClient, ordered::OrderedTransport, process_group::ProcessGroupGuard,
     UpstreamHandler, UpstreamSession,
 };
-use crate::config::{MountConfig, UpstreamTransport};
-
-/// Bound on spawning/connecting plus the `initialize` exchange. A server
-/// that has not answered by then is treated as failed, so a hung upstream
-/// never holds a client's first call forever.
-pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::config::{MountConfig, Timeouts, UpstreamTransport};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -45,19 +41,29 @@ pub enum UpstreamError {
     HttpClient(String),
     #[error("initialize failed: {0}")]
     Initialize(String),
-    #[error("initialize timed out after {0:?}")]
+    #[error("no answer to initialize within {}", humantime::format_duration(*.0))]
     InitializeTimeout(Duration),
 }
 
 /// Starts an upstream session for `mount`, declaring `info` to the server.
+/// `timeouts` are the mount's (its own overrides applied): a server that has
+/// not answered `initialize` within `timeouts.initialize` is treated as
+/// failed and its process group killed, so a hung upstream never holds a
+/// client's first call forever.
 pub async fn open(
     mount: &MountConfig,
+    timeouts: Timeouts,
     handler: UpstreamHandler,
 ) -> Result<UpstreamSession, UpstreamError> {
-    let started = tokio::time::timeout(INITIALIZE_TIMEOUT, start(mount, handler)).await;
+    let ended = CancellationToken::new();
+    let started = tokio::time::timeout(
+        timeouts.initialize,
+        start(mount, timeouts, handler, ended.clone()),
+    )
+    .await;
     let (service, pid, group) = match started {
         Ok(result) => result?,
-        Err(_) => return Err(UpstreamError::InitializeTimeout(INITIALIZE_TIMEOUT)),
+        Err(_) => return Err(UpstreamError::InitializeTimeout(timeouts.initialize)),
     };
     let peer = service.peer().clone();
     let relay = service.service().relay().clone();
@@ -73,6 +79,7 @@ pub async fn open(
         pid,
         relay,
         group: Mutex::new(group),
+        ended,
     })
 }
 
@@ -80,7 +87,9 @@ type Running = rmcp::service::RunningService<rmcp::RoleClient, UpstreamHandler>;
 
 async fn start(
     mount: &MountConfig,
+    timeouts: Timeouts,
     handler: UpstreamHandler,
+    ended: CancellationToken,
 ) -> Result<(Running, Option<u32>, ProcessGroupGuard), UpstreamError> {
     match &mount.transport {
         UpstreamTransport::Stdio {
@@ -116,7 +125,7 @@ async fn start(
                     }
                 });
             }
-            let transport = OrderedTransport::new(process, handler.relay().clone());
+            let transport = OrderedTransport::new(process, handler.relay().clone(), ended);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok((service, pid, group))
         }
@@ -133,6 +142,7 @@ async fn start(
             // (credentials) to another host.
             let client = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(timeouts.connect)
                 .build()
                 .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -140,6 +150,7 @@ async fn start(
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(TracingHttpClient(client), config),
                 handler.relay().clone(),
+                ended,
             );
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok((service, None, ProcessGroupGuard::new(None)))

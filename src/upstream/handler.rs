@@ -38,6 +38,9 @@ pub enum ListKind {
 pub trait UpstreamEvents: Send + Sync + 'static {
     fn list_changed(&self, kind: ListKind);
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam);
+    /// A (re)started session's lists were read and these kinds differ from
+    /// what was known before (every kind on the first start).
+    fn catalog_replaced(&self, _kinds: &[ListKind]) {}
 }
 
 #[derive(Clone)]
@@ -215,7 +218,7 @@ impl ClientHandler for UpstreamHandler {
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
         // The upstream token is the one rmcp chose; the client knows its own.
-        let Some(caller) = self.relay.caller_for_progress(&params.progress_token) else {
+        let Some(caller) = self.relay.progress(&params.progress_token) else {
             tracing::debug!(token = ?params.progress_token, "progress for no request in flight");
             return;
         };

@@ -15,7 +15,10 @@ pub mod process_group;
 pub mod profile;
 pub mod relay;
 
-use std::sync::{Arc, Mutex};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use rmcp::model::GetMeta;
 use rmcp::{
@@ -33,6 +36,7 @@ use crate::telemetry::metrics::{metrics, UpstreamLabels};
 pub use connect::{open, UpstreamError};
 pub use handler::{ListKind, UpstreamEvents, UpstreamHandler};
 pub use profile::ClientProfile;
+pub use relay::InflightGuard;
 pub use relay::{Caller, LogLevelSetting, Relay};
 
 use crate::naming::MountName;
@@ -51,6 +55,40 @@ pub struct UpstreamSession {
     relay: Arc<Relay>,
     /// Kills a stdio upstream's process group when this session goes away.
     group: Mutex<process_group::ProcessGroupGuard>,
+    /// Cancelled when the connection ends, however it ends.
+    ended: CancellationToken,
+}
+
+/// How long one upstream request may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimit {
+    /// With no answer and no progress notification for this long, the
+    /// request fails; each progress notification starts the wait again.
+    pub idle: Duration,
+    /// The request fails after this long whatever it reports.
+    pub ceiling: Duration,
+}
+
+/// Why an upstream request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Service(ServiceError),
+    #[error("no answer and no progress within {}; the request was cancelled upstream", humantime::format_duration(*.0))]
+    Idle(Duration),
+    #[error("no answer within the {} ceiling; the request was cancelled upstream", humantime::format_duration(*.0))]
+    Ceiling(Duration),
+    #[error("the upstream server went away during the request")]
+    Ended,
+}
+
+impl From<ServiceError> for RequestError {
+    fn from(error: ServiceError) -> Self {
+        match error {
+            ServiceError::TransportClosed => RequestError::Ended,
+            other => RequestError::Service(other),
+        }
+    }
 }
 
 impl UpstreamSession {
@@ -68,14 +106,17 @@ impl UpstreamSession {
 
     /// Sends `request` upstream on behalf of `caller` and waits for the
     /// answer. While it is in flight, what the upstream sends about it is
-    /// relayed to the caller. If `cancel` fires, or this future is dropped,
-    /// the upstream gets `notifications/cancelled` with its own request id.
+    /// relayed to the caller. If `cancel` fires, `limit` runs out, or this
+    /// future is dropped, the upstream gets `notifications/cancelled` with
+    /// its own request id. If the connection ends meanwhile, the request
+    /// fails at once with [`RequestError::Ended`].
     pub async fn request(
         &self,
         request: ClientRequest,
         caller: Caller,
         cancel: &CancellationToken,
-    ) -> Result<ServerResult, ServiceError> {
+        limit: RequestLimit,
+    ) -> Result<ServerResult, RequestError> {
         let method = request.method().to_owned();
         let span = tracing::info_span!(
             "mcp.upstream.request",
@@ -88,11 +129,11 @@ impl UpstreamSession {
         );
         let started = std::time::Instant::now();
         let answer = self
-            .request_in_span(request, caller, cancel)
+            .request_in_span(request, caller, cancel, limit)
             .instrument(span.clone())
             .await;
         if let Err(error) = &answer {
-            if let ServiceError::McpError(error) = error {
+            if let RequestError::Service(ServiceError::McpError(error)) = error {
                 span.record("rpc.jsonrpc.error_code", error.code.0);
             }
             span.record("otel.status_code", "ERROR");
@@ -112,38 +153,76 @@ impl UpstreamSession {
         mut request: ClientRequest,
         caller: Caller,
         cancel: &CancellationToken,
-    ) -> Result<ServerResult, ServiceError> {
+        limit: RequestLimit,
+    ) -> Result<ServerResult, RequestError> {
         // The upstream continues the client's trace (W3C, in `_meta`).
         crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
         let handle = self
             .peer
             .send_cancellable_request(request, Default::default())
             .await?;
-        let _inflight =
+        let inflight =
             self.relay
                 .register(handle.id.clone(), handle.progress_token.clone(), caller);
         let mut cancel_guard = CancelUpstreamOnDrop {
             peer: self.peer.clone(),
             id: Some(handle.id.clone()),
+            reason: "cancelled by the client",
         };
-        let answer = tokio::select! {
-            answer = handle.await_response() => answer,
-            _ = cancel.cancelled() => {
-                return Err(ServiceError::Cancelled {
-                    reason: Some("cancelled by the client".to_owned()),
-                });
+        let ceiling = tokio::time::sleep(limit.ceiling);
+        tokio::pin!(ceiling);
+        let response = handle.await_response();
+        tokio::pin!(response);
+        let mut idle_until = tokio::time::Instant::now() + limit.idle;
+        let answer = loop {
+            tokio::select! {
+                answer = &mut response => break answer,
+                _ = cancel.cancelled() => {
+                    return Err(RequestError::Service(ServiceError::Cancelled {
+                        reason: Some("cancelled by the client".to_owned()),
+                    }));
+                }
+                // A progress notification says the upstream is still at it.
+                _ = inflight.progressed() => {
+                    idle_until = tokio::time::Instant::now() + limit.idle;
+                }
+                _ = tokio::time::sleep_until(idle_until) => {
+                    cancel_guard.reason = "timed out at the gateway";
+                    return Err(RequestError::Idle(limit.idle));
+                }
+                _ = &mut ceiling => {
+                    cancel_guard.reason = "timed out at the gateway";
+                    return Err(RequestError::Ceiling(limit.ceiling));
+                }
+                // Nobody will answer: fail now rather than at the timeout.
+                _ = self.ended.cancelled() => {
+                    cancel_guard.id = None;
+                    return Err(RequestError::Ended);
+                }
             }
         };
         cancel_guard.id = None;
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;
-        answer
+        Ok(answer?)
+    }
+
+    /// Cancelled when the connection ends (for watchers that must not keep
+    /// the session alive).
+    pub fn ended_token(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
+    /// Resolves when the connection has ended (child exited, HTTP session
+    /// gone, or closed by the gateway).
+    pub async fn ended(&self) {
+        self.ended.cancelled().await
     }
 
     /// Whether the connection still runs (the child has not exited, the HTTP
     /// session has not failed).
     pub fn is_alive(&self) -> bool {
-        !self.peer.is_transport_closed()
+        !self.ended.is_cancelled() && !self.peer.is_transport_closed()
     }
 
     /// Ends the session: a stdio child gets EOF, then SIGTERM, then SIGKILL;
@@ -183,6 +262,7 @@ struct CancelUpstreamOnDrop {
     peer: Peer<RoleClient>,
     /// `None` once the request completed.
     id: Option<RequestId>,
+    reason: &'static str,
 }
 
 impl Drop for CancelUpstreamOnDrop {
@@ -193,7 +273,7 @@ impl Drop for CancelUpstreamOnDrop {
         let peer = self.peer.clone();
         let notification = CancelledNotification::new(CancelledNotificationParam::new(
             Some(id),
-            Some("cancelled by the client".to_owned()),
+            Some(self.reason.to_owned()),
         ));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

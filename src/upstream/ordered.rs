@@ -8,6 +8,10 @@
 //! and the relay's handler marks it done once relayed. A request's answer is
 //! passed on only after the notifications that preceded it are
 //! (`Relay::drain`).
+//!
+//! Being the transport, it is also the first to know when the connection
+//! ends (the child exited, the HTTP session is gone): it then cancels its
+//! `ended` token, which the supervisor of the session waits on.
 
 use std::{future::Future, sync::Arc};
 
@@ -18,16 +22,31 @@ use rmcp::{
     RoleClient,
 };
 
+use tokio_util::sync::CancellationToken;
+
 use super::Relay;
 
 pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
+    ended: CancellationToken,
 }
 
 impl<T> OrderedTransport<T> {
-    pub fn new(inner: T, relay: Arc<Relay>) -> Self {
-        Self { inner, relay }
+    /// `ended` is cancelled when the connection ends, however it ends.
+    pub fn new(inner: T, relay: Arc<Relay>, ended: CancellationToken) -> Self {
+        Self {
+            inner,
+            relay,
+            ended,
+        }
+    }
+}
+
+impl<T> Drop for OrderedTransport<T> {
+    /// rmcp drops the transport when its service loop stops for any reason.
+    fn drop(&mut self) {
+        self.ended.cancel();
     }
 }
 
@@ -43,6 +62,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let message = self.inner.receive().await;
+        if message.is_none() {
+            self.ended.cancel();
+        }
         if let Some(JsonRpcMessage::Notification(notification)) = &message {
             if matches!(
                 notification.notification,

@@ -112,6 +112,8 @@ pub enum Unattributed {
 struct Inflight {
     caller: Caller,
     progress_token: ProgressToken,
+    /// Poked on each progress notification (extends the request's timeout).
+    progressed: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -157,25 +159,32 @@ impl Relay {
         progress_token: ProgressToken,
         caller: Caller,
     ) -> InflightGuard {
+        let progressed = Arc::new(Notify::new());
         lock(&self.inflight).insert(
             id.clone(),
             Inflight {
                 caller,
                 progress_token,
+                progressed: progressed.clone(),
             },
         );
         InflightGuard {
             relay: self.clone(),
             id,
+            progressed,
         }
     }
 
-    /// The caller of the request that used this upstream progress token.
-    pub fn caller_for_progress(&self, token: &ProgressToken) -> Option<Caller> {
+    /// The caller of the request that used this upstream progress token;
+    /// that request's timeout starts again.
+    pub fn progress(&self, token: &ProgressToken) -> Option<Caller> {
         lock(&self.inflight)
             .values()
             .find(|inflight| &inflight.progress_token == token)
-            .map(|inflight| inflight.caller.clone())
+            .map(|inflight| {
+                inflight.progressed.notify_one();
+                inflight.caller.clone()
+            })
     }
 
     /// Finds the downstream caller of an upstream message (see the module
@@ -285,6 +294,15 @@ impl Relay {
 pub struct InflightGuard {
     relay: Arc<Relay>,
     id: RequestId,
+    progressed: Arc<Notify>,
+}
+
+impl InflightGuard {
+    /// Resolves at the next progress notification for this request (one
+    /// that arrived since the last call counts).
+    pub async fn progressed(&self) {
+        self.progressed.notified().await
+    }
 }
 
 impl Drop for InflightGuard {

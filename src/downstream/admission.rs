@@ -1,0 +1,92 @@
+//! Admitting one downstream request: the per-session concurrency limit and
+//! the gateway-wide count of requests in flight.
+//!
+//! Every handler method runs through [`DownstreamSession::handle`], which
+//! takes a slot before the work starts and gives it back when the answer is
+//! sent (or the request is dropped). A session already at
+//! `[limits] max_concurrent_requests` gets a JSON-RPC error at once for the
+//! extra request; its other requests and every other session are
+//! unaffected. The gateway-wide count lets shutdown wait for requests in
+//! flight before ending sessions.
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+
+use rmcp::{service::RequestContext, ErrorData, RoleServer};
+use serde_json::json;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use super::{
+    observe::{observe, Outcome},
+    DownstreamSession,
+};
+
+/// JSON-RPC error code for a request refused by a limit (implementation-
+/// defined server error range).
+pub const LIMIT_EXCEEDED: i32 = -32000;
+
+/// Requests in flight in one session.
+#[derive(Default)]
+pub(crate) struct RequestSlots(Arc<AtomicUsize>);
+
+/// One admitted request; dropping it frees the slot.
+pub(crate) struct RequestPermit {
+    slots: Arc<AtomicUsize>,
+    _inflight: TaskTrackerToken,
+}
+
+impl Drop for RequestPermit {
+    fn drop(&mut self) {
+        self.slots.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl RequestSlots {
+    fn admit(&self, limit: usize, inflight: TaskTrackerToken) -> Result<RequestPermit, ErrorData> {
+        let before = self.0.fetch_add(1, Ordering::AcqRel);
+        let permit = RequestPermit {
+            slots: self.0.clone(),
+            _inflight: inflight,
+        };
+        if before >= limit {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode(LIMIT_EXCEEDED),
+                format!(
+                    "too many concurrent requests in this session (max_concurrent_requests = {limit}); wait for an answer before sending more"
+                ),
+                Some(json!({ "limit": limit })),
+            ));
+        }
+        Ok(permit)
+    }
+}
+
+impl DownstreamSession {
+    /// Admits, observes (span, metrics) and runs one request's `work`.
+    pub(crate) fn handle<'a, T, W>(
+        &'a self,
+        method: &'static str,
+        tool: Option<&'a str>,
+        context: &'a RequestContext<RoleServer>,
+        work: W,
+    ) -> impl Future<Output = Result<T, ErrorData>> + 'a
+    where
+        T: Outcome + 'a,
+        W: Future<Output = Result<T, ErrorData>> + 'a,
+    {
+        let limit = self.gateway.config().limits.max_concurrent_requests;
+        let admitted = self
+            .state
+            .requests
+            .admit(limit, self.gateway.requests_in_flight().token());
+        observe(method, tool, context, async move {
+            let _permit = admitted?;
+            work.await
+        })
+    }
+}

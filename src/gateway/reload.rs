@@ -1,0 +1,112 @@
+//! Applying a new, already validated config to the running gateway.
+//!
+//! Mounts are compared by name: a mount whose table is unchanged keeps
+//! running untouched (its sessions, in-flight calls and per-session
+//! upstreams go on); an added one starts; a removed one is retired (its
+//! supervisors stop, every upstream session opened for it closes and its
+//! children are reaped); a changed one is retired and started anew. The new
+//! mount list and config are swapped in atomically, then every downstream
+//! session is told its lists changed.
+//!
+//! `[timeouts]`, `[supervision]` and `[limits]` apply at once to every
+//! mount (they are read live). `[server]`, `[telemetry]` and `[admin]` are
+//! bound into the listener and the log pipeline at start: a change there is
+//! logged as needing a restart, and the running values are kept.
+
+use std::sync::Arc;
+
+use super::{build_mount, Gateway, Mount};
+use crate::{config::Config, naming::MountName, upstream::ListKind};
+
+/// What a reload did, for the log and for tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadOutcome {
+    pub added: Vec<MountName>,
+    pub removed: Vec<MountName>,
+    pub changed: Vec<MountName>,
+    pub unchanged: Vec<MountName>,
+    /// Sections whose changes need a restart and were not applied.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl ReloadOutcome {
+    pub fn changed_anything(&self) -> bool {
+        !(self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty())
+    }
+}
+
+impl Gateway {
+    /// Applies `new` (see the module doc). Returns once retired mounts'
+    /// own sessions are closed.
+    pub async fn reload(&self, mut new: Config) -> ReloadOutcome {
+        let _one_at_a_time = self.reloading.lock().await;
+        let old = self.config();
+        let mut outcome = ReloadOutcome::default();
+        if new.server != old.server {
+            outcome.needs_restart.push("server");
+            new.server = old.server.clone();
+        }
+        if new.telemetry != old.telemetry {
+            outcome.needs_restart.push("telemetry");
+            new.telemetry = old.telemetry.clone();
+        }
+        if new.admin != old.admin {
+            outcome.needs_restart.push("admin");
+            new.admin = old.admin.clone();
+        }
+
+        let running = self.mounts();
+        let mut next: Vec<Arc<Mount>> = Vec::with_capacity(new.mounts.len());
+        let mut retired: Vec<Arc<Mount>> = Vec::new();
+        let mut started: Vec<Arc<Mount>> = Vec::new();
+        for config in &new.mounts {
+            let current = running
+                .iter()
+                .find(|mount| mount.config.name == config.name);
+            match current {
+                Some(mount) if mount.config == *config => {
+                    outcome.unchanged.push(config.name.clone());
+                    next.push(mount.clone());
+                }
+                other => {
+                    match other {
+                        Some(mount) => {
+                            outcome.changed.push(config.name.clone());
+                            retired.push(mount.clone());
+                        }
+                        None => outcome.added.push(config.name.clone()),
+                    }
+                    let mount = Arc::new(build_mount(&self.weak, &self.config, config.clone()));
+                    started.push(mount.clone());
+                    next.push(mount);
+                }
+            }
+        }
+        for mount in running.iter() {
+            if !new
+                .mounts
+                .iter()
+                .any(|config| config.name == mount.config.name)
+            {
+                outcome.removed.push(mount.config.name.clone());
+                retired.push(mount.clone());
+            }
+        }
+
+        // Swap first, so that from here every lookup by name finds the new
+        // mount; then start the new ones and retire the old.
+        self.config.store(Arc::new(new));
+        self.mounts.store(Arc::new(next));
+        self.catalog_changed();
+        for mount in &started {
+            mount.start();
+        }
+        if outcome.changed_anything() {
+            for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+                self.sessions.notify_list_changed(kind, |_| true);
+            }
+        }
+        futures::future::join_all(retired.iter().map(|mount| mount.close())).await;
+        outcome
+    }
+}

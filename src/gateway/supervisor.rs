@@ -1,0 +1,207 @@
+//! Keeps one of a mount's own upstream sessions running: start, discover,
+//! wait for the end, back off, start again.
+//!
+//! A supervisor owns exactly one [`ProfileSession`] (see `mount.rs`). Each
+//! round opens the upstream (bounded by the mount's initialize timeout),
+//! reads its lists (bounded by the request timeout), publishes the live
+//! session, and waits for the connection to end. A session that ends, or a
+//! start that fails, counts as a failure; after
+//! `supervision.crash_loop_restarts` failures in a row the mount is `down`
+//! and retried every `down_retry` only. A session that stayed up for
+//! [`STABLE_AFTER`] resets the count. Delays grow exponentially with jitter
+//! ([`restart_delay`]), so a crash-looping server costs a few wake-ups, not
+//! a core. Retiring the mount (reload, shutdown) ends the loop and closes
+//! the session. Downstream sessions never wait on a backoff: while it runs,
+//! calls fail at once with the reason (see `Mount::session_for`).
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+
+use super::mount::{Mount, ProfileSession, SessionSlot};
+use crate::{
+    config::Supervision,
+    telemetry::metrics::metrics,
+    upstream::{discovery, ClientProfile, RequestLimit},
+};
+
+/// A session up this long was healthy: its end starts a fresh count of
+/// failures. Shorter than the default maximum backoff would make a server
+/// that dies every minute never reach `down`; longer would make one crash a
+/// day count against the next.
+pub const STABLE_AFTER: Duration = Duration::from_secs(60);
+
+/// The wait before start attempt number `failures + 1`, after `failures`
+/// failures in a row (≥ 1): `restart_backoff × 2^(failures−1)`, capped at
+/// `restart_backoff_max`, then scaled by `jitter` in [0, 1) to somewhere
+/// between half and all of it, so many mounts failing together (a shared
+/// dependency went away) do not restart in lockstep.
+pub fn restart_delay(supervision: &Supervision, failures: u32, jitter: f64) -> Duration {
+    let exponent = failures.saturating_sub(1).min(30);
+    let base = supervision
+        .restart_backoff
+        .saturating_mul(1u32 << exponent)
+        .min(supervision.restart_backoff_max);
+    base.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
+/// Runs until the mount is retired.
+pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) {
+    let name = mount.config.name.clone();
+    let profile = profile_session.profile();
+    let retired = mount.retired_token();
+    let mut failures: u32 = 0;
+    let mut attempt: u64 = 0;
+    loop {
+        attempt += 1;
+        if attempt > 1 {
+            metrics()
+                .upstream_restarts
+                .get_or_create(&mount.labels())
+                .inc();
+        }
+        profile_session.publish(SessionSlot::Starting);
+        let started = tokio::select! {
+            started = start_and_discover(&mount, &profile_session) => started,
+            _ = retired.cancelled() => break,
+        };
+        let error = match started {
+            Ok(session) => {
+                let up_since = Instant::now();
+                if profile == ClientProfile::FULL {
+                    mount.record_ready(attempt - 1);
+                }
+                profile_session.publish(SessionSlot::Live(session.clone()));
+                tokio::select! {
+                    _ = session.ended() => {}
+                    _ = retired.cancelled() => {
+                        session.close().await;
+                        break;
+                    }
+                }
+                if up_since.elapsed() >= STABLE_AFTER {
+                    failures = 0;
+                }
+                match session.pid() {
+                    Some(pid) => format!("the upstream process (pid {pid}) exited"),
+                    None => "the upstream connection ended".to_owned(),
+                }
+            }
+            Err(error) => error,
+        };
+        failures += 1;
+        profile_session.mark_attempted();
+        let supervision = mount.supervision();
+        let down = failures >= supervision.crash_loop_restarts;
+        let delay = if down {
+            supervision.down_retry
+        } else {
+            restart_delay(&supervision, failures, fastrand::f64())
+        };
+        let retry_at = Instant::now() + delay;
+        if down {
+            tracing::error!(mount = %name, %profile, %error, failures, retry_in = ?delay, "mount is down: too many failures in a row");
+        } else {
+            tracing::warn!(mount = %name, %profile, %error, failures, retry_in = ?delay, "upstream session failed; restarting");
+        }
+        if profile == ClientProfile::FULL {
+            mount.record_failure(down, &error, attempt);
+        }
+        profile_session.publish(SessionSlot::Waiting {
+            error,
+            down,
+            retry_at,
+        });
+        tokio::select! {
+            _ = tokio::time::sleep_until(retry_at) => {}
+            _ = retired.cancelled() => break,
+        }
+    }
+    profile_session.publish(SessionSlot::Retired);
+}
+
+/// One start: open the upstream session and read its lists. The catalog is
+/// stored (and sessions told of what changed) before the session is
+/// published, so nobody routes by a stale catalog to a fresh upstream.
+async fn start_and_discover(
+    mount: &Arc<Mount>,
+    profile_session: &ProfileSession,
+) -> Result<Arc<crate::upstream::UpstreamSession>, String> {
+    let session = mount
+        .open_own_session(profile_session.profile())
+        .await
+        .map_err(|error| error.to_string())?;
+    metrics()
+        .cache_refreshes
+        .get_or_create(&mount.labels())
+        .inc();
+    let timeouts = mount.timeouts();
+    let limit = RequestLimit {
+        idle: timeouts.request,
+        ceiling: timeouts.request_ceiling,
+    };
+    let discovered = tokio::time::timeout(limit.idle, discovery::discover(session.peer())).await;
+    let catalog = match discovered {
+        Ok(Ok(catalog)) => catalog,
+        Ok(Err(error)) => {
+            session.close().await;
+            return Err(format!("discovery failed: {error}"));
+        }
+        Err(_) => {
+            session.close().await;
+            return Err(format!(
+                "discovery got no answer within {}",
+                humantime::format_duration(limit.idle)
+            ));
+        }
+    };
+    tracing::info!(
+        mount = %mount.config.name,
+        profile = %profile_session.profile(),
+        pid = ?session.pid(),
+        tools = catalog.tools.len(),
+        prompts = catalog.prompts.len(),
+        resources = catalog.resources.len(),
+        templates = catalog.templates.len(),
+        "mount upstream session ready"
+    );
+    mount.catalog_discovered(profile_session, catalog);
+    Ok(session)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Supervision {
+        Supervision {
+            restart_backoff: Duration::from_millis(100),
+            restart_backoff_max: Duration::from_secs(2),
+            crash_loop_restarts: 5,
+            down_retry: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn delays_double_up_to_the_cap() {
+        let full = |failures| restart_delay(&policy(), failures, 1.0);
+        assert_eq!(full(1), Duration::from_millis(100));
+        assert_eq!(full(2), Duration::from_millis(200));
+        assert_eq!(full(3), Duration::from_millis(400));
+        assert_eq!(full(5), Duration::from_millis(1600));
+        assert_eq!(full(6), Duration::from_secs(2));
+        assert_eq!(full(1000), Duration::from_secs(2), "no overflow");
+    }
+
+    #[test]
+    fn jitter_keeps_between_half_and_all_of_the_delay() {
+        assert_eq!(restart_delay(&policy(), 3, 0.0), Duration::from_millis(200));
+        let some = restart_delay(&policy(), 3, 0.37);
+        assert!(some > Duration::from_millis(200) && some < Duration::from_millis(400));
+        assert_eq!(
+            restart_delay(&policy(), 3, 7.0),
+            Duration::from_millis(400),
+            "jitter is clamped"
+        );
+    }
+}

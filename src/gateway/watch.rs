@@ -1,0 +1,114 @@
+//! Hot reload triggers: the config file changing on disk, and SIGHUP.
+//!
+//! The file is polled ([`POLL`]) and compared by content, not by
+//! modification time or inotify events: that works the same on every
+//! filesystem, through editors that replace the file, and through
+//! Kubernetes ConfigMap updates (a symlink swap that inotify watchers on
+//! the old file miss), at the cost of one small read per second. A new
+//! config is loaded and validated like at start; a valid one is applied
+//! ([`Gateway::reload`]), an invalid one is logged with every problem and
+//! the running config keeps serving.
+
+use std::{sync::Arc, time::Duration};
+
+use super::Gateway;
+use crate::config::{self, Config, ConfigSource};
+
+/// How often the config file is read to look for a change.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// Watches `source` and SIGHUP until `stop` resolves. `adjust` applies the
+/// command line's overrides (such as `--listen`) to each loaded config, so
+/// they are not mistaken for config changes.
+pub async fn watch(
+    gateway: Arc<Gateway>,
+    source: ConfigSource,
+    adjust: impl Fn(&mut Config) + Send + Sync + 'static,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let path = match &source {
+        ConfigSource::File(path) => Some(path.clone()),
+        ConfigSource::Embedded => None,
+    };
+    let read =
+        |path: &Option<std::path::PathBuf>| path.as_ref().and_then(|p| std::fs::read(p).ok());
+    let mut seen = read(&path);
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|error| tracing::warn!(%error, "cannot listen for SIGHUP"))
+        .ok();
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        #[cfg(unix)]
+        let hangup_received = async {
+            match hangup.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hangup_received = std::future::pending::<()>();
+        let trigger = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = hangup_received => "SIGHUP",
+            _ = poll.tick() => {
+                let current = read(&path);
+                // A file that cannot be read (mid-replace) is not a change.
+                if current.is_none() || current == seen {
+                    continue;
+                }
+                seen = current;
+                "config file changed"
+            }
+        };
+        reload_once(&gateway, &source, &adjust, trigger).await;
+    }
+}
+
+async fn reload_once(
+    gateway: &Gateway,
+    source: &ConfigSource,
+    adjust: &(impl Fn(&mut Config) + Sync),
+    trigger: &str,
+) {
+    let mut config = match config::load(source) {
+        Ok(config) => config,
+        Err(error) => {
+            for problem in &error.problems {
+                tracing::error!(config = %error.origin, %problem, "invalid config");
+            }
+            tracing::error!(
+                config = %source.describe(),
+                problems = error.problems.len(),
+                %trigger,
+                "config reload rejected; the running config keeps serving"
+            );
+            return;
+        }
+    };
+    adjust(&mut config);
+    let outcome = gateway.reload(config).await;
+    for section in &outcome.needs_restart {
+        tracing::warn!(
+            section,
+            "changes to [{section}] take effect after a restart; keeping the running values"
+        );
+    }
+    let names = |list: &[crate::naming::MountName]| {
+        list.iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    tracing::info!(
+        %trigger,
+        added = %names(&outcome.added),
+        removed = %names(&outcome.removed),
+        changed = %names(&outcome.changed),
+        unchanged = outcome.unchanged.len(),
+        "config reloaded"
+    );
+}

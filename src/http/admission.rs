@@ -1,0 +1,83 @@
+//! Admitting new sessions and requests at the HTTP edge: the session limit
+//! and the refusal of new work while shutting down.
+//!
+//! A POST without `Mcp-Session-Id` may create a session. It first takes a
+//! [`SessionTicket`] under `[limits] max_sessions`; when none is left the
+//! client gets HTTP 503 with a JSON-RPC error and no session is created.
+//! The ticket is handed to the session factory through a task-local (rmcp
+//! calls the factory inside this request's future), so the count is exact
+//! even when many clients initialize at once; the session keeps the ticket
+//! until it ends. While the gateway drains for shutdown every POST gets 503,
+//! so no new work starts; streams and DELETEs go on.
+
+use std::{cell::RefCell, sync::Arc};
+
+use axum::{
+    extract::{Request, State},
+    http::{header, HeaderValue, Method, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use crate::{
+    downstream::LIMIT_EXCEEDED,
+    gateway::{Gateway, SessionTicket},
+};
+
+tokio::task_local! {
+    /// The ticket reserved for the session this request may create.
+    static RESERVED: RefCell<Option<SessionTicket>>;
+}
+
+/// The ticket the current request reserved, for the session factory.
+pub fn take_reserved_ticket() -> Option<SessionTicket> {
+    RESERVED
+        .try_with(|reserved| reserved.borrow_mut().take())
+        .ok()
+        .flatten()
+}
+
+/// Seconds a refused client is told to wait before trying again.
+const RETRY_AFTER_SECONDS: &str = "5";
+
+pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    if gateway.is_draining() {
+        return unavailable(
+            "the gateway is shutting down; reconnect to another instance".to_owned(),
+        );
+    }
+    if request.headers().contains_key("mcp-session-id") {
+        return next.run(request).await;
+    }
+    let limit = gateway.config().limits.max_sessions;
+    let Some(ticket) = gateway.sessions().reserve(limit) else {
+        tracing::warn!(limit, "session limit reached; refusing a new session");
+        return unavailable(format!(
+            "session limit reached: the gateway already serves {limit} sessions (max_sessions); try again later"
+        ));
+    };
+    RESERVED
+        .scope(RefCell::new(Some(ticket)), next.run(request))
+        .await
+}
+
+fn unavailable(message: String) -> Response {
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": { "code": LIMIT_EXCEEDED, "message": message },
+        })),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECONDS),
+    );
+    response
+}
