@@ -38,7 +38,7 @@ use crate::{
     coalesce::Coalescer,
     config::{Config, MountConfig},
     naming::MountName,
-    upstream::{discovery, ClientProfile, ListKind, UpstreamEvents},
+    upstream::{discovery, ClientProfile, ListKind, UpstreamEvents, UpstreamSession},
 };
 
 pub struct Gateway {
@@ -398,6 +398,41 @@ impl UpstreamEvents for MountSessionEvents {
         for kind in kinds {
             gateway.notify_mount_changed(&mount, self.profile, *kind);
         }
+    }
+
+    /// A restarted shared session knows nothing of the subscriptions the
+    /// old one held: subscribe it again to every URI of this mount that a
+    /// session is subscribed to.
+    fn session_restarted(&self, session: Arc<UpstreamSession>) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        let Some(mount) = gateway.mount(&self.mount) else {
+            return;
+        };
+        if mount.config.isolation != crate::config::Isolation::Shared {
+            return;
+        }
+        let catalog = gateway.catalog(ClientProfile::FULL);
+        let originals: Vec<String> = gateway
+            .sessions
+            .subscribed_uris()
+            .iter()
+            .filter_map(|uri| catalog.resolve_uri(uri))
+            .filter(|route| route.mount == self.mount)
+            .map(|route| route.original.to_string())
+            .collect();
+        if originals.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            for uri in originals {
+                let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
+                if let Err(error) = session.peer().subscribe(params).await {
+                    tracing::warn!(%uri, %error, "could not renew a subscription after a restart");
+                }
+            }
+        });
     }
 
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {

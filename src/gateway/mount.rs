@@ -409,6 +409,10 @@ impl Mount {
         }
     }
 
+    pub(super) fn session_restarted(&self, profile: ClientProfile, session: Arc<UpstreamSession>) {
+        (self.events)(profile).session_restarted(session);
+    }
+
     /// Reserves a slot for one more per-session upstream session, or says
     /// why not.
     pub fn reserve_upstream(&self) -> Result<UpstreamPermit, String> {

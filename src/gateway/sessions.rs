@@ -133,6 +133,14 @@ impl SessionRegistry {
             .any(|entry| entry.subscriptions.contains(uri))
     }
 
+    /// Every URI (client-visible) some session is subscribed to.
+    pub fn subscribed_uris(&self) -> HashSet<String> {
+        self.lock()
+            .values()
+            .flat_map(|entry| entry.subscriptions.iter().cloned())
+            .collect()
+    }
+
     pub fn is_subscribed(&self, key: SessionKey, uri: &str) -> bool {
         self.lock()
             .get(&key)

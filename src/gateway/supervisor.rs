@@ -72,6 +72,9 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                     mount.record_ready(attempt - 1);
                 }
                 profile_session.publish(SessionSlot::Live(session.clone()));
+                if attempt > 1 {
+                    mount.session_restarted(profile, session.clone());
+                }
                 tokio::select! {
                     _ = session.ended() => {}
                     _ = retired.cancelled() => {
@@ -79,6 +82,9 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                         break;
                     }
                 }
+                // Ended by the peer or by the gateway noticing the session
+                // is gone: release what is left of it either way.
+                session.close().await;
                 if up_since.elapsed() >= STABLE_AFTER {
                     failures = 0;
                 }

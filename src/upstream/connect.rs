@@ -147,6 +147,10 @@ async fn start(
                 .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             config.custom_headers = custom_headers;
+            // An expired session is the supervisor's to handle: a silent
+            // re-initialization would drop the upstream's subscriptions
+            // and (per-session mounts) its state without anyone noticing.
+            config.reinit_on_expired_session = false;
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(TracingHttpClient(client), config),
                 handler.relay().clone(),

@@ -134,3 +134,26 @@ impl StreamableHttpClient for TracingHttpClient {
             .await
     }
 }
+
+/// Whether a failed send means the HTTP session is over: the server said
+/// the session expired (404), or answered 400 about the session (servers
+/// that do not use 404 for an ended session), or cannot be reached at all.
+/// Anything else (a 5xx, a malformed answer) fails only that request.
+pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let Some(error) = error
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    else {
+        return false;
+    };
+    match error {
+        StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed => true,
+        StreamableHttpError::Client(error) => error.is_connect(),
+        StreamableHttpError::UnexpectedServerResponse(text) => {
+            let text = text.to_ascii_lowercase();
+            text.contains("400") && text.contains("session")
+        }
+        _ => false,
+    }
+}

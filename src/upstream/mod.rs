@@ -202,6 +202,15 @@ impl UpstreamSession {
             }
         };
         cancel_guard.id = None;
+        if let Err(ServiceError::TransportSend(error)) = &answer {
+            if http_client::means_session_gone(error) {
+                // The connection cannot serve another request: end it, so
+                // the supervisor (or the next per-session call) reconnects.
+                tracing::warn!(mount = %self.mount, %error, "upstream session gone");
+                self.ended.cancel();
+                return Err(RequestError::Ended);
+            }
+        }
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;
         Ok(answer?)

@@ -1,0 +1,354 @@
+//! Upstreams that crash, crash-loop or hang: the gateway restarts what it
+//! can, fails calls promptly with a reason naming the mount, marks a
+//! crash-looping mount `down` without spinning, and cancels upstream what
+//! it stopped waiting for.
+//!
+//! Every wait is bounded; "promptly" is asserted by bounds far below what
+//! the call would take if the gateway waited (the slow tool runs 10 s).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const SERVER_TOML: &str = "[server]\nlisten = \"127.0.0.1:0\"\n\n";
+
+/// Fast supervision so restarts happen within a test's patience.
+const QUICK_SUPERVISION: &str = "[supervision]\nrestart_backoff = \"20ms\"\nrestart_backoff_max = \"200ms\"\ncrash_loop_restarts = 3\ndown_retry = \"1h\"\n\n";
+
+/// A call that would run for 10 s if nothing interrupted it.
+fn ten_seconds() -> Value {
+    json!({"steps": 1, "delay_ms": 10_000})
+}
+
+fn kill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -KILL {pid}");
+}
+
+async fn readyz(gateway: &Gateway) -> Value {
+    reqwest::get(gateway.url("/readyz"))
+        .await
+        .expect("readyz answers")
+        .json()
+        .await
+        .expect("readyz JSON")
+}
+
+/// Waits until `/readyz` shows mount `name` in `state`; returns the mount.
+async fn wait_state(gateway: &Gateway, name: &str, state: &str) -> Value {
+    eventually(
+        &format!("mount {name} to be {state}"),
+        OP_TIMEOUT,
+        || async {
+            let body = readyz(gateway).await;
+            let mount = readyz_mount(&body, name).clone();
+            (mount["state"] == state).then_some(mount)
+        },
+    )
+    .await
+}
+
+/// Runs `call` on a fresh task so the test can act while it is in flight;
+/// returns the result and how long it took.
+fn in_flight(
+    client: &Client,
+    tool: &'static str,
+) -> tokio::task::JoinHandle<(rmcp::model::CallToolResult, Duration)> {
+    let peer = client.peer().clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let params = rmcp::model::CallToolRequestParams::new(tool)
+            .with_arguments(ten_seconds().as_object().cloned().unwrap());
+        let result = peer
+            .call_tool(params)
+            .await
+            .expect("an answer, not an error");
+        (result, started.elapsed())
+    })
+}
+
+/// A shared stdio upstream killed mid-call: the call fails at once with a
+/// tool error naming the mount and saying it is being restarted; the mount
+/// restarts (new pid, same tools) and serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_shared_upstream_fails_its_call_then_restarts() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        stdio_demo_mount("flaky", "isolation = \"shared\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools_before = tool_names(&client).await;
+    let pid = call_pid(&client, "flaky__pid").await;
+
+    let pending = in_flight(&client, "flaky__slow");
+    // Let the call reach the upstream. (Were it not there yet, it would
+    // meet the dead session and fail the same way: the assertions hold.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill(pid);
+    let (result, took) = within("the interrupted call", pending).await.unwrap();
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = text(&result);
+    assert!(
+        message.contains("mount flaky") && message.contains("restarting"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(8), "the call waited {took:?}");
+
+    let mount = wait_state(&gateway, "flaky", "ready").await;
+    assert!(mount["restarts"].as_u64().unwrap() >= 1, "{mount}");
+    let new_pid = eventually("the restarted upstream to answer", OP_TIMEOUT, || async {
+        let pid = call_pid(&client, "flaky__pid").await;
+        (pid != 0).then_some(pid)
+    })
+    .await;
+    assert_ne!(new_pid, pid, "a new process serves the mount");
+    assert!(!process_exists(pid), "the killed child was reaped");
+    assert_eq!(tool_names(&client).await, tools_before);
+    let echo = call(&client, "flaky__echo", json!({"message": "back"})).await;
+    assert_eq!(ok_text(&echo), "back");
+    close(client).await;
+}
+
+/// A per-session upstream killed mid-call: only that call fails (saying the
+/// next call restarts it); the next call opens a new process for the same
+/// client, and another client's upstream is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_per_session_upstream_is_reopened_by_the_next_call() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let (a, b) = tokio::join!(gateway.connect(), gateway.connect());
+    let pid_a = call_pid(&a, "own__pid").await;
+    let pid_b = call_pid(&b, "own__pid").await;
+    assert_ne!(pid_a, pid_b);
+
+    let pending = in_flight(&a, "own__slow");
+    // As above: let the call reach the upstream first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill(pid_a);
+    let (result, took) = within("the interrupted call", pending).await.unwrap();
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = text(&result);
+    assert!(
+        message.contains("mount own") && message.contains("restarted on the next call"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(8), "the call waited {took:?}");
+
+    let new_pid_a = call_pid(&a, "own__pid").await;
+    assert_ne!(new_pid_a, pid_a);
+    assert_eq!(
+        call_pid(&b, "own__pid").await,
+        pid_b,
+        "B's upstream untouched"
+    );
+    close(a).await;
+    close(b).await;
+}
+
+/// An upstream that exits at once every time: after `crash_loop_restarts`
+/// failures the mount is `down`, and stays quiet (no further attempts, no
+/// CPU burnt) until `down_retry`. The other mount serves throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_upstream_ends_down_without_spinning() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}[mounts.loop]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\n",
+        stdio_demo_mount("fine", "")
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    let mount = wait_state(&gateway, "loop", "down").await;
+    assert_eq!(mount["restarts"], 2, "three attempts in all: {mount}");
+    assert!(
+        mount["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("initialize"),
+        "{mount}"
+    );
+    let cpu_before = cpu_time(gateway.proc.pid());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu_used = cpu_time(gateway.proc.pid()) - cpu_before;
+    let mount = readyz_mount(&readyz(&gateway).await, "loop").clone();
+    assert_eq!(mount["state"], "down");
+    assert_eq!(mount["restarts"], 2, "no attempt while down: {mount}");
+    assert!(
+        cpu_used < Duration::from_millis(300),
+        "the gateway used {cpu_used:?} of CPU in one idle second"
+    );
+
+    let client = gateway.connect().await;
+    let echo = call(&client, "fine__echo", json!({"message": "unaffected"})).await;
+    assert_eq!(ok_text(&echo), "unaffected");
+    close(client).await;
+}
+
+/// A mount that crashed repeatedly after serving: its tools stay listed
+/// from the last good catalog, and calls get a tool error saying it is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_mount_keeps_its_tools_listed_and_says_so_on_call() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        stdio_demo_mount("brittle", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools_before = tool_names(&client).await;
+    // Three crashes in a row (each within a minute of its start) is a loop.
+    let mut last_pid = 0;
+    for round in 0..3 {
+        let pid = eventually(
+            &format!("a live upstream (round {round})"),
+            OP_TIMEOUT,
+            || async {
+                let result = call(&client, "brittle__pid", Value::Null).await;
+                if result.is_error == Some(true) {
+                    return None;
+                }
+                let pid: u32 = text(&result).parse().ok()?;
+                (pid != last_pid).then_some(pid)
+            },
+        )
+        .await;
+        kill(pid);
+        last_pid = pid;
+    }
+    wait_state(&gateway, "brittle", "down").await;
+    assert_eq!(tool_names(&client).await, tools_before, "still listed");
+    let result = call(&client, "brittle__echo", json!({"message": "x"})).await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = text(&result);
+    assert!(
+        message.contains("mount brittle") && message.contains("down"),
+        "{message}"
+    );
+    close(client).await;
+}
+
+/// A hanging upstream: the call fails at the mount's request timeout, and
+/// the upstream is told to cancel it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_call_times_out_and_is_cancelled_upstream() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("hang", "timeouts = { request = \"500ms\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let started = Instant::now();
+    let result = call(&client, "hang__slow", ten_seconds()).await;
+    let took = started.elapsed();
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let message = text(&result);
+    assert!(
+        message.contains("mount hang timed out")
+            && message.contains("no answer and no progress within 500ms"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(8), "the call waited {took:?}");
+    eventually("the upstream to see the cancel", OP_TIMEOUT, || async {
+        let seen = call(&client, "hang__cancellations", Value::Null).await;
+        (text(&seen) == "1").then_some(())
+    })
+    .await;
+    close(client).await;
+}
+
+/// Progress extends a call past the request timeout (each notification
+/// restarts it), but not past the ceiling; a per-tool timeout overrides
+/// the mount's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_extends_a_call_up_to_the_ceiling() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount(
+            "steady",
+            "timeouts = { request = \"700ms\", request_ceiling = \"3s\" }"
+        ),
+        stdio_demo_mount(
+            "patient",
+            "timeouts = { request = \"300ms\", tools = { slow = \"5s\" } }"
+        ),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    // Six 300 ms steps, each reporting progress: 1.8 s in all, never 700 ms
+    // without news.
+    let result = call(
+        &client,
+        "steady__slow",
+        json!({"steps": 6, "delay_ms": 300}),
+    )
+    .await;
+    assert_eq!(ok_text(&result), "done after 6 steps");
+    // Twenty steps would take 6 s: the 3 s ceiling ends it.
+    let result = call(
+        &client,
+        "steady__slow",
+        json!({"steps": 20, "delay_ms": 300}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    assert!(text(&result).contains("ceiling"), "{}", text(&result));
+    // The tool's own 5 s timeout applies, not the mount's 300 ms.
+    let result = call(
+        &client,
+        "patient__slow",
+        json!({"steps": 1, "delay_ms": 1000}),
+    )
+    .await;
+    assert_eq!(ok_text(&result), "done after 1 steps");
+    close(client).await;
+}
+
+/// User plus system CPU time of a process, from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // Fields after the command name (which may hold spaces) start at ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // USER_HZ is 100 on every Linux ABI.
+    Duration::from_millis(ticks * 10)
+}
+
+/// A Streamable HTTP upstream that goes away and comes back (a redeploy):
+/// the mount's session is reconnected and serves again with its tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_http_upstream_is_reconnected() {
+    let mut upstream = DemoHttp::start().await;
+    let addr = upstream.addr;
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        http_mount("remote", &upstream.mcp_url(), "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "remote__pid").await;
+    assert_eq!(pid, upstream.proc.pid());
+
+    upstream.proc.stop();
+    let mut command = junction_command();
+    command.args(["demo-server", "--http", &addr.to_string()]);
+    let mut replacement = Proc::spawn("demo-server --http (again)", command);
+    replacement
+        .wait_for_line("junction demo-server listening on ", START_TIMEOUT)
+        .await;
+    let new_pid = eventually("the mount to reach the new server", OP_TIMEOUT, || async {
+        let result = call(&client, "remote__pid", Value::Null).await;
+        let pid: u32 = text(&result).parse().ok()?;
+        (pid == replacement.pid()).then_some(pid)
+    })
+    .await;
+    assert_ne!(new_pid, pid);
+    let mount = wait_state(&gateway, "remote", "ready").await;
+    assert!(mount["restarts"].as_u64().unwrap() >= 1, "{mount}");
+    close(client).await;
+}
