@@ -1,13 +1,11 @@
-//! Admitting one downstream request: the per-session concurrency limit and
-//! the gateway-wide count of requests in flight.
+//! Admitting one downstream request: the per-session concurrency limit.
 //!
 //! Every handler method runs through [`DownstreamSession::handle`], which
-//! takes a slot before the work starts and gives it back when the answer is
-//! sent (or the request is dropped). A session already at
+//! takes a slot before the work starts and gives it back when the work ends
+//! (or the request is dropped). A session already at
 //! `[limits] max_concurrent_requests` gets a JSON-RPC error at once for the
 //! extra request; its other requests and every other session are
-//! unaffected. The gateway-wide count lets shutdown wait for requests in
-//! flight before ending sessions.
+//! unaffected.
 
 use std::{
     future::Future,
@@ -19,7 +17,6 @@ use std::{
 
 use rmcp::{service::RequestContext, ErrorData, RoleServer};
 use serde_json::json;
-use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::{
     observe::{observe, Outcome},
@@ -37,7 +34,6 @@ pub(crate) struct RequestSlots(Arc<AtomicUsize>);
 /// One admitted request; dropping it frees the slot.
 pub(crate) struct RequestPermit {
     slots: Arc<AtomicUsize>,
-    _inflight: TaskTrackerToken,
 }
 
 impl Drop for RequestPermit {
@@ -47,11 +43,10 @@ impl Drop for RequestPermit {
 }
 
 impl RequestSlots {
-    fn admit(&self, limit: usize, inflight: TaskTrackerToken) -> Result<RequestPermit, ErrorData> {
+    fn admit(&self, limit: usize) -> Result<RequestPermit, ErrorData> {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
         let permit = RequestPermit {
             slots: self.0.clone(),
-            _inflight: inflight,
         };
         if before >= limit {
             return Err(ErrorData::new(
@@ -80,10 +75,7 @@ impl DownstreamSession {
         W: Future<Output = Result<T, ErrorData>> + 'a,
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
-        let admitted = self
-            .state
-            .requests
-            .admit(limit, self.gateway.requests_in_flight().token());
+        let admitted = self.state.requests.admit(limit);
         observe(method, tool, context, async move {
             let _permit = admitted?;
             work.await

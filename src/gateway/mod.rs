@@ -57,8 +57,8 @@ pub struct Gateway {
     started: std::time::Instant,
     /// One list refresh at a time per mount, profile and list.
     refreshes: Coalescer<(MountName, ClientProfile, ListKind)>,
-    /// Downstream requests in flight (each holds a token), so shutdown can
-    /// let them finish before ending sessions.
+    /// Downstream POSTs in flight until their response is sent (each holds
+    /// a token), so shutdown can let them finish before ending sessions.
     requests: TaskTracker,
     /// Set once shutdown begins: new sessions and requests are refused.
     draining: std::sync::atomic::AtomicBool,

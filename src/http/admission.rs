@@ -9,15 +9,21 @@
 //! even when many clients initialize at once; the session keeps the ticket
 //! until it ends. While the gateway drains for shutdown every POST gets 503,
 //! so no new work starts; streams and DELETEs go on.
+//!
+//! Every admitted POST counts as in flight until its response body has been
+//! sent (or dropped): an answer is written to the POST's SSE stream after
+//! the handler returns, so shutdown waits for the body, not the handler.
 
 use std::{cell::RefCell, sync::Arc};
 
 use axum::{
+    body::Body,
     extract::{Request, State},
     http::{header, HeaderValue, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
 };
+use futures::StreamExt;
 use serde_json::json;
 
 use crate::{
@@ -50,6 +56,18 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
             "the gateway is shutting down; reconnect to another instance".to_owned(),
         );
     }
+    let in_flight = gateway.requests_in_flight().token();
+    let response = admit_post(&gateway, request, next).await;
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
+        // Held by the stream: released when the body is done or dropped.
+        let _ = &in_flight;
+        chunk
+    }));
+    Response::from_parts(parts, body)
+}
+
+async fn admit_post(gateway: &Gateway, request: Request, next: Next) -> Response {
     if request.headers().contains_key("mcp-session-id") {
         return next.run(request).await;
     }
