@@ -240,7 +240,9 @@ pub mod defaults {
     pub const RESTART_BACKOFF: Duration = Duration::from_millis(250);
     pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
     pub const CRASH_LOOP_RESTARTS: u32 = 5;
-    pub const DOWN_RETRY: Duration = Duration::from_secs(5 * 60);
+    /// Slow enough to cost nothing, soon enough that a server that was
+    /// redeployed a few times in a row is back within a minute.
+    pub const DOWN_RETRY: Duration = Duration::from_secs(60);
 
     pub const MAX_SESSIONS: usize = 10_000;
     pub const MAX_CONCURRENT_REQUESTS: usize = 64;

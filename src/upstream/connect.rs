@@ -163,7 +163,14 @@ async fn start(
 }
 
 fn initialize_error(error: ClientInitializeError) -> UpstreamError {
-    UpstreamError::Initialize(error.to_string())
+    UpstreamError::Initialize(match error {
+        // rmcp's text for these names the transport's Rust type; the cause
+        // is what an operator needs.
+        ClientInitializeError::TransportError { error, .. } => {
+            format!("cannot reach the server: {}", error.error)
+        }
+        other => other.to_string(),
+    })
 }
 
 /// The client identity and capabilities a session declares upstream.

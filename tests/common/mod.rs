@@ -670,3 +670,31 @@ pub async fn tool_names(client: &Client) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Connects like [`connect`], but returns a refused or failed handshake as
+/// an error instead of panicking (for polling until a place is free).
+pub async fn try_connect(url: &str) -> Result<Client, String> {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("junction-tests", "0"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2025_11_25);
+    let handler = TestClient {
+        info,
+        tool_list_changes: Arc::default(),
+        sampling_requests: Arc::default(),
+        progress: Arc::default(),
+        logs: Arc::default(),
+    };
+    let client = match tokio::time::timeout(OP_TIMEOUT, handler.serve(transport)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => return Err(error.to_string()),
+        Err(_) => return Err(format!("no handshake within {OP_TIMEOUT:?}")),
+    };
+    client
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    Ok(client)
+}

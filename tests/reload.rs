@@ -1,0 +1,285 @@
+//! Hot reload end to end: the real gateway serving a config file that the
+//! test rewrites (and signals with SIGHUP) while a client session is open.
+//!
+//! What is checked is what a client and the process table can see: list
+//! change notifications, the tool list, the pids the demo servers report,
+//! calls in flight, and the gateway's log lines about each reload.
+
+mod common;
+
+use std::{
+    path::Path,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// How long a reload may take to be noticed (the file is polled every
+/// second) and applied.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a retired upstream's child may take to go away.
+const CHILD_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Replaces the config file atomically (write beside it, then rename), as
+/// editors and ConfigMap updates do, so the gateway never reads half a file.
+fn rewrite_config(path: &Path, toml: &str) {
+    let staged = path.with_extension("toml.staged");
+    std::fs::write(&staged, toml).expect("write staged config");
+    std::fs::rename(&staged, path).expect("replace config");
+}
+
+/// The gateway's log lines that contain every one of `needles`.
+fn log_lines(gateway: &Gateway, needles: &[&str]) -> Vec<String> {
+    gateway
+        .proc
+        .stderr
+        .snapshot()
+        .into_iter()
+        .filter(|line| needles.iter().all(|needle| line.contains(needle)))
+        .collect()
+}
+
+/// Waits until the log holds `count` lines containing every one of
+/// `needles`, and returns the last of them.
+async fn wait_for_log(gateway: &Gateway, needles: &[&str], count: usize) -> String {
+    eventually(
+        &format!("{count} log line(s) with {needles:?}"),
+        RELOAD_TIMEOUT,
+        || async {
+            let lines = log_lines(gateway, needles);
+            (lines.len() >= count).then(|| lines.last().cloned().unwrap_or_default())
+        },
+    )
+    .await
+}
+
+fn has_prefix(names: &[String], prefix: &str) -> bool {
+    names.iter().any(|name| name.starts_with(prefix))
+}
+
+fn slow_args(steps: u32, delay_ms: u64) -> Value {
+    json!({"steps": steps, "delay_ms": delay_ms})
+}
+
+/// Sends SIGHUP to the gateway, by pid.
+fn hang_up(gateway: &Gateway) {
+    let pid = i32::try_from(gateway.proc.pid()).expect("pid fits in i32");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("send SIGHUP to the gateway");
+}
+
+/// The config before the edit: an unchanged shared mount `keep`, an
+/// unchanged per_session mount `own`, a shared mount `changed` that the
+/// edit changes, and a per_session mount `gone` that the edit removes.
+fn config_before() -> String {
+    format!(
+        "{SERVER_TOML}{}{}{}{}",
+        stdio_demo_mount("keep", ""),
+        stdio_demo_mount("own", "isolation = \"per_session\""),
+        stdio_demo_mount("changed", ""),
+        stdio_demo_mount("gone", "isolation = \"per_session\""),
+    )
+}
+
+/// The config after the edit: `added` is new, `changed` has an env var,
+/// `gone` is removed, `keep` and `own` are exactly as before.
+fn config_after() -> String {
+    format!(
+        "{SERVER_TOML}{}{}{}{}",
+        stdio_demo_mount("keep", ""),
+        stdio_demo_mount("own", "isolation = \"per_session\""),
+        stdio_demo_mount("changed", "env = { RELOAD_TEST_MARK = \"2\" }"),
+        stdio_demo_mount("added", ""),
+    )
+}
+
+/// `config_after` plus a mount `rejected`, with two problems: an unknown
+/// isolation mode for `own` and a bad `[timeouts]` duration. Were it
+/// applied, `rejected__*` would be listed and `own` restarted.
+fn config_invalid() -> String {
+    format!(
+        "{SERVER_TOML}[timeouts]\nrequest = \"soon\"\n\n{}{}{}{}{}",
+        stdio_demo_mount("keep", ""),
+        stdio_demo_mount("own", "isolation = \"sometimes\""),
+        stdio_demo_mount("changed", "env = { RELOAD_TEST_MARK = \"2\" }"),
+        stdio_demo_mount("added", ""),
+        stdio_demo_mount("rejected", ""),
+    )
+}
+
+/// One edit adds, changes and removes mounts while a client session is
+/// open with a call in flight: only what changed is touched. Then an
+/// invalid edit is rejected with every problem logged, and SIGHUP reloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_touches_only_what_changed() {
+    let gateway = Gateway::start(&config_before()).await;
+    let client = gateway.connect().await;
+
+    let names = tool_names(&client).await;
+    for prefix in ["keep__", "own__", "changed__", "gone__"] {
+        assert!(has_prefix(&names, prefix), "no {prefix}* in {names:?}");
+    }
+    assert!(!has_prefix(&names, "added__"), "{names:?}");
+
+    let keep_pid = call_pid(&client, "keep__pid").await;
+    let own_pid = call_pid(&client, "own__pid").await;
+    let changed_pid = call_pid(&client, "changed__pid").await;
+    let gone_pid = call_pid(&client, "gone__pid").await;
+    for pid in [keep_pid, own_pid, changed_pid, gone_pid] {
+        assert!(process_alive(pid), "demo process {pid} is not running");
+    }
+    // The per-session upstreams are the session's own processes.
+    assert_ne!(own_pid, keep_pid);
+    assert_ne!(gone_pid, keep_pid);
+    let list_changes_before = client.service().tool_list_changes();
+
+    // A long call on `keep` is in flight across the whole reload.
+    let slow_done = AtomicBool::new(false);
+    let slow = async {
+        let result = call(&client, "keep__slow", slow_args(80, 100)).await;
+        slow_done.store(true, Ordering::SeqCst);
+        result
+    };
+    let edit = async {
+        eventually(
+            "the slow call to be in flight upstream",
+            RELOAD_TIMEOUT,
+            || async { (!client.service().progress().is_empty()).then_some(()) },
+        )
+        .await;
+        rewrite_config(&gateway.config_path, &config_after());
+        let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
+        for field in [
+            "trigger=config file changed",
+            "added=added",
+            "removed=gone",
+            "changed=changed",
+        ] {
+            assert!(line.contains(field), "no {field:?} in {line:?}");
+        }
+        assert!(
+            !slow_done.load(Ordering::SeqCst),
+            "the slow call ended before the reload finished; it proves nothing"
+        );
+    };
+    let (slow_result, ()) = tokio::join!(slow, edit);
+    assert_eq!(ok_text(&slow_result), "done after 80 steps");
+
+    // The client is told, and its lists show the new mount set.
+    eventually(
+        "tools/list_changed after the reload",
+        RELOAD_TIMEOUT,
+        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
+    )
+    .await;
+    let names = eventually(
+        "the added mount's tools to be listed",
+        RELOAD_TIMEOUT,
+        || async {
+            let names = tool_names(&client).await;
+            has_prefix(&names, "added__").then_some(names)
+        },
+    )
+    .await;
+    for prefix in ["keep__", "own__", "changed__", "added__"] {
+        assert!(has_prefix(&names, prefix), "no {prefix}* in {names:?}");
+    }
+    assert!(!has_prefix(&names, "gone__"), "{names:?}");
+    let unknown = call_err(&client, "gone__pid", Value::Null).await;
+    assert_eq!(
+        unknown.code,
+        rmcp::model::ErrorCode::INVALID_PARAMS,
+        "{unknown:?}"
+    );
+    let echoed = call(&client, "added__echo", json!({"message": "new"})).await;
+    assert_eq!(ok_text(&echoed), "new");
+
+    // Unchanged mounts were not touched: same processes, same session.
+    assert_eq!(call_pid(&client, "keep__pid").await, keep_pid);
+    assert_eq!(call_pid(&client, "own__pid").await, own_pid);
+    // The changed mount runs a new process; the old one is gone.
+    let changed_pid_after = call_pid(&client, "changed__pid").await;
+    assert_ne!(
+        changed_pid_after, changed_pid,
+        "`changed` was not restarted"
+    );
+    assert!(process_alive(changed_pid_after));
+    // The removed mount's per-session child, and the replaced mount's old
+    // child, end and are reaped.
+    eventually(
+        "the removed mount's per-session child and the replaced child to exit",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_alive(gone_pid) && !process_alive(changed_pid)).then_some(()) },
+    )
+    .await;
+    eventually(
+        "the retired children to be reaped",
+        CHILD_EXIT_TIMEOUT,
+        || async { (!process_exists(gone_pid) && !process_exists(changed_pid)).then_some(()) },
+    )
+    .await;
+    assert!(process_alive(keep_pid) && process_alive(own_pid));
+
+    // An invalid edit is rejected, every problem logged with its field path;
+    // the running config keeps serving unchanged.
+    let names_before = tool_names(&client).await;
+    let list_changes_before = client.service().tool_list_changes();
+    rewrite_config(&gateway.config_path, &config_invalid());
+    let rejected = wait_for_log(&gateway, &["config reload rejected"], 1).await;
+    assert!(
+        rejected.contains("the running config keeps serving"),
+        "{rejected:?}"
+    );
+    assert!(rejected.contains("problems=2"), "{rejected:?}");
+    assert!(
+        rejected.contains("trigger=config file changed"),
+        "{rejected:?}"
+    );
+    for path in ["mounts.own.isolation", "timeouts.request"] {
+        let problems = log_lines(&gateway, &["invalid config", path]);
+        assert_eq!(problems.len(), 1, "no problem logged for {path}");
+        assert!(problems[0].contains("ERROR"), "{problems:?}");
+    }
+    // Each problem names the offending value too.
+    for value in ["\"sometimes\"", "\"soon\""] {
+        assert_eq!(
+            log_lines(&gateway, &["invalid config", value]).len(),
+            1,
+            "{value}"
+        );
+    }
+    assert_eq!(log_lines(&gateway, &["config reloaded"]).len(), 1);
+    assert_eq!(tool_names(&client).await, names_before);
+    assert_eq!(call_pid(&client, "keep__pid").await, keep_pid);
+    assert_eq!(call_pid(&client, "own__pid").await, own_pid);
+    assert_eq!(call_pid(&client, "changed__pid").await, changed_pid_after);
+    let echoed = call(&client, "added__echo", json!({"message": "still"})).await;
+    assert_eq!(ok_text(&echoed), "still");
+    assert_eq!(client.service().tool_list_changes(), list_changes_before);
+
+    // SIGHUP reads the file again: still invalid, still rejected.
+    hang_up(&gateway);
+    let line = wait_for_log(&gateway, &["config reload rejected", "trigger=SIGHUP"], 1).await;
+    assert!(line.contains("problems=2"), "{line:?}");
+
+    // The file is fixed (the poll applies it: nothing to change); then
+    // SIGHUP with an unchanged file reloads it once more, touching nothing.
+    rewrite_config(&gateway.config_path, &config_after());
+    let line = wait_for_log(&gateway, &["config reloaded"], 2).await;
+    assert!(line.contains("trigger=config file changed"), "{line:?}");
+    hang_up(&gateway);
+    let line = wait_for_log(&gateway, &["config reloaded", "trigger=SIGHUP"], 1).await;
+    for field in ["added= ", "removed= ", "changed= ", "unchanged=4"] {
+        assert!(line.contains(field), "no {field:?} in {line:?}");
+    }
+    assert_eq!(call_pid(&client, "keep__pid").await, keep_pid);
+    assert_eq!(call_pid(&client, "own__pid").await, own_pid);
+    assert_eq!(call_pid(&client, "changed__pid").await, changed_pid_after);
+    assert_eq!(tool_names(&client).await, names_before);
+    close(client).await;
+}
