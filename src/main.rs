@@ -49,6 +49,11 @@ enum Command {
         /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio.
         #[arg(long, value_name = "ADDR")]
         http: Option<SocketAddr>,
+        /// With --http: answer an unknown session id with 400 and a
+        /// JSON-RPC error, as many TypeScript servers do, instead of 404
+        /// (for testing clients against such servers).
+        #[arg(long, requires = "http")]
+        unknown_session_400: bool,
     },
     /// Validate the config and list its mounts (--connect: start each upstream once)
     ///
@@ -136,10 +141,13 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Some(Command::DemoServer { http: None }) => runtime
+        Some(Command::DemoServer { http: None, .. }) => runtime
             .block_on(junction::demo::run_stdio())
             .map(|()| Outcome::Ok),
-        Some(Command::DemoServer { http: Some(addr) }) => runtime.block_on(async move {
+        Some(Command::DemoServer {
+            http: Some(addr),
+            unknown_session_400,
+        }) => runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
@@ -147,7 +155,7 @@ fn main() -> ExitCode {
                 "junction demo-server listening on {}",
                 listener.local_addr()?
             );
-            junction::demo::run_http(listener).await?;
+            junction::demo::run_http(listener, unknown_session_400).await?;
             Ok(Outcome::Ok)
         }),
         Some(Command::Check { connect, timeout }) => Ok(runtime.block_on(cli::check::run(

@@ -320,9 +320,21 @@ fn cpu_time(pid: u32) -> Duration {
 }
 
 /// A Streamable HTTP upstream that goes away and comes back (a redeploy):
-/// the mount's session is reconnected and serves again with its tools.
+/// the mount's session is reconnected and serves again with its tools. The
+/// new server answers the old session id with 404 (the spec) or, like many
+/// TypeScript servers, with 400 and a JSON-RPC error: both mean "session
+/// gone".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_http_upstream_is_reconnected() {
+    reconnects_after_restart(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_http_upstream_that_answers_400_is_reconnected() {
+    reconnects_after_restart(&["--unknown-session-400"]).await;
+}
+
+async fn reconnects_after_restart(flags: &[&str]) {
     let mut upstream = DemoHttp::start().await;
     let addr = upstream.addr;
     let config = format!(
@@ -336,7 +348,9 @@ async fn a_restarted_http_upstream_is_reconnected() {
 
     upstream.proc.stop();
     let mut command = junction_command();
-    command.args(["demo-server", "--http", &addr.to_string()]);
+    command
+        .args(["demo-server", "--http", &addr.to_string()])
+        .args(flags);
     let mut replacement = Proc::spawn("demo-server --http (again)", command);
     replacement
         .wait_for_line("junction demo-server listening on ", START_TIMEOUT)

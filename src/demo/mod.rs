@@ -593,7 +593,10 @@ pub async fn run_stdio() -> anyhow::Result<()> {
 /// Sessions are stateful; each gets its own clone of one `DemoServer`, so the
 /// counter and notes are shared by every session of this process. Runs until
 /// the process is killed (or the listener fails).
-pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+pub async fn run_http(
+    listener: tokio::net::TcpListener,
+    unknown_session_400: bool,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let mut config = StreamableHttpServerConfig::default();
     // rmcp only accepts loopback Host headers by default (DNS-rebinding
@@ -609,7 +612,10 @@ pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let _ = server.state.http_sessions.set(sessions.clone());
     let service: StreamableHttpService<DemoServer, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let mut app = axum::Router::new().nest_service("/mcp", service);
+    if unknown_session_400 {
+        app = app.layer(axum::middleware::from_fn(unknown_session_is_bad_request));
+    }
     tracing::info!(%addr, "demo server listening on http://{addr}/mcp");
     axum::serve(
         axum::serve::ListenerExt::tap_io(listener, crate::http::no_delay),
@@ -617,6 +623,29 @@ pub async fn run_http(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// Answers like the session handling many TypeScript servers copy from the
+/// SDK's examples: an unknown session id is a 400 with a JSON-RPC error
+/// whose id is null.
+async fn unknown_session_is_bad_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    if response.status() != axum::http::StatusCode::NOT_FOUND {
+        return response;
+    }
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"},
+            "id": null,
+        })),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

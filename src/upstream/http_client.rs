@@ -136,9 +136,10 @@ impl StreamableHttpClient for TracingHttpClient {
 }
 
 /// Whether a failed send means the HTTP session is over: the server said
-/// the session expired (404), or answered 400 about the session (servers
-/// that do not use 404 for an ended session), or cannot be reached at all.
-/// Anything else (a 5xx, a malformed answer) fails only that request.
+/// the session expired (404) or cannot be reached at all. Anything else (a
+/// 5xx, a malformed answer) fails only that request. (A 400 with a JSON-RPC
+/// error about the session arrives as a message instead; `ordered.rs`
+/// handles it.)
 pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> bool {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
     let Some(error) = error
@@ -150,10 +151,6 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
     match error {
         StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed => true,
         StreamableHttpError::Client(error) => error.is_connect(),
-        StreamableHttpError::UnexpectedServerResponse(text) => {
-            let text = text.to_ascii_lowercase();
-            text.contains("400") && text.contains("session")
-        }
         _ => false,
     }
 }

@@ -10,8 +10,9 @@
 //! (`Relay::drain`).
 //!
 //! Being the transport, it is also the first to know when the connection
-//! ends (the child exited, the HTTP session is gone): it then cancels its
-//! `ended` token, which the supervisor of the session waits on.
+//! ends (the child exited, the HTTP session is gone, or the server answers
+//! with an error about an unknown session): it then cancels its `ended`
+//! token, which requests in flight and the session's supervisor wait on.
 
 use std::{future::Future, sync::Arc};
 
@@ -25,6 +26,15 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 use super::Relay;
+
+/// An error answering no request in particular (`id` absent or null) that
+/// talks about the session: what servers built on the TypeScript SDK's
+/// examples send, with HTTP 400, for a session they no longer know (the
+/// spec's answer is 404, which rmcp reports itself). No request would ever
+/// get an answer on this session again, so it has ended.
+fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
+    error.id.is_none() && error.error.message.to_ascii_lowercase().contains("session")
+}
 
 pub struct OrderedTransport<T> {
     inner: T,
@@ -62,8 +72,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let message = self.inner.receive().await;
-        if message.is_none() {
-            self.ended.cancel();
+        match &message {
+            None => self.ended.cancel(),
+            Some(JsonRpcMessage::Error(error)) if says_session_is_gone(error) => {
+                tracing::warn!(error = %error.error.message, "the upstream no longer knows this session");
+                self.ended.cancel();
+            }
+            _ => {}
         }
         if let Some(JsonRpcMessage::Notification(notification)) = &message {
             if matches!(
