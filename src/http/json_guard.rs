@@ -3,69 +3,525 @@
 //! rmcp answers unparseable bodies with `415` and plain text; the spec wants
 //! `400` with a JSON-RPC error: `-32700` for bytes that are not JSON (or not
 //! UTF-8), `-32600` for JSON that is not a single request object (batches
-//! are not part of 2025-06-18 and later). Only syntax is checked here, with
-//! `IgnoredAny`, so a valid body costs one scan and no allocation.
+//! are not part of 2025-06-18 and later). Only syntax is checked here, not
+//! the JSON-RPC shape: one scan that keeps nothing (strings with escapes
+//! use serde_json's scratch buffer), so a valid body costs no copy.
+//!
+//! A body that is one JSON object but not a message rmcp can read would also
+//! get rmcp's `415`; [`check_shape`] answers it the way JSON-RPC says
+//! instead: `-32600` (id `null`) for a malformed message (wrong `jsonrpc`,
+//! an `id` that is not a string or an integer, a `method` that is not a
+//! string), `-32602` with the request's id for a known method whose params
+//! do not fit.
+//!
+//! [`classify`] and [`check_shape`] are the whole decision, pure functions
+//! of the bytes (the fuzz target `jsonrpc_message` calls them);
+//! [`check_json_body`] is the axum middleware around them and owns the size
+//! limit, read live through its [`BodyLimit`] state. The fuzz crate
+//! compiles this file by path, so it uses nothing from the rest of the
+//! crate.
+
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     body::{Body, Bytes},
-    extract::Request,
+    extract::{Request, State},
     http::{header, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use futures::StreamExt;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{json, Value};
 
-/// Largest POST body accepted, in bytes. Tool arguments can carry files
-/// (base64 images, documents); 4 MiB matches rmcp's own default.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The largest POST body accepted now, in bytes (`[limits] max_body_size`,
+/// which a reload may change).
+pub type BodyLimit = Arc<dyn Fn() -> usize + Send + Sync>;
 
-pub async fn check_json_body(request: Request, next: Next) -> Response {
+/// After refusing an oversized body, how much more of it is read and
+/// dropped, and for how long, so that the client gets to read the 413
+/// instead of a connection reset (a server that closes while the client
+/// still sends makes most clients report a broken pipe, not the answer).
+const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// JSON-RPC `Parse error`.
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC `Invalid Request`.
+const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC `Invalid params`.
+const INVALID_PARAMS: i64 = -32602;
+
+/// Why one JSON object is not a message the gateway can take.
+#[derive(Debug, PartialEq)]
+pub enum ShapeRejection {
+    /// Not a well-formed JSON-RPC message: `-32600`, id `null`.
+    Invalid(String),
+    /// A request for a method rmcp knows, whose params do not fit it:
+    /// `-32602`, answered to the request's id.
+    Params { id: Value, message: String },
+}
+
+/// Whether one JSON object (as passed by [`classify`]) is a message rmcp
+/// can read; if not, why, in JSON-RPC's terms.
+pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
+    use rmcp::model::{ClientRequest, JsonRpcMessage};
+    let typed = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
+        // rmcp reads a known method whose params do not fit as a custom
+        // request (and would then answer "method not found").
+        Ok(JsonRpcMessage::Request(request)) => match &request.request {
+            ClientRequest::CustomRequest(custom) => {
+                match params_problem(&custom.method, custom.params.clone()) {
+                    Some(problem) => {
+                        return Err(ShapeRejection::Params {
+                            id: serde_json::to_value(&request.id).unwrap_or(Value::Null),
+                            message: format!("invalid params for {}: {problem}", custom.method),
+                        })
+                    }
+                    None => return Ok(()),
+                }
+            }
+            _ => return Ok(()),
+        },
+        Ok(_) => return Ok(()),
+        Err(error) => error,
+    };
+    let invalid = |message: String| Err(ShapeRejection::Invalid(message));
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body) else {
+        return invalid("invalid request: not a JSON-RPC message".to_owned());
+    };
+    if message.get("jsonrpc") != Some(&Value::from("2.0")) {
+        return invalid("invalid request: `jsonrpc` must be \"2.0\"".to_owned());
+    }
+    let id = message.get("id");
+    match id {
+        None | Some(Value::String(_)) => {}
+        Some(Value::Number(number)) if number.is_i64() => {}
+        Some(other) => {
+            return invalid(format!(
+                "invalid request: `id` must be a string or an integer, not {}",
+                json_kind(other)
+            ))
+        }
+    }
+    match message.get("method") {
+        Some(Value::String(method)) => {
+            match message.get("params") {
+                None | Some(Value::Object(_)) => {}
+                Some(other) => {
+                    return invalid(format!(
+                        "invalid request: `params` must be an object, not {}",
+                        json_kind(other)
+                    ))
+                }
+            }
+            // rmcp reads any method it does not know as a custom one, so a
+            // well-formed request it cannot read is a known method whose
+            // params do not fit.
+            match id {
+                Some(id) => Err(ShapeRejection::Params {
+                    id: id.clone(),
+                    message: format!("invalid params for {method}: {typed}"),
+                }),
+                None => invalid(format!(
+                    "invalid request: invalid params for {method}: {typed}"
+                )),
+            }
+        }
+        Some(other) => invalid(format!(
+            "invalid request: `method` must be a string, not {}",
+            json_kind(other)
+        )),
+        None if message.contains_key("result") || message.contains_key("error") => invalid(
+            format!("invalid request: not a valid JSON-RPC response: {typed}"),
+        ),
+        None => invalid(
+            "invalid request: a JSON-RPC message needs a `method`, or a `result` or `error`"
+                .to_owned(),
+        ),
+    }
+}
+
+/// For a method of the handshake-era protocol that rmcp reads into typed
+/// params, why `params` does not fit them; `None` for any other method
+/// (a custom method rmcp passes on as it is).
+fn params_problem(method: &str, params: Option<Value>) -> Option<String> {
+    use rmcp::model::*;
+    fn fit<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Option<String> {
+        let params = params.unwrap_or_else(|| Value::Object(Default::default()));
+        serde_json::from_value::<T>(params)
+            .err()
+            .map(|error| error.to_string())
+    }
+    match method {
+        "initialize" => fit::<InitializeRequestParams>(params),
+        "tools/call" => fit::<CallToolRequestParams>(params),
+        "prompts/get" => fit::<GetPromptRequestParams>(params),
+        "resources/read" => fit::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => fit::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => fit::<UnsubscribeRequestParams>(params),
+        "completion/complete" => fit::<CompleteRequestParams>(params),
+        "logging/setLevel" => fit::<SetLevelRequestParams>(params),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            fit::<PaginatedRequestParams>(params)
+        }
+        _ => None,
+    }
+    // A known method whose params fit but which rmcp still read as custom
+    // is left to rmcp.
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(number) if number.is_f64() => "a fraction",
+        Value::Number(_) => "an integer beyond 64 bits",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Why a body is refused before rmcp sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyRejection {
+    /// Not JSON (or not UTF-8).
+    #[error("parse error: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// A JSON array: a batch, which 2025-06-18 and later dropped.
+    #[error("invalid request: JSON-RPC batches are not supported; send one message per POST")]
+    Batch,
+    /// JSON, but not an object (a string, number, `null`, …).
+    #[error("invalid request: the body must be one JSON-RPC message object")]
+    NotObject,
+}
+
+impl BodyRejection {
+    /// The JSON-RPC error code the client gets.
+    pub fn code(&self) -> i64 {
+        match self {
+            BodyRejection::Parse(_) => PARSE_ERROR,
+            BodyRejection::Batch | BodyRejection::NotObject => INVALID_REQUEST,
+        }
+    }
+}
+
+/// Whether `body` may go on to rmcp: one JSON value, and that value an
+/// object. Checks syntax only, not the JSON-RPC shape (rmcp does that).
+pub fn classify(body: &[u8]) -> Result<(), BodyRejection> {
+    serde_json::from_slice::<Scanned>(body).map_err(BodyRejection::Parse)?;
+    match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        Some(b'[') => Err(BodyRejection::Batch),
+        _ => Err(BodyRejection::NotObject),
+    }
+}
+
+/// Any JSON value, read and dropped. Unlike `IgnoredAny` it reads strings
+/// and numbers as serde_json does for a kept value, so what it accepts is
+/// exactly what rmcp can parse: `IgnoredAny` lets invalid UTF-8 inside a
+/// string, a lone surrogate escape (`"\ud800"`) and a number out of `f64`
+/// range (`1e400`) through, and rmcp then answers `415` in plain text.
+struct Scanned;
+
+impl<'de> Deserialize<'de> for Scanned {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ScanVisitor)
+    }
+}
+
+struct ScanVisitor;
+
+impl<'de> Visitor<'de> for ScanVisitor {
+    type Value = Scanned;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_unit<E>(self) -> Result<Scanned, E> {
+        Ok(Scanned)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scanned, A::Error> {
+        while seq.next_element::<Scanned>()?.is_some() {}
+        Ok(Scanned)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scanned, A::Error> {
+        while map.next_key::<Scanned>()?.is_some() {
+            map.next_value::<Scanned>()?;
+        }
+        Ok(Scanned)
+    }
+}
+
+pub async fn check_json_body(
+    State(limit): State<BodyLimit>,
+    request: Request,
+    next: Next,
+) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
+    let limit = limit();
     let (parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                axum::Json(json!({
-                    "jsonrpc": "2.0",
-                    "id": null,
-                    "error": {
-                        "code": -32600,
-                        "message": format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-                    },
-                })),
-            )
-                .into_response();
-        }
+    let Some(bytes) = read_body(body, limit).await else {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {
+                    "code": INVALID_REQUEST,
+                    "message": format!("request body exceeds {limit} bytes (max_body_size)"),
+                },
+            })),
+        )
+            .into_response();
     };
-    if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        return rpc_error(-32700, format!("parse error: {error}"));
+    if let Err(rejection) = classify(&bytes) {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            rejection.code(),
+            rejection.to_string(),
+        );
     }
-    let first = bytes.iter().find(|byte| !byte.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        let message = if first == Some(&b'[') {
-            "invalid request: JSON-RPC batches are not supported; send one message per POST"
-        } else {
-            "invalid request: the body must be one JSON-RPC message object"
-        };
-        return rpc_error(-32600, message.to_owned());
+    match check_shape(&bytes) {
+        Ok(()) => {}
+        Err(ShapeRejection::Invalid(message)) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                INVALID_REQUEST,
+                message,
+            )
+        }
+        // A valid request with a JSON-RPC error answer: 200, so clients
+        // hand the error to the caller like any other.
+        Err(ShapeRejection::Params { id, message }) => {
+            return rpc_error(StatusCode::OK, id, INVALID_PARAMS, message)
+        }
     }
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
     next.run(request).await
 }
 
-fn rpc_error(code: i64, message: String) -> Response {
+/// The whole body if it is at most `limit` bytes; otherwise `None`, after
+/// reading and dropping the rest of it (bounded by [`DRAIN_BYTES`] and
+/// [`DRAIN_TIME`]).
+async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            // The client went away mid-body: nothing to answer.
+            return Some(Bytes::new());
+        };
+        if bytes.len() + chunk.len() > limit {
+            let drain = async {
+                let mut drained = 0;
+                while let Some(Ok(chunk)) = stream.next().await {
+                    drained += chunk.len();
+                    if drained > DRAIN_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            return None;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Some(Bytes::from(bytes))
+}
+
+fn rpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
     (
-        StatusCode::BAD_REQUEST,
+        status,
         axum::Json(json!({
             "jsonrpc": "2.0",
-            "id": null,
+            "id": id,
             "error": { "code": code, "message": message },
         })),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `expected`: `None` for accepted, else the JSON-RPC code and the start
+    /// of the message the client gets.
+    fn check(body: &[u8], expected: Option<(i64, &str)>) {
+        let actual = classify(body)
+            .err()
+            .map(|rejection| (rejection.code(), rejection.to_string()));
+        match (actual, expected) {
+            (None, None) => {}
+            (Some((code, message)), Some((expected_code, prefix))) => {
+                assert_eq!(code, expected_code, "{message}");
+                assert!(message.starts_with(prefix), "{message:?}");
+            }
+            (actual, expected) => panic!(
+                "{:?}: got {actual:?}, expected {expected:?}",
+                String::from_utf8_lossy(body)
+            ),
+        }
+    }
+
+    #[test]
+    fn one_object_passes() {
+        check(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, None);
+        check(b" \t\r\n{} \n", None);
+        check(
+            br#"{"a":"\u00e9\ud83d\ude00","b":[1,-2,3.5e10,null,true]}"#,
+            None,
+        );
+        check("{\"a\":\"é😀\"}".as_bytes(), None);
+        check(br#"{"big":18446744073709551616}"#, None);
+    }
+
+    #[test]
+    fn bytes_that_are_not_json_are_parse_errors() {
+        for body in [
+            &b"{not json"[..],
+            b"",
+            b"   ",
+            b"{\"a\":1} x",
+            b"{}{}",
+            b"\xef\xbb\xbf{}",
+            b"{\"a\":1,\xff}",
+            // What `IgnoredAny` let through and rmcp then refused with 415.
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":\"\xc3\x28\"}",
+            br#"{"a":"\ud800"}"#,
+            br#"{"\udc00":1}"#,
+            br#"{"a":1e400}"#,
+            br#"{"a":-1e400}"#,
+        ] {
+            check(body, Some((-32700, "parse error: ")));
+        }
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        check(
+            deep.as_bytes(),
+            Some((-32700, "parse error: recursion limit")),
+        );
+    }
+
+    #[test]
+    fn json_that_is_not_one_object_is_an_invalid_request() {
+        check(b"[]", Some((-32600, "invalid request: JSON-RPC batches")));
+        check(
+            b" [{\"jsonrpc\":\"2.0\"}]",
+            Some((-32600, "invalid request: JSON-RPC batches")),
+        );
+        for body in [&b"null"[..], b"1", b"\"x\"", b"true"] {
+            check(
+                body,
+                Some((-32600, "invalid request: the body must be one")),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    fn invalid(body: &str, prefix: &str) {
+        match check_shape(body.as_bytes()) {
+            Err(ShapeRejection::Invalid(message)) => {
+                assert!(message.starts_with(prefix), "{body}: {message:?}")
+            }
+            other => panic!("{body}: got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_rmcp_reads_pass() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":-9,"method":"vendor/anything","params":{"k":[1]}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ] {
+            assert_eq!(check_shape(body.as_bytes()), Ok(()), "{body}");
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_invalid_requests() {
+        invalid("{}", "invalid request: `jsonrpc` must be");
+        invalid(
+            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            "invalid request: `jsonrpc`",
+        );
+        for id in ["1.5", "null", "true", "[1]", "{}", "18446744073709551615"] {
+            invalid(
+                &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+                "invalid request: `id` must be a string or an integer",
+            );
+        }
+        invalid(
+            r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+            "invalid request: `method` must be",
+        );
+        invalid(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":5}"#,
+            "invalid request: `params` must be",
+        );
+        invalid(
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            "invalid request: a JSON-RPC message needs",
+        );
+    }
+
+    #[test]
+    fn known_methods_with_unfit_params_are_invalid_params_for_that_id() {
+        for params in [
+            r#"{"name":"x","arguments":5}"#,
+            r#"{"name":"x","arguments":["a"]}"#,
+            r#"{"name":5}"#,
+            r#"{}"#,
+        ] {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{params}}}"#);
+            match check_shape(body.as_bytes()) {
+                Err(ShapeRejection::Params { id, message }) => {
+                    assert_eq!(id, Value::from("r1"));
+                    assert!(
+                        message.starts_with("invalid params for tools/call"),
+                        "{message}"
+                    );
+                }
+                other => panic!("{body}: got {other:?}"),
+            }
+        }
+    }
 }

@@ -25,8 +25,6 @@ mod admission;
 mod json_guard;
 mod status_page;
 
-pub use json_guard::MAX_BODY_BYTES;
-
 /// Builds the app. Cancelling `shutdown` ends every MCP session and stream.
 pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let server = &gateway.config().server;
@@ -41,7 +39,9 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             .enforce_origin_validation(),
         None => mcp_config.disable_allowed_origins(),
     };
-    mcp_config.max_request_body_bytes = MAX_BODY_BYTES;
+    // `json_guard` enforces `[limits] max_body_size` (live) before rmcp
+    // sees a body; rmcp's own cap only has to stay out of its way.
+    mcp_config.max_request_body_bytes = usize::MAX;
     let factory_gateway = gateway.clone();
     let mcp = StreamableHttpService::new(
         move || {
@@ -57,7 +57,10 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     );
     let mcp = Router::new()
         .route_service(&server.path, mcp)
-        .layer(axum::middleware::from_fn(json_guard::check_json_body))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit(&gateway),
+            json_guard::check_json_body,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
             admission::admit,
@@ -123,6 +126,18 @@ pub async fn serve(
         let _ = admin.await;
     }
     served
+}
+
+/// `[limits] max_body_size` as it is now.
+fn body_limit(gateway: &Arc<Gateway>) -> json_guard::BodyLimit {
+    let gateway = Arc::downgrade(gateway);
+    Arc::new(move || {
+        gateway
+            .upgrade()
+            .map_or(crate::config::defaults::MAX_BODY_SIZE, |gateway| {
+                gateway.config().limits.max_body_size
+            })
+    })
 }
 
 /// rmcp answers a session DELETE with 202; the Python SDK treats anything

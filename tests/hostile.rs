@@ -1,0 +1,952 @@
+//! Hostile input on the MCP endpoint (issue #4): raw HTTP requests a broken
+//! or malicious client can send, each answered with the status and JSON-RPC
+//! error that the Streamable HTTP transport (MCP 2025-11-25) and JSON-RPC
+//! 2.0 call for, while the process and every other session carry on.
+//!
+//! Every test starts the real binary with a real upstream (the stdio demo
+//! server), opens one initialized session by hand, sends its hostile
+//! request, and then checks that the session opened before still calls
+//! `demo__echo` and that nothing panicked ([`Hostile::assert_unharmed`]).
+//! [`post`] sends every POST (with reqwest) and unframes an SSE answer to
+//! the JSON-RPC response it carries; only the POST without an `Accept`
+//! header is written by hand on a TCP stream, as reqwest always adds one. What an MCP
+//! client library does with these answers is left to `gateway.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use reqwest::{
+    header::{HeaderMap, CONTENT_TYPE},
+    StatusCode,
+};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+/// The implementation-defined server error a refused session gets.
+const SERVER_ERROR: i64 = -32000;
+
+/// The protocol version the raw sessions negotiate and then send.
+const VERSION: &str = "2025-11-25";
+/// What a POST must accept (transport spec, "Sending Messages").
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+/// The headers of a well-formed POST.
+const JSON_POST: &[(&str, &str)] = &[
+    ("content-type", "application/json"),
+    ("accept", ACCEPT_BOTH),
+];
+/// The gateway's largest POST body (`[limits] max_body_size` default).
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The `[limits] max_sessions` the limit test configures.
+const MAX_SESSIONS: usize = 20;
+/// Initialize requests in one flood; far more than [`MAX_SESSIONS`], far
+/// fewer than the default limit.
+const FLOOD: usize = 300;
+/// Flood requests in flight at once.
+const FLOOD_CONCURRENCY: usize = 16;
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// What the gateway answered to one POST.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    /// A JSON body as is; the JSON-RPC response inside an SSE body; any
+    /// other body as a JSON string (empty if there was none).
+    body: Value,
+}
+
+impl Answer {
+    fn session_id(&self) -> Option<String> {
+        let value = self.headers.get("mcp-session-id")?;
+        Some(value.to_str().expect("ASCII session id").to_owned())
+    }
+
+    /// The body as text, for answers that are not JSON.
+    fn text(&self) -> String {
+        match &self.body {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A gateway with one mount (`demo`, the stdio demo server) and one
+/// initialized session opened before anything hostile happens.
+struct Hostile {
+    gateway: Gateway,
+    http: reqwest::Client,
+    /// The session that must survive.
+    session: String,
+}
+
+impl Hostile {
+    async fn start() -> Hostile {
+        Hostile::start_with("").await
+    }
+
+    /// `tables` goes between `[server]` and the mount (e.g. `[limits]`).
+    async fn start_with(tables: &str) -> Hostile {
+        let config = format!("{SERVER_TOML}{tables}\n{}", stdio_demo_mount("demo", ""));
+        let gateway = Gateway::start(&config).await;
+        let http = reqwest::Client::new();
+        let session = open_session(&http, &gateway.mcp_url()).await;
+        Hostile {
+            gateway,
+            http,
+            session,
+        }
+    }
+
+    /// [`post`] to this gateway's MCP endpoint.
+    async fn post(
+        &self,
+        session: Option<&str>,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Answer {
+        post(&self.http, &self.gateway.mcp_url(), session, headers, body).await
+    }
+
+    /// A well-formed POST on the live session.
+    async fn send(&self, body: impl Into<Vec<u8>>) -> Answer {
+        self.post(Some(&self.session), JSON_POST, body).await
+    }
+
+    /// The live session still works, the process runs, nothing panicked.
+    async fn assert_unharmed(&mut self) {
+        assert_echoes(&self.http, &self.gateway.mcp_url(), &self.session).await;
+        assert!(
+            self.gateway.proc.exited().is_none(),
+            "the gateway exited; stderr:\n{}",
+            self.gateway.proc.stderr.text()
+        );
+        let stderr = self.gateway.proc.stderr.text();
+        assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
+    }
+}
+
+/// POSTs `body` to `url` with exactly `headers` (reqwest adds `accept: */*`
+/// when none is given) plus, with a session, its id and protocol version.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+    body: impl Into<Vec<u8>>,
+) -> Answer {
+    let mut request = http.post(url).body(body.into());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", VERSION);
+    }
+    let response = within("POST", request.send())
+        .await
+        .unwrap_or_else(|error| panic!("POST failed: {error:?}"));
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = within("reading the answer", response.bytes())
+        .await
+        .unwrap_or_else(|error| panic!("reading the answer to a POST ({status}): {error}"));
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    let body = if content_type.starts_with("text/event-stream") {
+        sse_response(&text)
+    } else if content_type.starts_with("application/json") {
+        serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("{status} with a bad JSON body {text:?}: {error}"))
+    } else {
+        Value::String(text)
+    };
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The JSON-RPC response an SSE body carries: each event's `data` lines
+/// joined, priming events (empty data) skipped, the first message with a
+/// `result` or an `error`.
+fn sse_response(text: &str) -> Value {
+    let text = text.replace("\r\n", "\n");
+    text.split("\n\n")
+        .map(|event| {
+            event
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(|data| data.strip_prefix(' ').unwrap_or(data))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|data| !data.trim().is_empty())
+        .map(|data| {
+            serde_json::from_str::<Value>(&data)
+                .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"))
+        })
+        .find(|message| message.get("result").is_some() || message.get("error").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC response in the SSE body {text:?}"))
+}
+
+/// `initialize`, then `notifications/initialized`; returns the session id.
+async fn open_session(http: &reqwest::Client, url: &str) -> String {
+    let answer = post(http, url, None, JSON_POST, INITIALIZE).await;
+    assert_eq!(answer.status, StatusCode::OK, "initialize: {answer:?}");
+    assert_eq!(answer.body["id"], 1, "initialize: {answer:?}");
+    let session = answer
+        .session_id()
+        .unwrap_or_else(|| panic!("initialize gave no session id: {answer:?}"));
+    let answer = post(http, url, Some(&session), JSON_POST, INITIALIZED).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::ACCEPTED,
+        "initialized: {answer:?}"
+    );
+    session
+}
+
+/// A `tools/call demo__echo` request with the raw JSON `id`.
+fn echo_request(id: &str, message: &str) -> String {
+    let request = json!({
+        "jsonrpc": "2.0",
+        "id": "ID",
+        "method": "tools/call",
+        "params": {"name": "demo__echo", "arguments": {"message": message}},
+    });
+    request.to_string().replacen("\"ID\"", id, 1)
+}
+
+/// `session` answers a `demo__echo` call with its own id and text.
+async fn assert_echoes(http: &reqwest::Client, url: &str, session: &str) {
+    let request = echo_request("\"unharmed\"", "still here");
+    let answer = post(http, url, Some(session), JSON_POST, request).await;
+    assert_eq!(answer.status, StatusCode::OK, "echo: {answer:?}");
+    assert_eq!(answer.body["id"], "unharmed", "echo: {answer:?}");
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "still here",
+        "echo: {answer:?}"
+    );
+}
+
+/// Asserts `answer` is a JSON-RPC error object with `code`; returns it.
+fn rpc_error(answer: &Answer, code: i64) -> &Value {
+    let body = &answer.body;
+    assert_eq!(body["jsonrpc"], "2.0", "not a JSON-RPC message: {answer:?}");
+    assert_eq!(body["error"]["code"], code, "{answer:?}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.is_empty(), "error without a message: {answer:?}");
+    assert!(body.get("result").is_none(), "{answer:?}");
+    body
+}
+
+/// The id of `sent` if it has a valid MCP request id (string or integer).
+fn readable_id(sent: &[u8]) -> Option<Value> {
+    let message: Value = serde_json::from_slice(sent).ok()?;
+    let id = message.get("id")?;
+    (id.is_string() || id.is_i64() || id.is_u64()).then(|| id.clone())
+}
+
+/// Asserts a message refused as a whole: HTTP `status` and a JSON-RPC
+/// error `code` whose id is null or absent, as JSON-RPC 2.0 (§5) and MCP
+/// (2025-11-25, "Error Responses") want when the id cannot be read, or
+/// else the request's own id.
+fn assert_refused(answer: &Answer, sent: &[u8], status: u16, code: i64) {
+    assert_eq!(answer.status.as_u16(), status, "{answer:?}");
+    let body = rpc_error(answer, code);
+    let id = &body["id"];
+    assert!(
+        id.is_null() || Some(id) == readable_id(sent).as_ref(),
+        "id {id} for a refused message: {answer:?}"
+    );
+}
+
+/// Sends `body` on the live session with well-formed headers; expects it
+/// refused with HTTP `status` and JSON-RPC error `code`; the gateway must
+/// be unharmed.
+async fn check_refused(body: impl Into<Vec<u8>>, status: u16, code: i64) {
+    let body = body.into();
+    let mut hostile = Hostile::start().await;
+    let answer = hostile.send(body.clone()).await;
+    assert_refused(&answer, &body, status, code);
+    hostile.assert_unharmed().await;
+}
+
+/// Sends a well-formed request `{"id": "bad", "method": method, "params":
+/// params}`; expects the JSON-RPC error `code` for that request, carrying
+/// its id. The transport allows either an in-band answer (200, JSON or SSE)
+/// or an HTTP error whose body is that JSON-RPC error.
+async fn check_request_error(method: &str, params: Value, code: i64) {
+    let mut hostile = Hostile::start().await;
+    let request = json!({"jsonrpc": "2.0", "id": "bad", "method": method, "params": params});
+    let answer = hostile.send(request.to_string()).await;
+    assert!(
+        [StatusCode::OK, StatusCode::BAD_REQUEST].contains(&answer.status),
+        "{answer:?}"
+    );
+    let body = rpc_error(&answer, code);
+    assert_eq!(body["id"], "bad", "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
+/// Calls `demo__echo` with the raw JSON `id`; the answer carries that id.
+async fn check_id_echoed(id: &str) {
+    let mut hostile = Hostile::start().await;
+    let answer = hostile.send(echo_request(id, "hello")).await;
+    assert_eq!(answer.status, StatusCode::OK, "id {id}: {answer:?}");
+    let expected: Value = serde_json::from_str(id).expect("the id is JSON");
+    assert_eq!(answer.body["id"], expected, "id {id}: {answer:?}");
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "hello",
+        "id {id}: {answer:?}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+/// Calls `demo__echo` with the raw JSON `id`, which MCP does not allow
+/// ("Requests MUST include a string or integer ID", not null): 400, -32600.
+async fn check_id_refused(id: &str) {
+    check_refused(echo_request(id, "hello"), 400, INVALID_REQUEST).await;
+}
+
+/// POSTs a valid request with `headers` instead of the usual ones; expects
+/// HTTP `status` and a body that says what to send instead (`names`).
+async fn check_headers_refused(headers: &[(&str, &str)], status: u16, names: &str) {
+    let mut hostile = Hostile::start().await;
+    let answer = hostile
+        .post(
+            Some(&hostile.session),
+            headers,
+            echo_request("\"h\"", "hello"),
+        )
+        .await;
+    assert_eq!(answer.status.as_u16(), status, "{headers:?}: {answer:?}");
+    assert!(
+        answer.text().contains(names),
+        "{headers:?}: the answer does not name {names}: {answer:?}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+// Bytes that are not one JSON text: -32700.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_is_a_parse_error() {
+    check_refused("{not json", 400, PARSE_ERROR).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_json_is_a_parse_error() {
+    check_refused(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"na"#,
+        400,
+        PARSE_ERROR,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_body_is_a_parse_error() {
+    check_refused("", 400, PARSE_ERROR).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailing_bytes_are_a_parse_error() {
+    check_refused(
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"} {"#,
+        400,
+        PARSE_ERROR,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_is_a_parse_error() {
+    check_refused(&b"\xff\xfe\xfd"[..], 400, PARSE_ERROR).await;
+}
+
+/// `text` with its one `~` replaced by the raw `byte`.
+fn with_raw_byte(text: &str, byte: u8) -> Vec<u8> {
+    let mut bytes = text.as_bytes().to_vec();
+    let at = bytes
+        .iter()
+        .position(|&b| b == b'~')
+        .expect("a ~ to replace");
+    bytes[at] = byte;
+    bytes
+}
+
+/// JSON text is UTF-8 (RFC 8259 §8.1; MCP transports: messages "MUST be
+/// UTF-8 encoded"), inside strings too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_in_a_string_is_a_parse_error() {
+    let body = with_raw_byte(&echo_request("1", "a~b"), 0xff);
+    check_refused(body, 400, PARSE_ERROR).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_in_a_key_is_a_parse_error() {
+    let body = with_raw_byte(
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"k~":1}}}"#,
+        0xfe,
+    );
+    check_refused(body, 400, PARSE_ERROR).await;
+}
+
+// JSON that is not one JSON-RPC request object: -32600.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_is_an_invalid_request() {
+    check_refused(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#,
+        400,
+        INVALID_REQUEST,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_batch_is_an_invalid_request() {
+    check_refused("[]", 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn number_is_an_invalid_request() {
+    check_refused("5", 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_is_an_invalid_request() {
+    check_refused(r#""ping""#, 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_is_an_invalid_request() {
+    check_refused("null", 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boolean_is_an_invalid_request() {
+    check_refused("true", 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_object_is_an_invalid_request() {
+    check_refused("{}", 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_jsonrpc_version_is_an_invalid_request() {
+    check_refused(
+        r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+        400,
+        INVALID_REQUEST,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_jsonrpc_version_is_an_invalid_request() {
+    check_refused(r#"{"id":1,"method":"ping"}"#, 400, INVALID_REQUEST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_that_is_not_a_string_is_an_invalid_request() {
+    check_refused(
+        r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+        400,
+        INVALID_REQUEST,
+    )
+    .await;
+}
+
+/// JSON-RPC 2.0 §4.2: `params` MUST be a structured value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_that_are_not_structured_are_an_invalid_request() {
+    check_refused(
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":5}"#,
+        400,
+        INVALID_REQUEST,
+    )
+    .await;
+}
+
+// Sizes and depths.
+
+/// 100 000 nested arrays (200 KB, well under the size limit) inside
+/// `params`: refused with a JSON-RPC error, no stack overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_nesting_is_refused_and_survived() {
+    const DEPTH: usize = 100_000;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"message":"deep","x":{}{}}}}}}}"#,
+        "[".repeat(DEPTH),
+        "]".repeat(DEPTH),
+    );
+    let mut hostile = Hostile::start().await;
+    let answer = hostile.send(body.clone()).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    let code = answer.body["error"]["code"].as_i64();
+    assert!(
+        code == Some(PARSE_ERROR) || code == Some(INVALID_REQUEST),
+        "{answer:?}"
+    );
+    assert_refused(&answer, body.as_bytes(), 400, code.unwrap_or_default());
+    hostile.assert_unharmed().await;
+}
+
+/// POSTs a `demo__echo` request whose body is `size` bytes over the limit,
+/// `tries` times; every answer is a 413 with a JSON-RPC error, never a
+/// connection torn down before the client could read it.
+async fn check_too_large(size: usize, tries: usize) {
+    let body = echo_request("1", &"x".repeat(MAX_BODY_BYTES + size));
+    let mut hostile = Hostile::start().await;
+    for _ in 0..tries {
+        let answer = hostile.send(body.clone()).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{:?} {}",
+            answer.headers,
+            answer.text().chars().take(200).collect::<String>()
+        );
+        rpc_error(&answer, INVALID_REQUEST);
+        assert!(answer.body["id"].is_null(), "{answer:?}");
+    }
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_just_over_the_limit_is_too_large() {
+    check_too_large(1024, 1).await;
+}
+
+/// RFC 9112 §9.6: a server that answers before reading the whole body must
+/// keep reading for a while before it closes, or the client's TCP stack
+/// gets a reset and loses the answer. One try passes by luck often enough;
+/// twenty in a row do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_far_over_the_limit_is_too_large_every_time() {
+    check_too_large(MAX_BODY_BYTES, 20).await;
+}
+
+// Headers: Content-Type (HTTP: 415) and Accept (HTTP: 406). The transport
+// spec leaves the body to the server ("MAY comprise a JSON-RPC error"); it
+// must at least say what to send.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_plain_content_type_is_unsupported() {
+    check_headers_refused(
+        &[("content-type", "text/plain"), ("accept", ACCEPT_BOTH)],
+        415,
+        "application/json",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_content_type_is_unsupported() {
+    check_headers_refused(&[("accept", ACCEPT_BOTH)], 415, "application/json").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_content_type_with_charset_is_accepted() {
+    let mut hostile = Hostile::start().await;
+    let headers = [
+        ("content-type", "application/json; charset=utf-8"),
+        ("accept", ACCEPT_BOTH),
+    ];
+    let answer = hostile
+        .post(Some(&hostile.session), &headers, echo_request("2", "hi"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "hi",
+        "{answer:?}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_json_only_is_not_acceptable() {
+    check_headers_refused(
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ],
+        406,
+        "text/event-stream",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_event_stream_only_is_not_acceptable() {
+    check_headers_refused(
+        &[
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ],
+        406,
+        "application/json",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_html_is_not_acceptable() {
+    check_headers_refused(
+        &[
+            ("content-type", "application/json"),
+            ("accept", "text/html"),
+        ],
+        406,
+        "text/event-stream",
+    )
+    .await;
+}
+
+/// reqwest always sends an `Accept`, so this one is written by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_accept_is_not_acceptable() {
+    let mut hostile = Hostile::start().await;
+    let body = echo_request("3", "hello");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         mcp-session-id: {session}\r\nmcp-protocol-version: {VERSION}\r\n\
+         content-length: {length}\r\nconnection: close\r\n\r\n{body}",
+        addr = hostile.gateway.addr,
+        session = hostile.session,
+        length = body.len(),
+    );
+    let answer = within("a POST without Accept", async {
+        let mut stream = tokio::net::TcpStream::connect(hostile.gateway.addr)
+            .await
+            .expect("connect");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write the request");
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .expect("read the answer");
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await;
+    let status_line = answer.lines().next().unwrap_or_default();
+    assert!(status_line.contains(" 406 "), "{answer}");
+    assert!(answer.contains("text/event-stream"), "{answer}");
+    hostile.assert_unharmed().await;
+}
+
+// Request ids. MCP (2025-11-25, "Requests"): a string or an integer, never
+// null; the answer carries the same id.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn string_id_is_echoed() {
+    check_id_echoed(r#""req-ü-1""#).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_string_id_is_echoed() {
+    check_id_echoed(r#""""#).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integer_id_is_echoed() {
+    check_id_echoed("7").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_id_is_echoed() {
+    check_id_echoed("-42").await;
+}
+
+/// 2^53 + 1: not representable as an f64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_integer_id_is_echoed() {
+    check_id_echoed("9007199254740993").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i64_max_id_is_echoed() {
+    check_id_echoed("9223372036854775807").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i64_min_id_is_echoed() {
+    check_id_echoed("-9223372036854775808").await;
+}
+
+/// u64::MAX is a valid integer id; a server that cannot hold it may refuse
+/// it as an invalid request, but must answer in JSON-RPC either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_beyond_i64_is_echoed_or_refused() {
+    let id = "18446744073709551615";
+    let body = echo_request(id, "hello");
+    let mut hostile = Hostile::start().await;
+    let answer = hostile.send(body.clone()).await;
+    if answer.status == StatusCode::OK {
+        assert_eq!(answer.body["id"], json!(u64::MAX), "{answer:?}");
+        assert_eq!(answer.body["result"]["content"][0]["text"], "hello");
+    } else {
+        assert_refused(&answer, b"{}", 400, INVALID_REQUEST);
+    }
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fractional_id_is_an_invalid_request() {
+    check_id_refused("1.5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_id_is_an_invalid_request() {
+    check_id_refused("null").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_id_is_an_invalid_request() {
+    check_id_refused(r#"{"a":1}"#).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_id_is_an_invalid_request() {
+    check_id_refused("[1]").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boolean_id_is_an_invalid_request() {
+    check_id_refused("true").await;
+}
+
+// Methods and params on a valid session.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_method_is_method_not_found() {
+    check_request_error("no/such/method", json!({}), METHOD_NOT_FOUND).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_notification_is_accepted() {
+    let mut hostile = Hostile::start().await;
+    let answer = hostile
+        .send(r#"{"jsonrpc":"2.0","method":"notifications/no_such_thing","params":{"x":1}}"#)
+        .await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    assert_eq!(answer.text(), "", "202 has no body: {answer:?}");
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_arguments_that_are_a_number_are_invalid_params() {
+    check_request_error(
+        "tools/call",
+        json!({"name": "demo__echo", "arguments": 5}),
+        INVALID_PARAMS,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_arguments_that_are_an_array_are_invalid_params() {
+    check_request_error(
+        "tools/call",
+        json!({"name": "demo__echo", "arguments": ["hello"]}),
+        INVALID_PARAMS,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_name_that_is_a_number_is_invalid_params() {
+    check_request_error("tools/call", json!({"name": 5}), INVALID_PARAMS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_call_without_a_name_is_invalid_params() {
+    check_request_error("tools/call", json!({}), INVALID_PARAMS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_uri_that_is_a_number_is_invalid_params() {
+    check_request_error("resources/read", json!({"uri": 5}), INVALID_PARAMS).await;
+}
+
+// Session ids (transport spec, "Session Management").
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_session_is_not_found() {
+    let mut hostile = Hostile::start().await;
+    let answer = hostile
+        .post(
+            Some("no-such-session"),
+            JSON_POST,
+            echo_request("1", "hello"),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_session_id_is_not_found() {
+    let mut hostile = Hostile::start().await;
+    let session = "s".repeat(4096);
+    let answer = hostile
+        .post(Some(&session), JSON_POST, echo_request("1", "hello"))
+        .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_session_is_a_bad_request() {
+    let mut hostile = Hostile::start().await;
+    let answer = hostile
+        .post(
+            None,
+            JSON_POST,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    assert!(
+        answer.text().to_lowercase().contains("session"),
+        "the answer does not say a session is needed: {answer:?}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+// Session floods.
+
+/// Sends [`FLOOD`] `initialize` requests, [`FLOOD_CONCURRENCY`] at a time;
+/// returns the session ids created and the other answers.
+async fn flood(hostile: &Hostile) -> (Vec<String>, Vec<Answer>) {
+    let url = hostile.gateway.mcp_url();
+    let answers: Vec<Answer> = futures::stream::iter(0..FLOOD)
+        .map(|_| post(&hostile.http, &url, None, JSON_POST, INITIALIZE))
+        .buffer_unordered(FLOOD_CONCURRENCY)
+        .collect()
+        .await;
+    let mut sessions = Vec::new();
+    let mut refused = Vec::new();
+    for answer in answers {
+        match answer.session_id() {
+            Some(session) if answer.status == StatusCode::OK => sessions.push(session),
+            _ => refused.push(answer),
+        }
+    }
+    (sessions, refused)
+}
+
+/// A session beyond `max_sessions`: 503 with a JSON-RPC error naming the
+/// limit, and no session id.
+fn assert_session_refused(answer: &Answer) {
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
+    assert!(answer.session_id().is_none(), "{answer:?}");
+    let body = rpc_error(answer, SERVER_ERROR);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    let message = message.to_lowercase();
+    assert!(
+        message.contains("session") && message.contains("limit"),
+        "the error does not name the session limit: {answer:?}"
+    );
+    assert!(
+        body["id"].is_null() || body["id"] == 1,
+        "id of the refused initialize: {answer:?}"
+    );
+}
+
+async fn delete_session(hostile: &Hostile, session: &str) {
+    let response = within(
+        "DELETE",
+        hostile
+            .http
+            .delete(hostile.gateway.mcp_url())
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", VERSION)
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("DELETE failed: {error}"));
+    assert!(
+        response.status().is_success(),
+        "DELETE: {}",
+        response.status()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_flood_within_the_default_limit_is_served() {
+    let mut hostile = Hostile::start().await;
+    let (sessions, refused) = flood(&hostile).await;
+    assert!(refused.is_empty(), "refused: {:?}", refused.first());
+    assert_eq!(sessions.len(), FLOOD);
+    let url = hostile.gateway.mcp_url();
+    let last = sessions.last().expect("a session");
+    let answer = post(&hostile.http, &url, Some(last), JSON_POST, INITIALIZED).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    assert_echoes(&hostile.http, &url, last).await;
+    hostile.assert_unharmed().await;
+}
+
+/// `[limits] max_sessions`: creations beyond it get 503 and a JSON-RPC
+/// error; the sessions that exist keep working; a DELETE frees a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_flood_beyond_max_sessions_is_refused() {
+    let limits = format!("[limits]\nmax_sessions = {MAX_SESSIONS}\n");
+    let mut hostile = Hostile::start_with(&limits).await;
+    let (sessions, refused) = flood(&hostile).await;
+    // The live session holds one slot.
+    assert_eq!(
+        sessions.len(),
+        MAX_SESSIONS - 1,
+        "sessions created with max_sessions = {MAX_SESSIONS} and one open"
+    );
+    assert_eq!(refused.len(), FLOOD - (MAX_SESSIONS - 1));
+    for answer in &refused {
+        assert_session_refused(answer);
+    }
+    hostile.assert_unharmed().await;
+
+    // A session created by the flood works like any other.
+    let url = hostile.gateway.mcp_url();
+    let flooded = &sessions[0];
+    let answer = post(&hostile.http, &url, Some(flooded), JSON_POST, INITIALIZED).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    assert_echoes(&hostile.http, &url, flooded).await;
+
+    // A DELETE frees exactly one slot.
+    delete_session(&hostile, flooded).await;
+    let session = eventually("a slot after DELETE", Duration::from_secs(5), || async {
+        let answer = post(&hostile.http, &url, None, JSON_POST, INITIALIZE).await;
+        (answer.status == StatusCode::OK)
+            .then(|| answer.session_id())
+            .flatten()
+    })
+    .await;
+    let answer = post(&hostile.http, &url, Some(&session), JSON_POST, INITIALIZED).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    assert_echoes(&hostile.http, &url, &session).await;
+    let answer = post(&hostile.http, &url, None, JSON_POST, INITIALIZE).await;
+    assert_session_refused(&answer);
+    hostile.assert_unharmed().await;
+}
