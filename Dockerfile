@@ -12,7 +12,7 @@ RUN cargo build --release --locked --bin junction
 
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home /var/lib/junction --create-home junction
 COPY --from=build /src/target/release/junction /usr/local/bin/junction
@@ -21,4 +21,7 @@ WORKDIR /etc/junction
 ENV JUNCTION_SERVER__LISTEN=0.0.0.0:8080 \
     JUNCTION_SERVER__ALLOWED_HOSTS='["*"]'
 EXPOSE 8080
-ENTRYPOINT ["/usr/local/bin/junction"]
+# tini is PID 1: it forwards signals to Junction and reaps orphaned
+# grandchildren of stdio upstreams (a wrapper's children, npx -> node), which
+# Junction kills with their process group but does not wait for.
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/junction"]

@@ -67,6 +67,13 @@ pub struct Gateway {
     weak: Weak<Gateway>,
 }
 
+/// After requests in flight had their `shutdown_grace`: how long ending
+/// the downstream sessions and closing their per-session upstreams may take
+/// before the process exits anyway (stdio children are then killed with
+/// their process group on drop). Closing a child is EOF, then SIGTERM, then
+/// SIGKILL, which rmcp bounds well within this.
+pub const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long a list call waits for a per-session mount's first discovery
 /// for a new client profile before answering with what is known.
 pub const PROFILE_DISCOVERY_WAIT: Duration = Duration::from_secs(10);
@@ -290,12 +297,11 @@ impl Gateway {
     /// every mount's own sessions.
     pub async fn shutdown(&self) {
         self.session_tasks.close();
-        let grace = self.config().server.shutdown_grace;
-        if tokio::time::timeout(grace, self.session_tasks.wait())
+        if tokio::time::timeout(TEARDOWN_LIMIT, self.session_tasks.wait())
             .await
             .is_err()
         {
-            tracing::warn!(?grace, "sessions still closing after the grace period");
+            tracing::warn!(limit = ?TEARDOWN_LIMIT, "sessions still closing; killing what is left");
         }
         let mounts = self.mounts();
         let closing = mounts.iter().map(|mount| mount.close());
