@@ -14,6 +14,11 @@
 //! string), `-32602` with the request's id for a known method whose params
 //! do not fit.
 //!
+//! The middleware tries [`check_shape`]'s typed read first (the read rmcp
+//! makes next, so a body it passes is one rmcp takes) and runs
+//! [`classify`] only on a body it refuses, to tell a parse error from an
+//! invalid request: a valid body costs one parse here.
+//!
 //! [`classify`] and [`check_shape`] are the whole decision, pure functions
 //! of the bytes (the fuzz target `jsonrpc_message` calls them);
 //! [`check_json_body`] is the axum middleware around them and owns the size
@@ -301,28 +306,21 @@ pub async fn check_json_body(
         )
             .into_response();
     };
-    if let Err(rejection) = classify(&bytes) {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            rejection.code(),
-            rejection.to_string(),
-        );
-    }
+    // One typed read decides for every well-formed message (it is the read
+    // rmcp makes next); only a body it refuses is looked at more closely.
     match check_shape(&bytes) {
         Ok(()) => {}
-        Err(ShapeRejection::Invalid(message)) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                INVALID_REQUEST,
-                message,
-            )
-        }
         // A valid request with a JSON-RPC error answer: 200, so clients
         // hand the error to the caller like any other.
         Err(ShapeRejection::Params { id, message }) => {
             return rpc_error(StatusCode::OK, id, INVALID_PARAMS, message)
+        }
+        Err(ShapeRejection::Invalid(message)) => {
+            let (code, message) = match classify(&bytes) {
+                Err(rejection) => (rejection.code(), rejection.to_string()),
+                Ok(()) => (INVALID_REQUEST, message),
+            };
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, message);
         }
     }
     let mut request = Request::from_parts(parts, Body::from(bytes));
