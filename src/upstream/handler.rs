@@ -67,7 +67,8 @@ impl UpstreamHandler {
 
     /// The caller a server→client request goes to, or the error the
     /// upstream gets instead.
-    fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+    async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+        self.relay.settle().await;
         self.relay.attribute(&context.extensions).map_err(|why| {
             tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
             ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
@@ -148,7 +149,7 @@ impl ClientHandler for UpstreamHandler {
         mut params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let caller = self.target(&context)?;
+        let caller = self.target(&context).await?;
         if !caller.profile.sampling {
             return Err(missing_capability("sampling"));
         }
@@ -166,7 +167,7 @@ impl ClientHandler for UpstreamHandler {
         mut params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let caller = self.target(&context)?;
+        let caller = self.target(&context).await?;
         let url_id = match &params {
             ElicitRequestParams::UrlElicitationParams { elicitation_id, .. } => {
                 Some(elicitation_id.clone())
@@ -201,7 +202,7 @@ impl ClientHandler for UpstreamHandler {
         &self,
         context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        let caller = self.target(&context)?;
+        let caller = self.target(&context).await?;
         if !caller.profile.roots {
             return Err(missing_capability("roots"));
         }
@@ -220,7 +221,14 @@ impl ClientHandler for UpstreamHandler {
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
         // The upstream token is the one rmcp chose; the client knows its own.
-        let Some(caller) = self.relay.progress(&params.progress_token) else {
+        let found = match self.relay.progress(&params.progress_token) {
+            Some(caller) => Some(caller),
+            None => {
+                self.relay.settle().await;
+                self.relay.progress(&params.progress_token)
+            }
+        };
+        let Some(caller) = found else {
             tracing::debug!(token = ?params.progress_token, "progress for no request in flight");
             return;
         };
@@ -240,7 +248,14 @@ impl ClientHandler for UpstreamHandler {
         context: NotificationContext<RoleClient>,
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
-        match self.relay.attribute_notification(&context.extensions) {
+        let attributed = match self.relay.attribute_notification(&context.extensions) {
+            Ok(caller) => Ok(caller),
+            Err(_) => {
+                self.relay.settle().await;
+                self.relay.attribute_notification(&context.extensions)
+            }
+        };
+        match attributed {
             Ok(caller) if !caller.log_level.admits(params.level) => {
                 tracing::debug!(level = ?params.level, "log message below the client's level");
             }

@@ -157,6 +157,9 @@ impl UpstreamSession {
     ) -> Result<ServerResult, RequestError> {
         // The upstream continues the client's trace (W3C, in `_meta`).
         crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
+        // Until registered, what the upstream sends about this request
+        // waits for it (`Relay::settle`) rather than finding no caller.
+        let sending = self.relay.sending();
         let handle = self
             .peer
             .send_cancellable_request(request, Default::default())
@@ -164,6 +167,7 @@ impl UpstreamSession {
         let inflight =
             self.relay
                 .register(handle.id.clone(), handle.progress_token.clone(), caller);
+        drop(sending);
         let mut cancel_guard = CancelUpstreamOnDrop {
             peer: self.peer.clone(),
             id: Some(handle.id.clone()),

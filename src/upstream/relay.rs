@@ -132,6 +132,11 @@ pub struct Relay {
     /// Progress and log notifications received but not yet relayed.
     pending_notifications: AtomicUsize,
     relayed: Notify,
+    /// Requests handed to rmcp whose id is not registered yet: rmcp picks
+    /// the id while sending, so the upstream can answer (with a sampling
+    /// request, progress) before the request is in `inflight`.
+    sending: AtomicUsize,
+    registered: Notify,
 }
 
 /// How long a finished request still claims late log messages.
@@ -144,12 +149,39 @@ const RECENT_MAX: usize = 64;
 /// relayed; a stuck client stream must not hold every answer.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
+/// Bound on how long a message that found no caller waits for requests
+/// being sent to be registered. Registration follows the send within
+/// microseconds unless the machine is overloaded.
+pub const SETTLE_LIMIT: Duration = Duration::from_millis(500);
+
 impl Relay {
     /// A relay for a per-session upstream owned by one downstream session.
     pub fn owned_by(owner: Caller) -> Self {
         let relay = Relay::default();
         let _ = relay.owner.set(owner.session_only());
         relay
+    }
+
+    /// Marks a request as being sent (its id not known yet) until the guard
+    /// is dropped, which must happen after it is registered.
+    pub fn sending(self: &Arc<Self>) -> SendingGuard {
+        self.sending.fetch_add(1, Ordering::AcqRel);
+        SendingGuard(self.clone())
+    }
+
+    /// Waits (bounded) until no request is between send and registration,
+    /// so that attribution sees every request in flight.
+    pub async fn settle(&self) {
+        let deadline = tokio::time::Instant::now() + SETTLE_LIMIT;
+        loop {
+            let registered = self.registered.notified();
+            if self.sending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, registered).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Records an upstream request until the guard is dropped.
@@ -287,6 +319,16 @@ impl Relay {
     /// Requests in flight (for tests and diagnostics).
     pub fn inflight_count(&self) -> usize {
         lock(&self.inflight).len()
+    }
+}
+
+/// Held from before a request is sent until it is registered.
+pub struct SendingGuard(Arc<Relay>);
+
+impl Drop for SendingGuard {
+    fn drop(&mut self) {
+        self.0.sending.fetch_sub(1, Ordering::AcqRel);
+        self.0.registered.notify_waiters();
     }
 }
 
