@@ -617,8 +617,12 @@ fn ratio_row(ctx: &mut Ctx, scenario: &str, direct: &Series, through: &Series) {
 
 fn write_config(ctx: &Ctx, name: &str, mounts: &str) -> PathBuf {
     let path = ctx.dir.join(format!("{name}.toml"));
-    let text =
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"30m\"\n\n{mounts}");
+    // The memory scenario holds 10,000 idle sessions (plus a few for its
+    // sample calls): above the default session limit.
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"30m\"\n\n\
+         [limits]\nmax_sessions = 100000\n\n{mounts}"
+    );
     std::fs::write(&path, text).expect("write config");
     path
 }
