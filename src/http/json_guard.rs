@@ -3,9 +3,9 @@
 //! rmcp answers unparseable bodies with `415` and plain text; the spec wants
 //! `400` with a JSON-RPC error: `-32700` for bytes that are not JSON (or not
 //! UTF-8), `-32600` for JSON that is not a single request object (batches
-//! are not part of 2025-06-18 and later). Only syntax is checked here, not
-//! the JSON-RPC shape: one scan that keeps nothing (strings with escapes
-//! use serde_json's scratch buffer), so a valid body costs no copy.
+//! are not part of 2025-06-18 and later). [`classify`] checks syntax only:
+//! one scan that keeps nothing (strings with escapes use serde_json's
+//! scratch buffer).
 //!
 //! A body that is one JSON object but not a message rmcp can read would also
 //! get rmcp's `415`; [`check_shape`] answers it the way JSON-RPC says
