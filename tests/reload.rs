@@ -162,6 +162,10 @@ async fn reload_touches_only_what_changed() {
         ] {
             assert!(line.contains(field), "no {field:?} in {line:?}");
         }
+        // Still ready while the added mount starts: a reload applied by
+        // every replica at once must not take them all out of service.
+        let readyz = reqwest::get(gateway.url("/readyz")).await.expect("readyz");
+        assert_eq!(readyz.status(), 200, "readiness dropped during a reload");
         assert!(
             !slow_done.load(Ordering::SeqCst),
             "the slow call ended before the reload finished; it proves nothing"
@@ -282,4 +286,26 @@ async fn reload_touches_only_what_changed() {
     assert_eq!(call_pid(&client, "changed__pid").await, changed_pid_after);
     assert_eq!(tool_names(&client).await, names_before);
     close(client).await;
+}
+
+/// A mount added by a reload that takes a while to start does not make a
+/// ready gateway unready: `/readyz` stays 200 and shows it `starting`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_never_makes_a_ready_gateway_unready() {
+    let before = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        stdio_demo_mount("keep", "")
+    );
+    let gateway = Gateway::start(&before).await;
+    // Starts answering only after 5 s.
+    let slow_start = format!(
+        "[mounts.late]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 5; exec {BIN} demo-server\"]\n\n"
+    );
+    rewrite_config(&gateway.config_path, &format!("{before}{slow_start}"));
+    wait_for_log(&gateway, &["config reloaded", "added=late"], 1).await;
+    let response = reqwest::get(gateway.url("/readyz")).await.expect("readyz");
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("readyz JSON");
+    assert_eq!(readyz_mount(&body, "late")["state"], "starting", "{body}");
+    assert_eq!(body["ready"], true, "{body}");
 }

@@ -60,6 +60,8 @@ pub struct Gateway {
     /// Downstream POSTs in flight until their response is sent (each holds
     /// a token), so shutdown can let them finish before ending sessions.
     requests: TaskTracker,
+    /// Latched by the first `is_ready` that found every mount started.
+    became_ready: std::sync::atomic::AtomicBool,
     /// Set once shutdown begins: new sessions and requests are refused.
     draining: std::sync::atomic::AtomicBool,
     /// Serializes reloads (a file change and a SIGHUP at once).
@@ -99,6 +101,7 @@ impl Gateway {
                 refreshes: Coalescer::default(),
                 requests: TaskTracker::new(),
                 draining: std::sync::atomic::AtomicBool::new(false),
+                became_ready: std::sync::atomic::AtomicBool::new(false),
                 reloading: tokio::sync::Mutex::new(()),
                 weak: weak.clone(),
             }
@@ -139,11 +142,22 @@ impl Gateway {
         &self.sessions
     }
 
-    /// True once every mount's first discovery has finished, either way.
+    /// True once every mount's first start has finished, either way, and
+    /// from then on: a mount added by a reload is still starting for a
+    /// while, and a gateway serving every other mount must not drop out of
+    /// its load balancer meanwhile (on every replica at once).
     pub fn is_ready(&self) -> bool {
-        self.mounts()
+        if self.became_ready.load(Ordering::Acquire) {
+            return true;
+        }
+        let ready = self
+            .mounts()
             .iter()
-            .all(|mount| mount.status().phase != MountPhase::Starting)
+            .all(|mount| mount.status().phase != MountPhase::Starting);
+        if ready {
+            self.became_ready.store(true, Ordering::Release);
+        }
+        ready
     }
 
     /// Makes sure the per-session mounts know their lists for `profile`
