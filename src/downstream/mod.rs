@@ -131,8 +131,17 @@ impl SessionState {
         catalog
     }
 
-    pub(crate) fn set_overlay(&self, mount: &MountName, catalog: MountCatalog) {
-        lock(&self.overlays).insert(mount.clone(), Arc::new(catalog));
+    /// Replaces this session's overlay for `mount` with what `update` makes
+    /// of the current one, atomically.
+    pub(crate) fn update_overlay(
+        &self,
+        mount: &MountName,
+        update: impl FnOnce(Option<&MountCatalog>) -> MountCatalog,
+    ) {
+        let mut overlays = lock(&self.overlays);
+        let updated = update(overlays.get(mount).map(|catalog| &**catalog));
+        overlays.insert(mount.clone(), Arc::new(updated));
+        drop(overlays);
         *lock(&self.overlay_catalog) = None;
     }
 

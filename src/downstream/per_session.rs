@@ -84,17 +84,20 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     let Ok(upstream) = state.upstream_for(&mount).await else {
         return;
     };
-    let mut catalog = super::lock(&state.overlays)
-        .get(mount_name)
-        .map(|catalog| MountCatalog::clone(catalog))
-        .unwrap_or_else(|| {
-            MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
-        });
-    if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut catalog).await {
+    let mut fresh = MountCatalog::default();
+    if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut fresh).await {
         tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
         return;
     }
-    state.set_overlay(mount_name, catalog);
+    // Merged under the lock into the overlay as it is now: another list's
+    // refresh may have finished meanwhile.
+    state.update_overlay(mount_name, |current| {
+        let mut catalog = current.cloned().unwrap_or_else(|| {
+            MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
+        });
+        discovery::replace_kind(&mut catalog, kind, fresh);
+        catalog
+    });
     if let Some(peer) = state.peer.get() {
         notify_list_changed(peer.clone(), kind).await;
     }

@@ -345,19 +345,24 @@ impl Gateway {
         let Ok(session) = mount.session_for(&profile_session).await else {
             return;
         };
-        let mount_for_notify = mount.clone();
-        let mut catalog = MountCatalog::clone(&profile_session.catalog().unwrap_or_default());
         crate::telemetry::metrics()
             .cache_refreshes
             .get_or_create(&mount.labels())
             .inc();
-        if let Err(error) = discovery::refresh(session.peer(), kind, &mut catalog).await {
+        let mut fresh = MountCatalog::default();
+        if let Err(error) = discovery::refresh(session.peer(), kind, &mut fresh).await {
             tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
             return;
         }
-        profile_session.store_catalog(catalog);
+        // Only this list is written back: a refresh of another list (or a
+        // restart's rediscovery) may have stored its own meanwhile.
+        profile_session.update_catalog(|current| {
+            let mut catalog = MountCatalog::clone(&current.unwrap_or_default());
+            discovery::replace_kind(&mut catalog, kind, fresh.clone());
+            catalog
+        });
         self.catalog_changed();
-        self.notify_mount_changed(&mount_for_notify, profile, kind);
+        self.notify_mount_changed(&mount, profile, kind);
     }
 
     /// Tells the sessions that see `mount`'s lists for `profile` that a list

@@ -136,6 +136,13 @@ impl ProfileSession {
         self.catalog.store(Some(Arc::new(catalog)));
     }
 
+    /// Replaces the catalog with what `update` makes of the current one,
+    /// atomically (retried if another writer got in between).
+    pub fn update_catalog(&self, update: impl Fn(Option<Arc<MountCatalog>>) -> MountCatalog) {
+        self.catalog
+            .rcu(|current| Some(Arc::new(update(current.clone()))));
+    }
+
     pub(super) fn publish(&self, slot: SessionSlot) {
         self.slot.send_replace(slot);
         if !matches!(self.slot.borrow().clone(), SessionSlot::Starting) {

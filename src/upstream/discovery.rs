@@ -55,3 +55,18 @@ pub async fn refresh(
     }
     Ok(())
 }
+
+/// Copies the `kind` lists of `fresh` into `catalog`, leaving the others.
+/// Refreshes of different lists run concurrently; each must write back
+/// only its own list, or the slower one would put back a stale copy of the
+/// other's.
+pub fn replace_kind(catalog: &mut MountCatalog, kind: ListKind, fresh: MountCatalog) {
+    match kind {
+        ListKind::Tools => catalog.tools = fresh.tools,
+        ListKind::Prompts => catalog.prompts = fresh.prompts,
+        ListKind::Resources => {
+            catalog.resources = fresh.resources;
+            catalog.templates = fresh.templates;
+        }
+    }
+}
