@@ -402,6 +402,17 @@ struct MountSessionEvents {
     profile: ClientProfile,
 }
 
+impl MountSessionEvents {
+    /// The gateway and this mount, if the mount is `shared`: only a shared
+    /// mount's session has subscribers (a per-session mount's discovery
+    /// sessions are never subscribed).
+    fn shared_mount(&self) -> Option<(Arc<Gateway>, Arc<Mount>)> {
+        let gateway = self.gateway.upgrade()?;
+        let mount = gateway.mount(&self.mount)?;
+        (mount.config.isolation == crate::config::Isolation::Shared).then_some((gateway, mount))
+    }
+}
+
 impl UpstreamEvents for MountSessionEvents {
     fn list_changed(&self, kind: ListKind) {
         let Some(gateway) = self.gateway.upgrade() else {
@@ -429,15 +440,9 @@ impl UpstreamEvents for MountSessionEvents {
     /// old one held: subscribe it again to every URI of this mount that a
     /// session is subscribed to.
     fn session_restarted(&self, session: Arc<UpstreamSession>) {
-        let Some(gateway) = self.gateway.upgrade() else {
+        let Some((gateway, _)) = self.shared_mount() else {
             return;
         };
-        let Some(mount) = gateway.mount(&self.mount) else {
-            return;
-        };
-        if mount.config.isolation != crate::config::Isolation::Shared {
-            return;
-        }
         let catalog = gateway.catalog(ClientProfile::FULL);
         let originals: Vec<String> = gateway
             .sessions
@@ -461,17 +466,9 @@ impl UpstreamEvents for MountSessionEvents {
     }
 
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
-        let Some(gateway) = self.gateway.upgrade() else {
+        let Some((gateway, mount)) = self.shared_mount() else {
             return;
         };
-        let Some(mount) = gateway.mount(&self.mount) else {
-            return;
-        };
-        // Only a shared mount's session has subscribers; a per-session
-        // mount's discovery sessions are never subscribed.
-        if mount.config.isolation != crate::config::Isolation::Shared {
-            return;
-        }
         let uri = mount.config.namespace.qualify_uri(&params.uri);
         gateway.sessions.notify_resource_updated(&uri);
     }

@@ -144,8 +144,9 @@ impl ProfileSession {
     }
 
     pub(super) fn publish(&self, slot: SessionSlot) {
+        let starting = matches!(slot, SessionSlot::Starting);
         self.slot.send_replace(slot);
-        if !matches!(self.slot.borrow().clone(), SessionSlot::Starting) {
+        if !starting {
             self.mark_attempted();
         }
     }

@@ -172,16 +172,7 @@ impl Relay {
     /// Waits (bounded) until no request is between send and registration,
     /// so that attribution sees every request in flight.
     pub async fn settle(&self) {
-        let deadline = tokio::time::Instant::now() + SETTLE_LIMIT;
-        loop {
-            let registered = self.registered.notified();
-            if self.sending.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, registered).await.is_err() {
-                return;
-            }
-        }
+        wait_for_zero(&self.sending, &self.registered, SETTLE_LIMIT).await;
     }
 
     /// Records an upstream request until the guard is dropped.
@@ -295,16 +286,8 @@ impl Relay {
     /// Waits (bounded) until every notification that arrived so far has
     /// been relayed.
     pub async fn drain(&self) {
-        let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
-        loop {
-            let relayed = self.relayed.notified();
-            if self.pending_notifications.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, relayed).await.is_err() {
-                tracing::debug!("answering before every earlier notification was relayed");
-                return;
-            }
+        if !wait_for_zero(&self.pending_notifications, &self.relayed, DRAIN_LIMIT).await {
+            tracing::debug!("answering before every earlier notification was relayed");
         }
     }
 
@@ -362,6 +345,22 @@ impl Drop for InflightGuard {
             recent.pop_front();
         }
         recent.push_back((now, ended.caller.session_only()));
+    }
+}
+
+/// Waits until `count` is zero, woken by `changed`, for at most `limit`;
+/// returns whether it got there.
+async fn wait_for_zero(count: &AtomicUsize, changed: &Notify, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        // Registered before the check, so a change in between still wakes.
+        let woken = changed.notified();
+        if count.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, woken).await.is_err() {
+            return false;
+        }
     }
 }
 
