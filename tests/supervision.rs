@@ -366,3 +366,27 @@ async fn reconnects_after_restart(flags: &[&str]) {
     assert!(mount["restarts"].as_u64().unwrap() >= 1, "{mount}");
     close(client).await;
 }
+
+/// An upstream that never answers `initialize` fails its start at the
+/// mount's initialize timeout (not the 30 s default). (That an abandoned
+/// start leaves no process behind is shown in `cli_commands.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_upstream_fails_at_the_initialize_timeout() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 60\"]\ntimeouts = {{ initialize = \"300ms\" }}\n"
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    let mount = eventually("the first start to fail", OP_TIMEOUT, || async {
+        let body = readyz(&gateway).await;
+        let mount = readyz_mount(&body, "mute").clone();
+        (mount["state"] != "starting").then_some(mount)
+    })
+    .await;
+    assert!(
+        mount["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no answer to initialize within 300ms"),
+        "{mount}"
+    );
+}
