@@ -7,8 +7,8 @@
 //! server), opens one initialized session by hand, sends its hostile
 //! request, and then checks that the session opened before still calls
 //! `demo__echo` and that nothing panicked ([`Hostile::assert_unharmed`]).
-//! [`post`] sends every POST (with reqwest) and unframes an SSE answer to
-//! the JSON-RPC response it carries; only the POST without an `Accept`
+//! `common::raw::post` sends every POST (with reqwest) and unframes an SSE
+//! answer to the JSON-RPC response it carries; only the POST without an `Accept`
 //! header is written by hand on a TCP stream, as reqwest always adds one. What an MCP
 //! client library does with these answers is left to `gateway.rs`.
 
@@ -16,12 +16,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::*;
+use common::{raw::*, *};
 use futures::StreamExt;
-use reqwest::{
-    header::{HeaderMap, CONTENT_TYPE},
-    StatusCode,
-};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -32,15 +29,6 @@ const INVALID_PARAMS: i64 = -32602;
 /// The implementation-defined server error a refused session gets.
 const SERVER_ERROR: i64 = -32000;
 
-/// The protocol version the raw sessions negotiate and then send.
-const VERSION: &str = "2025-11-25";
-/// What a POST must accept (transport spec, "Sending Messages").
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
-/// The headers of a well-formed POST.
-const JSON_POST: &[(&str, &str)] = &[
-    ("content-type", "application/json"),
-    ("accept", ACCEPT_BOTH),
-];
 /// The gateway's largest POST body (`[limits] max_body_size` default).
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
@@ -51,34 +39,6 @@ const MAX_SESSIONS: usize = 20;
 const FLOOD: usize = 300;
 /// Flood requests in flight at once.
 const FLOOD_CONCURRENCY: usize = 16;
-
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}}"#;
-const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-
-/// What the gateway answered to one POST.
-#[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    /// A JSON body as is; the JSON-RPC response inside an SSE body; any
-    /// other body as a JSON string (empty if there was none).
-    body: Value,
-}
-
-impl Answer {
-    fn session_id(&self) -> Option<String> {
-        let value = self.headers.get("mcp-session-id")?;
-        Some(value.to_str().expect("ASCII session id").to_owned())
-    }
-
-    /// The body as text, for answers that are not JSON.
-    fn text(&self) -> String {
-        match &self.body {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        }
-    }
-}
 
 /// A gateway with one mount (`demo`, the stdio demo server) and one
 /// initialized session opened before anything hostile happens.
@@ -133,115 +93,6 @@ impl Hostile {
         let stderr = self.gateway.proc.stderr.text();
         assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
     }
-}
-
-/// POSTs `body` to `url` with exactly `headers` (reqwest adds `accept: */*`
-/// when none is given) plus, with a session, its id and protocol version.
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    session: Option<&str>,
-    headers: &[(&str, &str)],
-    body: impl Into<Vec<u8>>,
-) -> Answer {
-    let mut request = http.post(url).body(body.into());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    if let Some(session) = session {
-        request = request
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", VERSION);
-    }
-    let response = within("POST", request.send())
-        .await
-        .unwrap_or_else(|error| panic!("POST failed: {error:?}"));
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = within("reading the answer", response.bytes())
-        .await
-        .unwrap_or_else(|error| panic!("reading the answer to a POST ({status}): {error}"));
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let content_type = headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or_default();
-    let body = if content_type.starts_with("text/event-stream") {
-        sse_response(&text)
-    } else if content_type.starts_with("application/json") {
-        serde_json::from_str(&text)
-            .unwrap_or_else(|error| panic!("{status} with a bad JSON body {text:?}: {error}"))
-    } else {
-        Value::String(text)
-    };
-    Answer {
-        status,
-        headers,
-        body,
-    }
-}
-
-/// The JSON-RPC response an SSE body carries: each event's `data` lines
-/// joined, priming events (empty data) skipped, the first message with a
-/// `result` or an `error`.
-fn sse_response(text: &str) -> Value {
-    let text = text.replace("\r\n", "\n");
-    text.split("\n\n")
-        .map(|event| {
-            event
-                .lines()
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(|data| data.strip_prefix(' ').unwrap_or(data))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .filter(|data| !data.trim().is_empty())
-        .map(|data| {
-            serde_json::from_str::<Value>(&data)
-                .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"))
-        })
-        .find(|message| message.get("result").is_some() || message.get("error").is_some())
-        .unwrap_or_else(|| panic!("no JSON-RPC response in the SSE body {text:?}"))
-}
-
-/// `initialize`, then `notifications/initialized`; returns the session id.
-async fn open_session(http: &reqwest::Client, url: &str) -> String {
-    let answer = post(http, url, None, JSON_POST, INITIALIZE).await;
-    assert_eq!(answer.status, StatusCode::OK, "initialize: {answer:?}");
-    assert_eq!(answer.body["id"], 1, "initialize: {answer:?}");
-    let session = answer
-        .session_id()
-        .unwrap_or_else(|| panic!("initialize gave no session id: {answer:?}"));
-    let answer = post(http, url, Some(&session), JSON_POST, INITIALIZED).await;
-    assert_eq!(
-        answer.status,
-        StatusCode::ACCEPTED,
-        "initialized: {answer:?}"
-    );
-    session
-}
-
-/// A `tools/call demo__echo` request with the raw JSON `id`.
-fn echo_request(id: &str, message: &str) -> String {
-    let request = json!({
-        "jsonrpc": "2.0",
-        "id": "ID",
-        "method": "tools/call",
-        "params": {"name": "demo__echo", "arguments": {"message": message}},
-    });
-    request.to_string().replacen("\"ID\"", id, 1)
-}
-
-/// `session` answers a `demo__echo` call with its own id and text.
-async fn assert_echoes(http: &reqwest::Client, url: &str, session: &str) {
-    let request = echo_request("\"unharmed\"", "still here");
-    let answer = post(http, url, Some(session), JSON_POST, request).await;
-    assert_eq!(answer.status, StatusCode::OK, "echo: {answer:?}");
-    assert_eq!(answer.body["id"], "unharmed", "echo: {answer:?}");
-    assert_eq!(
-        answer.body["result"]["content"][0]["text"], "still here",
-        "echo: {answer:?}"
-    );
 }
 
 /// Asserts `answer` is a JSON-RPC error object with `code`; returns it.

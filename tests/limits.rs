@@ -6,49 +6,42 @@ mod common;
 
 use std::{collections::HashSet, time::Duration};
 
-use common::*;
+use common::{raw::Answer, *};
 use serde_json::{json, Value};
 
 /// How long a freed place may take to become usable (a per-session child
 /// ending, a session being dropped).
 const FREED_TIMEOUT: Duration = Duration::from_secs(10);
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-
 /// JSON-RPC error code of a request refused by a limit.
 const LIMIT_EXCEEDED: i32 = -32000;
 
 /// POSTs an `initialize` without a session id (a new session).
-async fn initialize(gateway: &Gateway) -> reqwest::Response {
-    within(
-        "POST initialize",
-        reqwest::Client::new()
-            .post(gateway.mcp_url())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(INITIALIZE)
-            .send(),
+async fn initialize(gateway: &Gateway) -> Answer {
+    raw::post(
+        &reqwest::Client::new(),
+        &gateway.mcp_url(),
+        None,
+        raw::JSON_POST,
+        raw::INITIALIZE,
     )
     .await
-    .unwrap_or_else(|error| panic!("POST initialize failed: {error}"))
 }
 
-/// Asserts `response` is the refusal of a new session beyond the limit.
-async fn assert_session_refused(response: reqwest::Response) {
-    assert_eq!(response.status(), 503, "a session beyond the limit");
+/// Asserts `answer` is the refusal of a new session beyond the limit.
+fn assert_session_refused(answer: Answer) {
+    assert_eq!(answer.status, 503, "a session beyond the limit");
     assert!(
-        response.headers().contains_key("retry-after"),
+        answer.headers.contains_key("retry-after"),
         "no Retry-After in {:?}",
-        response.headers()
+        answer.headers
     );
     assert!(
-        !response.headers().contains_key("mcp-session-id"),
+        !answer.headers.contains_key("mcp-session-id"),
         "a refused client got a session: {:?}",
-        response.headers()
+        answer.headers
     );
-    let body: Value = within("the 503 body", response.json())
-        .await
-        .unwrap_or_else(|error| panic!("the 503 body is not JSON: {error}"));
+    let body = &answer.body;
     assert_eq!(body["jsonrpc"], "2.0", "{body}");
     assert_eq!(body["error"]["code"], LIMIT_EXCEEDED, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
@@ -74,9 +67,9 @@ async fn max_sessions_refuses_the_next_session_until_one_ends() {
     // The third place goes to a raw session, to DELETE by hand below.
     let raw = session_id(&initialize(&gateway).await);
 
-    assert_session_refused(initialize(&gateway).await).await;
+    assert_session_refused(initialize(&gateway).await);
     // Refusing does not use up a place, and the live sessions keep working.
-    assert_session_refused(initialize(&gateway).await).await;
+    assert_session_refused(initialize(&gateway).await);
     let refused = try_connect(&gateway.mcp_url()).await.err();
     assert!(refused.is_some(), "an rmcp client got a fourth session");
     for (client, tag) in [(&a, "a"), (&b, "b")] {
@@ -94,14 +87,13 @@ async fn max_sessions_refuses_the_next_session_until_one_ends() {
     .await
     .expect("DELETE sent");
     assert!(response.status().is_success(), "{}", response.status());
-    let response = eventually("a place to be free", FREED_TIMEOUT, || async {
-        let response = initialize(&gateway).await;
-        (response.status() == 200).then_some(response)
+    let answer = eventually("a place to be free", FREED_TIMEOUT, || async {
+        let answer = initialize(&gateway).await;
+        (answer.status == 200).then_some(answer)
     })
     .await;
-    session_id(&response);
-    drop(response);
-    assert_session_refused(initialize(&gateway).await).await;
+    session_id(&answer);
+    assert_session_refused(initialize(&gateway).await);
 
     // The same when an rmcp client ends its session (it sends the DELETE).
     close(a).await;
@@ -109,7 +101,7 @@ async fn max_sessions_refuses_the_next_session_until_one_ends() {
         try_connect(&gateway.mcp_url()).await.ok()
     })
     .await;
-    assert_session_refused(initialize(&gateway).await).await;
+    assert_session_refused(initialize(&gateway).await);
     for (client, tag) in [(&b, "b"), (&c, "c")] {
         assert_works(client, tag).await;
     }
@@ -118,15 +110,11 @@ async fn max_sessions_refuses_the_next_session_until_one_ends() {
 }
 
 /// The session id an accepted `initialize` returned.
-fn session_id(response: &reqwest::Response) -> String {
-    assert_eq!(response.status(), 200, "initialize was refused");
-    response
-        .headers()
-        .get("mcp-session-id")
+fn session_id(answer: &Answer) -> String {
+    assert_eq!(answer.status, 200, "initialize was refused");
+    answer
+        .session_id()
         .expect("initialize returns a session id")
-        .to_str()
-        .expect("session id is text")
-        .to_owned()
 }
 
 /// `max_concurrent_requests`: with two calls in flight in a session, a

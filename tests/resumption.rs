@@ -35,18 +35,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use common::{
+    raw::{open_session, ACCEPT_BOTH, VERSION},
+    *,
+};
 use reqwest::{header::CONTENT_TYPE, StatusCode};
 use serde_json::{json, Value};
 
-/// The protocol version the raw sessions negotiate and then send.
-const VERSION: &str = "2025-11-25";
-/// What a POST must accept (transport spec, "Sending Messages").
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 const EVENT_STREAM: &str = "text/event-stream";
-
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"resumption","version":"0"}}}"#;
-const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
 /// How long a stream that should end (or stay quiet) is watched.
 const QUIET: Duration = Duration::from_secs(3);
@@ -305,66 +301,6 @@ impl Session {
         let stderr = self.gateway.proc.stderr.text();
         assert!(!stderr.contains("panicked"), "a panic:\n{stderr}");
     }
-}
-
-/// POSTs `body` without a session; returns the status, the session id
-/// header and the JSON-RPC message of the answer (JSON or SSE).
-async fn post_plain(
-    http: &reqwest::Client,
-    url: &str,
-    session: Option<&str>,
-    body: &str,
-) -> (StatusCode, Option<String>, Option<Value>) {
-    let mut request = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", ACCEPT_BOTH)
-        .body(body.to_owned());
-    if let Some(session) = session {
-        request = request
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", VERSION);
-    }
-    let response = within("POST", request.send())
-        .await
-        .unwrap_or_else(|error| panic!("POST failed: {error}"));
-    let status = response.status();
-    let session_id = response
-        .headers()
-        .get("mcp-session-id")
-        .map(|value| value.to_str().expect("ASCII session id").to_owned());
-    let is_sse = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with(EVENT_STREAM));
-    let message = if is_sse {
-        let mut stream = SseReader::new("POST", response);
-        let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
-        events
-            .iter()
-            .filter_map(SseEvent::message)
-            .find(is_response)
-    } else {
-        let text = within("reading the answer", response.text())
-            .await
-            .unwrap_or_else(|error| panic!("reading the answer: {error}"));
-        serde_json::from_str(&text).ok()
-    };
-    (status, session_id, message)
-}
-
-/// `initialize`, then `notifications/initialized`; returns the session id.
-async fn open_session(http: &reqwest::Client, url: &str) -> String {
-    let (status, session, message) = post_plain(http, url, None, INITIALIZE).await;
-    assert_eq!(status, StatusCode::OK, "initialize: {message:?}");
-    let message = message.expect("an initialize response");
-    assert_eq!(message["id"], 1, "initialize: {message}");
-    assert!(message.get("result").is_some(), "initialize: {message}");
-    let session = session.unwrap_or_else(|| panic!("initialize gave no session id: {message}"));
-    let (status, _, _) = post_plain(http, url, Some(&session), INITIALIZED).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "notifications/initialized");
-    session
 }
 
 /// A `tools/call demo__slow` request asking for progress under `token`.

@@ -9,8 +9,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"0"}}}"#;
-
 fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
@@ -46,8 +44,12 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
         );
         peer.call_tool(params).await
     });
-    // Let the call reach the upstream before the signal.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The signal comes once the upstream is running it (first progress,
+    // after 500 ms; a second left).
+    eventually("the call to report progress", OP_TIMEOUT, || async {
+        (!a.service().progress().is_empty()).then_some(())
+    })
+    .await;
     signal(gateway.proc.pid(), "TERM");
 
     // While it drains, a new session is refused with 503.
@@ -59,8 +61,8 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
             let request = http
                 .post(gateway.mcp_url())
                 .header("content-type", "application/json")
-                .header("accept", "application/json, text/event-stream")
-                .body(INITIALIZE)
+                .header("accept", raw::ACCEPT_BOTH)
+                .body(raw::INITIALIZE)
                 .send();
             async move { (request.await.ok()?.status() == 503).then_some(()) }
         },

@@ -54,23 +54,34 @@ async fn wait_state(gateway: &Gateway, name: &str, state: &str) -> Value {
     .await
 }
 
-/// Runs `call` on a fresh task so the test can act while it is in flight;
-/// returns the result and how long it took.
-fn in_flight(
+/// Starts a 10 s `slow` call (a progress notification every 100 ms) on a
+/// fresh task and returns once its first progress arrived, i.e. once the
+/// upstream is running it. The task yields the result and how long it took.
+async fn in_flight(
     client: &Client,
     tool: &'static str,
 ) -> tokio::task::JoinHandle<(rmcp::model::CallToolResult, Duration)> {
     let peer = client.peer().clone();
-    tokio::spawn(async move {
+    let progress_before = client.service().progress().len();
+    let call = tokio::spawn(async move {
         let started = Instant::now();
-        let params = rmcp::model::CallToolRequestParams::new(tool)
-            .with_arguments(ten_seconds().as_object().cloned().unwrap());
+        let params = rmcp::model::CallToolRequestParams::new(tool).with_arguments(
+            json!({"steps": 100, "delay_ms": 100})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
         let result = peer
             .call_tool(params)
             .await
             .expect("an answer, not an error");
         (result, started.elapsed())
+    });
+    eventually("the call to report progress", OP_TIMEOUT, || async {
+        (client.service().progress().len() > progress_before).then_some(())
     })
+    .await;
+    call
 }
 
 /// A shared stdio upstream killed mid-call: the call fails at once with a
@@ -87,10 +98,7 @@ async fn a_crashed_shared_upstream_fails_its_call_then_restarts() {
     let tools_before = tool_names(&client).await;
     let pid = call_pid(&client, "flaky__pid").await;
 
-    let pending = in_flight(&client, "flaky__slow");
-    // Let the call reach the upstream. (Were it not there yet, it would
-    // meet the dead session and fail the same way: the assertions hold.)
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pending = in_flight(&client, "flaky__slow").await;
     kill(pid);
     let (result, took) = within("the interrupted call", pending).await.unwrap();
     assert_eq!(result.is_error, Some(true), "{result:?}");
@@ -131,9 +139,7 @@ async fn a_crashed_per_session_upstream_is_reopened_by_the_next_call() {
     let pid_b = call_pid(&b, "own__pid").await;
     assert_ne!(pid_a, pid_b);
 
-    let pending = in_flight(&a, "own__slow");
-    // As above: let the call reach the upstream first.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pending = in_flight(&a, "own__slow").await;
     kill(pid_a);
     let (result, took) = within("the interrupted call", pending).await.unwrap();
     assert_eq!(result.is_error, Some(true), "{result:?}");

@@ -38,6 +38,8 @@ use rmcp::{
 };
 use serde_json::Value;
 
+pub mod raw;
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_junction");
 
