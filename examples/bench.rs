@@ -39,6 +39,8 @@ mod fixture;
 mod load;
 #[path = "bench/procs.rs"]
 mod procs;
+#[path = "shared/rss.rs"]
+mod rss;
 
 use client::{Conn, Session, StdioSession};
 use load::{Op, Stats, Worker};
@@ -921,19 +923,14 @@ async fn verify_sessions(addr: SocketAddr, ids: &[String], tool: &str) -> (u64, 
     (failures, first)
 }
 
-/// The process's RSS once it stops moving: two readings 100 ms apart within
-/// 0.5% of each other (at most 3 s), so freed buffers are not counted.
+/// The process's RSS once it stops moving (readings 100 ms apart, at most
+/// 3 s), on a blocking thread.
 async fn settle_rss(pid: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut last = procs::rss_bytes(pid);
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = procs::rss_bytes(pid);
-        if now.abs_diff(last) * 200 <= last.max(1) || Instant::now() >= deadline {
-            return now;
-        }
-        last = now;
-    }
+    tokio::task::spawn_blocking(move || {
+        rss::settled_rss(pid, Duration::from_millis(100), Duration::from_secs(3))
+    })
+    .await
+    .unwrap_or(0)
 }
 
 /// RSS with 0, 1,000 and N idle downstream sessions, gateway and (for

@@ -50,6 +50,8 @@ mod load;
 mod procs;
 #[path = "soak/report.rs"]
 mod report;
+#[path = "shared/rss.rs"]
+mod rss;
 
 use chaos::{lock, Watcher};
 use procs::{Log, Proc, ProcId};

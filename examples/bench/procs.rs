@@ -174,18 +174,6 @@ pub fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// VmRSS of `pid` in bytes.
-pub fn rss_bytes(pid: u32) -> u64 {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
-}
 
 /// CPU time the whole machine spent busy (all CPUs, from /proc/stat).
 pub fn machine_busy() -> Duration {

@@ -401,30 +401,9 @@ pub fn sigkill(id: ProcId) -> bool {
     live(id).is_some() && signal(id.pid, Signal::SIGKILL)
 }
 
-/// VmRSS of `pid` in bytes (0 if gone).
-pub fn rss_bytes(pid: u32) -> u64 {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return 0;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
-}
+pub use crate::rss::rss_bytes;
 
-/// The process's RSS once it stops moving: two readings 200 ms apart within
-/// 0.5% of each other (at most 5 s), so freed buffers are not counted.
+/// [`crate::rss::settled_rss`], readings 200 ms apart, at most 5 s.
 pub fn settled_rss(pid: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut last = rss_bytes(pid);
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = rss_bytes(pid);
-        if now.abs_diff(last) * 200 <= last.max(1) || Instant::now() >= deadline {
-            return now;
-        }
-        last = now;
-    }
+    crate::rss::settled_rss(pid, Duration::from_millis(200), Duration::from_secs(5))
 }
