@@ -21,12 +21,11 @@
 //! ([`SseReader`]), so a test can stop reading and drop the connection in
 //! the middle of a stream. Every wait is bounded.
 //!
-//! Known gaps of rmcp 3.11's session manager, which the gateway uses as is
-//! (not asserted here, recorded in the issue's closing note): a resume
-//! repeats the event its `Last-Event-ID` names (it replays from that event,
-//! not after it), and a stream whose response was sent before the client
-//! reconnected cannot be resumed at all (its entry is dropped with the
-//! response), so that response is lost.
+//! rmcp 3.11's session manager alone repeats the event `Last-Event-ID`
+//! names and forgets a request's stream once its response is sent; the
+//! gateway's `http/resumable.rs` fixes both, and the tests here hold it to
+//! that: nothing is repeated, and a response produced while the client was
+//! away is still delivered when it comes back.
 
 mod common;
 
@@ -487,29 +486,22 @@ async fn resume_replays_only_the_stream_that_dropped() {
         "B's stream: {events_b:#?}"
     );
     assert_slow_response(&b, "call-b", 8, "B's stream");
-    // All of A's rest. rmcp 3.11 replays from the given event inclusive
-    // (the spec says strictly after), so the one event named by
-    // Last-Event-ID may come again; nothing read before it may.
-    let read_before_last: HashSet<&String> = read_a
-        .iter()
-        .filter_map(|e| e.id.as_ref())
-        .filter(|id| **id != last_a)
-        .collect();
+    // All of A's rest, strictly after the last event read: nothing read
+    // before the drop comes again.
+    let read_ids: HashSet<&String> = read_a.iter().filter_map(|e| e.id.as_ref()).collect();
     let repeated: Vec<&String> = resumed_a
         .ids
         .iter()
-        .filter(|id| read_before_last.contains(id))
+        .filter(|id| read_ids.contains(id))
         .collect();
     assert!(
         repeated.is_empty(),
-        "A's resumed stream repeats events read before the last one (ids {repeated:?}): \
+        "A's resumed stream repeats events read before the drop (ids {repeated:?}): \
          read {read_a:#?}, resumed after {last_a:?}: {events_a:#?}"
     );
-    let mut progress_a = resumed_a.progress.clone();
-    progress_a.dedup();
-    let rest = steps("tok-a", 2..=6);
-    assert!(
-        progress_a == rest || progress_a[1..] == rest[..],
+    assert_eq!(
+        resumed_a.progress,
+        steps("tok-a", 2..=6),
         "A's resumed stream should carry A's progress 2..=6: {events_a:#?}"
     );
     session.assert_working().await;
@@ -601,4 +593,115 @@ async fn unknown_last_event_id_gets_nothing_of_other_streams() {
     let mut plain = SseReader::new("plain GET", session.get(&session.id, None).await);
     let first = plain.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(first.message().is_none(), "plain GET: {first:?}");
+}
+
+/// The count of `demo` tool calls answered `ok`, from `/metrics`.
+async fn calls_answered(session: &Session) -> u64 {
+    let metrics = within(
+        "GET /metrics",
+        session.http.get(session.gateway.url("/metrics")).send(),
+    )
+    .await
+    .expect("GET /metrics")
+    .text()
+    .await
+    .expect("metrics body");
+    let series = r#"junction_requests_total{mount="demo",method="tools/call",outcome="ok"} "#;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |count| count.trim().parse().expect("a counter value"))
+}
+
+/// The client drops a call's stream after the first progress and comes
+/// back only after the gateway answered the call: the resume still carries
+/// the rest of the progress and the response, and can be repeated (the
+/// client may drop the resumed stream too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_sent_while_the_client_was_away_is_resumed() {
+    let session = Session::start().await;
+    let mut stream = session
+        .post_stream("call C", &slow_call("call-c", "tok-c", 3, 50))
+        .await;
+    let read = read_progress(&mut stream, "tok-c", 1).await;
+    let last = last_id(&read);
+    drop(stream);
+    // Answered by the gateway while nobody reads the stream.
+    eventually("the call to be answered", OP_TIMEOUT, || async {
+        (calls_answered(&session).await >= 1).then_some(())
+    })
+    .await;
+
+    for attempt in 1..=2 {
+        let mut resumed = session.resume(&last).await;
+        let events = resumed.until_end(Instant::now() + OP_TIMEOUT).await;
+        eprintln!("resume {attempt} after {last:?}: {events:#?}");
+        let carried = sort_out(&events);
+        assert_eq!(
+            carried.progress,
+            steps("tok-c", 2..=3),
+            "resume {attempt}: {events:#?}"
+        );
+        assert_slow_response(&carried, "call-c", 3, &format!("resume {attempt}"));
+        assert!(
+            !carried.ids.contains(&last),
+            "resume {attempt} repeats {last:?}: {events:#?}"
+        );
+        assert!(carried.without_id.is_empty(), "{events:#?}");
+    }
+    session.assert_working().await;
+}
+
+/// The stream for unsolicited messages (`GET`) resumes strictly after the
+/// last id read too, and its ids never repeat the priming event's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_stream_resumes_after_the_last_id() {
+    let session = Session::start().await;
+    let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
+    let priming = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert!(priming.message().is_none(), "priming: {priming:?}");
+
+    let log = |n: u32| {
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": format!("log-{n}"),
+            "method": "tools/call",
+            "params": {"name": "demo__log", "arguments": {"level": "info", "data": {"n": n}}},
+        });
+        let session = &session;
+        async move {
+            let mut stream = session.post_stream(&format!("log {n}"), &request).await;
+            let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
+            assert_eq!(sort_out(&events).responses.len(), 1, "log {n}: {events:#?}");
+        }
+    };
+    let logged = |event: &SseEvent| {
+        let message = event.message().expect("a message");
+        assert_eq!(message["method"], "notifications/message", "{event:?}");
+        message["params"]["data"]["n"].as_u64().expect("n")
+    };
+    log(1).await;
+    let first = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert_eq!(logged(&first), 1);
+    log(2).await;
+    let second = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert_eq!(logged(&second), 2);
+    let ids = [&priming, &first, &second].map(|e| e.id.clone().expect("an id"));
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        3,
+        "event ids repeat: {ids:?}"
+    );
+
+    drop(standalone);
+    // Resumed after the first message: the second, and nothing before it.
+    let mut resumed = session.resume(&ids[1]).await;
+    let again = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert_eq!(logged(&again), 2, "{again:?}");
+    assert_eq!(again.id, second.id);
+    // And it is the live stream again.
+    log(3).await;
+    let third = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert_eq!(logged(&third), 3, "{third:?}");
+    session.assert_working().await;
 }

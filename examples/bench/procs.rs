@@ -174,7 +174,6 @@ pub fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-
 /// CPU time the whole machine spent busy (all CPUs, from /proc/stat).
 pub fn machine_busy() -> Duration {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else {

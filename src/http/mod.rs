@@ -2,7 +2,8 @@
 //!
 //! The MCP endpoint is rmcp's Streamable HTTP service in session mode, with
 //! the gateway's own Host allow-list and idle timeout; each new client
-//! session gets a fresh [`DownstreamSession`]. [`serve`] takes an already
+//! session gets a fresh [`DownstreamSession`], and request streams survive
+//! a dropped connection ([`resumable`]). [`serve`] takes an already
 //! bound listener (tests bind port 0) and a shutdown future.
 
 use std::{future::Future, sync::Arc};
@@ -23,6 +24,7 @@ use crate::{downstream::DownstreamSession, gateway::Gateway};
 pub mod admin;
 mod admission;
 mod json_guard;
+mod resumable;
 mod status_page;
 
 /// Builds the app. Cancelling `shutdown` ends every MCP session and stream.
@@ -52,7 +54,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                 .ok_or_else(|| std::io::Error::other("session limit reached"))?;
             Ok(DownstreamSession::new(factory_gateway.clone(), ticket))
         },
-        Arc::new(sessions),
+        Arc::new(resumable::ResumableSessions::new(sessions)),
         mcp_config,
     );
     let mcp = Router::new()
