@@ -9,7 +9,11 @@
 use std::{future::Future, sync::Arc};
 
 use axum::{
-    extract::State, http::StatusCode, response::IntoResponse, routing::get, serve::ListenerExt,
+    extract::State,
+    http::StatusCode,
+    response::IntoResponse,
+    routing::{any, get},
+    serve::ListenerExt,
     Json, Router,
 };
 use rmcp::transport::{
@@ -57,8 +61,17 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         Arc::new(resumable::ResumableSessions::new(sessions)),
         mcp_config,
     );
+    // One service behind an `Arc`: `route_service` and each layer would
+    // clone it per request, copying its Host/Origin allow-lists each time.
+    let mcp = Arc::new(mcp);
     let mcp = Router::new()
-        .route_service(&server.path, mcp)
+        .route(
+            &server.path,
+            any(move |request: axum::extract::Request| {
+                let mcp = mcp.clone();
+                async move { mcp.handle(request).await }
+            }),
+        )
         .layer(axum::middleware::from_fn_with_state(
             body_limit(&gateway),
             json_guard::check_json_body,
