@@ -285,17 +285,32 @@ async fn metrics_count_exactly_the_traffic_sent() {
     close(client).await;
 }
 
+/// JSON log lines inside a request carry its context, and the session
+/// appears only as its fingerprint: the id itself, which is all it takes to
+/// act in the session, never reaches the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_logs_carry_the_request_context() {
+async fn json_logs_carry_the_request_context_but_not_the_session_id() {
     let config = format!(
         "{SERVER_TOML}[telemetry]\nlog_format = \"json\"\n\n{}",
         stdio_demo_mount("private", "isolation = \"per_session\""),
     );
     let gateway = Gateway::launch(&config, "toml", &[]).await;
     gateway.wait_ready().await;
-    let client = gateway.connect().await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
     // Opening the per-session upstream logs a line inside the request.
-    call(&client, "private__echo", json!({"message": "x"})).await;
+    let answer = raw::post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        raw::JSON_POST,
+        raw::echo_request("7", "x").replace("demo__echo", "private__echo"),
+    )
+    .await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "x",
+        "{answer:?}"
+    );
     let line = eventually(
         "the per-session open line",
         Duration::from_secs(5),
@@ -307,9 +322,14 @@ async fn json_logs_carry_the_request_context() {
     assert_eq!(span["mcp.method.name"], "tools/call", "{record}");
     assert_eq!(span["junction.mount"], "private", "{record}");
     assert_eq!(span["gen_ai.tool.name"], "private__echo", "{record}");
-    assert!(
-        !span["mcp.session.id"].as_str().unwrap_or("").is_empty(),
+    assert_eq!(
+        span["mcp.session.id"],
+        junction::telemetry::redact::session_fingerprint(&session),
         "{record}"
     );
-    close(client).await;
+    let stderr = gateway.proc.stderr.text();
+    assert!(
+        !stderr.contains(&session),
+        "the session id {session} is in the log:\n{stderr}"
+    );
 }

@@ -108,7 +108,9 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         otel.name = %span_name,
         otel.kind = "server",
         mcp.method.name = method,
-        mcp.session.id = %session_id,
+        // Never the id itself: logs and traces are read by more people
+        // than the client that owns the session.
+        mcp.session.id = %crate::telemetry::redact::session_fingerprint(session_id),
         gen_ai.tool.name = tool.unwrap_or(""),
         junction.mount = Empty,
         rpc.jsonrpc.error_code = Empty,

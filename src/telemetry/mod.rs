@@ -5,10 +5,12 @@
 //! when an endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT` is set);
 //! with no endpoint no exporter exists and spans cost only what `tracing`
 //! costs. [`metrics`] holds the Prometheus metrics; [`context`] carries
-//! W3C trace context in and out of MCP messages.
+//! W3C trace context in and out of MCP messages; [`redact`] keeps session
+//! ids out of logs and spans.
 
 pub mod context;
 pub mod metrics;
+pub mod redact;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
