@@ -653,7 +653,11 @@ async fn response_sent_while_the_client_was_away_is_resumed() {
 }
 
 /// The stream for unsolicited messages (`GET`) resumes strictly after the
-/// last id read too, and its ids never repeat the priming event's.
+/// last id read too, and its ids never repeat the priming event's. The
+/// client resumes while the server still holds the old connection open (as
+/// when the network dropped and the server has not noticed yet): the old
+/// stream is ended and the resumed one carries the messages, instead of
+/// rmcp's keep-alive-only "shadow" stream that would never carry one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_stream_resumes_after_the_last_id() {
     let session = Session::start().await;
@@ -693,13 +697,18 @@ async fn standalone_stream_resumes_after_the_last_id() {
         "event ids repeat: {ids:?}"
     );
 
-    drop(standalone);
     // Resumed after the first message: the second, and nothing before it.
     let mut resumed = session.resume(&ids[1]).await;
     let again = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert_eq!(logged(&again), 2, "{again:?}");
     assert_eq!(again.id, second.id);
-    // And it is the live stream again.
+    // The old stream is over, with nothing more on it.
+    let (left, ended) = standalone.until_end_or(Instant::now() + OP_TIMEOUT).await;
+    assert!(
+        ended && left.is_empty(),
+        "old stream: ended {ended}, {left:#?}"
+    );
+    // And the resumed one is the live stream.
     log(3).await;
     let third = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert_eq!(logged(&third), 3, "{third:?}");

@@ -20,7 +20,11 @@
 //!   empty stream (rmcp answers an error from `resume` that way);
 //! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
 //!   by one so that rmcp's "from this index" replay means "after this id",
-//!   and so that they no longer collide with the priming event's `0`.
+//!   and so that they no longer collide with the priming event's `0`. A
+//!   resume of it first cuts the session's earlier standalone streams off:
+//!   the client has given up on them, but the server may not have noticed
+//!   the dead connection yet, and rmcp would then make the resumed stream a
+//!   keep-alive-only "shadow" that never carries a message.
 //!
 //! A stream that ended while its client was reading it is forgotten at
 //! once: its response was handed to the connection. (If the connection
@@ -29,12 +33,12 @@
 use std::{
     collections::{HashMap, VecDeque},
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
     task::{Context, Poll},
     time::Duration,
 };
 
-use futures::{Stream, StreamExt};
+use futures::{task::AtomicWaker, Stream, StreamExt};
 use rmcp::{
     model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
     transport::streamable_http_server::session::{
@@ -135,7 +139,7 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.sessions.create_standalone_stream(id).await?;
-        Ok(stream.map(shift_standalone_id))
+        Ok(self.streams.standalone(id, Box::pin(stream)))
     }
 
     async fn resume(
@@ -155,10 +159,13 @@ impl SessionManager for ResumableSessions {
                 Ok(follow(log, index + 1).left_stream())
             }
             Some(EventPosition::Standalone { index }) => {
+                // rmcp replaces its standalone stream only once it sees the
+                // old one closed.
+                self.streams.cut_standalone(id);
                 // Ours are rmcp's plus one, and rmcp replays from the index
                 // it is given: rmcp's `index` is the first event after ours.
                 let stream = self.sessions.resume(id, index.to_string()).await?;
-                Ok(stream.map(shift_standalone_id).right_stream())
+                Ok(self.streams.standalone(id, Box::pin(stream)).right_stream())
             }
             None => Err(ResumeError::UnknownStream(last_event_id)),
         }
@@ -215,11 +222,13 @@ fn shift_standalone_id(mut event: ServerSseMessage) -> ServerSseMessage {
 #[derive(Default)]
 struct Streams {
     logs: Mutex<HashMap<StreamKey, Arc<StreamLog>>>,
+    /// Each session's open standalone streams, for a resume to cut off.
+    standalone: Mutex<HashMap<SessionId, Vec<Weak<Cuttable>>>>,
 }
 
 impl Streams {
-    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<StreamKey, Arc<StreamLog>>> {
-        self.logs.lock().unwrap_or_else(PoisonError::into_inner)
+    fn logs(&self) -> MutexGuard<'_, HashMap<StreamKey, Arc<StreamLog>>> {
+        lock(&self.logs)
     }
 
     fn get(&self, key: &StreamKey) -> Option<Arc<StreamLog>> {
@@ -239,8 +248,31 @@ impl Streams {
         }
     }
 
+    /// Wraps one of `session`'s standalone streams so that a later resume
+    /// can cut it off.
+    fn standalone(&self, session: &SessionId, stream: BoxedEvents) -> StandaloneStream {
+        let cuttable = Arc::new(Cuttable {
+            stream: Mutex::new(Some(stream)),
+            waker: AtomicWaker::new(),
+        });
+        let mut standalone = lock(&self.standalone);
+        let open = standalone.entry(session.clone()).or_default();
+        open.retain(|stream| stream.strong_count() > 0);
+        open.push(Arc::downgrade(&cuttable));
+        StandaloneStream(cuttable)
+    }
+
+    /// Ends every standalone stream `session` has open.
+    fn cut_standalone(&self, session: &SessionId) {
+        let open = lock(&self.standalone).remove(session).unwrap_or_default();
+        for stream in open.iter().filter_map(Weak::upgrade) {
+            stream.cut();
+        }
+    }
+
     /// A closed session's streams end and can no longer be resumed.
     fn forget_session(&self, session: &SessionId) {
+        self.cut_standalone(session);
         self.logs().retain(|(owner, _), log| {
             let keep = owner != session;
             if !keep {
@@ -248,6 +280,48 @@ impl Streams {
             }
             keep
         });
+    }
+}
+
+/// A lock that outlives a panic elsewhere: every state here stays
+/// consistent between statements.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
+
+/// rmcp's receiving end of a standalone stream, which can be dropped from
+/// outside: dropping it is what tells rmcp the stream is closed.
+struct Cuttable {
+    stream: Mutex<Option<BoxedEvents>>,
+    waker: AtomicWaker,
+}
+
+impl Cuttable {
+    fn cut(&self) {
+        drop(lock(&self.stream).take());
+        // The old response ends at once instead of at its next keep-alive.
+        self.waker.wake();
+    }
+}
+
+/// A standalone stream as its client sees it: rmcp's events with the ids
+/// shifted, until rmcp ends it or a resume cuts it off.
+struct StandaloneStream(Arc<Cuttable>);
+
+impl Stream for StandaloneStream {
+    type Item = ServerSseMessage;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.waker.register(cx.waker());
+        let mut stream = lock(&self.0.stream);
+        let Some(events) = stream.as_mut() else {
+            return Poll::Ready(None);
+        };
+        events
+            .poll_next_unpin(cx)
+            .map(|event| event.map(shift_standalone_id))
     }
 }
 
@@ -273,8 +347,8 @@ impl StreamLog {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, LogState> {
+        lock(&self.state)
     }
 
     fn record(&self, index: usize, event: ServerSseMessage) {
