@@ -28,6 +28,12 @@ use super::{
 use crate::config::{MountConfig, Timeouts, UpstreamTransport};
 use tokio_util::sync::CancellationToken;
 
+/// How long a new HTTP upstream session waits for the server to answer the
+/// `GET` of its message stream before it is used anyway (see
+/// [`super::http_client::StandaloneStream`]). A server answers it at once or
+/// with a 405; this only bounds one that does neither.
+const STANDALONE_SETTLE_LIMIT: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     #[error("cannot start `{command}`: {source}")]
@@ -151,12 +157,19 @@ async fn start(
             // re-initialization would drop the upstream's subscriptions
             // and (per-session mounts) its state without anyone noticing.
             config.reinit_on_expired_session = false;
+            let (client, standalone) = TracingHttpClient::new(client);
             let transport = OrderedTransport::new(
-                StreamableHttpClientTransport::with_client(TracingHttpClient(client), config),
+                StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),
                 ended,
             );
             let service = handler.serve(transport).await.map_err(initialize_error)?;
+            if !standalone.settled(STANDALONE_SETTLE_LIMIT).await {
+                tracing::debug!(
+                    mount = %mount.name,
+                    "the upstream has not answered the GET for its message stream yet; using the session anyway"
+                );
+            }
             Ok((service, None, ProcessGroupGuard::new(None)))
         }
     }

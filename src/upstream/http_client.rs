@@ -4,23 +4,63 @@
 //! this wrapper adds the W3C `traceparent`/`tracestate` of the message being
 //! posted (taken from its `_meta`, where the upstream request span put it)
 //! as HTTP headers too, so HTTP-level tracing in front of the upstream sees
-//! the same trace. Everything else is reqwest's own implementation.
+//! the same trace. It also tells [`StandaloneStream`] when the server has
+//! answered the session's first `GET` (the stream for messages that belong
+//! to no request). Everything else is reqwest's own implementation.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
-    model::{ClientJsonRpcMessage, GetMeta, JsonRpcMessage},
+    model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage},
     transport::streamable_http_client::{
         SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
         StreamableHttpResponseLimits,
     },
 };
 use sse_stream::Sse;
+use tokio::sync::watch;
 
 #[derive(Clone)]
-pub struct TracingHttpClient(pub reqwest::Client);
+pub struct TracingHttpClient {
+    client: reqwest::Client,
+    standalone: Arc<watch::Sender<bool>>,
+}
+
+impl TracingHttpClient {
+    pub fn new(client: reqwest::Client) -> (Self, StandaloneStream) {
+        let (standalone, settled) = watch::channel(false);
+        let client = Self {
+            client,
+            standalone: Arc::new(standalone),
+        };
+        (client, StandaloneStream(settled))
+    }
+
+    fn standalone_settled(&self) {
+        self.standalone.send_replace(true);
+    }
+}
+
+/// Whether an upstream session's stream for unsolicited messages is up.
+///
+/// rmcp opens it (`GET`) only after `notifications/initialized`, in the
+/// background, and a server typically drops what it has to send there while
+/// no such stream exists (the TypeScript SDK does): a `list_changed` sent
+/// in answer to the session's first call would be lost. So a new session is
+/// used once the server has answered that `GET`, either way.
+pub struct StandaloneStream(watch::Receiver<bool>);
+
+impl StandaloneStream {
+    /// Waits until the server answered the `GET` (or no `GET` will be
+    /// made: a session without an id has none), for at most `limit`.
+    pub async fn settled(mut self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.0.wait_for(|settled| *settled))
+            .await
+            .is_ok_and(|result| result.is_ok())
+    }
+}
 
 /// `custom_headers` plus the message's trace context, if it has one.
 fn with_trace_headers(
@@ -75,8 +115,14 @@ impl StreamableHttpClient for TracingHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let initialize = matches!(
+            &message,
+            JsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::InitializeRequest(_))
+        );
         let headers = with_trace_headers(&message, custom_headers);
-        self.0
+        let response = self
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -85,7 +131,18 @@ impl StreamableHttpClient for TracingHttpClient {
                 headers,
                 limits,
             )
-            .await
+            .await;
+        // rmcp opens the stream only for a session with an id.
+        if initialize
+            && !matches!(
+                &response,
+                Ok(StreamableHttpPostResponse::Json(_, Some(_))
+                    | StreamableHttpPostResponse::Sse(_, Some(_)))
+            )
+        {
+            self.standalone_settled();
+        }
+        response
     }
 
     async fn delete_session(
@@ -95,7 +152,7 @@ impl StreamableHttpClient for TracingHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
     }
@@ -108,9 +165,12 @@ impl StreamableHttpClient for TracingHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        let stream = self
+            .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+            .await;
+        self.standalone_settled();
+        stream
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -122,7 +182,8 @@ impl StreamableHttpClient for TracingHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        let stream = self
+            .client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -131,7 +192,9 @@ impl StreamableHttpClient for TracingHttpClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        self.standalone_settled();
+        stream
     }
 }
 
