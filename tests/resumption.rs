@@ -23,7 +23,7 @@
 //!
 //! rmcp 3.11's session manager alone repeats the event `Last-Event-ID`
 //! names and forgets a request's stream once its response is sent; the
-//! gateway's `http/resumable.rs` fixes both, and the tests here hold it to
+//! gateway's `http/resumable/` fixes both, and the tests here hold it to
 //! that: nothing is repeated, and a response produced while the client was
 //! away is still delivered when it comes back.
 

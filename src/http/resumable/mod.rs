@@ -1,0 +1,235 @@
+//! Streamable HTTP resumption that replays exactly the rest of the stream
+//! that dropped: [`ResumableSessions`] wraps rmcp's `LocalSessionManager`
+//! and takes over what happens to a request's SSE stream once its client
+//! goes away.
+//!
+//! rmcp 3.11 alone loses or repeats messages on a resume: it replays from
+//! the event named by `Last-Event-ID` (the spec says strictly after it), and
+//! it forgets a request's stream as soon as the response is sent, so a
+//! client that reconnects after the response was produced (rmcp itself
+//! tells clients to wait 3 s) never gets it. Here:
+//!
+//! - every event of a request's stream is recorded in a log keyed
+//!   by `(session, rmcp's http request id)` while the stream is open;
+//! - when the client drops the stream before it ends, a task keeps reading
+//!   it into the log until the response, and the log is kept for
+//!   60 s after that (`request_stream.rs`);
+//! - `GET` + `Last-Event-ID: <index>/<http request id>` on the same session
+//!   replays the events after that index and follows the log until the
+//!   response; an id of another session or of an unknown stream gets an
+//!   empty stream (rmcp answers an error from `resume` that way);
+//! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
+//!   by one so that rmcp's "from this index" replay means "after this id",
+//!   and so that they no longer collide with the priming event's `0`. A
+//!   resume of it first cuts the session's earlier standalone streams off:
+//!   the client has given up on them, but the server may not have noticed
+//!   the dead connection yet, and rmcp would then make the resumed stream a
+//!   keep-alive-only "shadow" that never carries a message
+//!   (`standalone.rs`).
+//!
+//! A stream that ended while its client was reading it is forgotten at
+//! once: its response was handed to the connection. (If the connection
+//! died in that instant, the response is lost, as with any HTTP response.)
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use futures::{Stream, StreamExt};
+use rmcp::{
+    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    transport::streamable_http_server::session::{
+        local::{LocalSessionManager, LocalSessionManagerError},
+        EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+    },
+};
+
+mod request_stream;
+mod standalone;
+
+use request_stream::{follow, StreamLog};
+
+/// `(session, rmcp's http request id)`: one request's stream.
+type StreamKey = (SessionId, u64);
+
+/// rmcp's session manager with resumable request streams.
+pub struct ResumableSessions {
+    sessions: LocalSessionManager,
+    streams: Arc<Streams>,
+}
+
+impl ResumableSessions {
+    pub fn new(sessions: LocalSessionManager) -> Self {
+        Self {
+            sessions,
+            streams: Arc::default(),
+        }
+    }
+}
+
+/// Why a `Last-Event-ID` cannot be resumed, or rmcp's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error(transparent)]
+    Sessions(#[from] LocalSessionManagerError),
+    #[error("Last-Event-ID {0:?} names no resumable stream of this session")]
+    UnknownStream(String),
+}
+
+impl SessionManager for ResumableSessions {
+    type Error = ResumeError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        Ok(self.sessions.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.sessions.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.sessions.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.streams.forget_session(id);
+        Ok(self.sessions.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.sessions.create_stream(id, message).await?;
+        Ok(self.streams.recorded(id, stream))
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.sessions.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.sessions.create_standalone_stream(id).await?;
+        Ok(self.streams.standalone(id, Box::pin(stream)))
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        match parse_event_id(&last_event_id) {
+            Some(EventPosition::Request {
+                index,
+                http_request,
+            }) => {
+                let log = self
+                    .streams
+                    .get(&(id.clone(), http_request))
+                    .ok_or_else(|| ResumeError::UnknownStream(last_event_id.clone()))?;
+                Ok(follow(log, index + 1).left_stream())
+            }
+            Some(EventPosition::Standalone { index }) => {
+                // rmcp replaces its standalone stream only once it sees the
+                // old one closed.
+                self.streams.cut_standalone(id);
+                // Ours are rmcp's plus one, and rmcp replays from the index
+                // it is given: rmcp's `index` is the first event after ours.
+                let stream = self.sessions.resume(id, index.to_string()).await?;
+                Ok(self.streams.standalone(id, Box::pin(stream)).right_stream())
+            }
+            None => Err(ResumeError::UnknownStream(last_event_id)),
+        }
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(self.sessions.restore_session(id).await?)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.sessions.event_store()
+    }
+}
+
+/// Where an event id of this session points.
+#[derive(Debug, PartialEq, Eq)]
+enum EventPosition {
+    /// `<index>/<http request id>`: rmcp's id for an event of a request's
+    /// stream.
+    Request { index: usize, http_request: u64 },
+    /// `<index>`: an event of the standalone stream (after the shift).
+    Standalone { index: usize },
+}
+
+fn parse_event_id(id: &str) -> Option<EventPosition> {
+    match id.split_once('/') {
+        Some((index, http_request)) => Some(EventPosition::Request {
+            index: index.parse().ok()?,
+            http_request: http_request.parse().ok()?,
+        }),
+        None => Some(EventPosition::Standalone {
+            index: id.parse().ok()?,
+        }),
+    }
+}
+
+/// The streams that can be resumed or cut off, by session.
+#[derive(Default)]
+struct Streams {
+    logs: Mutex<HashMap<StreamKey, Arc<StreamLog>>>,
+    standalone: Mutex<standalone::OpenStandalone>,
+}
+
+impl Streams {
+    /// A closed session's streams end and can no longer be resumed.
+    fn forget_session(&self, session: &SessionId) {
+        self.cut_standalone(session);
+        self.forget_request_streams(session);
+    }
+}
+
+/// A lock that outlives a panic elsewhere: every state here stays
+/// consistent between statements.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_parse_into_their_stream() {
+        assert_eq!(
+            parse_event_id("3/17"),
+            Some(EventPosition::Request {
+                index: 3,
+                http_request: 17
+            })
+        );
+        assert_eq!(
+            parse_event_id("4"),
+            Some(EventPosition::Standalone { index: 4 })
+        );
+        for bad in ["", "x", "-1", "1/", "/2", "1/x", "1/2/3"] {
+            assert_eq!(parse_event_id(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! A request's SSE stream, recorded so that it can be resumed.
+//!
+//! [`Recorded`] is what a POST's response body reads: rmcp's stream, with
+//! every event also written to the stream's [`StreamLog`]. If the client
+//! drops it before the end, the rest is read into the log in the background
+//! until the response, and the log is kept [`ORPHAN_RETENTION`] after that.
+//! [`follow`] is what a resume reads: the log from an index on, then each
+//! new event until the stream ends.
+
+use std::{
+    collections::VecDeque,
+    pin::Pin,
+    sync::{Arc, Mutex, MutexGuard},
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt};
+use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+use tokio::sync::{mpsc, watch};
+
+use super::{lock, parse_event_id, EventPosition, StreamKey, Streams};
+
+/// How long the events of a stream whose client went away are kept after
+/// the stream ended, for the client to come back for its response.
+const ORPHAN_RETENTION: Duration = Duration::from_secs(60);
+
+/// Most events kept per stream; the oldest go first. A long call's early
+/// progress may be gone by the time a late client resumes; the rest and the
+/// response are still there.
+const MAX_KEPT_EVENTS: usize = 256;
+
+/// Events a resume has read ahead of its client.
+const RESUME_BUFFER: usize = 16;
+
+impl Streams {
+    fn logs(&self) -> MutexGuard<'_, std::collections::HashMap<StreamKey, Arc<StreamLog>>> {
+        lock(&self.logs)
+    }
+
+    pub(super) fn get(&self, key: &StreamKey) -> Option<Arc<StreamLog>> {
+        self.logs().get(key).cloned()
+    }
+
+    fn insert(&self, key: StreamKey, log: Arc<StreamLog>) {
+        self.logs().insert(key, log);
+    }
+
+    /// Removes `key` if it still names `log` (a newer stream never shares a
+    /// key, but removal must not depend on that).
+    fn remove(&self, key: &StreamKey, log: &Arc<StreamLog>) {
+        let mut logs = self.logs();
+        if logs.get(key).is_some_and(|kept| Arc::ptr_eq(kept, log)) {
+            logs.remove(key);
+        }
+    }
+
+    /// Ends and forgets `session`'s request streams.
+    pub(super) fn forget_request_streams(&self, session: &SessionId) {
+        self.logs().retain(|(owner, _), log| {
+            let keep = owner != session;
+            if !keep {
+                log.finish();
+            }
+            keep
+        });
+    }
+
+    /// `stream`, a request's stream of `session`, recorded on its way.
+    pub(super) fn recorded<S>(self: &Arc<Self>, session: &SessionId, stream: S) -> Recorded<S>
+    where
+        S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+    {
+        Recorded {
+            inner: Some(stream),
+            log: None,
+            session: session.clone(),
+            streams: self.clone(),
+        }
+    }
+}
+
+/// The recent events of one request's stream, and whether it has ended.
+pub(super) struct StreamLog {
+    state: Mutex<LogState>,
+    /// Bumped after each change, for resumes waiting on the log.
+    changed: watch::Sender<()>,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// `(index, event)` in order; at most [`MAX_KEPT_EVENTS`].
+    events: VecDeque<(usize, ServerSseMessage)>,
+    ended: bool,
+}
+
+impl StreamLog {
+    fn new() -> Self {
+        Self {
+            state: Mutex::default(),
+            changed: watch::Sender::new(()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, LogState> {
+        lock(&self.state)
+    }
+
+    fn record(&self, index: usize, event: ServerSseMessage) {
+        {
+            let mut state = self.state();
+            if state.events.len() == MAX_KEPT_EVENTS {
+                state.events.pop_front();
+            }
+            state.events.push_back((index, event));
+        }
+        self.announce();
+    }
+
+    fn finish(&self) {
+        self.state().ended = true;
+        self.announce();
+    }
+
+    /// A resume subscribes before it reads, so a change made after its read
+    /// always finds a receiver here.
+    fn announce(&self) {
+        if self.changed.receiver_count() > 0 {
+            self.changed.send_replace(());
+        }
+    }
+
+    /// The kept events from index `from` on, and whether the stream ended.
+    fn since(&self, from: usize) -> (Vec<(usize, ServerSseMessage)>, bool) {
+        let state = self.state();
+        let events = state
+            .events
+            .iter()
+            .filter(|(index, _)| *index >= from)
+            .cloned()
+            .collect();
+        (events, state.ended)
+    }
+}
+
+/// The index of an event of a request's stream, from rmcp's
+/// `<index>/<http request id>` id.
+fn request_position(event: &ServerSseMessage) -> Option<(usize, u64)> {
+    match parse_event_id(event.event_id.as_deref()?)? {
+        EventPosition::Request {
+            index,
+            http_request,
+        } => Some((index, http_request)),
+        EventPosition::Standalone { .. } => None,
+    }
+}
+
+/// A request's stream as rmcp produces it, recorded on the way to its
+/// client; dropped unfinished, it is read to its end in the background.
+pub(super) struct Recorded<S>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+{
+    /// `None` once rmcp ended the stream.
+    inner: Option<S>,
+    /// Registered at the first event with an id (which names the stream).
+    log: Option<(StreamKey, Arc<StreamLog>)>,
+    session: SessionId,
+    streams: Arc<Streams>,
+}
+
+impl<S> Recorded<S>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+{
+    fn record(&mut self, event: &ServerSseMessage) {
+        let Some((index, http_request)) = request_position(event) else {
+            return;
+        };
+        let (_, log) = self.log.get_or_insert_with(|| {
+            let key = (self.session.clone(), http_request);
+            let log = Arc::new(StreamLog::new());
+            self.streams.insert(key.clone(), log.clone());
+            (key, log)
+        });
+        log.record(index, event.clone());
+    }
+}
+
+impl<S> Stream for Recorded<S>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+{
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match inner.poll_next_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(event)) => {
+                this.record(&event);
+                Poll::Ready(Some(event))
+            }
+            Poll::Ready(None) => {
+                this.inner = None;
+                // Read to the end by its own client: nothing left to resume.
+                if let Some((key, log)) = this.log.take() {
+                    log.finish();
+                    this.streams.remove(&key, &log);
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+impl<S> Drop for Recorded<S>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+{
+    fn drop(&mut self) {
+        let (Some(inner), Some((key, log))) = (self.inner.take(), self.log.take()) else {
+            // Ended, or dropped before its first event: no client can know
+            // an id to resume it with.
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let streams = self.streams.clone();
+        // Bounded by the request itself: rmcp ends the stream with the
+        // response, the request's timeouts bound that, and a closed
+        // session ends all of its streams.
+        runtime.spawn(keep_reading(inner, key, log, streams));
+    }
+}
+
+/// Reads an abandoned stream into its log until the response, then keeps
+/// the log for [`ORPHAN_RETENTION`].
+async fn keep_reading<S>(mut inner: S, key: StreamKey, log: Arc<StreamLog>, streams: Arc<Streams>)
+where
+    S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
+{
+    while let Some(event) = inner.next().await {
+        if let Some((index, _)) = request_position(&event) {
+            log.record(index, event);
+        }
+    }
+    log.finish();
+    tokio::time::sleep(ORPHAN_RETENTION).await;
+    streams.remove(&key, &log);
+}
+
+/// A resumed stream: the log's events from index `from` on, then each new
+/// one until the stream ends or the client goes away.
+pub(super) fn follow(
+    log: Arc<StreamLog>,
+    from: usize,
+) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
+    let (sender, mut receiver) = mpsc::channel(RESUME_BUFFER);
+    tokio::spawn(async move {
+        let mut changed = log.changed.subscribe();
+        let mut next = from;
+        loop {
+            let (events, ended) = log.since(next);
+            for (index, event) in events {
+                if sender.send(event).await.is_err() {
+                    return;
+                }
+                next = index + 1;
+            }
+            if ended {
+                return;
+            }
+            tokio::select! {
+                change = changed.changed() => if change.is_err() { return },
+                () = sender.closed() => return,
+            }
+        }
+    });
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str) -> ServerSseMessage {
+        ServerSseMessage::priming(id, Duration::from_secs(1))
+    }
+
+    fn ids(events: &[ServerSseMessage]) -> Vec<String> {
+        events.iter().filter_map(|e| e.event_id.clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_is_read_to_its_end_and_resumed_after_the_last_id() {
+        let streams = Arc::new(Streams::default());
+        let session: SessionId = Arc::from("s1");
+        let (sender, receiver) = mpsc::channel(8);
+        let mut recorded = Recorded {
+            inner: Some(Box::pin(futures::stream::unfold(
+                receiver,
+                |mut r| async move { r.recv().await.map(|e| (e, r)) },
+            ))),
+            log: None,
+            session: session.clone(),
+            streams: streams.clone(),
+        };
+        sender.send(event("0/5")).await.unwrap();
+        sender.send(event("1/5")).await.unwrap();
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/5"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/5"]);
+        drop(recorded);
+        // What rmcp sends after the client left still lands in the log.
+        sender.send(event("2/5")).await.unwrap();
+        sender.send(event("3/5")).await.unwrap();
+        drop(sender);
+
+        let log = streams.get(&(session.clone(), 5)).expect("kept");
+        let resumed: Vec<_> = follow(log, 1 + 1).collect().await;
+        assert_eq!(ids(&resumed), ["2/5", "3/5"]);
+        // Another session never finds it.
+        assert!(streams.get(&(Arc::from("s2"), 5)).is_none());
+        streams.forget_request_streams(&session);
+        assert!(streams.get(&(session, 5)).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_read_to_its_end_is_forgotten() {
+        let streams = Arc::new(Streams::default());
+        let session: SessionId = Arc::from("s1");
+        let recorded = Recorded {
+            inner: Some(futures::stream::iter([event("0/1"), event("1/1")])),
+            log: None,
+            session: session.clone(),
+            streams: streams.clone(),
+        };
+        assert_eq!(ids(&recorded.collect::<Vec<_>>().await), ["0/1", "1/1"]);
+        assert!(streams.get(&(session, 1)).is_none());
+    }
+
+    #[test]
+    fn a_log_keeps_only_its_newest_events() {
+        let log = StreamLog::new();
+        for index in 0..MAX_KEPT_EVENTS + 10 {
+            log.record(index, event(&format!("{index}/1")));
+        }
+        let (events, ended) = log.since(0);
+        assert_eq!(events.len(), MAX_KEPT_EVENTS);
+        assert_eq!(events[0].0, 10);
+        assert!(!ended);
+    }
+}
