@@ -657,7 +657,9 @@ async fn response_sent_while_the_client_was_away_is_resumed() {
 /// client resumes while the server still holds the old connection open (as
 /// when the network dropped and the server has not noticed yet): the old
 /// stream is ended and the resumed one carries the messages, instead of
-/// rmcp's keep-alive-only "shadow" stream that would never carry one.
+/// rmcp's keep-alive-only "shadow" stream that would never carry one. The
+/// messages are `tools/list_changed`, which `demo__toggle_bonus` causes and
+/// which belong to no request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_stream_resumes_after_the_last_id() {
     let session = Session::start().await;
@@ -665,31 +667,37 @@ async fn standalone_stream_resumes_after_the_last_id() {
     let priming = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(priming.message().is_none(), "priming: {priming:?}");
 
-    let log = |n: u32| {
+    let toggle = |n: u32| {
         let request = json!({
             "jsonrpc": "2.0",
-            "id": format!("log-{n}"),
+            "id": format!("toggle-{n}"),
             "method": "tools/call",
-            "params": {"name": "demo__log", "arguments": {"level": "info", "data": {"n": n}}},
+            "params": {"name": "demo__toggle_bonus", "arguments": {}},
         });
         let session = &session;
         async move {
-            let mut stream = session.post_stream(&format!("log {n}"), &request).await;
+            let mut stream = session.post_stream(&format!("toggle {n}"), &request).await;
             let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
-            assert_eq!(sort_out(&events).responses.len(), 1, "log {n}: {events:#?}");
+            assert_eq!(
+                sort_out(&events).responses.len(),
+                1,
+                "toggle {n}: {events:#?}"
+            );
         }
     };
-    let logged = |event: &SseEvent| {
+    let list_changed = |event: &SseEvent| {
         let message = event.message().expect("a message");
-        assert_eq!(message["method"], "notifications/message", "{event:?}");
-        message["params"]["data"]["n"].as_u64().expect("n")
+        assert_eq!(
+            message["method"], "notifications/tools/list_changed",
+            "{event:?}"
+        );
     };
-    log(1).await;
+    toggle(1).await;
     let first = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
-    assert_eq!(logged(&first), 1);
-    log(2).await;
+    list_changed(&first);
+    toggle(2).await;
     let second = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
-    assert_eq!(logged(&second), 2);
+    list_changed(&second);
     let ids = [&priming, &first, &second].map(|e| e.id.clone().expect("an id"));
     assert_eq!(
         ids.iter().collect::<HashSet<_>>().len(),
@@ -700,7 +708,7 @@ async fn standalone_stream_resumes_after_the_last_id() {
     // Resumed after the first message: the second, and nothing before it.
     let mut resumed = session.resume(&ids[1]).await;
     let again = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
-    assert_eq!(logged(&again), 2, "{again:?}");
+    list_changed(&again);
     assert_eq!(again.id, second.id);
     // The old stream is over, with nothing more on it.
     let (left, ended) = standalone.until_end_or(Instant::now() + OP_TIMEOUT).await;
@@ -709,8 +717,84 @@ async fn standalone_stream_resumes_after_the_last_id() {
         "old stream: ended {ended}, {left:#?}"
     );
     // And the resumed one is the live stream.
-    log(3).await;
+    toggle(3).await;
     let third = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
-    assert_eq!(logged(&third), 3, "{third:?}");
+    list_changed(&third);
+    assert!(
+        !ids.contains(third.id.as_ref().expect("an id")),
+        "{third:?}"
+    );
+    session.assert_working().await;
+}
+
+/// A log message an upstream sends while serving a call goes on that
+/// call's own POST stream, before its response, with an id of that stream
+/// (how it resumes is unit-tested in `request_stream.rs`); the `GET` stream, which carries what belongs
+/// to no request, does not get it (the next thing on it is the
+/// `list_changed` a later call causes). Transport spec: messages on a
+/// POST's stream "SHOULD relate to the originating client request", those
+/// on the GET stream "SHOULD be unrelated".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_log_messages_ride_its_own_stream() {
+    let session = Session::start().await;
+    let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
+    standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+
+    let log = json!({
+        "jsonrpc": "2.0",
+        "id": "log-1",
+        "method": "tools/call",
+        "params": {"name": "demo__log", "arguments": {"level": "info", "data": {"said": "on my stream"}}},
+    });
+    let mut stream = session.post_stream("log", &log).await;
+    let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
+    eprintln!("log call's stream: {events:#?}");
+    let messages: Vec<(Option<String>, Value)> = events
+        .iter()
+        .filter_map(|e| e.message().map(|m| (e.id.clone(), m)))
+        .collect();
+    assert_eq!(
+        messages.len(),
+        2,
+        "the log message, then the response: {events:#?}"
+    );
+    let (log_id, logged) = &messages[0];
+    assert_eq!(logged["method"], "notifications/message", "{events:#?}");
+    assert_eq!(
+        logged["params"]["data"]["said"], "on my stream",
+        "{events:#?}"
+    );
+    assert_eq!(messages[1].1["id"], "log-1", "{events:#?}");
+    // An id of this stream, placed between rmcp's events.
+    let ids: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
+    assert!(
+        log_id
+            .as_deref()
+            .is_some_and(|id| id.contains('.') && id.contains('/')),
+        "{ids:?}"
+    );
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        ids.len(),
+        "ids repeat: {ids:?}"
+    );
+
+    let toggle = json!({
+        "jsonrpc": "2.0",
+        "id": "toggle",
+        "method": "tools/call",
+        "params": {"name": "demo__toggle_bonus", "arguments": {}},
+    });
+    session
+        .post_stream("toggle", &toggle)
+        .await
+        .until_end(Instant::now() + OP_TIMEOUT)
+        .await;
+    let next = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert_eq!(
+        next.message().expect("a message")["method"],
+        "notifications/tools/list_changed",
+        "the GET stream got something else first: {next:?}"
+    );
     session.assert_working().await;
 }

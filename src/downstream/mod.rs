@@ -12,6 +12,7 @@ mod errors;
 mod handler;
 mod observe;
 mod per_session;
+pub mod request_streams;
 
 use std::{
     collections::HashMap,
@@ -234,6 +235,7 @@ impl SessionState {
             progress_token: None,
             profile: self.profile(),
             log_level: self.log_level.clone(),
+            request_stream: None,
         }));
         let handler = UpstreamHandler::new(info, events, relay);
         let session = upstream::open(&mount.config, mount.timeouts(), handler)

@@ -37,6 +37,7 @@ use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
     coalesce::Coalescer,
     config::{Config, MountConfig},
+    downstream::request_streams::RequestStreams,
     naming::MountName,
     upstream::{discovery, ClientProfile, ListKind, UpstreamEvents, UpstreamSession},
 };
@@ -51,6 +52,8 @@ pub struct Gateway {
     /// Bumped on every catalog change; cursors carry it.
     generation: AtomicU64,
     sessions: SessionRegistry,
+    /// Each downstream request's queue for messages related to it.
+    request_streams: Arc<RequestStreams>,
     /// Tracks live downstream sessions (each holds a token) and the tasks
     /// closing their per-session upstreams, so shutdown can wait for both.
     session_tasks: TaskTracker,
@@ -96,6 +99,7 @@ impl Gateway {
                 catalogs: Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
+                request_streams: Arc::default(),
                 session_tasks: TaskTracker::new(),
                 started: std::time::Instant::now(),
                 refreshes: Coalescer::default(),
@@ -136,6 +140,10 @@ impl Gateway {
             .iter()
             .find(|mount| &mount.config.name == name)
             .cloned()
+    }
+
+    pub fn request_streams(&self) -> &Arc<RequestStreams> {
+        &self.request_streams
     }
 
     pub fn sessions(&self) -> &SessionRegistry {

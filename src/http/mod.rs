@@ -58,7 +58,10 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                 .ok_or_else(|| std::io::Error::other("session limit reached"))?;
             Ok(DownstreamSession::new(factory_gateway.clone(), ticket))
         },
-        Arc::new(resumable::ResumableSessions::new(sessions)),
+        Arc::new(resumable::ResumableSessions::new(
+            sessions,
+            gateway.request_streams().clone(),
+        )),
         mcp_config,
     );
     // One service behind an `Arc`: `route_service` and each layer would

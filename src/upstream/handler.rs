@@ -14,8 +14,8 @@ use rmcp::{
         ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
         CreateMessageResult, CustomNotification, ElicitRequest, ElicitRequestParams, ElicitResult,
         ErrorCode, GetExtensions, ListRootsRequest, ListRootsResult,
-        LoggingMessageNotificationParam, ProgressNotificationParam,
-        ResourceUpdatedNotificationParam, ServerRequest,
+        LoggingMessageNotificationParam, Notification, ProgressNotificationParam,
+        ResourceUpdatedNotificationParam, ServerNotification, ServerRequest,
     },
     service::{NotificationContext, OriginatingRequestId, RequestContext, ServiceError},
     ClientHandler, ErrorData, RoleClient,
@@ -261,8 +261,18 @@ impl ClientHandler for UpstreamHandler {
             }
             Ok(caller) => {
                 metrics().count_relayed("log");
-                if let Err(error) = caller.peer.notify_logging_message(params).await {
-                    tracing::debug!(%error, "could not relay a log message");
+                // On the stream of the request it came with, if that is
+                // still open; else on the session's `GET` stream.
+                let message =
+                    ServerNotification::LoggingMessageNotification(Notification::new(params));
+                let unsent = match &caller.request_stream {
+                    Some(stream) => stream.push(message),
+                    None => Some(message),
+                };
+                if let Some(message) = unsent {
+                    if let Err(error) = caller.peer.send_notification(message).await {
+                        tracing::debug!(%error, "could not relay a log message");
+                    }
                 }
             }
             // Never broadcast: a shared session's unattributed log line

@@ -33,6 +33,7 @@ use rmcp::{
 };
 
 use super::ClientProfile;
+use crate::downstream::request_streams::RelatedQueue;
 
 /// The downstream end of a request: where messages it causes must go.
 #[derive(Clone)]
@@ -48,6 +49,8 @@ pub struct Caller {
     pub profile: ClientProfile,
     /// The log level the client asked for (`logging/setLevel`).
     pub log_level: LogLevelSetting,
+    /// The queue onto that request's own SSE stream, while it is open.
+    pub request_stream: Option<Arc<RelatedQueue>>,
 }
 
 /// A session's `logging/setLevel` choice, shared with its callers. A shared
@@ -95,6 +98,7 @@ impl Caller {
         Caller {
             request_id: None,
             progress_token: None,
+            request_stream: None,
             ..self.clone()
         }
     }

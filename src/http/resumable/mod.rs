@@ -10,7 +10,10 @@
 //! tells clients to wait 3 s) never gets it. Here:
 //!
 //! - every event of a request's stream is recorded in a log keyed
-//!   by `(session, rmcp's http request id)` while the stream is open;
+//!   by `(session, rmcp's http request id)` while the stream is open, with
+//!   the messages the relay queued for that request merged in
+//!   (`downstream/request_streams.rs`: rmcp would send those on the `GET`
+//!   stream);
 //! - when the client drops the stream before it ends, a task keeps reading
 //!   it into the log until the response, and the log is kept for
 //!   60 s after that (`request_stream.rs`);
@@ -48,6 +51,8 @@ use rmcp::{
 mod request_stream;
 mod standalone;
 
+use crate::downstream::request_streams::RequestStreams;
+
 use request_stream::{follow, StreamLog};
 
 /// `(session, rmcp's http request id)`: one request's stream.
@@ -57,13 +62,16 @@ type StreamKey = (SessionId, u64);
 pub struct ResumableSessions {
     sessions: LocalSessionManager,
     streams: Arc<Streams>,
+    /// Where the relay puts messages related to one request.
+    request_streams: Arc<RequestStreams>,
 }
 
 impl ResumableSessions {
-    pub fn new(sessions: LocalSessionManager) -> Self {
+    pub fn new(sessions: LocalSessionManager, request_streams: Arc<RequestStreams>) -> Self {
         Self {
             sessions,
             streams: Arc::default(),
+            request_streams,
         }
     }
 }
@@ -107,8 +115,16 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // Open before rmcp sees the request: its handler may relay a
+        // related message at once.
+        let related = match &message {
+            ClientJsonRpcMessage::Request(request) => {
+                Some(self.request_streams.open(id, request.id.clone()))
+            }
+            _ => None,
+        };
         let stream = self.sessions.create_stream(id, message).await?;
-        Ok(self.streams.recorded(id, stream))
+        Ok(self.streams.recorded(id, stream, related))
     }
 
     async fn accept_message(
@@ -133,15 +149,12 @@ impl SessionManager for ResumableSessions {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         match parse_event_id(&last_event_id) {
-            Some(EventPosition::Request {
-                index,
-                http_request,
-            }) => {
+            Some(EventPosition::Request { at, http_request }) => {
                 let log = self
                     .streams
                     .get(&(id.clone(), http_request))
                     .ok_or_else(|| ResumeError::UnknownStream(last_event_id.clone()))?;
-                Ok(follow(log, index + 1).left_stream())
+                Ok(follow(log, at).left_stream())
             }
             Some(EventPosition::Standalone { index }) => {
                 // rmcp replaces its standalone stream only once it sees the
@@ -172,18 +185,40 @@ impl SessionManager for ResumableSessions {
 #[derive(Debug, PartialEq, Eq)]
 enum EventPosition {
     /// `<index>/<http request id>`: rmcp's id for an event of a request's
-    /// stream.
-    Request { index: usize, http_request: u64 },
+    /// stream; `<index>.<n>/<http request id>`: the `n`th message the
+    /// gateway put on that stream after rmcp's event `<index>`
+    /// (`request_stream.rs`).
+    Request { at: Position, http_request: u64 },
     /// `<index>`: an event of the standalone stream (after the shift).
     Standalone { index: usize },
 }
 
+/// An event's place in a request's stream: after rmcp's event `index`,
+/// the `related`th message the gateway added (0: rmcp's event itself).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Position {
+    index: usize,
+    related: usize,
+}
+
 fn parse_event_id(id: &str) -> Option<EventPosition> {
     match id.split_once('/') {
-        Some((index, http_request)) => Some(EventPosition::Request {
-            index: index.parse().ok()?,
-            http_request: http_request.parse().ok()?,
-        }),
+        Some((at, http_request)) => {
+            let at = match at.split_once('.') {
+                Some((index, related)) => Position {
+                    index: index.parse().ok()?,
+                    related: related.parse().ok()?,
+                },
+                None => Position {
+                    index: at.parse().ok()?,
+                    related: 0,
+                },
+            };
+            Some(EventPosition::Request {
+                at,
+                http_request: http_request.parse().ok()?,
+            })
+        }
         None => Some(EventPosition::Standalone {
             index: id.parse().ok()?,
         }),
@@ -220,7 +255,20 @@ mod tests {
         assert_eq!(
             parse_event_id("3/17"),
             Some(EventPosition::Request {
-                index: 3,
+                at: Position {
+                    index: 3,
+                    related: 0
+                },
+                http_request: 17
+            })
+        );
+        assert_eq!(
+            parse_event_id("3.2/17"),
+            Some(EventPosition::Request {
+                at: Position {
+                    index: 3,
+                    related: 2
+                },
                 http_request: 17
             })
         );
@@ -228,7 +276,9 @@ mod tests {
             parse_event_id("4"),
             Some(EventPosition::Standalone { index: 4 })
         );
-        for bad in ["", "x", "-1", "1/", "/2", "1/x", "1/2/3"] {
+        for bad in [
+            "", "x", "-1", "1/", "/2", "1/x", "1/2/3", "1./2", ".1/2", "1.x/2",
+        ] {
             assert_eq!(parse_event_id(bad), None, "{bad:?}");
         }
     }

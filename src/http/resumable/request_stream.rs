@@ -1,7 +1,10 @@
 //! A request's SSE stream, recorded so that it can be resumed.
 //!
 //! [`Recorded`] is what a POST's response body reads: rmcp's stream, with
-//! every event also written to the stream's [`StreamLog`]. If the client
+//! the messages the relay queued for this request merged in ahead of
+//! rmcp's next event (their ids, `<index>.<n>/<stream>`, place them after
+//! rmcp's event `<index>`), and every event also written to the stream's
+//! [`StreamLog`]. If the client
 //! drops it before the end, the rest is read into the log in the background
 //! until the response, and the log is kept [`ORPHAN_RETENTION`] after that.
 //! [`follow`] is what a resume reads: the log from an index on, then each
@@ -16,10 +19,14 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+use rmcp::{
+    model::ServerJsonRpcMessage,
+    transport::streamable_http_server::session::{ServerSseMessage, SessionId},
+};
 use tokio::sync::{mpsc, watch};
 
-use super::{lock, parse_event_id, EventPosition, StreamKey, Streams};
+use super::{lock, parse_event_id, EventPosition, Position, StreamKey, Streams};
+use crate::downstream::request_streams::OpenQueue;
 
 /// How long the events of a stream whose client went away are kept after
 /// the stream ended, for the client to come back for its response.
@@ -66,13 +73,20 @@ impl Streams {
         });
     }
 
-    /// `stream`, a request's stream of `session`, recorded on its way.
-    pub(super) fn recorded<S>(self: &Arc<Self>, session: &SessionId, stream: S) -> Recorded<S>
+    /// `stream`, a request's stream of `session`, recorded on its way,
+    /// with what the relay queues in `related` merged in.
+    pub(super) fn recorded<S>(
+        self: &Arc<Self>,
+        session: &SessionId,
+        stream: S,
+        related: Option<OpenQueue>,
+    ) -> Recorded<S>
     where
         S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
     {
         Recorded {
             inner: Some(stream),
+            related,
             log: None,
             session: session.clone(),
             streams: self.clone(),
@@ -89,8 +103,8 @@ pub(super) struct StreamLog {
 
 #[derive(Default)]
 struct LogState {
-    /// `(index, event)` in order; at most [`MAX_KEPT_EVENTS`].
-    events: VecDeque<(usize, ServerSseMessage)>,
+    /// In order; at most [`MAX_KEPT_EVENTS`].
+    events: VecDeque<(Position, ServerSseMessage)>,
     ended: bool,
 }
 
@@ -106,13 +120,13 @@ impl StreamLog {
         lock(&self.state)
     }
 
-    fn record(&self, index: usize, event: ServerSseMessage) {
+    fn record(&self, at: Position, event: ServerSseMessage) {
         {
             let mut state = self.state();
             if state.events.len() == MAX_KEPT_EVENTS {
                 state.events.pop_front();
             }
-            state.events.push_back((index, event));
+            state.events.push_back((at, event));
         }
         self.announce();
     }
@@ -130,41 +144,66 @@ impl StreamLog {
         }
     }
 
-    /// The kept events from index `from` on, and whether the stream ended.
-    fn since(&self, from: usize) -> (Vec<(usize, ServerSseMessage)>, bool) {
+    /// The kept events after `after`, and whether the stream ended.
+    fn after(&self, after: Position) -> (Vec<(Position, ServerSseMessage)>, bool) {
         let state = self.state();
         let events = state
             .events
             .iter()
-            .filter(|(index, _)| *index >= from)
+            .filter(|(at, _)| *at > after)
             .cloned()
             .collect();
         (events, state.ended)
     }
 }
 
-/// The index of an event of a request's stream, from rmcp's
+/// Where an event of a request's stream is, from rmcp's
 /// `<index>/<http request id>` id.
-fn request_position(event: &ServerSseMessage) -> Option<(usize, u64)> {
+fn request_position(event: &ServerSseMessage) -> Option<(Position, u64)> {
     match parse_event_id(event.event_id.as_deref()?)? {
-        EventPosition::Request {
-            index,
-            http_request,
-        } => Some((index, http_request)),
+        EventPosition::Request { at, http_request } => Some((at, http_request)),
         EventPosition::Standalone { .. } => None,
     }
 }
 
-/// A request's stream as rmcp produces it, recorded on the way to its
-/// client; dropped unfinished, it is read to its end in the background.
+/// A request stream's log and the place of its latest event.
+struct Logged {
+    key: StreamKey,
+    log: Arc<StreamLog>,
+    last: Position,
+}
+
+impl Logged {
+    fn record_rmcp(&mut self, at: Position, event: &ServerSseMessage) {
+        self.last = at;
+        self.log.record(at, event.clone());
+    }
+
+    /// A queued message as the stream's next event, recorded.
+    fn record_related(&mut self, message: rmcp::model::ServerNotification) -> ServerSseMessage {
+        self.last.related += 1;
+        let (index, related, http_request) = (self.last.index, self.last.related, self.key.1);
+        let event = ServerSseMessage::new(
+            format!("{index}.{related}/{http_request}"),
+            ServerJsonRpcMessage::notification(message),
+        );
+        self.log.record(self.last, event.clone());
+        event
+    }
+}
+
+/// A request's stream as rmcp produces it plus what the relay queued for
+/// it, recorded on the way to its client; dropped unfinished, it is read to
+/// its end in the background.
 pub(super) struct Recorded<S>
 where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
     /// `None` once rmcp ended the stream.
     inner: Option<S>,
+    related: Option<OpenQueue>,
     /// Registered at the first event with an id (which names the stream).
-    log: Option<(StreamKey, Arc<StreamLog>)>,
+    log: Option<Logged>,
     session: SessionId,
     streams: Arc<Streams>,
 }
@@ -174,16 +213,16 @@ where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
     fn record(&mut self, event: &ServerSseMessage) {
-        let Some((index, http_request)) = request_position(event) else {
+        let Some((at, http_request)) = request_position(event) else {
             return;
         };
-        let (_, log) = self.log.get_or_insert_with(|| {
+        let logged = self.log.get_or_insert_with(|| {
             let key = (self.session.clone(), http_request);
             let log = Arc::new(StreamLog::new());
             self.streams.insert(key.clone(), log.clone());
-            (key, log)
+            Logged { key, log, last: at }
         });
-        log.record(index, event.clone());
+        logged.record_rmcp(at, event);
     }
 }
 
@@ -198,6 +237,15 @@ where
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
+        // Queued messages first: the relay queues one before the request's
+        // answer is even produced, so it goes out before that answer. Not
+        // before rmcp's first event (the priming event), which names the
+        // stream.
+        if let (Some(related), Some(logged)) = (&this.related, &mut this.log) {
+            if let Poll::Ready(message) = related.poll_next(cx) {
+                return Poll::Ready(Some(logged.record_related(message)));
+            }
+        }
         match inner.poll_next_unpin(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(event)) => {
@@ -206,10 +254,11 @@ where
             }
             Poll::Ready(None) => {
                 this.inner = None;
+                this.related = None;
                 // Read to the end by its own client: nothing left to resume.
-                if let Some((key, log)) = this.log.take() {
-                    log.finish();
-                    this.streams.remove(&key, &log);
+                if let Some(logged) = this.log.take() {
+                    logged.log.finish();
+                    this.streams.remove(&logged.key, &logged.log);
                 }
                 Poll::Ready(None)
             }
@@ -222,7 +271,7 @@ where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
     fn drop(&mut self) {
-        let (Some(inner), Some((key, log))) = (self.inner.take(), self.log.take()) else {
+        let (Some(inner), Some(logged)) = (self.inner.take(), self.log.take()) else {
             // Ended, or dropped before its first event: no client can know
             // an id to resume it with.
             return;
@@ -234,43 +283,60 @@ where
         // Bounded by the request itself: rmcp ends the stream with the
         // response, the request's timeouts bound that, and a closed
         // session ends all of its streams.
-        runtime.spawn(keep_reading(inner, key, log, streams));
+        runtime.spawn(keep_reading(inner, self.related.take(), logged, streams));
     }
 }
 
-/// Reads an abandoned stream into its log until the response, then keeps
-/// the log for [`ORPHAN_RETENTION`].
-async fn keep_reading<S>(mut inner: S, key: StreamKey, log: Arc<StreamLog>, streams: Arc<Streams>)
-where
+/// Reads an abandoned stream (and its queue) into its log until the
+/// response, then keeps the log for [`ORPHAN_RETENTION`].
+async fn keep_reading<S>(
+    mut inner: S,
+    related: Option<OpenQueue>,
+    mut logged: Logged,
+    streams: Arc<Streams>,
+) where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
-    while let Some(event) = inner.next().await {
-        if let Some((index, _)) = request_position(&event) {
-            log.record(index, event);
+    loop {
+        let next = match &related {
+            Some(related) => tokio::select! {
+                biased;
+                message = related.next() => {
+                    logged.record_related(message);
+                    continue;
+                }
+                event = inner.next() => event,
+            },
+            None => inner.next().await,
+        };
+        let Some(event) = next else { break };
+        if let Some((at, _)) = request_position(&event) {
+            logged.record_rmcp(at, &event);
         }
     }
-    log.finish();
+    drop(related);
+    logged.log.finish();
     tokio::time::sleep(ORPHAN_RETENTION).await;
-    streams.remove(&key, &log);
+    streams.remove(&logged.key, &logged.log);
 }
 
-/// A resumed stream: the log's events from index `from` on, then each new
-/// one until the stream ends or the client goes away.
+/// A resumed stream: the log's events after `after`, then each new one
+/// until the stream ends or the client goes away.
 pub(super) fn follow(
     log: Arc<StreamLog>,
-    from: usize,
+    after: Position,
 ) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static {
     let (sender, mut receiver) = mpsc::channel(RESUME_BUFFER);
     tokio::spawn(async move {
         let mut changed = log.changed.subscribe();
-        let mut next = from;
+        let mut last = after;
         loop {
-            let (events, ended) = log.since(next);
-            for (index, event) in events {
+            let (events, ended) = log.after(last);
+            for (at, event) in events {
                 if sender.send(event).await.is_err() {
                     return;
                 }
-                next = index + 1;
+                last = at;
             }
             if ended {
                 return;
@@ -286,10 +352,17 @@ pub(super) fn follow(
 
 #[cfg(test)]
 mod tests {
+    use rmcp::model::RequestId;
+
     use super::*;
+    use crate::downstream::request_streams::RequestStreams;
 
     fn event(id: &str) -> ServerSseMessage {
         ServerSseMessage::priming(id, Duration::from_secs(1))
+    }
+
+    fn list_changed() -> rmcp::model::ServerNotification {
+        rmcp::model::ServerNotification::ToolListChangedNotification(Default::default())
     }
 
     fn ids(events: &[ServerSseMessage]) -> Vec<String> {
@@ -301,15 +374,13 @@ mod tests {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
         let (sender, receiver) = mpsc::channel(8);
-        let mut recorded = Recorded {
-            inner: Some(Box::pin(futures::stream::unfold(
-                receiver,
-                |mut r| async move { r.recv().await.map(|e| (e, r)) },
-            ))),
-            log: None,
-            session: session.clone(),
-            streams: streams.clone(),
-        };
+        let mut recorded = streams.recorded(
+            &session,
+            Box::pin(futures::stream::unfold(receiver, |mut r| async move {
+                r.recv().await.map(|e| (e, r))
+            })),
+            None,
+        );
         sender.send(event("0/5")).await.unwrap();
         sender.send(event("1/5")).await.unwrap();
         assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/5"]);
@@ -321,7 +392,15 @@ mod tests {
         drop(sender);
 
         let log = streams.get(&(session.clone(), 5)).expect("kept");
-        let resumed: Vec<_> = follow(log, 1 + 1).collect().await;
+        let resumed: Vec<_> = follow(
+            log,
+            Position {
+                index: 1,
+                related: 0,
+            },
+        )
+        .collect()
+        .await;
         assert_eq!(ids(&resumed), ["2/5", "3/5"]);
         // Another session never finds it.
         assert!(streams.get(&(Arc::from("s2"), 5)).is_none());
@@ -330,15 +409,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn queued_messages_go_out_between_rmcp_events_and_resume_in_place() {
+        let streams = Arc::new(Streams::default());
+        let requests = Arc::new(RequestStreams::default());
+        let session: SessionId = Arc::from("s1");
+        let related = requests.open(&session, RequestId::Number(1));
+        let queue = requests.queue("s1", &RequestId::Number(1)).expect("open");
+        let (sender, receiver) = mpsc::channel(8);
+        let mut recorded = streams.recorded(
+            &session,
+            Box::pin(futures::stream::unfold(receiver, |mut r| async move {
+                r.recv().await.map(|e| (e, r))
+            })),
+            Some(related),
+        );
+        // Queued before the priming event: held until it names the stream.
+        assert!(queue.push(list_changed()).is_none(), "open");
+        sender.send(event("0/9")).await.unwrap();
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/9"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.1/9"]);
+        assert!(queue.push(list_changed()).is_none(), "open");
+        // Queued ahead of what rmcp has ready.
+        sender.send(event("1/9")).await.unwrap();
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.2/9"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/9"]);
+        drop(recorded);
+        sender.send(event("2/9")).await.unwrap();
+        drop(sender);
+
+        let log = streams.get(&(session, 9)).expect("kept");
+        let after = |index, related| Position { index, related };
+        let all: Vec<_> = follow(log.clone(), after(0, 0)).collect().await;
+        assert_eq!(ids(&all), ["0.1/9", "0.2/9", "1/9", "2/9"]);
+        // The queue closed with the stream: the relay falls back.
+        assert!(queue.push(list_changed()).is_some());
+        let rest: Vec<_> = follow(log, after(0, 1)).collect().await;
+        assert_eq!(ids(&rest), ["0.2/9", "1/9", "2/9"]);
+    }
+
+    #[tokio::test]
     async fn a_stream_read_to_its_end_is_forgotten() {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
-        let recorded = Recorded {
-            inner: Some(futures::stream::iter([event("0/1"), event("1/1")])),
-            log: None,
-            session: session.clone(),
-            streams: streams.clone(),
-        };
+        let recorded = streams.recorded(
+            &session,
+            futures::stream::iter([event("0/1"), event("1/1")]),
+            None,
+        );
         assert_eq!(ids(&recorded.collect::<Vec<_>>().await), ["0/1", "1/1"]);
         assert!(streams.get(&(session, 1)).is_none());
     }
@@ -347,11 +464,12 @@ mod tests {
     fn a_log_keeps_only_its_newest_events() {
         let log = StreamLog::new();
         for index in 0..MAX_KEPT_EVENTS + 10 {
-            log.record(index, event(&format!("{index}/1")));
+            let at = Position { index, related: 0 };
+            log.record(at, event(&format!("{index}/1")));
         }
-        let (events, ended) = log.since(0);
+        let (events, ended) = log.after(Position::default());
         assert_eq!(events.len(), MAX_KEPT_EVENTS);
-        assert_eq!(events[0].0, 10);
+        assert_eq!(events[0].0.index, 10);
         assert!(!ended);
     }
 }

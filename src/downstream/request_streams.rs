@@ -1,0 +1,203 @@
+//! Messages that belong on one downstream request's own SSE stream.
+//!
+//! The transport says a POST's stream carries the messages related to its
+//! request, and the `GET` stream the unrelated ones. rmcp routes only
+//! progress, cancellations and server requests by their request; any other
+//! notification a handler sends goes to the `GET` stream. So the HTTP layer
+//! opens a [`RelatedQueue`] for each POSTed request (`http/resumable`
+//! merges it into that request's stream, ahead of rmcp's events), and the
+//! relay puts what an upstream sends in the course of that request (its log
+//! messages) there. A message that finds no queue, or a full one, goes the
+//! old way, on the `GET` stream.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard, PoisonError,
+    },
+    task::{Context, Poll},
+};
+
+use futures::task::AtomicWaker;
+use rmcp::model::{RequestId, ServerNotification};
+
+/// Messages waiting for the request's stream; beyond this the relay falls
+/// back to the `GET` stream rather than hold more for a slow reader.
+const MAX_WAITING: usize = 64;
+
+/// Queues by HTTP session id, then request id.
+type OpenQueues = HashMap<Arc<str>, HashMap<RequestId, Arc<RelatedQueue>>>;
+
+/// The open request streams, by HTTP session id and request id.
+#[derive(Default)]
+pub struct RequestStreams {
+    open: Mutex<OpenQueues>,
+}
+
+impl RequestStreams {
+    fn open_streams(&self) -> MutexGuard<'_, OpenQueues> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens the queue of `request` on HTTP session `session`; it closes
+    /// when the returned [`OpenQueue`] is dropped.
+    pub fn open(self: &Arc<Self>, session: &Arc<str>, request: RequestId) -> OpenQueue {
+        let queue = Arc::new(RelatedQueue::default());
+        self.open_streams()
+            .entry(session.clone())
+            .or_default()
+            .insert(request.clone(), queue.clone());
+        OpenQueue {
+            queue,
+            session: session.clone(),
+            request,
+            streams: self.clone(),
+        }
+    }
+
+    /// The queue of `request` on `session`, while its stream is open.
+    pub fn queue(&self, session: &str, request: &RequestId) -> Option<Arc<RelatedQueue>> {
+        self.open_streams().get(session)?.get(request).cloned()
+    }
+
+    fn close(&self, session: &Arc<str>, request: &RequestId, queue: &Arc<RelatedQueue>) {
+        {
+            let _waiting = queue.waiting();
+            queue.closed.store(true, Ordering::Relaxed);
+        }
+        let mut open = self.open_streams();
+        let Some(requests) = open.get_mut(session) else {
+            return;
+        };
+        // A client may reuse a request id once its request is answered; a
+        // newer stream's queue stays.
+        if requests
+            .get(request)
+            .is_some_and(|kept| Arc::ptr_eq(kept, queue))
+        {
+            requests.remove(request);
+        }
+        if requests.is_empty() {
+            open.remove(session);
+        }
+    }
+}
+
+/// Notifications for one request's stream, in order.
+#[derive(Default)]
+pub struct RelatedQueue {
+    waiting: Mutex<VecDeque<ServerNotification>>,
+    waker: AtomicWaker,
+    /// Set when the stream ended: what comes later goes the other way.
+    closed: AtomicBool,
+}
+
+impl RelatedQueue {
+    fn waiting(&self) -> MutexGuard<'_, VecDeque<ServerNotification>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `message`; gives it back when the queue is full or its stream
+    /// has ended.
+    #[must_use = "a message not queued must go another way"]
+    pub fn push(&self, message: ServerNotification) -> Option<ServerNotification> {
+        {
+            let mut waiting = self.waiting();
+            // Checked under the lock `close` takes, so nothing is queued
+            // after the stream let go of its queue.
+            if waiting.len() >= MAX_WAITING || self.closed.load(Ordering::Relaxed) {
+                return Some(message);
+            }
+            waiting.push_back(message);
+        }
+        self.waker.wake();
+        None
+    }
+
+    /// The next queued message, if any; wakes `cx` on the next push.
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<ServerNotification> {
+        self.waker.register(cx.waker());
+        match self.waiting().pop_front() {
+            Some(message) => Poll::Ready(message),
+            None => Poll::Pending,
+        }
+    }
+
+    /// The next queued message, if any, without waiting.
+    pub fn try_next(&self) -> Option<ServerNotification> {
+        self.waiting().pop_front()
+    }
+
+    /// Waits for the next message.
+    pub async fn next(&self) -> ServerNotification {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
+/// A request stream's end of its queue; closes it when dropped.
+pub struct OpenQueue {
+    queue: Arc<RelatedQueue>,
+    session: Arc<str>,
+    request: RequestId,
+    streams: Arc<RequestStreams>,
+}
+
+impl std::ops::Deref for OpenQueue {
+    type Target = RelatedQueue;
+
+    fn deref(&self) -> &RelatedQueue {
+        &self.queue
+    }
+}
+
+impl Drop for OpenQueue {
+    fn drop(&mut self) {
+        self.streams
+            .close(&self.session, &self.request, &self.queue);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::ToolListChangedNotification;
+
+    use super::*;
+
+    fn message() -> ServerNotification {
+        ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
+    }
+
+    #[test]
+    fn a_queue_is_found_while_open_and_bounded() {
+        let streams = Arc::new(RequestStreams::default());
+        let session: Arc<str> = Arc::from("s1");
+        let request = RequestId::Number(7);
+        let open = streams.open(&session, request.clone());
+        let queue = streams.queue("s1", &request).expect("open");
+        assert!(streams.queue("s2", &request).is_none());
+        assert!(streams.queue("s1", &RequestId::Number(8)).is_none());
+        for _ in 0..MAX_WAITING {
+            assert!(queue.push(message()).is_none(), "room");
+        }
+        assert!(queue.push(message()).is_some(), "full");
+        assert!(open.try_next().is_some());
+        drop(open);
+        assert!(streams.queue("s1", &request).is_none());
+        assert!(queue.push(message()).is_some(), "closed with its stream");
+        assert!(streams.open_streams().is_empty());
+    }
+
+    #[test]
+    fn closing_an_old_stream_keeps_a_newer_one_with_the_same_id() {
+        let streams = Arc::new(RequestStreams::default());
+        let session: Arc<str> = Arc::from("s1");
+        let request = RequestId::Number(1);
+        let old = streams.open(&session, request.clone());
+        let new = streams.open(&session, request.clone());
+        drop(old);
+        assert!(streams.queue("s1", &request).is_some());
+        drop(new);
+        assert!(streams.queue("s1", &request).is_none());
+    }
+}
