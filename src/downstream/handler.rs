@@ -84,11 +84,6 @@ impl DownstreamSession {
 
     /// The downstream end of `context`'s request, for the relay.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
-        let http_session = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.headers.get("mcp-session-id"))
-            .and_then(|value| value.to_str().ok());
         Caller {
             session: self.state.key,
             peer: context.peer.clone(),
@@ -96,7 +91,7 @@ impl DownstreamSession {
             progress_token: context.meta.get_progress_token(),
             profile: self.state.profile(),
             log_level: self.state.log_level.clone(),
-            request_stream: http_session
+            request_stream: super::http_session_id(context)
                 .and_then(|session| self.gateway.request_streams().queue(session, &context.id)),
         }
     }

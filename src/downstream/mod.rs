@@ -38,6 +38,24 @@ use crate::{
     },
 };
 
+/// The headers of the HTTP request behind `context` (rmcp puts the
+/// request's `Parts` in its extensions); `None` off HTTP.
+pub(crate) fn http_headers(
+    context: &rmcp::service::RequestContext<RoleServer>,
+) -> Option<&axum::http::HeaderMap> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .map(|parts| &parts.headers)
+}
+
+/// The `Mcp-Session-Id` the client sent with `context`'s request.
+pub(crate) fn http_session_id(context: &rmcp::service::RequestContext<RoleServer>) -> Option<&str> {
+    http_headers(context)?
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+}
+
 /// The rmcp server handler of one downstream session.
 pub struct DownstreamSession {
     gateway: Arc<Gateway>,

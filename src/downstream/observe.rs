@@ -91,14 +91,8 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     context: &RequestContext<RoleServer>,
     work: std::pin::Pin<Box<W>>,
 ) -> Result<T, ErrorData> {
-    let headers = context
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .map(|parts| &parts.headers);
-    let session_id = headers
-        .and_then(|headers| headers.get("mcp-session-id"))
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("");
+    let headers = super::http_headers(context);
+    let session_id = super::http_session_id(context).unwrap_or("");
     let span_name = match tool {
         Some(tool) => format!("{method} {tool}"),
         None => method.to_owned(),
