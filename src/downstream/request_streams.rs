@@ -124,11 +124,6 @@ impl RelatedQueue {
         }
     }
 
-    /// The next queued message, if any, without waiting.
-    pub fn try_next(&self) -> Option<ServerNotification> {
-        self.waiting().pop_front()
-    }
-
     /// Waits for the next message.
     pub async fn next(&self) -> ServerNotification {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
@@ -160,6 +155,7 @@ impl Drop for OpenQueue {
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
     use rmcp::model::ToolListChangedNotification;
 
     use super::*;
@@ -181,7 +177,7 @@ mod tests {
             assert!(queue.push(message()).is_none(), "room");
         }
         assert!(queue.push(message()).is_some(), "full");
-        assert!(open.try_next().is_some());
+        assert!(open.next().now_or_never().is_some());
         drop(open);
         assert!(streams.queue("s1", &request).is_none());
         assert!(queue.push(message()).is_some(), "closed with its stream");
