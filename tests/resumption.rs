@@ -276,16 +276,25 @@ impl Session {
         SseReader::new(&format!("resume after {last_event_id:?}"), response)
     }
 
+    /// Calls `name` under request id `id` on a POST stream read to its end.
+    async fn call(&self, id: &str, name: &str, arguments: Value) -> Vec<SseEvent> {
+        let request = tool_call(id, name, arguments);
+        let mut stream = self.post_stream(&format!("{name} ({id})"), &request).await;
+        stream.until_end(Instant::now() + OP_TIMEOUT).await
+    }
+
+    /// Calls `demo__toggle_bonus`, which makes the gateway announce
+    /// `tools/list_changed` on the session's `GET` stream.
+    async fn toggle_bonus(&self, id: &str) {
+        let events = self.call(id, "demo__toggle_bonus", json!({})).await;
+        assert_eq!(sort_out(&events).responses.len(), 1, "{id}: {events:#?}");
+    }
+
     /// The session still answers a call on a new POST, with its own id.
     async fn assert_working(&self) {
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": "still-here",
-            "method": "tools/call",
-            "params": {"name": "demo__echo", "arguments": {"message": "still here"}},
-        });
-        let mut stream = self.post_stream("echo after the resumes", &request).await;
-        let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
+        let events = self
+            .call("still-here", "demo__echo", json!({"message": "still here"}))
+            .await;
         let responses: Vec<Value> = events
             .iter()
             .filter_map(SseEvent::message)
@@ -302,18 +311,30 @@ impl Session {
     }
 }
 
-/// A `tools/call demo__slow` request asking for progress under `token`.
-fn slow_call(id: &str, token: &str, steps: u32, delay_ms: u64) -> Value {
+/// A `tools/call` request of `name` under request id `id`.
+fn tool_call(id: &str, name: &str, arguments: Value) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
         "method": "tools/call",
-        "params": {
-            "name": "demo__slow",
-            "arguments": {"steps": steps, "delay_ms": delay_ms},
-            "_meta": {"progressToken": token},
-        },
+        "params": {"name": name, "arguments": arguments},
     })
+}
+
+/// A `tools/call demo__slow` request asking for progress under `token`.
+fn slow_call(id: &str, token: &str, steps: u32, delay_ms: u64) -> Value {
+    let mut request = tool_call(
+        id,
+        "demo__slow",
+        json!({"steps": steps, "delay_ms": delay_ms}),
+    );
+    request["params"]["_meta"] = json!({"progressToken": token});
+    request
+}
+
+/// The ids of `ids` that are also in `others`.
+fn ids_in_both<'a>(ids: &'a [String], others: &HashSet<&String>) -> Vec<&'a String> {
+    ids.iter().filter(|id| others.contains(id)).collect()
 }
 
 fn is_response(message: &Value) -> bool {
@@ -463,12 +484,7 @@ async fn resume_replays_only_the_stream_that_dropped() {
         resumed_a.responses.iter().all(|r| r["id"] == "call-a"),
         "another response on A's resumed stream: {events_a:#?}"
     );
-    let ids_b: HashSet<&String> = b.ids.iter().collect();
-    let shared: Vec<&String> = resumed_a
-        .ids
-        .iter()
-        .filter(|id| ids_b.contains(id))
-        .collect();
+    let shared = ids_in_both(&resumed_a.ids, &b.ids.iter().collect());
     assert!(
         shared.is_empty(),
         "event ids {shared:?} appear on both A's resumed stream and B's stream"
@@ -488,12 +504,8 @@ async fn resume_replays_only_the_stream_that_dropped() {
     assert_slow_response(&b, "call-b", 8, "B's stream");
     // All of A's rest, strictly after the last event read: nothing read
     // before the drop comes again.
-    let read_ids: HashSet<&String> = read_a.iter().filter_map(|e| e.id.as_ref()).collect();
-    let repeated: Vec<&String> = resumed_a
-        .ids
-        .iter()
-        .filter(|id| read_ids.contains(id))
-        .collect();
+    let read_ids = read_a.iter().filter_map(|e| e.id.as_ref()).collect();
+    let repeated = ids_in_both(&resumed_a.ids, &read_ids);
     assert!(
         repeated.is_empty(),
         "A's resumed stream repeats events read before the drop (ids {repeated:?}): \
@@ -667,24 +679,6 @@ async fn standalone_stream_resumes_after_the_last_id() {
     let priming = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(priming.message().is_none(), "priming: {priming:?}");
 
-    let toggle = |n: u32| {
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": format!("toggle-{n}"),
-            "method": "tools/call",
-            "params": {"name": "demo__toggle_bonus", "arguments": {}},
-        });
-        let session = &session;
-        async move {
-            let mut stream = session.post_stream(&format!("toggle {n}"), &request).await;
-            let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
-            assert_eq!(
-                sort_out(&events).responses.len(),
-                1,
-                "toggle {n}: {events:#?}"
-            );
-        }
-    };
     let list_changed = |event: &SseEvent| {
         let message = event.message().expect("a message");
         assert_eq!(
@@ -692,10 +686,10 @@ async fn standalone_stream_resumes_after_the_last_id() {
             "{event:?}"
         );
     };
-    toggle(1).await;
+    session.toggle_bonus("toggle-1").await;
     let first = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     list_changed(&first);
-    toggle(2).await;
+    session.toggle_bonus("toggle-2").await;
     let second = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     list_changed(&second);
     let ids = [&priming, &first, &second].map(|e| e.id.clone().expect("an id"));
@@ -717,7 +711,7 @@ async fn standalone_stream_resumes_after_the_last_id() {
         "old stream: ended {ended}, {left:#?}"
     );
     // And the resumed one is the live stream.
-    toggle(3).await;
+    session.toggle_bonus("toggle-3").await;
     let third = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
     list_changed(&third);
     assert!(
@@ -740,14 +734,8 @@ async fn a_calls_log_messages_ride_its_own_stream() {
     let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
     standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
 
-    let log = json!({
-        "jsonrpc": "2.0",
-        "id": "log-1",
-        "method": "tools/call",
-        "params": {"name": "demo__log", "arguments": {"level": "info", "data": {"said": "on my stream"}}},
-    });
-    let mut stream = session.post_stream("log", &log).await;
-    let events = stream.until_end(Instant::now() + OP_TIMEOUT).await;
+    let arguments = json!({"level": "info", "data": {"said": "on my stream"}});
+    let events = session.call("log-1", "demo__log", arguments).await;
     eprintln!("log call's stream: {events:#?}");
     let messages: Vec<(Option<String>, Value)> = events
         .iter()
@@ -779,17 +767,7 @@ async fn a_calls_log_messages_ride_its_own_stream() {
         "ids repeat: {ids:?}"
     );
 
-    let toggle = json!({
-        "jsonrpc": "2.0",
-        "id": "toggle",
-        "method": "tools/call",
-        "params": {"name": "demo__toggle_bonus", "arguments": {}},
-    });
-    session
-        .post_stream("toggle", &toggle)
-        .await
-        .until_end(Instant::now() + OP_TIMEOUT)
-        .await;
+    session.toggle_bonus("toggle").await;
     let next = standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert_eq!(
         next.message().expect("a message")["method"],
