@@ -7,7 +7,11 @@
 //! rmcp client's response cache is off: the gateway keeps its own cache and
 //! must never be served a stale list.
 
-use std::{collections::HashMap, process::Stdio, sync::Mutex, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::{
@@ -15,15 +19,14 @@ use rmcp::{
     service::ClientInitializeError,
     transport::{
         streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport,
-        TokioChildProcess,
     },
     ClientCacheConfig, ServiceExt,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{
-    http_client::TracingHttpClient, ordered::OrderedTransport, process_group::ProcessGroupGuard,
-    UpstreamHandler, UpstreamSession,
+    child::ChildTransport, http_client::TracingHttpClient, ordered::OrderedTransport,
+    process_group::ProcessGroupGuard, raw::RawAnswers, UpstreamHandler, UpstreamSession,
 };
 use crate::config::{MountConfig, Timeouts, UpstreamTransport};
 use tokio_util::sync::CancellationToken;
@@ -62,9 +65,10 @@ pub async fn open(
     handler: UpstreamHandler,
 ) -> Result<UpstreamSession, UpstreamError> {
     let ended = CancellationToken::new();
+    let raw = Arc::new(RawAnswers::default());
     let started = tokio::time::timeout(
         timeouts.initialize,
-        start(mount, timeouts, handler, ended.clone()),
+        start(mount, timeouts, handler, ended.clone(), raw.clone()),
     )
     .await;
     let (service, pid, group) = match started {
@@ -84,6 +88,7 @@ pub async fn open(
         service: Mutex::new(Some(service)),
         pid,
         relay,
+        raw,
         group: Mutex::new(group),
         ended,
     })
@@ -96,6 +101,7 @@ async fn start(
     timeouts: Timeouts,
     handler: UpstreamHandler,
     ended: CancellationToken,
+    raw: Arc<RawAnswers>,
 ) -> Result<(Running, Option<u32>, ProcessGroupGuard), UpstreamError> {
     match &mount.transport {
         UpstreamTransport::Stdio {
@@ -111,12 +117,12 @@ async fn start(
             }
             let mut wrapped = CommandWrap::from(cmd);
             wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-            let (process, stderr) = TokioChildProcess::builder(wrapped)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|source| UpstreamError::Spawn {
-                    command: command.clone(),
-                    source,
+            let (process, stderr) =
+                ChildTransport::spawn(wrapped, raw.clone()).map_err(|source| {
+                    UpstreamError::Spawn {
+                        command: command.clone(),
+                        source,
+                    }
                 })?;
             let pid = process.id();
             // From here on, abandoning the start (timeout, shutdown) kills
@@ -131,7 +137,7 @@ async fn start(
                     }
                 });
             }
-            let transport = OrderedTransport::new(process, handler.relay().clone(), ended);
+            let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok((service, pid, group))
         }
@@ -157,11 +163,12 @@ async fn start(
             // re-initialization would drop the upstream's subscriptions
             // and (per-session mounts) its state without anyone noticing.
             config.reinit_on_expired_session = false;
-            let (client, standalone) = TracingHttpClient::new(client);
+            let (client, standalone) = TracingHttpClient::new(client, raw.clone());
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),
                 ended,
+                raw,
             );
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             if !standalone.settled(STANDALONE_SETTLE_LIMIT).await {

@@ -6,11 +6,13 @@
 //! as HTTP headers too, so HTTP-level tracing in front of the upstream sees
 //! the same trace. It also tells [`StandaloneStream`] when the server has
 //! answered the session's first `GET` (the stream for messages that belong
-//! to no request). Everything else is reqwest's own implementation.
+//! to no request), and shows the SSE answers to requests marked in
+//! [`RawAnswers`] to it before rmcp parses them. Everything else is
+//! reqwest's own implementation.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use futures::stream::BoxStream;
+use futures::{stream::BoxStream, StreamExt};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
     model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage},
@@ -22,18 +24,22 @@ use rmcp::{
 use sse_stream::Sse;
 use tokio::sync::watch;
 
+use super::raw::RawAnswers;
+
 #[derive(Clone)]
 pub struct TracingHttpClient {
     client: reqwest::Client,
     standalone: Arc<watch::Sender<bool>>,
+    raw: Arc<RawAnswers>,
 }
 
 impl TracingHttpClient {
-    pub fn new(client: reqwest::Client) -> (Self, StandaloneStream) {
+    pub fn new(client: reqwest::Client, raw: Arc<RawAnswers>) -> (Self, StandaloneStream) {
         let (standalone, settled) = watch::channel(false);
         let client = Self {
             client,
             standalone: Arc::new(standalone),
+            raw,
         };
         (client, StandaloneStream(settled))
     }
@@ -120,6 +126,10 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::InitializeRequest(_))
         );
+        let raw_wanted = matches!(
+            &message,
+            JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)
+        );
         let headers = with_trace_headers(&message, custom_headers);
         let response = self
             .client
@@ -142,7 +152,23 @@ impl StreamableHttpClient for TracingHttpClient {
         {
             self.standalone_settled();
         }
-        response
+        match response {
+            // An `application/json` answer was parsed by rmcp already; the
+            // requester falls back to rmcp's reading of it.
+            Ok(StreamableHttpPostResponse::Sse(events, session)) if raw_wanted => {
+                let raw = self.raw.clone();
+                let events = events.inspect(move |event| {
+                    if let Ok(Sse {
+                        data: Some(data), ..
+                    }) = event
+                    {
+                        raw.offer(data.as_bytes());
+                    }
+                });
+                Ok(StreamableHttpPostResponse::Sse(events.boxed(), session))
+            }
+            other => other,
+        }
     }
 
     async fn delete_session(

@@ -6,6 +6,7 @@
 //! [`discovery`] reads the upstream's lists. Nothing here knows about
 //! downstream sessions: events go out through [`UpstreamEvents`].
 
+pub mod child;
 pub mod connect;
 pub mod discovery;
 pub mod handler;
@@ -13,6 +14,7 @@ pub mod http_client;
 pub mod ordered;
 pub mod process_group;
 pub mod profile;
+pub mod raw;
 pub mod relay;
 
 use std::{
@@ -53,6 +55,8 @@ pub struct UpstreamSession {
     pid: Option<u32>,
     /// Attributes what the upstream sends to the downstream caller.
     relay: Arc<Relay>,
+    /// Answers the gateway needs as the upstream wrote them.
+    raw: Arc<raw::RawAnswers>,
     /// Kills a stdio upstream's process group when this session goes away.
     group: Mutex<process_group::ProcessGroupGuard>,
     /// Cancelled when the connection ends, however it ends.
@@ -117,6 +121,47 @@ impl UpstreamSession {
         cancel: &CancellationToken,
         limit: RequestLimit,
     ) -> Result<ServerResult, RequestError> {
+        Ok(self.exchange(request, caller, cancel, limit).await?.0)
+    }
+
+    /// Like [`Self::request`], for a method whose answer the gateway needs
+    /// as the upstream wrote it: one rmcp has no type for, or one whose
+    /// type would reshape it. Sent as given, answered with the upstream's
+    /// own `result` (or, when rmcp parsed it before it could be seen, as
+    /// rmcp read it).
+    pub async fn request_raw(
+        &self,
+        method: &str,
+        params: serde_json::Map<String, serde_json::Value>,
+        caller: Caller,
+        cancel: &CancellationToken,
+        limit: RequestLimit,
+    ) -> Result<serde_json::Value, RequestError> {
+        let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
+            method.to_owned(),
+            Some(serde_json::Value::Object(params)),
+        ));
+        let (typed, raw) = self.exchange(request, caller, cancel, limit).await?;
+        match raw {
+            Some(raw) => Ok(raw),
+            None => serde_json::to_value(typed).map_err(|error| {
+                RequestError::Service(ServiceError::McpError(rmcp::ErrorData::internal_error(
+                    error.to_string(),
+                    None,
+                )))
+            }),
+        }
+    }
+
+    /// A request and its answer, typed and (for requests marked by
+    /// [`raw::wants_raw_answer`]) as written, when it was seen.
+    async fn exchange(
+        &self,
+        request: ClientRequest,
+        caller: Caller,
+        cancel: &CancellationToken,
+        limit: RequestLimit,
+    ) -> Result<(ServerResult, Option<serde_json::Value>), RequestError> {
         let method = request.method().to_owned();
         let span = tracing::info_span!(
             "mcp.upstream.request",
@@ -154,16 +199,22 @@ impl UpstreamSession {
         caller: Caller,
         cancel: &CancellationToken,
         limit: RequestLimit,
-    ) -> Result<ServerResult, RequestError> {
+    ) -> Result<(ServerResult, Option<serde_json::Value>), RequestError> {
         // The upstream continues the client's trace (W3C, in `_meta`).
         crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
         // Until registered, what the upstream sends about this request
         // waits for it (`Relay::settle`) rather than finding no caller.
         let sending = self.relay.sending();
+        let keeps_raw = raw::wants_raw_answer(&request);
         let handle = self
             .peer
             .send_cancellable_request(request, Default::default())
             .await?;
+        // Whatever happens to the request, its mark goes with it.
+        let raw_answer = keeps_raw.then(|| TakeRawAnswer {
+            raw: &self.raw,
+            id: Some(handle.id.clone()),
+        });
         let inflight =
             self.relay
                 .register(handle.id.clone(), handle.progress_token.clone(), caller);
@@ -217,7 +268,34 @@ impl UpstreamSession {
         }
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;
-        Ok(answer?)
+        let answer = answer?;
+        Ok((answer, raw_answer.and_then(TakeRawAnswer::take)))
+    }
+
+    /// One page of the upstream's tools, typed and as written (`execution`
+    /// and other fields rmcp's `Tool` lacks are only in the latter).
+    pub async fn list_tools_page(
+        &self,
+        cursor: Option<String>,
+    ) -> Result<(rmcp::model::ListToolsResult, Option<serde_json::Value>), ServiceError> {
+        let params = cursor
+            .map(|cursor| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+            params,
+            ..Default::default()
+        });
+        let handle = self
+            .peer
+            .send_cancellable_request(request, Default::default())
+            .await?;
+        let raw_answer = TakeRawAnswer {
+            raw: &self.raw,
+            id: Some(handle.id.clone()),
+        };
+        match handle.await_response().await? {
+            ServerResult::ListToolsResult(result) => Ok((result, raw_answer.take())),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
     }
 
     /// Cancelled when the connection ends (for watchers that must not keep
@@ -267,6 +345,27 @@ impl std::fmt::Debug for UpstreamSession {
             .field("mount", &self.mount)
             .field("pid", &self.pid)
             .finish()
+    }
+}
+
+/// Takes a request's raw answer (or forgets its mark, when dropped unused).
+struct TakeRawAnswer<'a> {
+    raw: &'a raw::RawAnswers,
+    /// `None` once taken.
+    id: Option<RequestId>,
+}
+
+impl TakeRawAnswer<'_> {
+    fn take(mut self) -> Option<serde_json::Value> {
+        self.raw.take(&self.id.take()?)
+    }
+}
+
+impl Drop for TakeRawAnswer<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.raw.take(&id);
+        }
     }
 }
 

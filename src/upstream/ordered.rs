@@ -25,7 +25,10 @@ use rmcp::{
 
 use tokio_util::sync::CancellationToken;
 
-use super::Relay;
+use super::{
+    raw::{wants_raw_answer, RawAnswers},
+    Relay,
+};
 
 /// An error answering no request in particular (`id` absent or null) that
 /// talks about the session: what servers built on the TypeScript SDK's
@@ -40,15 +43,23 @@ pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
     ended: CancellationToken,
+    /// Told which requests' answers to keep verbatim as they go out.
+    raw: Arc<RawAnswers>,
 }
 
 impl<T> OrderedTransport<T> {
     /// `ended` is cancelled when the connection ends, however it ends.
-    pub fn new(inner: T, relay: Arc<Relay>, ended: CancellationToken) -> Self {
+    pub fn new(
+        inner: T,
+        relay: Arc<Relay>,
+        ended: CancellationToken,
+        raw: Arc<RawAnswers>,
+    ) -> Self {
         Self {
             inner,
             relay,
             ended,
+            raw,
         }
     }
 }
@@ -67,6 +78,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Marked before it is sent, so the answer cannot come first.
+        if let JsonRpcMessage::Request(request) = &item {
+            if wants_raw_answer(&request.request) {
+                self.raw.want(&request.id);
+            }
+        }
         self.inner.send(item)
     }
 

@@ -1,0 +1,265 @@
+//! The upstream's answers to chosen requests, exactly as it wrote them.
+//!
+//! rmcp parses every answer into its typed `ServerResult`, whose model is
+//! newer than the protocol the gateway speaks upstream: a 2025-11-25 tool's
+//! `execution`, or a `tasks/get` answer (which rmcp reads as the later
+//! SEP-2663 shape, dropping `ttl` and `pollInterval`), would not survive the
+//! round trip. So the transport marks the requests whose answers the gateway
+//! needs verbatim (`tools/list`, and every request rmcp has no type for,
+//! sent as a custom request) when they go out ([`RawAnswers::want`]), and
+//! reads those answers off the wire before rmcp parses them
+//! ([`RawAnswers::offer`], fed by [`TapReader`] for stdio and by the HTTP
+//! client for SSE). The requester then takes the raw answer by request id.
+//!
+//! Only the last [`KEPT`] marks are kept, so a request that never got its
+//! answer (cancelled, timed out) cannot make this grow.
+
+use std::{
+    collections::VecDeque,
+    io,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    task::{Context, Poll},
+};
+
+use rmcp::model::{ClientRequest, RequestId};
+use serde_json::Value;
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// How many marked requests are remembered at once.
+const KEPT: usize = 64;
+
+/// A line longer than this (rmcp's own stdio limit) is not looked at.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Whether the gateway needs `request`'s answer verbatim.
+pub fn wants_raw_answer(request: &ClientRequest) -> bool {
+    matches!(
+        request,
+        ClientRequest::ListToolsRequest(_) | ClientRequest::CustomRequest(_)
+    )
+}
+
+#[derive(Default)]
+pub struct RawAnswers {
+    /// Marked request ids (as JSON) and, once seen, their `result`.
+    slots: Mutex<VecDeque<(Value, Option<Value>)>>,
+    /// Marks without an answer yet: while zero, nothing is parsed.
+    waiting: AtomicUsize,
+}
+
+impl RawAnswers {
+    /// Marks `id`: its answer will be kept when it arrives.
+    pub fn want(&self, id: &RequestId) {
+        let Ok(id) = serde_json::to_value(id) else {
+            return;
+        };
+        let mut slots = lock(&self.slots);
+        slots.push_back((id, None));
+        self.waiting.fetch_add(1, Ordering::Release);
+        while slots.len() > KEPT {
+            if let Some((_, None)) = slots.pop_front() {
+                self.waiting.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether an answer is awaited for `id`.
+    pub fn is_wanted(&self, id: &RequestId) -> bool {
+        let Ok(id) = serde_json::to_value(id) else {
+            return false;
+        };
+        lock(&self.slots)
+            .iter()
+            .any(|(wanted, answer)| *wanted == id && answer.is_none())
+    }
+
+    /// Whether any marked request still waits for its answer.
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Looks at one incoming JSON-RPC message; keeps its `result` if it
+    /// answers a marked request.
+    pub fn offer(&self, message: &[u8]) {
+        if !self.is_waiting() {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            id: Option<Value>,
+            result: Option<Value>,
+        }
+        let Ok(Answer {
+            id: Some(id),
+            result: Some(result),
+        }) = serde_json::from_slice::<Answer>(message)
+        else {
+            return;
+        };
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots
+            .iter_mut()
+            .find(|(wanted, answer)| *wanted == id && answer.is_none())
+        {
+            slot.1 = Some(result);
+            self.waiting.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// The answer to `id` as the upstream wrote it, if it was marked and
+    /// seen; forgets it either way.
+    pub fn take(&self, id: &RequestId) -> Option<Value> {
+        let id = serde_json::to_value(id).ok()?;
+        let mut slots = lock(&self.slots);
+        let index = slots.iter().position(|(wanted, _)| *wanted == id)?;
+        let (_, answer) = slots.remove(index)?;
+        if answer.is_none() {
+            self.waiting.fetch_sub(1, Ordering::Release);
+        }
+        answer
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A stdio server's stdout, passed through unchanged, with each line shown
+/// to [`RawAnswers::offer`] while an answer is awaited.
+pub struct TapReader<R> {
+    inner: R,
+    raw: Arc<RawAnswers>,
+    line: Vec<u8>,
+    /// The current line started while nothing was awaited (or grew too
+    /// long): skip to its end.
+    skipping: bool,
+}
+
+impl<R> TapReader<R> {
+    pub fn new(inner: R, raw: Arc<RawAnswers>) -> Self {
+        Self {
+            inner,
+            raw,
+            line: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    fn observe(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let end = bytes.iter().position(|byte| *byte == b'\n');
+            let (chunk, rest) = match end {
+                Some(end) => (&bytes[..end], &bytes[end + 1..]),
+                None => (bytes, &[][..]),
+            };
+            if self.line.is_empty() && !self.skipping && !self.raw.is_waiting() {
+                self.skipping = true;
+            }
+            if !self.skipping {
+                if self.line.len() + chunk.len() > MAX_LINE {
+                    self.line = Vec::new();
+                    self.skipping = true;
+                } else {
+                    self.line.extend_from_slice(chunk);
+                }
+            }
+            if end.is_some() {
+                if !self.skipping {
+                    self.raw.offer(&self.line);
+                }
+                self.line.clear();
+                self.skipping = false;
+            }
+            bytes = rest;
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for TapReader<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            this.observe(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::NumberOrString;
+    use tokio::io::AsyncReadExt;
+
+    fn id(n: i64) -> RequestId {
+        NumberOrString::Number(n)
+    }
+
+    #[test]
+    fn keeps_only_answers_to_marked_requests() {
+        let raw = RawAnswers::default();
+        raw.offer(br#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#);
+        raw.want(&id(2));
+        raw.offer(br#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#);
+        raw.offer(br#"{"jsonrpc":"2.0","id":2,"result":{"task":{"ttl":5}}}"#);
+        assert!(!raw.is_waiting());
+        assert_eq!(raw.take(&id(1)), None);
+        assert_eq!(
+            raw.take(&id(2)),
+            Some(serde_json::json!({"task": {"ttl": 5}}))
+        );
+        assert_eq!(raw.take(&id(2)), None, "taken once");
+    }
+
+    #[test]
+    fn an_error_answer_is_not_a_result() {
+        let raw = RawAnswers::default();
+        raw.want(&id(7));
+        raw.offer(br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}"#);
+        assert_eq!(raw.take(&id(7)), None);
+        assert!(!raw.is_waiting(), "take forgets an unanswered mark");
+    }
+
+    #[test]
+    fn marks_are_bounded() {
+        let raw = RawAnswers::default();
+        for n in 0..(KEPT as i64 + 10) {
+            raw.want(&id(n));
+        }
+        assert_eq!(lock(&raw.slots).len(), KEPT);
+        assert!(!raw.is_wanted(&id(0)), "the oldest marks are dropped");
+        assert!(raw.is_wanted(&id(KEPT as i64 + 9)));
+    }
+
+    #[tokio::test]
+    async fn the_tap_passes_bytes_through_and_sees_split_lines() {
+        let raw = Arc::new(RawAnswers::default());
+        raw.want(&id(3));
+        let wire = b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":[{\"name\":\"t\",\"execution\":{\"taskSupport\":\"required\"}}]}}\n";
+        // A reader that hands out a few bytes at a time splits lines.
+        let (mut writer, reader) = tokio::io::duplex(7);
+        let feed = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            writer.write_all(wire).await.unwrap();
+        });
+        let mut tap = TapReader::new(reader, raw.clone());
+        let mut out = Vec::new();
+        tap.read_to_end(&mut out).await.unwrap();
+        feed.await.unwrap();
+        assert_eq!(out, wire.to_vec());
+        let answer = raw.take(&id(3)).expect("the answer was seen");
+        assert_eq!(answer["tools"][0]["execution"]["taskSupport"], "required");
+    }
+}
