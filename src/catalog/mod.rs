@@ -14,6 +14,7 @@ mod route;
 use std::{collections::HashMap, sync::Arc};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+use serde_json::Value;
 
 pub use page::{page, PageError, PAGE_SIZE};
 pub use route::Route;
@@ -24,6 +25,9 @@ use crate::naming::{MountName, Namespace, Separator};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MountCatalog {
     pub tools: Vec<Tool>,
+    /// Each tool's `execution` (2025-11-25 task support) by upstream name,
+    /// for the tools that declare one: rmcp's `Tool` has no such field.
+    pub tool_execution: HashMap<String, Value>,
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -52,6 +56,8 @@ pub struct MergedCatalog {
     /// Changes whenever the content does; cursors carry it.
     pub generation: u64,
     pub tools: Vec<Tool>,
+    /// Each listed tool's `execution`, by qualified name, where declared.
+    pub tool_execution: HashMap<String, Value>,
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -87,6 +93,11 @@ impl MergedCatalog {
                 if let Some(kept) = claim(&mut merged.tool_routes, &name, view, &tool.name) {
                     collisions.push(collision("tool", name, kept, view));
                     continue;
+                }
+                if let Some(execution) = view.catalog.tool_execution.get(tool.name.as_ref()) {
+                    merged
+                        .tool_execution
+                        .insert(name.clone(), execution.clone());
                 }
                 let mut tool = tool.clone();
                 tool.name = name.into();

@@ -22,6 +22,7 @@ fn view(mount: &str, namespace: &str, tools: &[&str], uris: &[&str]) -> MountVie
                 .collect(),
             resources: uris.iter().map(|uri| Resource::new(*uri, "r")).collect(),
             templates: vec![ResourceTemplate::new("tmpl://{id}", "t")],
+            tool_execution: HashMap::new(),
         }),
     }
 }

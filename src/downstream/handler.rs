@@ -12,12 +12,13 @@ use std::{borrow::Cow, sync::Arc};
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest,
-        CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
-        GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        PaginatedRequestParams, ProtocolVersion, ReadResourceRequest, ReadResourceRequestParams,
-        ReadResourceResponse, Reference, RequestMetaObject, ServerCapabilities, ServerConfig,
-        ServerResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+        CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, GetPromptRequest,
+        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequest,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestMetaObject,
+        ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
+        SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext},
     ErrorData, RoleServer, ServerHandler,
@@ -83,7 +84,7 @@ impl DownstreamSession {
     }
 
     /// The downstream end of `context`'s request, for the relay.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+    pub(super) fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
         Caller {
             session: self.state.key,
             peer: context.peer.clone(),
@@ -98,13 +99,13 @@ impl DownstreamSession {
 
     /// The session's catalog, after making sure its per-session mounts
     /// were discovered for this client's profile.
-    async fn catalog(&self) -> Arc<MergedCatalog> {
+    pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
         self.gateway.prepare(self.state.profile()).await;
         self.state.catalog(&self.gateway)
     }
 
     /// The mount a route names and this session's upstream for it.
-    async fn connect(
+    pub(super) async fn connect(
         &self,
         route: &Route,
     ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
@@ -122,7 +123,7 @@ impl DownstreamSession {
 
 /// The client's `_meta` for the upstream request, minus the progress token:
 /// rmcp puts its own token on every outbound request.
-fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObject> {
+pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObject> {
     let mut meta = meta.clone();
     meta.0.remove("progressToken");
     (!meta.0.is_empty()).then_some(meta)
@@ -522,6 +523,42 @@ impl ServerHandler for DownstreamSession {
             answer.map_err(RouteError::into_mcp_error)
         })
         .await
+    }
+
+    /// The requests `tasks::as_custom_request` handed here: 2025-11-25
+    /// tasks, and `tools/list` once some tool declares an `execution`.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let CustomRequest { method, params, .. } = request;
+        let answer = match method.as_str() {
+            "tools/call" => self.call_tool_as_task(params, context).await,
+            "tasks/get" => self.task_request("tasks/get", params, context).await,
+            "tasks/result" => self.task_request("tasks/result", params, context).await,
+            "tasks/cancel" => self.task_request("tasks/cancel", params, context).await,
+            "tasks/list" => self.list_tasks(params, context).await,
+            "tools/list" => {
+                let params = params
+                    .map(serde_json::from_value::<PaginatedRequestParams>)
+                    .transpose()
+                    .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+                let result = self.list_tools(params, context).await?;
+                let catalog = self.catalog().await;
+                match super::tasks::with_execution(&result, &catalog.tool_execution) {
+                    Some(listed) => Ok(listed),
+                    None => serde_json::to_value(result)
+                        .map_err(|error| ErrorData::internal_error(error.to_string(), None)),
+                }
+            }
+            _ => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            )),
+        };
+        answer.map(CustomResult)
     }
 
     /// Sets the level on every upstream this session uses that declares

@@ -13,6 +13,7 @@ mod handler;
 mod observe;
 mod per_session;
 pub mod request_streams;
+pub mod tasks;
 
 use std::{
     collections::HashMap,
@@ -79,6 +80,7 @@ impl DownstreamSession {
             _alive: gateway.session_tasks().token(),
             refreshes: Coalescer::default(),
             requests: admission::RequestSlots::default(),
+            tasks: tasks::TaskTable::default(),
             _ticket: ticket,
         });
         Self { gateway, state }
@@ -119,6 +121,8 @@ pub(crate) struct SessionState {
     refreshes: Coalescer<(MountName, ListKind)>,
     /// Requests in flight, against `max_concurrent_requests`.
     requests: admission::RequestSlots,
+    /// The tasks this session created, by the gateway's id for each.
+    tasks: tasks::TaskTable,
     /// This session's place under `max_sessions`.
     _ticket: SessionTicket,
 }

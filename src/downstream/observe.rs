@@ -67,7 +67,8 @@ plain_outcome!(
     ListResourceTemplatesResult,
     GetPromptResponse,
     ReadResourceResponse,
-    CompleteResult
+    CompleteResult,
+    serde_json::Value
 );
 
 /// Runs one downstream request's `work` inside its span, then counts and

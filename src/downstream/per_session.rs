@@ -85,7 +85,7 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
         return;
     };
     let mut fresh = MountCatalog::default();
-    if let Err(error) = discovery::refresh(upstream.peer(), kind, &mut fresh).await {
+    if let Err(error) = discovery::refresh(&upstream, kind, &mut fresh).await {
         tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
         return;
     }

@@ -37,7 +37,7 @@ use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
     coalesce::Coalescer,
     config::{Config, MountConfig},
-    downstream::request_streams::RequestStreams,
+    downstream::{request_streams::RequestStreams, tasks::TaskToolsListed},
     naming::MountName,
     upstream::{discovery, ClientProfile, ListKind, UpstreamEvents, UpstreamSession},
 };
@@ -54,6 +54,8 @@ pub struct Gateway {
     sessions: SessionRegistry,
     /// Each downstream request's queue for messages related to it.
     request_streams: Arc<RequestStreams>,
+    /// Set once a catalog lists a tool with an `execution`.
+    task_tools: Arc<TaskToolsListed>,
     /// Tracks live downstream sessions (each holds a token) and the tasks
     /// closing their per-session upstreams, so shutdown can wait for both.
     session_tasks: TaskTracker,
@@ -100,6 +102,7 @@ impl Gateway {
                 generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
                 request_streams: Arc::default(),
+                task_tools: Arc::default(),
                 session_tasks: TaskTracker::new(),
                 started: std::time::Instant::now(),
                 refreshes: Coalescer::default(),
@@ -144,6 +147,10 @@ impl Gateway {
 
     pub fn request_streams(&self) -> &Arc<RequestStreams> {
         &self.request_streams
+    }
+
+    pub fn task_tools(&self) -> &Arc<TaskToolsListed> {
+        &self.task_tools
     }
 
     pub fn sessions(&self) -> &SessionRegistry {
@@ -274,6 +281,14 @@ impl Gateway {
         let mut catalogs = lock(&self.catalogs);
         self.generation.fetch_add(1, Ordering::AcqRel);
         catalogs.clear();
+        drop(catalogs);
+        if self
+            .mounts()
+            .iter()
+            .any(|mount| mount.lists_tool_execution())
+        {
+            self.task_tools.saw_one();
+        }
     }
 
     /// Downstream requests in flight.
@@ -358,7 +373,7 @@ impl Gateway {
             .get_or_create(&mount.labels())
             .inc();
         let mut fresh = MountCatalog::default();
-        if let Err(error) = discovery::refresh(session.peer(), kind, &mut fresh).await {
+        if let Err(error) = discovery::refresh(&session, kind, &mut fresh).await {
             tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
             return;
         }

@@ -292,6 +292,15 @@ impl Mount {
             .unwrap_or_default()
     }
 
+    /// Whether any catalog known for this mount has a tool declaring an
+    /// `execution` (2025-11-25 task support).
+    pub fn lists_tool_execution(&self) -> bool {
+        lock(&self.profiles)
+            .values()
+            .filter_map(|p| p.catalog())
+            .any(|catalog| !catalog.tool_execution.is_empty())
+    }
+
     /// Whether `profile`'s first start has finished (either way).
     pub fn is_discovered(&self, profile: ClientProfile) -> bool {
         lock(&self.profiles)

@@ -146,7 +146,7 @@ async fn start_and_discover(
         idle: timeouts.request,
         ceiling: timeouts.request_ceiling,
     };
-    let discovered = tokio::time::timeout(limit.idle, discovery::discover(session.peer())).await;
+    let discovered = tokio::time::timeout(limit.idle, discovery::discover(&session)).await;
     let catalog = match discovered {
         Ok(Ok(catalog)) => catalog,
         Ok(Err(error)) => {

@@ -323,6 +323,12 @@ pub async fn check_json_body(
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, message);
         }
     }
+    let mut parts = parts;
+    // rmcp's model has no place for a `tools/call`'s `task` (2025-11-25);
+    // it reaches the session as a request extension instead.
+    if let Some(task) = crate::downstream::tasks::task_augmentation(&bytes) {
+        parts.extensions.insert(task);
+    }
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
     next.run(request).await

@@ -61,6 +61,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         Arc::new(resumable::ResumableSessions::new(
             sessions,
             gateway.request_streams().clone(),
+            gateway.task_tools().clone(),
         )),
         mcp_config,
     );

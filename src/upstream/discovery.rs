@@ -2,38 +2,76 @@
 //!
 //! Only lists the upstream declared a capability for are requested (asking
 //! for others gets "method not found" from strict servers). rmcp's
-//! `list_all_*` follow every `nextCursor`, so no page is dropped.
+//! `list_all_*` follow every `nextCursor`, so no page is dropped; tools are
+//! paged here, to keep each tool's `execution` (2025-11-25), which rmcp's
+//! `Tool` has no field for, from the upstream's own answer.
 
-use rmcp::{service::ServiceError, Peer, RoleClient};
+use std::collections::HashMap;
 
-use super::ListKind;
+use rmcp::{model::Tool, service::ServiceError};
+use serde_json::Value;
+
+use super::{ListKind, UpstreamSession};
 use crate::catalog::MountCatalog;
 
+/// More pages than this means a server that keeps handing out cursors.
+const MAX_TOOL_PAGES: usize = 1000;
+
 /// Reads every list the upstream offers.
-pub async fn discover(peer: &Peer<RoleClient>) -> Result<MountCatalog, ServiceError> {
+pub async fn discover(session: &UpstreamSession) -> Result<MountCatalog, ServiceError> {
     let mut catalog = MountCatalog::default();
     for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-        refresh(peer, kind, &mut catalog).await?;
+        refresh(session, kind, &mut catalog).await?;
     }
     Ok(catalog)
 }
 
+/// Every page of the upstream's tools, and the `execution` of those that
+/// declare one.
+async fn all_tools(
+    session: &UpstreamSession,
+) -> Result<(Vec<Tool>, HashMap<String, Value>), ServiceError> {
+    let mut tools = Vec::new();
+    let mut execution = HashMap::new();
+    let mut cursor = None;
+    for _ in 0..MAX_TOOL_PAGES {
+        let (page, raw) = session.list_tools_page(cursor).await?;
+        let raw_tools = raw.as_ref().and_then(|raw| raw.get("tools")?.as_array());
+        for tool in raw_tools.into_iter().flatten() {
+            if let (Some(name), Some(declared)) = (
+                tool.get("name").and_then(Value::as_str),
+                tool.get("execution"),
+            ) {
+                execution.insert(name.to_owned(), declared.clone());
+            }
+        }
+        tools.extend(page.tools);
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return Ok((tools, execution));
+        }
+    }
+    tracing::warn!(mount = %session.mount(), "tools/list still had more pages after {MAX_TOOL_PAGES}; keeping what was read");
+    Ok((tools, execution))
+}
+
 /// Re-reads one list into `catalog`, leaving the others as they are.
 pub async fn refresh(
-    peer: &Peer<RoleClient>,
+    session: &UpstreamSession,
     kind: ListKind,
     catalog: &mut MountCatalog,
 ) -> Result<(), ServiceError> {
+    let peer = session.peer();
     let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
     let declared = |check: fn(&rmcp::model::ServerCapabilities) -> bool| {
         capabilities.as_ref().is_some_and(check)
     };
     match kind {
         ListKind::Tools => {
-            catalog.tools = if declared(|c| c.tools.is_some()) {
-                peer.list_all_tools().await?
+            (catalog.tools, catalog.tool_execution) = if declared(|c| c.tools.is_some()) {
+                all_tools(session).await?
             } else {
-                Vec::new()
+                Default::default()
             };
         }
         ListKind::Prompts => {
@@ -62,7 +100,10 @@ pub async fn refresh(
 /// other's.
 pub fn replace_kind(catalog: &mut MountCatalog, kind: ListKind, fresh: MountCatalog) {
     match kind {
-        ListKind::Tools => catalog.tools = fresh.tools,
+        ListKind::Tools => {
+            catalog.tools = fresh.tools;
+            catalog.tool_execution = fresh.tool_execution;
+        }
         ListKind::Prompts => catalog.prompts = fresh.prompts,
         ListKind::Resources => {
             catalog.resources = fresh.resources;

@@ -543,11 +543,6 @@ async def raw_request(c: Client, method: str, params: dict[str, Any]) -> dict[st
 TERMINAL = {"completed", "failed", "cancelled"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="2025-11-25 tasks are not relayed yet (issue 3 is open): rmcp 3.11 models the later "
-    "SEP-2663 tasks, so `execution`, `params.task`, CreateTaskResult and tasks/* need raw-JSON relay",
-)
 async def test_research_task_runs_to_its_result(target: Target) -> None:
     """`simulate-research-query` is a task tool (`execution.taskSupport:
     "required"`). Per 2025-11-25: the gateway declares `tasks.requests.tools.call`;

@@ -51,7 +51,10 @@ use rmcp::{
 mod request_stream;
 mod standalone;
 
-use crate::downstream::request_streams::RequestStreams;
+use crate::downstream::{
+    request_streams::RequestStreams,
+    tasks::{self, TaskToolsListed},
+};
 
 use request_stream::{follow, StreamLog};
 
@@ -64,14 +67,22 @@ pub struct ResumableSessions {
     streams: Arc<Streams>,
     /// Where the relay puts messages related to one request.
     request_streams: Arc<RequestStreams>,
+    /// Whether any catalog lists a tool with an `execution`, which only
+    /// the custom-request path can show.
+    task_tools: Arc<TaskToolsListed>,
 }
 
 impl ResumableSessions {
-    pub fn new(sessions: LocalSessionManager, request_streams: Arc<RequestStreams>) -> Self {
+    pub fn new(
+        sessions: LocalSessionManager,
+        request_streams: Arc<RequestStreams>,
+        task_tools: Arc<TaskToolsListed>,
+    ) -> Self {
         Self {
             sessions,
             streams: Arc::default(),
             request_streams,
+            task_tools,
         }
     }
 }
@@ -98,7 +109,8 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        Ok(self.sessions.initialize_session(id, message).await?)
+        let answer = self.sessions.initialize_session(id, message).await?;
+        Ok(tasks::declare_tasks(answer))
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
@@ -123,6 +135,7 @@ impl SessionManager for ResumableSessions {
             }
             _ => None,
         };
+        let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
         Ok(self.streams.recorded(id, stream, related))
     }

@@ -1,0 +1,572 @@
+//! 2025-11-25 tasks through the gateway.
+//!
+//! A task-augmented `tools/call` is sent to the tool's mount as written
+//! (with its `task`), and the task the upstream creates gets a
+//! gateway-wide id, `<mount>/<upstream id>`, so two upstreams' ids never
+//! collide. The session keeps which task ids it created ([`TaskTable`]);
+//! `tasks/get`, `tasks/result` and `tasks/cancel` are routed by that table
+//! to the mount's upstream under the upstream's own id, and every task id
+//! in their answers (`taskId`, related-task `_meta`) is mapped back.
+//! `tasks/list` asks each mount this session has tasks on and lists only
+//! this session's own, under the gateway's cursor. A task id this session
+//! did not create is unknown to it, so one client can never read or
+//! cancel another's task on a shared upstream.
+//!
+//! rmcp models the later SEP-2663 tasks, not these: the HTTP edge keeps a
+//! `tools/call`'s `task` ([`task_augmentation`]), [`declare_tasks`] adds
+//! the capability to the `initialize` answer, and the upstream's answers
+//! are taken as written (`UpstreamSession::request_raw`).
+
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use rmcp::model::{
+    CallToolResult, ClientJsonRpcMessage, ClientRequest, CustomRequest, GetExtensions, GetMeta,
+    ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::{service::RequestContext, ErrorData, RoleServer};
+use serde_json::{json, Map, Value};
+
+use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
+use crate::{catalog, gateway::Mount, naming::MountName, rewrite};
+
+/// The `_meta` key that ties a message to a task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The oldest protocol version with tasks.
+const TASKS_SINCE: &str = "2025-11-25";
+
+/// At most this many upstream `tasks/list` pages are read per mount.
+const MAX_LIST_PAGES: usize = 100;
+
+/// The `task` of a task-augmented `tools/call`, kept by the HTTP edge as a
+/// request extension: rmcp's `CallToolRequestParams` has no such field.
+#[derive(Debug, Clone)]
+pub struct TaskAugmentation(pub Map<String, Value>);
+
+/// The `task` params of `body`, if it is a task-augmented `tools/call`.
+pub fn task_augmentation(body: &[u8]) -> Option<TaskAugmentation> {
+    // Cheap first: almost no body mentions it.
+    if !body.windows(6).any(|window| window == b"\"task\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Message {
+        method: Option<String>,
+        params: Option<Params>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        task: Option<Value>,
+    }
+    let message: Message = serde_json::from_slice(body).ok()?;
+    match (message.method.as_deref(), message.params?.task?) {
+        (Some("tools/call"), Value::Object(task)) => Some(TaskAugmentation(task)),
+        _ => None,
+    }
+}
+
+/// Whether any catalog has listed a tool with an `execution`. Until one
+/// has, `tools/list` keeps rmcp's typed path.
+#[derive(Debug, Default)]
+pub struct TaskToolsListed(AtomicBool);
+
+impl TaskToolsListed {
+    pub fn saw_one(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn any(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Hands the requests rmcp's model would misread to the session's
+/// custom-request handler, with their params as the client wrote them:
+/// a task-augmented `tools/call` (its `task` kept by the edge),
+/// `tasks/get` and `tasks/cancel` (which rmcp takes for SEP-2663's), and,
+/// once some tool declares an `execution`, `tools/list`.
+pub fn as_custom_request(message: ClientJsonRpcMessage, task_tools: bool) -> ClientJsonRpcMessage {
+    let ClientJsonRpcMessage::Request(mut request) = message else {
+        return message;
+    };
+    let augmentation = request
+        .request
+        .extensions()
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<TaskAugmentation>())
+        .cloned();
+    let (method, params) = match &request.request {
+        ClientRequest::CallToolRequest(call) => match augmentation {
+            Some(TaskAugmentation(task)) => {
+                let mut params = serde_json::to_value(&call.params).unwrap_or_default();
+                if let Some(params) = params.as_object_mut() {
+                    params.insert("task".to_owned(), Value::Object(task));
+                }
+                ("tools/call", Some(params))
+            }
+            None => return ClientJsonRpcMessage::Request(request),
+        },
+        ClientRequest::GetTaskRequest(get) => ("tasks/get", serde_json::to_value(&get.params).ok()),
+        ClientRequest::CancelTaskRequest(cancel) => {
+            ("tasks/cancel", serde_json::to_value(&cancel.params).ok())
+        }
+        ClientRequest::ListToolsRequest(list) if task_tools => (
+            "tools/list",
+            list.params
+                .as_ref()
+                .and_then(|params| serde_json::to_value(params).ok()),
+        ),
+        _ => return ClientJsonRpcMessage::Request(request),
+    };
+    let meta = request.request.get_meta().clone();
+    let mut custom = CustomRequest::new(method, params);
+    custom.extensions = request.request.extensions().clone();
+    custom.extensions.insert(meta);
+    request.request = ClientRequest::CustomRequest(custom);
+    ClientJsonRpcMessage::Request(request)
+}
+
+/// Adds the gateway's `tasks` capability to an `initialize` answer that
+/// negotiated a version with tasks (rmcp's `ServerCapabilities` has no
+/// such field). The gateway itself answers `tasks/list` and
+/// `tasks/cancel` and accepts task-augmented `tools/call`; whether a tool
+/// runs as a task is its `execution.taskSupport`, as its upstream said.
+pub fn declare_tasks(message: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
+    let ServerJsonRpcMessage::Response(mut response) = message else {
+        return message;
+    };
+    let ServerResult::InitializeResult(init) = &response.result else {
+        return ServerJsonRpcMessage::Response(response);
+    };
+    if init.protocol_version.as_str() < TASKS_SINCE {
+        return ServerJsonRpcMessage::Response(response);
+    }
+    let Ok(mut result) = serde_json::to_value(init) else {
+        return ServerJsonRpcMessage::Response(response);
+    };
+    if let Some(capabilities) = result
+        .get_mut("capabilities")
+        .and_then(Value::as_object_mut)
+    {
+        capabilities.insert(
+            "tasks".to_owned(),
+            json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } }),
+        );
+    }
+    response.result = ServerResult::CustomResult(rmcp::model::CustomResult(result));
+    ServerJsonRpcMessage::Response(response)
+}
+
+/// Adds each listed tool's `execution` (kept by discovery) to a
+/// `tools/list` answer; `None` when no tool on the page has one.
+pub(crate) fn with_execution(
+    result: &rmcp::model::ListToolsResult,
+    execution: &HashMap<String, Value>,
+) -> Option<Value> {
+    if execution.is_empty()
+        || !result
+            .tools
+            .iter()
+            .any(|tool| execution.contains_key(tool.name.as_ref()))
+    {
+        return None;
+    }
+    let mut value = serde_json::to_value(result).ok()?;
+    for tool in value.get_mut("tools")?.as_array_mut()? {
+        let Some(tool) = tool.as_object_mut() else {
+            continue;
+        };
+        let declared = tool
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|name| execution.get(name));
+        if let Some(declared) = declared {
+            tool.insert("execution".to_owned(), declared.clone());
+        }
+    }
+    Some(value)
+}
+
+/// Where one of this session's tasks lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TaskHome {
+    mount: MountName,
+    upstream_id: String,
+}
+
+/// The tasks one session created, by the id the gateway gave each.
+#[derive(Debug, Default)]
+pub(crate) struct TaskTable(std::sync::Mutex<HashMap<String, TaskHome>>);
+
+impl TaskTable {
+    fn add(&self, mount: &MountName, upstream_id: &str) -> String {
+        let id = format!("{mount}/{upstream_id}");
+        lock(&self.0).insert(
+            id.clone(),
+            TaskHome {
+                mount: mount.clone(),
+                upstream_id: upstream_id.to_owned(),
+            },
+        );
+        id
+    }
+
+    fn get(&self, id: &str) -> Option<TaskHome> {
+        lock(&self.0).get(id).cloned()
+    }
+
+    fn forget(&self, id: &str) {
+        lock(&self.0).remove(id);
+    }
+
+    /// This session's tasks on each mount: upstream id → gateway id.
+    fn by_mount(&self) -> Vec<(MountName, HashMap<String, String>)> {
+        let mut mounts: Vec<(MountName, HashMap<String, String>)> = Vec::new();
+        for (id, home) in lock(&self.0).iter() {
+            let ids = match mounts.iter_mut().find(|(mount, _)| *mount == home.mount) {
+                Some((_, ids)) => ids,
+                None => {
+                    mounts.push((home.mount.clone(), HashMap::new()));
+                    &mut mounts.last_mut().expect("just pushed").1
+                }
+            };
+            ids.insert(home.upstream_id.clone(), id.clone());
+        }
+        mounts
+    }
+}
+
+/// Replaces the task id at `task` (a `Task` object) and in related-task
+/// `_meta` with the gateway's.
+fn rename_task(task: &mut Value, id: &str) {
+    if let Some(task) = task.as_object_mut() {
+        if task.contains_key("taskId") {
+            task.insert("taskId".to_owned(), Value::String(id.to_owned()));
+        }
+    }
+}
+
+fn rename_related_task(result: &mut Value, id: &str) {
+    if let Some(related) = result
+        .get_mut("_meta")
+        .and_then(|meta| meta.get_mut(RELATED_TASK))
+    {
+        rename_task(related, id);
+    }
+}
+
+fn unknown_task(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("unknown task {id:?}"),
+        Some(json!({ "taskId": id })),
+    )
+}
+
+fn task_id_param(params: &Option<Value>) -> Result<String, ErrorData> {
+    params
+        .as_ref()
+        .and_then(|params| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| ErrorData::invalid_params("params.taskId (a string) is required", None))
+}
+
+impl DownstreamSession {
+    /// `tools/call` with `task`: the upstream creates the task; the client
+    /// gets it under the gateway's id.
+    pub(crate) async fn call_tool_as_task(
+        &self,
+        params: Option<Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        let Some(Value::Object(mut params)) = params else {
+            return Err(ErrorData::invalid_params("tools/call needs params", None));
+        };
+        let tool_name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.handle("tools/call", Some(&tool_name), &context, async {
+            let answer = async {
+                let route = self
+                    .catalog()
+                    .await
+                    .resolve_tool(&tool_name)
+                    .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
+                let (mount, upstream) = self.connect(&route).await?;
+                params.insert("name".to_owned(), Value::String(route.original.to_string()));
+                set_meta(&mut params, &context);
+                let limit = mount.request_limit(Some(route.original.as_ref()));
+                let mut result = upstream
+                    .request_raw(
+                        "tools/call",
+                        params,
+                        self.caller(&context),
+                        &context.ct,
+                        limit,
+                    )
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                let upstream_id = result
+                    .pointer("/task/taskId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                match upstream_id {
+                    Some(upstream_id) => {
+                        let id = self.state.tasks.add(&mount.config.name, &upstream_id);
+                        if let Some(task) = result.get_mut("task") {
+                            rename_task(task, &id);
+                        }
+                        rename_related_task(&mut result, &id);
+                        Ok(result)
+                    }
+                    // The upstream ran it as a plain call (it may ignore
+                    // `task`): relay that result as any other.
+                    None => Ok(qualified_tool_result(&mount, result)),
+                }
+            }
+            .await;
+            answer.map_err(RouteError::into_mcp_error)
+        })
+        .await
+    }
+
+    /// `tasks/get`, `tasks/result` and `tasks/cancel`: routed by the task's
+    /// home, answered with the gateway's id in place of the upstream's.
+    pub(crate) async fn task_request(
+        &self,
+        method: &'static str,
+        params: Option<Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        self.handle(method, None, &context, async {
+            let id = task_id_param(&params)?;
+            let home = self.state.tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
+            let answer = async {
+                let (mount, upstream) = self.connect_mount(&home.mount).await?;
+                let mut upstream_params = match params.clone() {
+                    Some(Value::Object(params)) => params,
+                    _ => Map::new(),
+                };
+                upstream_params.insert("taskId".to_owned(), Value::String(home.upstream_id.clone()));
+                set_meta(&mut upstream_params, &context);
+                let limit = mount.request_limit(None);
+                let mut result = upstream
+                    .request_raw(method, upstream_params, self.caller(&context), &context.ct, limit)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                match method {
+                    // The task's payload: what the original `tools/call`
+                    // would have answered.
+                    "tasks/result" => result = qualified_tool_result(&mount, result),
+                    _ => rename_task(&mut result, &id),
+                }
+                rename_related_task(&mut result, &id);
+                Ok(result)
+            }
+            .await;
+            answer.map_err(|error| {
+                if matches!(&error, RouteError::UpstreamError { error, .. } if error.code == rmcp::model::ErrorCode::INVALID_PARAMS) && method == "tasks/get" {
+                    // The upstream no longer knows it (its TTL ran out).
+                    self.state.tasks.forget(&id);
+                }
+                error.into_mcp_error()
+            })
+        })
+        .await
+    }
+
+    /// `tasks/list`: this session's tasks on every mount it has tasks on,
+    /// as each upstream lists them now, under the gateway's cursor.
+    pub(crate) async fn list_tasks(
+        &self,
+        params: Option<Value>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        self.handle("tasks/list", None, &context, async {
+            let mut tasks = Vec::new();
+            for (mount_name, ids) in self.state.tasks.by_mount() {
+                let listed = self.list_mount_tasks(&mount_name, &context).await;
+                let listed = match listed {
+                    Ok(listed) => listed,
+                    Err(error) => {
+                        tracing::debug!(mount = %mount_name, %error, "tasks/list failed upstream");
+                        continue;
+                    }
+                };
+                for mut task in listed {
+                    let Some(id) = task
+                        .get("taskId")
+                        .and_then(Value::as_str)
+                        .and_then(|upstream_id| ids.get(upstream_id))
+                    else {
+                        // Another session's task on a shared upstream.
+                        continue;
+                    };
+                    let id = id.clone();
+                    rename_task(&mut task, &id);
+                    tasks.push(task);
+                }
+            }
+            let cursor = params
+                .as_ref()
+                .and_then(|params| params.get("cursor"))
+                .and_then(Value::as_str);
+            let (page, next) = catalog::page(&tasks, 0, cursor, catalog::PAGE_SIZE)
+                .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+            let mut result = json!({ "tasks": page });
+            if let Some(next) = next {
+                result["nextCursor"] = Value::String(next);
+            }
+            Ok(result)
+        })
+        .await
+    }
+
+    /// Every task `mount`'s upstream lists for this session's connection.
+    async fn list_mount_tasks(
+        &self,
+        mount: &MountName,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Vec<Value>, RouteError> {
+        let (mount, upstream) = self.connect_mount(mount).await?;
+        let mut tasks = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let mut params = Map::new();
+            if let Some(cursor) = cursor.take() {
+                params.insert("cursor".to_owned(), Value::String(cursor));
+            }
+            let result = upstream
+                .request_raw(
+                    "tasks/list",
+                    params,
+                    self.caller(context),
+                    &context.ct,
+                    mount.request_limit(None),
+                )
+                .await
+                .map_err(|error| RouteError::upstream(&mount.config, error))?;
+            if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
+                tasks.extend(listed.iter().cloned());
+            }
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        Ok(tasks)
+    }
+
+    /// The mount named `name` and this session's upstream for it.
+    async fn connect_mount(
+        &self,
+        name: &MountName,
+    ) -> Result<
+        (
+            std::sync::Arc<Mount>,
+            std::sync::Arc<crate::upstream::UpstreamSession>,
+        ),
+        RouteError,
+    > {
+        let route = catalog::Route {
+            mount: name.clone(),
+            original: "".into(),
+        };
+        self.connect(&route).await
+    }
+}
+
+/// The client's `_meta` for the upstream (minus the progress token rmcp
+/// replaces with its own).
+fn set_meta(params: &mut Map<String, Value>, context: &RequestContext<RoleServer>) {
+    match forwarded_meta(&context.meta).and_then(|meta| serde_json::to_value(meta).ok()) {
+        Some(meta) => params.insert("_meta".to_owned(), meta),
+        None => params.remove("_meta"),
+    };
+}
+
+/// A tool result as written by the upstream, its resource links given the
+/// mount's namespace. One rmcp cannot read is relayed unchanged.
+fn qualified_tool_result(mount: &Mount, result: Value) -> Value {
+    match serde_json::from_value::<CallToolResult>(result.clone()) {
+        Ok(mut typed) => {
+            rewrite::qualify_tool_result(&mount.config.namespace, &mut typed);
+            serde_json::to_value(typed).unwrap_or(result)
+        }
+        Err(_) => result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_tools_call_with_a_task_object_is_augmented() {
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":{"ttl":60000}}}"#;
+        let kept = task_augmentation(call).expect("augmented");
+        assert_eq!(kept.0.get("ttl"), Some(&json!(60000)));
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"task":{}}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"t","task":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":"x"}}"#,
+        ] {
+            assert!(task_augmentation(body).is_none(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn ids_are_per_mount_and_only_the_creating_table_knows_them() {
+        let a = TaskTable::default();
+        let b = TaskTable::default();
+        let one = MountName::new("one").unwrap();
+        let two = MountName::new("two").unwrap();
+        let first = a.add(&one, "1");
+        let second = a.add(&two, "1");
+        assert_ne!(first, second, "the same upstream id on two mounts");
+        assert_eq!(a.get(&first).unwrap().upstream_id, "1");
+        assert_eq!(a.get(&second).unwrap().mount, two);
+        assert!(b.get(&first).is_none(), "another session's table");
+        let mut by_mount = a.by_mount();
+        by_mount.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        assert_eq!(by_mount[0].1.get("1"), Some(&first));
+        assert_eq!(by_mount[1].1.get("1"), Some(&second));
+    }
+
+    #[test]
+    fn task_ids_in_answers_are_renamed() {
+        let mut created = json!({"task": {"taskId": "u1", "status": "working", "ttl": 5}});
+        rename_task(created.get_mut("task").unwrap(), "m/u1");
+        assert_eq!(
+            created,
+            json!({"task": {"taskId": "m/u1", "status": "working", "ttl": 5}})
+        );
+        let mut result =
+            json!({"content": [], "_meta": {RELATED_TASK: {"taskId": "u1"}, "other": 1}});
+        rename_related_task(&mut result, "m/u1");
+        assert_eq!(result["_meta"][RELATED_TASK]["taskId"], "m/u1");
+        assert_eq!(result["_meta"]["other"], 1, "other _meta untouched");
+    }
+
+    #[test]
+    fn execution_is_added_only_where_declared() {
+        let tools: rmcp::model::ListToolsResult = serde_json::from_value(json!({
+            "tools": [
+                {"name": "a__plain", "inputSchema": {"type": "object"}},
+                {"name": "a__task", "inputSchema": {"type": "object"}}
+            ]
+        }))
+        .unwrap();
+        assert!(with_execution(&tools, &HashMap::new()).is_none());
+        let execution = HashMap::from([("a__task".to_owned(), json!({"taskSupport": "required"}))]);
+        let listed = with_execution(&tools, &execution).expect("a tool declares one");
+        assert!(listed["tools"][0].get("execution").is_none());
+        assert_eq!(listed["tools"][1]["execution"]["taskSupport"], "required");
+    }
+}
