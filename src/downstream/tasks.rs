@@ -30,10 +30,7 @@ use rmcp::{service::RequestContext, ErrorData, RoleServer};
 use serde_json::{json, Map, Value};
 
 use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
-use crate::{catalog, gateway::Mount, naming::MountName, rewrite};
-
-/// The `_meta` key that ties a message to a task.
-const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+use crate::{catalog, gateway::Mount, naming::MountName, rewrite, upstream::relay::RELATED_TASK};
 
 /// The oldest protocol version with tasks.
 const TASKS_SINCE: &str = "2025-11-25";
@@ -318,6 +315,14 @@ impl DownstreamSession {
                 match upstream_id {
                     Some(upstream_id) => {
                         let id = self.state.tasks.add(&mount.config.name, &upstream_id);
+                        // Status notifications and in-task requests name
+                        // the task: they go to this session.
+                        let relay = upstream.relay();
+                        let (owner, early) =
+                            relay.remember_task(&upstream_id, self.caller(&context), id.clone());
+                        for status in early {
+                            crate::upstream::handler::send_task_status(relay, &owner, status).await;
+                        }
                         if let Some(task) = result.get_mut("task") {
                             rename_task(task, &id);
                         }

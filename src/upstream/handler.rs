@@ -13,15 +13,16 @@ use rmcp::{
     model::{
         ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
         CreateMessageResult, CustomNotification, ElicitRequest, ElicitRequestParams, ElicitResult,
-        ErrorCode, GetExtensions, ListRootsRequest, ListRootsResult,
-        LoggingMessageNotificationParam, Notification, ProgressNotificationParam,
-        ResourceUpdatedNotificationParam, ServerNotification, ServerRequest,
+        ErrorCode, GetExtensions, GetMeta, ListRootsRequest, ListRootsResult,
+        LoggingMessageNotificationParam, Notification, NotificationMetaObject,
+        ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerNotification,
+        ServerRequest,
     },
     service::{NotificationContext, OriginatingRequestId, RequestContext, ServiceError},
     ClientHandler, ErrorData, RoleClient,
 };
 
-use super::relay::{Caller, Relay};
+use super::relay::{related_task, Caller, Relay, TaskOwner, RELATED_TASK};
 use crate::telemetry::metrics;
 
 /// Which list an upstream said has changed.
@@ -69,7 +70,8 @@ impl UpstreamHandler {
     /// upstream gets instead.
     async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
         self.relay.settle().await;
-        self.relay.attribute(&context.extensions).map_err(|why| {
+        let related_task = related_task(&context.meta.0);
+        self.relay.attribute(&context.extensions, related_task).map_err(|why| {
             tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
             ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
         })
@@ -154,7 +156,7 @@ impl ClientHandler for UpstreamHandler {
             return Err(missing_capability("sampling"));
         }
         metrics().count_relayed("sampling");
-        params.meta = passed_meta(&context);
+        params.meta = self.passed_meta(&context);
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
         match self.forward(&caller, request, &context).await? {
             ClientResult::CreateMessageResult(result) => Ok(*result),
@@ -190,7 +192,7 @@ impl ClientHandler for UpstreamHandler {
             self.relay.remember_elicitation(id, caller.session_only());
         }
         metrics().count_relayed("elicitation");
-        set_elicit_meta(&mut params, passed_meta(&context));
+        set_elicit_meta(&mut params, self.passed_meta(&context));
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
         match self.forward(&caller, request, &context).await? {
             ClientResult::ElicitResult(result) => Ok(result),
@@ -248,11 +250,16 @@ impl ClientHandler for UpstreamHandler {
         context: NotificationContext<RoleClient>,
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
-        let attributed = match self.relay.attribute_notification(&context.extensions) {
+        let related_task = related_task(&context.meta.0);
+        let attributed = match self
+            .relay
+            .attribute_notification(&context.extensions, related_task)
+        {
             Ok(caller) => Ok(caller),
             Err(_) => {
                 self.relay.settle().await;
-                self.relay.attribute_notification(&context.extensions)
+                self.relay
+                    .attribute_notification(&context.extensions, related_task)
             }
         };
         match attributed {
@@ -310,6 +317,9 @@ impl ClientHandler for UpstreamHandler {
             }
             return;
         }
+        if notification.method == "notifications/tasks/status" {
+            return self.relay_task_status(notification).await;
+        }
         tracing::debug!(method = %notification.method, "unknown upstream notification not relayed");
     }
 
@@ -344,12 +354,71 @@ impl Drop for RelayedOnDrop<'_> {
     }
 }
 
-/// The upstream request's `_meta`, minus its progress token (a token the
-/// client never issued means nothing to it).
-fn passed_meta(context: &RequestContext<RoleClient>) -> Option<rmcp::model::RequestMetaObject> {
-    let mut meta = context.meta.clone();
-    meta.0.remove("progressToken");
-    (!meta.0.is_empty()).then_some(meta)
+impl UpstreamHandler {
+    /// The upstream request's `_meta`, minus its progress token (a token
+    /// the client never issued means nothing to it), with a related task
+    /// under the id the client knows it by.
+    fn passed_meta(
+        &self,
+        context: &RequestContext<RoleClient>,
+    ) -> Option<rmcp::model::RequestMetaObject> {
+        let mut meta = context.meta.clone();
+        meta.0.remove("progressToken");
+        rename_related_task(&self.relay, &mut meta.0);
+        (!meta.0.is_empty()).then_some(meta)
+    }
+
+    /// `notifications/tasks/status`: to the session that created the task,
+    /// under its id there. One that arrives before the task's creation is
+    /// answered waits (briefly) for it; a task no session here created is
+    /// nobody's.
+    async fn relay_task_status(&self, notification: CustomNotification) {
+        let upstream_id = notification
+            .params
+            .as_ref()
+            .and_then(|params| params.get("taskId"))
+            .and_then(|id| id.as_str());
+        let Some(upstream_id) = upstream_id else {
+            tracing::debug!("task status without a task id");
+            return;
+        };
+        match self.relay.task_status_owner(upstream_id, &notification) {
+            Some(owner) => send_task_status(&self.relay, &owner, notification).await,
+            None => tracing::debug!("task status for a task not (yet) created by a client session"),
+        }
+    }
+}
+
+/// Sends a task status notification to the task's owner, with the task
+/// (and any related task) under the owner's id.
+pub async fn send_task_status(
+    relay: &Relay,
+    owner: &TaskOwner,
+    mut notification: CustomNotification,
+) {
+    if let Some(params) = notification.params.as_mut().and_then(|p| p.as_object_mut()) {
+        params.insert("taskId".to_owned(), owner.task_id.clone().into());
+    }
+    let meta = &mut notification.get_meta_mut().0;
+    rename_related_task(relay, meta);
+    if meta.is_empty() {
+        notification.extensions.remove::<NotificationMetaObject>();
+    }
+    metrics().count_relayed("task_status");
+    let relayed = ServerNotification::CustomNotification(notification);
+    if let Err(error) = owner.caller.peer.send_notification(relayed).await {
+        tracing::debug!(%error, "could not relay a task status");
+    }
+}
+
+/// A related task named in `meta`, under the id its owner knows it by.
+fn rename_related_task(relay: &Relay, meta: &mut serde_json::Map<String, serde_json::Value>) {
+    let Some(owner) = related_task(meta).and_then(|id| relay.task_owner(id)) else {
+        return;
+    };
+    if let Some(related) = meta.get_mut(RELATED_TASK).and_then(|r| r.as_object_mut()) {
+        related.insert("taskId".to_owned(), owner.task_id.into());
+    }
 }
 
 fn set_elicit_meta(params: &mut ElicitRequestParams, meta: Option<rmcp::model::RequestMetaObject>) {

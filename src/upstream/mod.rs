@@ -108,6 +108,11 @@ impl UpstreamSession {
         self.pid
     }
 
+    /// Who, downstream, what this session's upstream sends is for.
+    pub fn relay(&self) -> &Arc<Relay> {
+        &self.relay
+    }
+
     /// Sends `request` upstream on behalf of `caller` and waits for the
     /// answer. While it is in flight, what the upstream sends about it is
     /// relayed to the caller. If `cancel` fires, `limit` runs out, or this

@@ -13,6 +13,11 @@
 //! 3. the single downstream session with requests in flight;
 //! 4. the owner, for a per-session upstream (it has exactly one session).
 //!
+//! A message that names a task in its related-task `_meta` goes to the
+//! session that created the task (a request of that session in flight on
+//! this upstream, if exactly one is, else the session itself) before rules
+//! 2 and 3 are tried; `notifications/tasks/status` goes to it alone.
+//!
 //! Anything else is ambiguous and is refused, never guessed or broadcast.
 
 use std::{
@@ -27,7 +32,7 @@ use std::{
 use tokio::sync::Notify;
 
 use rmcp::{
-    model::{Extensions, LoggingLevel, ProgressToken, RequestId},
+    model::{CustomNotification, Extensions, LoggingLevel, ProgressToken, RequestId},
     service::InboundStreamOrigin,
     Peer, RoleServer,
 };
@@ -120,6 +125,25 @@ struct Inflight {
     progressed: Arc<Notify>,
 }
 
+/// The `_meta` key that ties a message to a task (2025-11-25).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The task id in a related-task `_meta` object, if any.
+pub fn related_task(meta: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
+    meta.get(RELATED_TASK)?.get("taskId")?.as_str()
+}
+
+/// The session that created an upstream task, and the id it knows the
+/// task by.
+#[derive(Clone)]
+pub struct TaskOwner {
+    pub caller: Caller,
+    pub task_id: String,
+}
+
+/// Bound on the tasks remembered per upstream session (oldest go first).
+const TASKS_MAX: usize = 1024;
+
 #[derive(Default)]
 pub struct Relay {
     /// Upstream request id → the request in flight.
@@ -127,6 +151,12 @@ pub struct Relay {
     /// URL-mode elicitation id → the caller it was relayed to, so the
     /// upstream's `notifications/elicitation/complete` reaches only it.
     elicitations: Mutex<HashMap<String, Caller>>,
+    /// Upstream task id → its owner, in creation order.
+    tasks: Mutex<(HashMap<String, TaskOwner>, VecDeque<String>)>,
+    /// Status notifications of tasks no session is known to own yet: a
+    /// server may announce a task before it answers the request that
+    /// created it. Kept for [`LINGER`], at most [`RECENT_MAX`].
+    early_statuses: Mutex<VecDeque<(Instant, String, CustomNotification)>>,
     /// The one session of a per-session upstream.
     owner: OnceLock<Caller>,
     /// Sessions whose requests ended within [`LINGER`], newest last: a log
@@ -216,7 +246,11 @@ impl Relay {
 
     /// Finds the downstream caller of an upstream message (see the module
     /// doc for the rule).
-    pub fn attribute(&self, extensions: &Extensions) -> Result<Caller, Unattributed> {
+    pub fn attribute(
+        &self,
+        extensions: &Extensions,
+        related_task: Option<&str>,
+    ) -> Result<Caller, Unattributed> {
         let inflight = lock(&self.inflight);
         if let Some(InboundStreamOrigin::OutboundRequest(id)) =
             extensions.get::<InboundStreamOrigin>()
@@ -224,6 +258,15 @@ impl Relay {
             if let Some(found) = inflight.get(id) {
                 return Ok(found.caller.clone());
             }
+        }
+        if let Some(owner) = related_task.and_then(|id| self.task_owner(id)) {
+            let mut of_owner = inflight
+                .values()
+                .filter(|entry| entry.caller.session == owner.caller.session);
+            return Ok(match (of_owner.next(), of_owner.next()) {
+                (Some(only), None) => only.caller.clone(),
+                _ => owner.caller,
+            });
         }
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
@@ -252,8 +295,12 @@ impl Relay {
     /// Like [`Self::attribute`], for a notification (a log message): when
     /// nothing is in flight, a request that just ended claims it if it was
     /// the only session to finish one within [`LINGER`].
-    pub fn attribute_notification(&self, extensions: &Extensions) -> Result<Caller, Unattributed> {
-        match self.attribute(extensions) {
+    pub fn attribute_notification(
+        &self,
+        extensions: &Extensions,
+        related_task: Option<&str>,
+    ) -> Result<Caller, Unattributed> {
+        match self.attribute(extensions, related_task) {
             Err(Unattributed::Nobody) => {
                 let recent = lock(&self.recent);
                 let now = Instant::now();
@@ -301,6 +348,72 @@ impl Relay {
 
     pub fn take_elicitation(&self, elicitation_id: &str) -> Option<Caller> {
         lock(&self.elicitations).remove(elicitation_id)
+    }
+
+    /// Remembers that `caller`'s session created the upstream task
+    /// `upstream_id`, which it knows as `task_id`. Returns the task's
+    /// status notifications that arrived before this, oldest first.
+    pub fn remember_task(
+        &self,
+        upstream_id: &str,
+        caller: Caller,
+        task_id: String,
+    ) -> (TaskOwner, Vec<CustomNotification>) {
+        let mut tasks = lock(&self.tasks);
+        let (owners, order) = &mut *tasks;
+        let owner = TaskOwner {
+            caller: caller.session_only(),
+            task_id,
+        };
+        if owners
+            .insert(upstream_id.to_owned(), owner.clone())
+            .is_none()
+        {
+            order.push_back(upstream_id.to_owned());
+        }
+        while order.len() > TASKS_MAX {
+            if let Some(oldest) = order.pop_front() {
+                owners.remove(&oldest);
+            }
+        }
+        // Taken under the tasks lock: a status arriving from now on finds
+        // the owner, so none is parked after this.
+        let mut early = lock(&self.early_statuses);
+        let mut statuses = Vec::new();
+        early.retain(|(_, id, notification)| {
+            if id == upstream_id {
+                statuses.push(notification.clone());
+                false
+            } else {
+                true
+            }
+        });
+        (owner, statuses)
+    }
+
+    /// The owner of the task a status notification is about, or `None`
+    /// after parking the notification for a moment (see `early_statuses`).
+    pub fn task_status_owner(
+        &self,
+        upstream_id: &str,
+        notification: &CustomNotification,
+    ) -> Option<TaskOwner> {
+        let tasks = lock(&self.tasks);
+        if let Some(owner) = tasks.0.get(upstream_id) {
+            return Some(owner.clone());
+        }
+        let mut early = lock(&self.early_statuses);
+        let now = Instant::now();
+        early.retain(|(arrived, _, _)| now.duration_since(*arrived) <= LINGER);
+        if early.len() >= RECENT_MAX {
+            early.pop_front();
+        }
+        early.push_back((now, upstream_id.to_owned(), notification.clone()));
+        None
+    }
+
+    pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
+        lock(&self.tasks).0.get(upstream_id).cloned()
     }
 
     /// Requests in flight (for tests and diagnostics).

@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from conftest import EverythingHttp, Gateway, everything_config, everything_http_config
 
@@ -541,6 +543,54 @@ async def raw_request(c: Client, method: str, params: dict[str, Any]) -> dict[st
 
 
 TERMINAL = {"completed", "failed", "cancelled"}
+RESEARCH = f"{TOOL_PREFIX}simulate-research-query"
+
+
+async def start_research(c: Client, topic: str, *, ambiguous: bool = False) -> types.Task:
+    """A task-augmented `tools/call` of `simulate-research-query`; returns
+    the task the gateway reports, whose id must be the gateway's own."""
+    raw = await raw_request(
+        c,
+        "tools/call",
+        {"name": RESEARCH, "arguments": {"topic": topic, "ambiguous": ambiguous}, "task": {"ttl": 120000}},
+    )
+    task = types.CreateTaskResult.model_validate(raw).task
+    assert task.status in ("working", "completed"), raw
+    assert task.task_id.startswith(f"{MOUNT}/"), f"task id not namespaced by its mount: {raw}"
+    return task
+
+
+async def get_task(c: Client, task_id: str) -> types.GetTaskResult:
+    return await c.session.send_request(
+        types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), types.GetTaskResult
+    )
+
+
+async def list_tasks(c: Client) -> list[types.Task]:
+    result = await c.session.send_request(types.ListTasksRequest(), types.ListTasksResult)
+    return list(result.tasks)
+
+
+async def task_result(c: Client, task_id: str) -> types.CallToolResult:
+    return await c.session.send_request(
+        types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id)), types.CallToolResult
+    )
+
+
+async def poll_task(c: Client, task: types.Task, stop: set[str]) -> tuple[str, list[str]]:
+    """Polls `tasks/get` (at the task's interval, at most 2 s) until its
+    status is in `stop`, for at most 60 s; returns the last status and every
+    status seen."""
+    status = task.status
+    polls: list[str] = []
+    with anyio.move_on_after(60):
+        while status not in stop:
+            await anyio.sleep(min((task.poll_interval or 500) / 1000, 2.0))
+            got = await get_task(c, task.task_id)
+            assert got.task_id == task.task_id, dump(got)
+            status = got.status
+            polls.append(f"{got.status}: {got.status_message}")
+    return status, polls
 
 
 async def test_research_task_runs_to_its_result(target: Target) -> None:
@@ -548,13 +598,13 @@ async def test_research_task_runs_to_its_result(target: Target) -> None:
     "required"`). Per 2025-11-25: the gateway declares `tasks.requests.tools.call`;
     a `tools/call` with `task` answers `CreateTaskResult`; `tasks/get` polls
     the status until `completed`; `tasks/result` answers the tool's
-    `CallToolResult`."""
+    `CallToolResult`; `tasks/list` lists the task."""
     peer = Peer("A")
     topic = f"junction relay {uuid.uuid4().hex[:8]}"
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with connect(target.url, peer) as c:
             tools = {t.name: t for t in await list_all_tools(c)}
-            tool = tools.get(f"{TOOL_PREFIX}simulate-research-query")
+            tool = tools.get(RESEARCH)
             assert tool is not None, f"task tool not listed: {sorted(tools)}"
             assert tool.execution is not None and tool.execution.task_support == "required", (
                 f"execution.taskSupport not relayed: {dump(tool)}"
@@ -564,34 +614,138 @@ async def test_research_task_runs_to_its_result(target: Target) -> None:
                 tasks_cap.requests.tools.call is not None
             ), f"gateway does not declare tasks.requests.tools.call: {dump(c.server_capabilities)}"
 
-            raw = await raw_request(
-                c,
-                "tools/call",
-                {"name": f"{TOOL_PREFIX}simulate-research-query", "arguments": {"topic": topic}, "task": {"ttl": 120000}},
-            )
-            created = types.CreateTaskResult.model_validate(raw)
-            task = created.task
-            assert task.task_id and task.status in ("working", "completed"), raw
-
-            status = task.status
-            polls: list[str] = []
-            with anyio.move_on_after(60):
-                while status not in TERMINAL:
-                    await anyio.sleep(min((task.poll_interval or 500) / 1000, 2.0))
-                    got = await c.session.send_request(
-                        types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task.task_id)), types.GetTaskResult
-                    )
-                    assert got.task_id == task.task_id, dump(got)
-                    status = got.status
-                    polls.append(f"{got.status}: {got.status_message}")
+            task = await start_research(c, topic)
+            assert task.task_id in [t.task_id for t in await list_tasks(c)]
+            status, polls = await poll_task(c, task, TERMINAL)
             assert status == "completed", f"task {task.task_id} ended {status!r}; statuses seen: {polls}"
 
-            result = await c.session.send_request(
-                types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task.task_id)),
-                types.CallToolResult,
-            )
+            result = await task_result(c, task.task_id)
             assert not result.is_error, dump(result)
             assert f"# Research Report: {topic}" in text_of(result), dump(result)
+
+
+
+async def test_research_task_asks_for_clarification(target: Target) -> None:
+    """An ambiguous query makes the task `input_required`; `tasks/result`
+    then delivers the server's elicitation (related to the task) to this
+    client, whose answer lets the task complete with it."""
+    peer = Peer("A")
+    topic = f"junction ambiguous {uuid.uuid4().hex[:8]}"
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(target.url, peer) as c:
+            task = await start_research(c, topic, ambiguous=True)
+            status, polls = await poll_task(c, task, TERMINAL | {"input_required"})
+            assert status == "input_required", f"statuses seen: {polls}"
+
+            result = await task_result(c, task.task_id)
+            assert len(peer.elicitations) == 1, peer.elicitations
+            asked = peer.elicitations[0]
+            assert "multiple interpretations" in asked.message, dump(asked)
+            related = (asked.meta or {}).get("io.modelcontextprotocol/related-task", {})
+            assert related.get("taskId") == task.task_id, f"related task not under the gateway's id: {dump(asked)}"
+            assert not result.is_error, dump(result)
+            assert "**Clarification**" in text_of(result), text_of(result)
+            assert (await get_task(c, task.task_id)).status == "completed"
+
+
+def sse_messages(body: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages in an SSE body (events without data skipped)."""
+    return [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:") and line[5:].strip()]
+
+
+async def test_task_status_notifications_name_the_gateways_task(target: Target) -> None:
+    """Every `notifications/tasks/status` the upstream sends reaches the
+    session that created the task, on its `GET` stream, under the gateway's
+    task id, the first one (sent before the upstream answered the
+    `tools/call` that created the task) included. Raw HTTP: mcp 2.3's client
+    drops this notification at 2025-11-25 (it is not in its tables)."""
+    url = target.url
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    statuses: list[dict[str, Any]] = []
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with httpx.AsyncClient(trust_env=False, timeout=CALL_TIMEOUT_S) as http:
+            init = await http.post(
+                url,
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+                },
+            )
+            assert init.status_code == 200, init.text
+            session = {"mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            headers |= session
+            await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+            listening = anyio.Event()
+
+            async def read_get_stream() -> None:
+                async with http.stream("GET", url, headers={"accept": "text/event-stream", **session}) as stream:
+                    assert stream.status_code == 200
+                    listening.set()
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip():
+                            message = json.loads(line[5:])
+                            if message.get("method") == "notifications/tasks/status":
+                                statuses.append(message["params"])
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(read_get_stream)
+                await listening.wait()
+                call = await http.post(
+                    url,
+                    headers=headers,
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "tools/call",
+                        "params": {"name": RESEARCH, "arguments": {"topic": "status"}, "task": {"ttl": 60000}},
+                    },
+                )
+                answer = next(m for m in sse_messages(call.text) if m.get("id") == 2)
+                task_id = answer["result"]["task"]["taskId"]
+                assert task_id.startswith(f"{MOUNT}/"), answer
+                done = await wait_until(lambda: any(s["status"] == "completed" for s in statuses), 20)
+                tasks.cancel_scope.cancel()
+    assert done, f"no completed status; got {statuses}"
+    assert {s["taskId"] for s in statuses} == {task_id}, statuses
+    assert statuses[0]["statusMessage"] == "Gathering sources...", f"the first status was lost: {statuses}"
+    assert "_meta" not in statuses[0], statuses[0]
+
+
+@pytest.fixture(params=[c for c in COMBOS if c[1] == "shared"], ids=lambda c: f"{c[0]}-{c[1]}")
+def shared_target(request, start_everything_http, start_gateway, monkeypatch) -> Target:
+    return _target(request.param, start_everything_http, start_gateway, monkeypatch)
+
+
+async def test_a_task_belongs_to_the_session_that_created_it(shared_target: Target) -> None:
+    """On a shared mount both clients reach one upstream session, whose task
+    ids they could guess: the gateway knows a task only in the session that
+    created it. The other session can neither read, list nor cancel it."""
+    a, b = Peer("A"), Peer("B")
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(shared_target.url, a) as ca, connect(shared_target.url, b) as cb:
+            task = await start_research(ca, f"junction owner {uuid.uuid4().hex[:8]}")
+            for attempt in (get_task(cb, task.task_id), task_result(cb, task.task_id)):
+                with pytest.raises(MCPError) as refused:
+                    await attempt
+                assert refused.value.error.code == -32602, refused.value.error
+            with pytest.raises(MCPError):
+                await cb.session.send_request(
+                    types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task.task_id)),
+                    types.CancelTaskResult,
+                )
+            assert await list_tasks(cb) == []
+            assert [t.task_id for t in await list_tasks(ca)] == [task.task_id]
+
+            cancelled = await ca.session.send_request(
+                types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task.task_id)),
+                types.CancelTaskResult,
+            )
+            assert cancelled.task_id == task.task_id and cancelled.status == "cancelled", dump(cancelled)
+            assert (await get_task(ca, task.task_id)).status == "cancelled"
 
 
 # --------------------------------------------------- two concurrent sessions
