@@ -546,17 +546,21 @@ TERMINAL = {"completed", "failed", "cancelled"}
 RESEARCH = f"{TOOL_PREFIX}simulate-research-query"
 
 
-async def start_research(c: Client, topic: str, *, ambiguous: bool = False) -> types.Task:
-    """A task-augmented `tools/call` of `simulate-research-query`; returns
-    the task the gateway reports, whose id must be the gateway's own."""
+async def start_research(c: Client, topic: str, *, ambiguous: bool = False, mount: str = MOUNT) -> types.Task:
+    """A task-augmented `tools/call` of `mount`'s `simulate-research-query`;
+    returns the task the gateway reports, whose id must be the gateway's own."""
     raw = await raw_request(
         c,
         "tools/call",
-        {"name": RESEARCH, "arguments": {"topic": topic, "ambiguous": ambiguous}, "task": {"ttl": 120000}},
+        {
+            "name": f"{mount}__simulate-research-query",
+            "arguments": {"topic": topic, "ambiguous": ambiguous},
+            "task": {"ttl": 120000},
+        },
     )
     task = types.CreateTaskResult.model_validate(raw).task
     assert task.status in ("working", "completed"), raw
-    assert task.task_id.startswith(f"{MOUNT}/"), f"task id not namespaced by its mount: {raw}"
+    assert task.task_id.startswith(f"{mount}/"), f"task id not namespaced by its mount: {raw}"
     return task
 
 
@@ -646,6 +650,27 @@ async def test_research_task_asks_for_clarification(target: Target) -> None:
             assert not result.is_error, dump(result)
             assert "**Clarification**" in text_of(result), text_of(result)
             assert (await get_task(c, task.task_id)).status == "completed"
+
+
+async def test_tasks_of_two_mounts_are_listed_together(start_gateway, monkeypatch) -> None:
+    """Two mounts of server-everything (one shared, one per-session): a
+    task on each, both listed by one `tasks/list` under their mounts' ids,
+    and each `tasks/get` / `tasks/result` reaching its own upstream."""
+    monkeypatch.setenv("RUST_LOG", "info,junction=debug")
+    config = everything_config("shared", mount="alpha")
+    config += everything_config("per_session", mount="beta").split("\n\n", 1)[1]
+    gateway = start_gateway(config)
+    topics = {mount: f"junction {mount} {uuid.uuid4().hex[:8]}" for mount in ("alpha", "beta")}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(gateway.mcp_url, Peer("A")) as c:
+            tasks = {mount: await start_research(c, topic, mount=mount) for mount, topic in topics.items()}
+            listed = sorted(t.task_id for t in await list_tasks(c))
+            assert listed == sorted(t.task_id for t in tasks.values()), listed
+            for mount, task in tasks.items():
+                status, polls = await poll_task(c, task, TERMINAL)
+                assert status == "completed", f"{mount}: {polls}"
+                result = await task_result(c, task.task_id)
+                assert f"# Research Report: {topics[mount]}" in text_of(result), dump(result)
 
 
 def sse_messages(body: str) -> list[dict[str, Any]]:
