@@ -6,13 +6,13 @@
 //! as HTTP headers too, so HTTP-level tracing in front of the upstream sees
 //! the same trace. It also tells [`StandaloneStream`] when the server has
 //! answered the session's first `GET` (the stream for messages that belong
-//! to no request), and shows the SSE answers to requests marked in
-//! [`RawAnswers`] to it before rmcp parses them. Everything else is
-//! reqwest's own implementation.
+//! to no request), and posts the requests marked in [`RawAnswers`] itself
+//! ([`RawPost`]), so their answers are seen before rmcp parses them.
+//! Everything else is rmcp's reqwest implementation.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use futures::{stream::BoxStream, StreamExt};
+use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
     model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage},
@@ -24,7 +24,7 @@ use rmcp::{
 use sse_stream::Sse;
 use tokio::sync::watch;
 
-use super::raw::RawAnswers;
+use super::{raw::RawAnswers, raw_post::RawPost};
 
 #[derive(Clone)]
 pub struct TracingHttpClient {
@@ -131,17 +131,29 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)
         );
         let headers = with_trace_headers(&message, custom_headers);
-        let response = self
-            .client
-            .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
+        let response = if raw_wanted {
+            let post = RawPost {
+                client: &self.client,
+                raw: &self.raw,
+                uri: &uri,
+                session_id: session_id.as_deref(),
                 auth_header,
                 headers,
                 limits,
-            )
-            .await;
+            };
+            post.send(&message).await
+        } else {
+            self.client
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    headers,
+                    limits,
+                )
+                .await
+        };
         // rmcp opens the stream only for a session with an id.
         if initialize
             && !matches!(
@@ -152,23 +164,7 @@ impl StreamableHttpClient for TracingHttpClient {
         {
             self.standalone_settled();
         }
-        match response {
-            // An `application/json` answer was parsed by rmcp already; the
-            // requester falls back to rmcp's reading of it.
-            Ok(StreamableHttpPostResponse::Sse(events, session)) if raw_wanted => {
-                let raw = self.raw.clone();
-                let events = events.inspect(move |event| {
-                    if let Ok(Sse {
-                        data: Some(data), ..
-                    }) = event
-                    {
-                        raw.offer(data.as_bytes());
-                    }
-                });
-                Ok(StreamableHttpPostResponse::Sse(events.boxed(), session))
-            }
-            other => other,
-        }
+        response
     }
 
     async fn delete_session(

@@ -15,6 +15,7 @@ pub mod ordered;
 pub mod process_group;
 pub mod profile;
 pub mod raw;
+mod raw_post;
 pub mod relay;
 
 use std::{

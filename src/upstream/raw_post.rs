@@ -1,0 +1,205 @@
+//! The HTTP POST of a request whose answer the gateway needs verbatim.
+//!
+//! rmcp's reqwest client parses an `application/json` answer itself, out of
+//! reach of [`RawAnswers`]. For the few requests marked there (`tools/list`
+//! and custom requests: discovery and tasks, never the hot path) the POST
+//! is made here instead, so the answer is shown to [`RawAnswers::offer`]
+//! before it is parsed, whether it comes as JSON or as an SSE stream. It
+//! follows the transport's rules as rmcp's client does: `Accept` both
+//! types, the session id and the transport's headers (protocol version,
+//! configured headers, trace context), 202 for nothing to read, 404 on a
+//! session for an expired session, bodies and events bounded.
+
+use std::{borrow::Cow, collections::HashMap, sync::Arc};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use reqwest::{
+    header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE},
+    StatusCode,
+};
+use rmcp::{
+    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    transport::streamable_http_client::{
+        StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+    },
+};
+use sse_stream::{Sse, SseStream};
+
+use super::raw::RawAnswers;
+
+type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
+
+/// What the POST needs besides the message.
+pub struct RawPost<'a> {
+    pub client: &'a reqwest::Client,
+    pub raw: &'a Arc<RawAnswers>,
+    pub uri: &'a str,
+    pub session_id: Option<&'a str>,
+    pub auth_header: Option<String>,
+    pub headers: HashMap<HeaderName, HeaderValue>,
+    pub limits: StreamableHttpResponseLimits,
+}
+
+impl RawPost<'_> {
+    pub async fn send(self, message: &ClientJsonRpcMessage) -> PostResult {
+        let mut request = self
+            .client
+            .post(self.uri)
+            .header(ACCEPT, "text/event-stream, application/json")
+            .json(message);
+        if let Some(token) = self.auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in self.headers {
+            request = request.header(name, value);
+        }
+        if let Some(session) = self.session_id {
+            request = request.header("mcp-session-id", session);
+        }
+        let response = request.send().await.map_err(StreamableHttpError::Client)?;
+        let status = response.status();
+        if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if status.is_success() && content_type.starts_with("text/event-stream") {
+            let raw = self.raw.clone();
+            let bytes = bounded_events(response.bytes_stream(), self.limits.max_sse_event_size);
+            let events = SseStream::from_bytes_stream(bytes).inspect(move |event| {
+                if let Ok(Sse {
+                    data: Some(data), ..
+                }) = event
+                {
+                    raw.offer(data.as_bytes());
+                }
+            });
+            return Ok(StreamableHttpPostResponse::Sse(events.boxed(), session));
+        }
+        if content_type.starts_with("application/json") {
+            let body = read_bounded(response, self.limits.max_json_response_size).await?;
+            if status.is_success() {
+                self.raw.offer(&body);
+            }
+            // A JSON-RPC error is an answer whatever the status.
+            return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+                Ok(message) => Ok(StreamableHttpPostResponse::Json(message, session)),
+                Err(error) => Err(unexpected(format!(
+                    "HTTP {status}: not a JSON-RPC message ({error})"
+                ))),
+            };
+        }
+        Err(unexpected(format!(
+            "HTTP {status} with content type {content_type:?}"
+        )))
+    }
+}
+
+fn unexpected(message: String) -> StreamableHttpError<reqwest::Error> {
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(message))
+}
+
+/// The whole body, or an error past `limit` bytes.
+async fn read_bounded(
+    response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, StreamableHttpError<reqwest::Error>> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(StreamableHttpError::Client)?;
+        if body.len() + chunk.len() > limit {
+            return Err(unexpected(format!("answer larger than {limit} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Why an SSE answer's bytes stopped.
+#[derive(Debug, thiserror::Error)]
+enum EventBytesError {
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    #[error("an SSE event exceeded {0} bytes")]
+    TooLarge(usize),
+}
+
+/// Passes an SSE byte stream through, failing it once `limit` bytes go by
+/// without the blank line that ends an event.
+fn bounded_events<S>(
+    bytes: S,
+    limit: usize,
+) -> impl futures::Stream<Item = Result<Bytes, EventBytesError>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+{
+    let mut scanner = EventScanner::default();
+    bytes.map_err(EventBytesError::from).and_then(move |chunk| {
+        let within = scanner.feed(&chunk, limit);
+        async move {
+            if within {
+                Ok(chunk)
+            } else {
+                Err(EventBytesError::TooLarge(limit))
+            }
+        }
+    })
+}
+
+/// Counts the bytes of the SSE event being read.
+#[derive(Default)]
+struct EventScanner {
+    in_event: usize,
+    /// The previous byte ended a line (a `\r` before `\n` is skipped).
+    at_line_start: bool,
+}
+
+impl EventScanner {
+    /// Whether the current event is still within `limit` after `chunk`.
+    fn feed(&mut self, chunk: &[u8], limit: usize) -> bool {
+        for byte in chunk {
+            match byte {
+                b'\n' if self.at_line_start => {
+                    self.in_event = 0;
+                }
+                b'\n' => self.at_line_start = true,
+                b'\r' => {}
+                _ => {
+                    self.at_line_start = false;
+                    self.in_event += 1;
+                }
+            }
+            if self.in_event > limit {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blank_line_ends_an_event() {
+        let mut scanner = EventScanner::default();
+        assert!(scanner.feed(b"data: 123\n\n", 10));
+        assert!(scanner.feed(b"data: 12\r\n\r\ndata: 1234", 10));
+        assert!(!scanner.feed(b"5678", 10), "one event of 14 bytes");
+    }
+}

@@ -1,0 +1,94 @@
+"""Tasks through an upstream that answers with `application/json`.
+
+rmcp's HTTP client parses a JSON answer itself, and its model (the later
+SEP-2663 tasks) drops a tool's `execution` and a 2025-11-25 `tasks/get`
+answer's `ttl` and `pollInterval`. The gateway posts the requests whose
+answers it needs verbatim itself (src/upstream/raw_post.rs); this checks,
+against fixtures/json_tasks_server.py, that those fields arrive intact.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+
+from conftest import free_port, toml_str
+from test_relay import Peer, connect, dump, list_all_tools, list_tasks, raw_request, task_result, text_of
+
+pytestmark = pytest.mark.anyio
+
+FIXTURE = Path(__file__).parent / "fixtures" / "json_tasks_server.py"
+TTL_MS, POLL_MS = 45_000, 150  # as the fixture sets them
+START_TIMEOUT_S = 20.0
+
+
+@pytest.fixture
+def json_upstream(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path / "json-tasks.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(FIXTURE), str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with httpx.Client(trust_env=False, timeout=2.0) as http:
+            while True:
+                assert proc.poll() is None, f"fixture exited: {log.read_text(errors='replace')}"
+                try:
+                    if http.get(url).status_code == 405:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"fixture not listening: {log.read_text(errors='replace')}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        print(f"---- json-tasks fixture pid {proc.pid} exit {proc.returncode}, output:\n{log.read_text(errors='replace')}")
+
+
+@pytest.mark.parametrize("isolation", ["shared", "per_session"])
+async def test_json_answers_keep_task_fields(json_upstream: str, start_gateway, isolation: str) -> None:
+    gateway = start_gateway(
+        '[server]\nlisten = "127.0.0.1:0"\n\n'
+        f"[mounts.calc]\nurl = {toml_str(json_upstream)}\nisolation = {toml_str(isolation)}\n"
+    )
+    with anyio.fail_after(60):
+        async with connect(gateway.mcp_url, Peer("A")) as c:
+            tools = {t.name: t for t in await list_all_tools(c)}
+            add = tools["calc__add"]
+            assert add.execution is not None and add.execution.task_support == "optional", dump(add)
+
+            plain = await c.call_tool("calc__add", {"a": 1, "b": 2})
+            assert text_of(plain) == "3", dump(plain)
+
+            raw = await raw_request(c, "tools/call", {"name": "calc__add", "arguments": {"a": 2, "b": 5}, "task": {"ttl": 1000}})
+            task = types.CreateTaskResult.model_validate(raw).task
+            assert task.task_id.startswith("calc/"), raw
+            assert (task.ttl, task.poll_interval) == (TTL_MS, POLL_MS), raw
+
+            got = await c.session.send_request(
+                types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task.task_id)), types.GetTaskResult
+            )
+            assert (got.task_id, got.ttl, got.poll_interval) == (task.task_id, TTL_MS, POLL_MS), dump(got)
+            assert [t.task_id for t in await list_tasks(c)] == [task.task_id]
+
+            result = await task_result(c, task.task_id)
+            assert text_of(result) == "7", dump(result)
+            related = (result.meta or {}).get("io.modelcontextprotocol/related-task", {})
+            assert related.get("taskId") == task.task_id, dump(result)
