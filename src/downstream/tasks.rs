@@ -298,7 +298,10 @@ impl DownstreamSession {
                 params.insert("name".to_owned(), Value::String(route.original.to_string()));
                 set_meta(&mut params, &context);
                 let limit = mount.request_limit(Some(route.original.as_ref()));
-                let mut result = upstream
+                let crate::upstream::RawExchange {
+                    mut result,
+                    progress_token,
+                } = upstream
                     .request_raw(
                         "tools/call",
                         params,
@@ -318,8 +321,12 @@ impl DownstreamSession {
                         // Status notifications and in-task requests name
                         // the task: they go to this session.
                         let relay = upstream.relay();
-                        let (owner, early) =
-                            relay.remember_task(&upstream_id, self.caller(&context), id.clone());
+                        let (owner, early) = relay.remember_task(
+                            &upstream_id,
+                            self.caller(&context),
+                            id.clone(),
+                            progress_token,
+                        );
                         for status in early {
                             crate::upstream::handler::send_task_status(relay, &owner, status).await;
                         }
@@ -359,11 +366,17 @@ impl DownstreamSession {
                 };
                 upstream_params.insert("taskId".to_owned(), Value::String(home.upstream_id.clone()));
                 set_meta(&mut upstream_params, &context);
-                let limit = mount.request_limit(None);
+                let mut limit = mount.request_limit(None);
+                if method == "tasks/result" {
+                    // It waits for the task by design: only the ceiling
+                    // bounds it.
+                    limit.idle = limit.ceiling;
+                }
                 let mut result = upstream
                     .request_raw(method, upstream_params, self.caller(&context), &context.ct, limit)
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                    .map_err(|error| RouteError::upstream(&mount.config, error))?
+                    .result;
                 match method {
                     // The task's payload: what the original `tools/call`
                     // would have answered.
@@ -455,7 +468,8 @@ impl DownstreamSession {
                     mount.request_limit(None),
                 )
                 .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                .map_err(|error| RouteError::upstream(&mount.config, error))?
+                .result;
             if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
                 tasks.extend(listed.iter().cloned());
             }

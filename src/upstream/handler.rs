@@ -382,6 +382,17 @@ impl UpstreamHandler {
             tracing::debug!("task status without a task id");
             return;
         };
+        let terminal = matches!(
+            notification
+                .params
+                .as_ref()
+                .and_then(|params| params.get("status"))
+                .and_then(|status| status.as_str()),
+            Some("completed" | "failed" | "cancelled")
+        );
+        if terminal {
+            self.relay.task_ended(upstream_id);
+        }
         match self.relay.task_status_owner(upstream_id, &notification) {
             Some(owner) => send_task_status(&self.relay, &owner, notification).await,
             None => tracing::debug!("task status for a task not (yet) created by a client session"),

@@ -74,6 +74,24 @@ pub struct RequestLimit {
     pub ceiling: Duration,
 }
 
+/// An upstream request's answer.
+struct Exchange {
+    typed: ServerResult,
+    /// As written, for requests marked by [`raw::wants_raw_answer`], when
+    /// it was seen.
+    raw: Option<serde_json::Value>,
+    /// The token rmcp sent the request with.
+    progress_token: rmcp::model::ProgressToken,
+}
+
+/// The answer to [`UpstreamSession::request_raw`].
+pub struct RawExchange {
+    /// The upstream's `result`, as written.
+    pub result: serde_json::Value,
+    /// The progress token the request was sent with upstream.
+    pub progress_token: rmcp::model::ProgressToken,
+}
+
 /// Why an upstream request got no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -127,7 +145,7 @@ impl UpstreamSession {
         cancel: &CancellationToken,
         limit: RequestLimit,
     ) -> Result<ServerResult, RequestError> {
-        Ok(self.exchange(request, caller, cancel, limit).await?.0)
+        Ok(self.exchange(request, caller, cancel, limit).await?.typed)
     }
 
     /// Like [`Self::request`], for a method whose answer the gateway needs
@@ -142,32 +160,39 @@ impl UpstreamSession {
         caller: Caller,
         cancel: &CancellationToken,
         limit: RequestLimit,
-    ) -> Result<serde_json::Value, RequestError> {
+    ) -> Result<RawExchange, RequestError> {
         let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
             method.to_owned(),
             Some(serde_json::Value::Object(params)),
         ));
-        let (typed, raw) = self.exchange(request, caller, cancel, limit).await?;
-        match raw {
-            Some(raw) => Ok(raw),
+        let Exchange {
+            typed,
+            raw,
+            progress_token,
+        } = self.exchange(request, caller, cancel, limit).await?;
+        let result = match raw {
+            Some(raw) => raw,
             None => serde_json::to_value(typed).map_err(|error| {
                 RequestError::Service(ServiceError::McpError(rmcp::ErrorData::internal_error(
                     error.to_string(),
                     None,
                 )))
-            }),
-        }
+            })?,
+        };
+        Ok(RawExchange {
+            result,
+            progress_token,
+        })
     }
 
-    /// A request and its answer, typed and (for requests marked by
-    /// [`raw::wants_raw_answer`]) as written, when it was seen.
+    /// A request and its answer (see [`Exchange`]).
     async fn exchange(
         &self,
         request: ClientRequest,
         caller: Caller,
         cancel: &CancellationToken,
         limit: RequestLimit,
-    ) -> Result<(ServerResult, Option<serde_json::Value>), RequestError> {
+    ) -> Result<Exchange, RequestError> {
         let method = request.method().to_owned();
         let span = tracing::info_span!(
             "mcp.upstream.request",
@@ -205,7 +230,7 @@ impl UpstreamSession {
         caller: Caller,
         cancel: &CancellationToken,
         limit: RequestLimit,
-    ) -> Result<(ServerResult, Option<serde_json::Value>), RequestError> {
+    ) -> Result<Exchange, RequestError> {
         // The upstream continues the client's trace (W3C, in `_meta`).
         crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
         // Until registered, what the upstream sends about this request
@@ -216,6 +241,7 @@ impl UpstreamSession {
             .peer
             .send_cancellable_request(request, Default::default())
             .await?;
+        let progress_token = handle.progress_token.clone();
         // Whatever happens to the request, its mark goes with it.
         let raw_answer = keeps_raw.then(|| TakeRawAnswer {
             raw: &self.raw,
@@ -274,8 +300,11 @@ impl UpstreamSession {
         }
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;
-        let answer = answer?;
-        Ok((answer, raw_answer.and_then(TakeRawAnswer::take)))
+        Ok(Exchange {
+            typed: answer?,
+            raw: raw_answer.and_then(TakeRawAnswer::take),
+            progress_token,
+        })
     }
 
     /// One page of the upstream's tools, typed and as written (`execution`

@@ -139,6 +139,10 @@ pub fn related_task(meta: &serde_json::Map<String, serde_json::Value>) -> Option
 pub struct TaskOwner {
     pub caller: Caller,
     pub task_id: String,
+    /// The upstream progress token of the request that created the task
+    /// and the caller (with the client's own token) its progress goes to:
+    /// a task-augmented request's token stays valid until the task ends.
+    progress: Option<(ProgressToken, Caller)>,
 }
 
 /// Bound on the tasks remembered per upstream session (oldest go first).
@@ -235,13 +239,23 @@ impl Relay {
     /// The caller of the request that used this upstream progress token;
     /// that request's timeout starts again.
     pub fn progress(&self, token: &ProgressToken) -> Option<Caller> {
-        lock(&self.inflight)
+        let inflight = lock(&self.inflight)
             .values()
             .find(|inflight| &inflight.progress_token == token)
             .map(|inflight| {
                 inflight.progressed.notify_one();
                 inflight.caller.clone()
-            })
+            });
+        inflight.or_else(|| {
+            // A task's progress after its `CreateTaskResult`.
+            lock(&self.tasks)
+                .0
+                .values()
+                .find_map(|owner| match &owner.progress {
+                    Some((upstream, caller)) if upstream == token => Some(caller.clone()),
+                    _ => None,
+                })
+        })
     }
 
     /// Finds the downstream caller of an upstream message (see the module
@@ -353,17 +367,31 @@ impl Relay {
     /// Remembers that `caller`'s session created the upstream task
     /// `upstream_id`, which it knows as `task_id`. Returns the task's
     /// status notifications that arrived before this, oldest first.
+    /// `upstream_token` is the progress token the creating request was
+    /// sent with upstream; its progress keeps reaching `caller` (with the
+    /// client's token) until the task ends.
     pub fn remember_task(
         &self,
         upstream_id: &str,
         caller: Caller,
         task_id: String,
+        upstream_token: ProgressToken,
     ) -> (TaskOwner, Vec<CustomNotification>) {
         let mut tasks = lock(&self.tasks);
         let (owners, order) = &mut *tasks;
+        let progress = caller.progress_token.is_some().then(|| {
+            (
+                upstream_token,
+                Caller {
+                    request_stream: None,
+                    ..caller.clone()
+                },
+            )
+        });
         let owner = TaskOwner {
             caller: caller.session_only(),
             task_id,
+            progress,
         };
         if owners
             .insert(upstream_id.to_owned(), owner.clone())
@@ -414,6 +442,14 @@ impl Relay {
 
     pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
         lock(&self.tasks).0.get(upstream_id).cloned()
+    }
+
+    /// The task ended: its creating request's progress token means nothing
+    /// any more.
+    pub fn task_ended(&self, upstream_id: &str) {
+        if let Some(owner) = lock(&self.tasks).0.get_mut(upstream_id) {
+            owner.progress = None;
+        }
     }
 
     /// Requests in flight (for tests and diagnostics).

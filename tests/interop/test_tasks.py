@@ -1,10 +1,15 @@
-"""Tasks through an upstream that answers with `application/json`.
+"""Tasks through hand-written upstreams (fixtures/tasks_server.py).
 
-rmcp's HTTP client parses a JSON answer itself, and its model (the later
-SEP-2663 tasks) drops a tool's `execution` and a 2025-11-25 `tasks/get`
-answer's `ttl` and `pollInterval`. The gateway posts the requests whose
-answers it needs verbatim itself (src/upstream/raw_post.rs); this checks,
-against fixtures/json_tasks_server.py, that those fields arrive intact.
+An upstream that answers HTTP with `application/json`: rmcp's HTTP client
+parses such an answer itself, and its model (the later SEP-2663 tasks)
+drops a tool's `execution` and a 2025-11-25 `tasks/get` answer's `ttl` and
+`pollInterval`. The gateway posts the requests whose answers it needs
+verbatim itself (src/upstream/raw_post.rs); the fields must arrive intact.
+
+A stdio upstream that reports a task's progress after its
+`CreateTaskResult`: the progress token of a task-augmented request stays
+valid until the task ends, so that progress must reach the client under
+its own token.
 """
 
 from __future__ import annotations
@@ -21,11 +26,21 @@ import mcp_types as types
 import pytest
 
 from conftest import free_port, toml_str
-from test_relay import Peer, connect, dump, list_all_tools, list_tasks, raw_request, task_result, text_of
+from test_relay import (
+    Peer,
+    connect,
+    dump,
+    list_all_tools,
+    list_tasks,
+    raw_request,
+    task_result,
+    text_of,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
-FIXTURE = Path(__file__).parent / "fixtures" / "json_tasks_server.py"
+FIXTURE = Path(__file__).parent / "fixtures" / "tasks_server.py"
 TTL_MS, POLL_MS = 45_000, 150  # as the fixture sets them
 START_TIMEOUT_S = 20.0
 
@@ -36,7 +51,7 @@ def json_upstream(tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "json-tasks.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, str(FIXTURE), str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+            [sys.executable, str(FIXTURE), "http", str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
@@ -92,3 +107,34 @@ async def test_json_answers_keep_task_fields(json_upstream: str, start_gateway, 
             assert text_of(result) == "7", dump(result)
             related = (result.meta or {}).get("io.modelcontextprotocol/related-task", {})
             assert related.get("taskId") == task.task_id, dump(result)
+
+
+@pytest.mark.parametrize("isolation", ["shared", "per_session"])
+async def test_task_progress_after_its_creation_reaches_the_client(start_gateway, isolation: str) -> None:
+    gateway = start_gateway(
+        '[server]\nlisten = "127.0.0.1:0"\n\n'
+        f"[mounts.calc]\ncommand = {toml_str(sys.executable)}\n"
+        f"args = [{toml_str(str(FIXTURE))}, \"stdio\"]\nisolation = {toml_str(isolation)}\n"
+    )
+    peer = Peer("A")
+    with anyio.fail_after(60):
+        async with connect(gateway.mcp_url, peer) as c:
+            raw = await raw_request(
+                c,
+                "tools/call",
+                {
+                    "name": "calc__add",
+                    "arguments": {"a": 3, "b": 4},
+                    "task": {"ttl": 1000},
+                    "_meta": {"progressToken": "token-of-A"},
+                },
+            )
+            task = types.CreateTaskResult.model_validate(raw).task
+            result = await task_result(c, task.task_id)
+            assert text_of(result) == "7", dump(result)
+
+            def mine() -> list[float]:
+                return [p.progress for p in peer.progress() if p.progress_token == "token-of-A"]
+
+            assert await wait_until(lambda: len(mine()) == 2, 5), f"progress seen: {[dump(p) for p in peer.progress()]}"
+            assert mine() == [1, 2]
