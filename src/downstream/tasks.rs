@@ -18,7 +18,7 @@
 //! are taken as written (`UpstreamSession::request_raw`).
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::atomic::{AtomicBool, Ordering},
 };
 
@@ -194,43 +194,61 @@ struct TaskHome {
     upstream_id: String,
 }
 
+/// At most this many tasks are remembered per session; the oldest go
+/// first (their ids become unknown to the session).
+const TASKS_PER_SESSION: usize = 1024;
+
 /// The tasks one session created, by the id the gateway gave each.
 #[derive(Debug, Default)]
-pub(crate) struct TaskTable(std::sync::Mutex<HashMap<String, TaskHome>>);
+pub(crate) struct TaskTable(std::sync::Mutex<Homes>);
+
+#[derive(Debug, Default)]
+struct Homes {
+    by_id: HashMap<String, TaskHome>,
+    /// Ids in creation order, for the bound.
+    order: VecDeque<String>,
+}
 
 impl TaskTable {
     fn add(&self, mount: &MountName, upstream_id: &str) -> String {
         let id = format!("{mount}/{upstream_id}");
-        lock(&self.0).insert(
-            id.clone(),
-            TaskHome {
-                mount: mount.clone(),
-                upstream_id: upstream_id.to_owned(),
-            },
-        );
+        let mut homes = lock(&self.0);
+        let home = TaskHome {
+            mount: mount.clone(),
+            upstream_id: upstream_id.to_owned(),
+        };
+        if homes.by_id.insert(id.clone(), home).is_none() {
+            homes.order.push_back(id.clone());
+        }
+        while homes.order.len() > TASKS_PER_SESSION {
+            if let Some(oldest) = homes.order.pop_front() {
+                homes.by_id.remove(&oldest);
+            }
+        }
         id
     }
 
     fn get(&self, id: &str) -> Option<TaskHome> {
-        lock(&self.0).get(id).cloned()
+        lock(&self.0).by_id.get(id).cloned()
     }
 
     fn forget(&self, id: &str) {
-        lock(&self.0).remove(id);
+        let mut homes = lock(&self.0);
+        if homes.by_id.remove(id).is_some() {
+            homes.order.retain(|kept| kept != id);
+        }
     }
 
-    /// This session's tasks on each mount: upstream id → gateway id.
-    fn by_mount(&self) -> Vec<(MountName, HashMap<String, String>)> {
-        let mut mounts: Vec<(MountName, HashMap<String, String>)> = Vec::new();
-        for (id, home) in lock(&self.0).iter() {
-            let ids = match mounts.iter_mut().find(|(mount, _)| *mount == home.mount) {
-                Some((_, ids)) => ids,
-                None => {
-                    mounts.push((home.mount.clone(), HashMap::new()));
-                    &mut mounts.last_mut().expect("just pushed").1
-                }
-            };
-            ids.insert(home.upstream_id.clone(), id.clone());
+    /// This session's tasks on each mount (upstream id → gateway id), by
+    /// mount name: `tasks/list` pages need the same order every time.
+    fn by_mount(&self) -> BTreeMap<String, (MountName, HashMap<String, String>)> {
+        let mut mounts: BTreeMap<String, (MountName, HashMap<String, String>)> = BTreeMap::new();
+        for (id, home) in lock(&self.0).by_id.iter() {
+            mounts
+                .entry(home.mount.as_str().to_owned())
+                .or_insert_with(|| (home.mount.clone(), HashMap::new()))
+                .1
+                .insert(home.upstream_id.clone(), id.clone());
         }
         mounts
     }
@@ -407,7 +425,7 @@ impl DownstreamSession {
     ) -> Result<Value, ErrorData> {
         self.handle("tasks/list", None, &context, async {
             let mut tasks = Vec::new();
-            for (mount_name, ids) in self.state.tasks.by_mount() {
+            for (mount_name, ids) in self.state.tasks.by_mount().into_values() {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
                 let listed = match listed {
                     Ok(listed) => listed,
@@ -552,10 +570,24 @@ mod tests {
         assert_eq!(a.get(&first).unwrap().upstream_id, "1");
         assert_eq!(a.get(&second).unwrap().mount, two);
         assert!(b.get(&first).is_none(), "another session's table");
-        let mut by_mount = a.by_mount();
-        by_mount.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        let by_mount: Vec<_> = a.by_mount().into_values().collect();
+        assert_eq!(by_mount[0].0, one, "in mount-name order");
         assert_eq!(by_mount[0].1.get("1"), Some(&first));
         assert_eq!(by_mount[1].1.get("1"), Some(&second));
+        a.forget(&first);
+        assert!(a.get(&first).is_none());
+    }
+
+    #[test]
+    fn a_session_remembers_its_newest_tasks() {
+        let table = TaskTable::default();
+        let mount = MountName::new("m").unwrap();
+        let ids: Vec<String> = (0..TASKS_PER_SESSION + 2)
+            .map(|n| table.add(&mount, &n.to_string()))
+            .collect();
+        assert!(table.get(&ids[0]).is_none() && table.get(&ids[1]).is_none());
+        assert!(table.get(&ids[2]).is_some() && table.get(ids.last().unwrap()).is_some());
+        assert_eq!(lock(&table.0).order.len(), TASKS_PER_SESSION);
     }
 
     #[test]
