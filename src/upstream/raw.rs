@@ -69,6 +69,10 @@ impl RawAnswers {
 
     /// Whether an answer is awaited for `id`.
     pub fn is_wanted(&self, id: &RequestId) -> bool {
+        // Every HTTP POST asks: the common answer costs one atomic load.
+        if !self.is_waiting() {
+            return false;
+        }
         let Ok(id) = serde_json::to_value(id) else {
             return false;
         };
