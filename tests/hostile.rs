@@ -641,6 +641,31 @@ async fn resource_uri_that_is_a_number_is_invalid_params() {
     check_request_error("resources/read", json!({"uri": 5}), INVALID_PARAMS).await;
 }
 
+// Task methods (2025-11-25) naming no task of this session.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_task_is_invalid_params() {
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        check_request_error(method, json!({"taskId": "demo/nope"}), INVALID_PARAMS).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_id_that_is_missing_or_a_number_is_invalid_params() {
+    check_request_error("tasks/result", json!({}), INVALID_PARAMS).await;
+    check_request_error("tasks/get", json!({"taskId": 5}), INVALID_PARAMS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_list_cursor_that_is_not_ours_is_invalid_params() {
+    check_request_error(
+        "tasks/list",
+        json!({"cursor": "not-a-cursor"}),
+        INVALID_PARAMS,
+    )
+    .await;
+}
+
 // Session ids (transport spec, "Session Management").
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,107 @@
+//! What the gateway itself says about 2025-11-25 tasks, over raw HTTP, in
+//! front of the demo server (an rmcp server: it has no tasks). Task relay
+//! through upstreams that have them is in tests/interop (server-everything
+//! and tests/interop/fixtures/tasks_server.py).
+
+mod common;
+
+use common::{raw::*, *};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A gateway with the stdio demo server mounted as `demo`.
+async fn gateway() -> Gateway {
+    Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await
+}
+
+fn initialize(version: &str) -> String {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_declared_from_2025_11_25_on() {
+    let gateway = gateway().await;
+    let http = reqwest::Client::new();
+    for (version, declared) in [("2025-11-25", true), ("2025-06-18", false)] {
+        let answer = post(
+            &http,
+            &gateway.mcp_url(),
+            None,
+            JSON_POST,
+            initialize(version),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+        let result = &answer.body["result"];
+        assert_eq!(result["protocolVersion"], version, "{answer:?}");
+        let tasks = &result["capabilities"]["tasks"];
+        if declared {
+            assert_eq!(
+                tasks,
+                &json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+                "{answer:?}"
+            );
+        } else {
+            assert!(tasks.is_null(), "tasks declared at {version}: {answer:?}");
+        }
+        // The rest of the capabilities are rmcp's, untouched.
+        assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_lists_no_tasks() {
+    let gateway = gateway().await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list", "params": {}});
+    let answer = post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        JSON_POST,
+        request.to_string(),
+    )
+    .await;
+    assert_eq!(answer.body["result"], json!({"tasks": []}), "{answer:?}");
+}
+
+/// An upstream without tasks runs a `tools/call` with `task` as a plain
+/// call (2025-11-25: a receiver that does not support task augmentation
+/// processes the request normally); the gateway relays that answer and
+/// makes up no task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_call_to_an_upstream_without_tasks_is_answered_plainly() {
+    let gateway = gateway().await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let request = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "demo__echo", "arguments": {"message": "plain"}, "task": {"ttl": 1000}},
+    });
+    let answer = post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        JSON_POST,
+        request.to_string(),
+    )
+    .await;
+    let result: &Value = &answer.body["result"];
+    assert_eq!(result["content"][0]["text"], "plain", "{answer:?}");
+    assert!(result.get("task").is_none(), "{answer:?}");
+    let list = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list"});
+    let answer = post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        JSON_POST,
+        list.to_string(),
+    )
+    .await;
+    assert_eq!(answer.body["result"], json!({"tasks": []}), "{answer:?}");
+}
