@@ -14,6 +14,18 @@ async fn gateway() -> Gateway {
     Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await
 }
 
+/// POSTs a JSON-RPC request on `session`.
+async fn send(http: &reqwest::Client, gateway: &Gateway, session: &str, request: Value) -> Answer {
+    post(
+        http,
+        &gateway.mcp_url(),
+        Some(session),
+        JSON_POST,
+        request.to_string(),
+    )
+    .await
+}
+
 fn initialize(version: &str) -> String {
     json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -59,14 +71,7 @@ async fn a_new_session_lists_no_tasks() {
     let http = reqwest::Client::new();
     let session = open_session(&http, &gateway.mcp_url()).await;
     let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list", "params": {}});
-    let answer = post(
-        &http,
-        &gateway.mcp_url(),
-        Some(&session),
-        JSON_POST,
-        request.to_string(),
-    )
-    .await;
+    let answer = send(&http, &gateway, &session, request).await;
     assert_eq!(answer.body["result"], json!({"tasks": []}), "{answer:?}");
 }
 
@@ -83,25 +88,11 @@ async fn a_task_call_to_an_upstream_without_tasks_is_answered_plainly() {
         "jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "demo__echo", "arguments": {"message": "plain"}, "task": {"ttl": 1000}},
     });
-    let answer = post(
-        &http,
-        &gateway.mcp_url(),
-        Some(&session),
-        JSON_POST,
-        request.to_string(),
-    )
-    .await;
+    let answer = send(&http, &gateway, &session, request).await;
     let result: &Value = &answer.body["result"];
     assert_eq!(result["content"][0]["text"], "plain", "{answer:?}");
     assert!(result.get("task").is_none(), "{answer:?}");
     let list = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list"});
-    let answer = post(
-        &http,
-        &gateway.mcp_url(),
-        Some(&session),
-        JSON_POST,
-        list.to_string(),
-    )
-    .await;
+    let answer = send(&http, &gateway, &session, list).await;
     assert_eq!(answer.body["result"], json!({"tasks": []}), "{answer:?}");
 }
