@@ -23,8 +23,8 @@ use std::{
 };
 
 use rmcp::model::{
-    CallToolResult, ClientJsonRpcMessage, ClientRequest, CustomRequest, GetExtensions, GetMeta,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolResult, ClientJsonRpcMessage, ClientRequest, CustomRequest, ErrorCode, GetExtensions,
+    GetMeta, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::{service::RequestContext, ErrorData, RoleServer};
 use serde_json::{json, Map, Value};
@@ -406,8 +406,13 @@ impl DownstreamSession {
             }
             .await;
             answer.map_err(|error| {
-                if matches!(&error, RouteError::UpstreamError { error, .. } if error.code == rmcp::model::ErrorCode::INVALID_PARAMS) && method == "tasks/get" {
-                    // The upstream no longer knows it (its TTL ran out).
+                let unknown_upstream = matches!(
+                    &error,
+                    RouteError::UpstreamError { error, .. } if error.code == ErrorCode::INVALID_PARAMS
+                );
+                if unknown_upstream && method == "tasks/get" {
+                    // The upstream no longer knows it (its TTL ran out, or
+                    // it restarted): neither does this session from now on.
                     self.state.tasks.forget(&id);
                 }
                 error.into_mcp_error()
