@@ -8,8 +8,9 @@
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 
 /// Items per page. Large enough that a typical catalog is one page (many
-/// clients only read the first), small enough to bound one response.
-pub const PAGE_SIZE: usize = 500;
+/// clients only read the first: 20 mounts of 50 tools must not lose half
+/// of them), small enough to bound one response (~275 KB for 1,000 tools).
+pub const PAGE_SIZE: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PageError {
