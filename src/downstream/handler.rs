@@ -26,9 +26,10 @@ use rmcp::{
 
 use super::{DownstreamSession, RouteError};
 use crate::{
-    catalog::{self, MergedCatalog, PageError, Route},
+    catalog::{self, MergedCatalog, PageError},
     config::Isolation,
     gateway::Mount,
+    naming::MountName,
     rewrite,
     upstream::{Caller, ClientProfile, UpstreamSession},
 };
@@ -104,14 +105,14 @@ impl DownstreamSession {
         self.state.catalog(&self.gateway)
     }
 
-    /// The mount a route names and this session's upstream for it.
+    /// The mount named `name` and this session's upstream for it.
     pub(super) async fn connect(
         &self,
-        route: &Route,
+        name: &MountName,
     ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
-        let Some(mount) = self.gateway.mount(&route.mount) else {
+        let Some(mount) = self.gateway.mount(name) else {
             return Err(RouteError::MountUnavailable {
-                mount: route.mount.clone(),
+                mount: name.clone(),
                 cause: "the mount is no longer configured".to_owned(),
             });
         };
@@ -309,7 +310,7 @@ impl ServerHandler for DownstreamSession {
                     .await
                     .resolve_tool(&name)
                     .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let mut params = request.clone();
                 params.name = route.original.to_string().into();
                 params.meta = forwarded_meta(&context.meta);
@@ -347,7 +348,7 @@ impl ServerHandler for DownstreamSession {
                     .await
                     .resolve_prompt(&request.name)
                     .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let mut params = request.clone();
                 params.name = route.original.to_string();
                 params.meta = forwarded_meta(&context.meta);
@@ -379,7 +380,7 @@ impl ServerHandler for DownstreamSession {
                     .await
                     .resolve_uri(&request.uri)
                     .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let mut params = request.clone();
                 params.uri = route.original.to_string();
                 params.meta = forwarded_meta(&context.meta);
@@ -429,7 +430,7 @@ impl ServerHandler for DownstreamSession {
                         ))
                     }
                 };
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 if !declares(&upstream, |c| c.completions.is_some()) {
                     // Offering no suggestions is the honest answer for a mount
                     // that has no completions.
@@ -462,7 +463,7 @@ impl ServerHandler for DownstreamSession {
                     .await
                     .resolve_uri(&uri)
                     .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let subscribable = |c: &ServerCapabilities| {
                     c.resources
                         .as_ref()
@@ -506,7 +507,7 @@ impl ServerHandler for DownstreamSession {
                     .await
                     .resolve_uri(&uri)
                     .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let last = self.gateway.sessions().unsubscribe(self.state.key, &uri);
                 if last || mount.config.isolation == Isolation::PerSession {
                     let mut params = UnsubscribeRequestParams::new(route.original.to_string());

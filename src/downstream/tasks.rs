@@ -312,7 +312,7 @@ impl DownstreamSession {
                     .await
                     .resolve_tool(&tool_name)
                     .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
-                let (mount, upstream) = self.connect(&route).await?;
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 params.insert("name".to_owned(), Value::String(route.original.to_string()));
                 set_meta(&mut params, &context);
                 let limit = mount.request_limit(Some(route.original.as_ref()));
@@ -377,7 +377,7 @@ impl DownstreamSession {
             let id = task_id_param(&params)?;
             let home = self.state.tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
-                let (mount, upstream) = self.connect_mount(&home.mount).await?;
+                let (mount, upstream) = self.connect(&home.mount).await?;
                 let mut upstream_params = match params.clone() {
                     Some(Value::Object(params)) => params,
                     _ => Map::new(),
@@ -474,7 +474,7 @@ impl DownstreamSession {
         mount: &MountName,
         context: &RequestContext<RoleServer>,
     ) -> Result<Vec<Value>, RouteError> {
-        let (mount, upstream) = self.connect_mount(mount).await?;
+        let (mount, upstream) = self.connect(mount).await?;
         let mut tasks = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -502,24 +502,6 @@ impl DownstreamSession {
             }
         }
         Ok(tasks)
-    }
-
-    /// The mount named `name` and this session's upstream for it.
-    async fn connect_mount(
-        &self,
-        name: &MountName,
-    ) -> Result<
-        (
-            std::sync::Arc<Mount>,
-            std::sync::Arc<crate::upstream::UpstreamSession>,
-        ),
-        RouteError,
-    > {
-        let route = catalog::Route {
-            mount: name.clone(),
-            original: "".into(),
-        };
-        self.connect(&route).await
     }
 }
 
