@@ -38,12 +38,13 @@ const TASKS_SINCE: &str = "2025-11-25";
 /// At most this many upstream `tasks/list` pages are read per mount.
 const MAX_LIST_PAGES: usize = 100;
 
-/// The `task` of a task-augmented `tools/call`, kept by the HTTP edge as a
-/// request extension: rmcp's `CallToolRequestParams` has no such field.
+/// The params of a task-augmented `tools/call` as the client wrote them,
+/// kept by the HTTP edge as a request extension: rmcp's
+/// `CallToolRequestParams` has no `task`.
 #[derive(Debug, Clone)]
 pub struct TaskAugmentation(pub Map<String, Value>);
 
-/// The `task` params of `body`, if it is a task-augmented `tools/call`.
+/// The params of `body`, if it is a task-augmented `tools/call`.
 pub fn task_augmentation(body: &[u8]) -> Option<TaskAugmentation> {
     // Cheap first: almost no body mentions it.
     if !body.windows(6).any(|window| window == b"\"task\"") {
@@ -52,17 +53,13 @@ pub fn task_augmentation(body: &[u8]) -> Option<TaskAugmentation> {
     #[derive(serde::Deserialize)]
     struct Message {
         method: Option<String>,
-        params: Option<Params>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params {
-        task: Option<Value>,
+        params: Option<Map<String, Value>>,
     }
     let message: Message = serde_json::from_slice(body).ok()?;
-    match (message.method.as_deref(), message.params?.task?) {
-        (Some("tools/call"), Value::Object(task)) => Some(TaskAugmentation(task)),
-        _ => None,
-    }
+    let params = message.params?;
+    let augmented = message.method.as_deref() == Some("tools/call")
+        && params.get("task").is_some_and(Value::is_object);
+    augmented.then_some(TaskAugmentation(params))
 }
 
 /// Whether any catalog has listed a tool with an `execution`. Until one
@@ -89,23 +86,17 @@ pub fn as_custom_request(message: ClientJsonRpcMessage, task_tools: bool) -> Cli
     let ClientJsonRpcMessage::Request(mut request) = message else {
         return message;
     };
-    let augmentation = request
-        .request
-        .extensions()
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<TaskAugmentation>())
-        .cloned();
-    let (method, params) = match &request.request {
-        ClientRequest::CallToolRequest(call) => match augmentation {
-            Some(TaskAugmentation(task)) => {
-                let mut params = serde_json::to_value(&call.params).unwrap_or_default();
-                if let Some(params) = params.as_object_mut() {
-                    params.insert("task".to_owned(), Value::Object(task));
-                }
-                ("tools/call", Some(params))
+    let (method, params) = match &mut request.request {
+        ClientRequest::CallToolRequest(call) => {
+            let augmented = call
+                .extensions
+                .get_mut::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.remove::<TaskAugmentation>());
+            match augmented {
+                Some(TaskAugmentation(params)) => ("tools/call", Some(Value::Object(params))),
+                None => return ClientJsonRpcMessage::Request(request),
             }
-            None => return ClientJsonRpcMessage::Request(request),
-        },
+        }
         ClientRequest::GetTaskRequest(get) => ("tasks/get", serde_json::to_value(&get.params).ok()),
         ClientRequest::CancelTaskRequest(cancel) => {
             ("tasks/cancel", serde_json::to_value(&cancel.params).ok())
@@ -534,7 +525,7 @@ mod tests {
     fn only_a_tools_call_with_a_task_object_is_augmented() {
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":{"ttl":60000}}}"#;
         let kept = task_augmentation(call).expect("augmented");
-        assert_eq!(kept.0.get("ttl"), Some(&json!(60000)));
+        assert_eq!(kept.0["task"].get("ttl"), Some(&json!(60000)));
         for body in [
             &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#[..],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"task":{}}}}"#,
