@@ -45,8 +45,8 @@ pub fn wants_raw_answer(request: &ClientRequest) -> bool {
 
 #[derive(Default)]
 pub struct RawAnswers {
-    /// Marked request ids (as JSON) and, once seen, their `result`.
-    slots: Mutex<VecDeque<(Value, Option<Value>)>>,
+    /// Marked request ids and, once seen, their `result`.
+    slots: Mutex<VecDeque<(RequestId, Option<Value>)>>,
     /// Marks without an answer yet: while zero, nothing is parsed.
     waiting: AtomicUsize,
 }
@@ -54,11 +54,8 @@ pub struct RawAnswers {
 impl RawAnswers {
     /// Marks `id`: its answer will be kept when it arrives.
     pub fn want(&self, id: &RequestId) {
-        let Ok(id) = serde_json::to_value(id) else {
-            return;
-        };
         let mut slots = lock(&self.slots);
-        slots.push_back((id, None));
+        slots.push_back((id.clone(), None));
         self.waiting.fetch_add(1, Ordering::Release);
         while slots.len() > KEPT {
             if let Some((_, None)) = slots.pop_front() {
@@ -73,12 +70,9 @@ impl RawAnswers {
         if !self.is_waiting() {
             return false;
         }
-        let Ok(id) = serde_json::to_value(id) else {
-            return false;
-        };
         lock(&self.slots)
             .iter()
-            .any(|(wanted, answer)| *wanted == id && answer.is_none())
+            .any(|(wanted, answer)| wanted == id && answer.is_none())
     }
 
     /// Whether any marked request still waits for its answer.
@@ -94,7 +88,7 @@ impl RawAnswers {
         }
         #[derive(serde::Deserialize)]
         struct Answer {
-            id: Option<Value>,
+            id: Option<RequestId>,
             result: Option<Value>,
         }
         let Ok(Answer {
@@ -117,9 +111,8 @@ impl RawAnswers {
     /// The answer to `id` as the upstream wrote it, if it was marked and
     /// seen; forgets it either way.
     pub fn take(&self, id: &RequestId) -> Option<Value> {
-        let id = serde_json::to_value(id).ok()?;
         let mut slots = lock(&self.slots);
-        let index = slots.iter().position(|(wanted, _)| *wanted == id)?;
+        let index = slots.iter().position(|(wanted, _)| wanted == id)?;
         let (_, answer) = slots.remove(index)?;
         if answer.is_none() {
             self.waiting.fetch_sub(1, Ordering::Release);
