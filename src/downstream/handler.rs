@@ -158,6 +158,17 @@ fn page_of<T: Clone>(
         .map_err(|error: PageError| ErrorData::invalid_params(error.to_string(), None))
 }
 
+/// One page of the tools `catalog` lists.
+fn tools_page(
+    catalog: &MergedCatalog,
+    request: &Option<PaginatedRequestParams>,
+) -> Result<ListToolsResult, ErrorData> {
+    let (items, next) = page_of(catalog, &catalog.tools, request)?;
+    let mut result = ListToolsResult::with_all_items(items);
+    result.next_cursor = next;
+    Ok(result)
+}
+
 impl ServerHandler for DownstreamSession {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder()
@@ -242,11 +253,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.handle("tools/list", None, &context, async {
-            let catalog = self.catalog().await;
-            let (items, next) = page_of(&catalog, &catalog.tools, &request)?;
-            let mut result = ListToolsResult::with_all_items(items);
-            result.next_cursor = next;
-            Ok(result)
+            tools_page(&*self.catalog().await, &request)
         })
         .await
     }
@@ -545,13 +552,17 @@ impl ServerHandler for DownstreamSession {
                     .map(serde_json::from_value::<PaginatedRequestParams>)
                     .transpose()
                     .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-                let result = self.list_tools(params, context).await?;
-                let catalog = self.catalog().await;
-                match super::tasks::with_execution(&result, &catalog.tool_execution) {
-                    Some(listed) => Ok(listed),
-                    None => serde_json::to_value(result)
-                        .map_err(|error| ErrorData::internal_error(error.to_string(), None)),
-                }
+                self.handle("tools/list", None, &context, async {
+                    // One catalog for the page and its tools' `execution`.
+                    let catalog = self.catalog().await;
+                    let result = tools_page(&catalog, &params)?;
+                    match super::tasks::with_execution(&result, &catalog.tool_execution) {
+                        Some(listed) => Ok(listed),
+                        None => serde_json::to_value(result)
+                            .map_err(|error| ErrorData::internal_error(error.to_string(), None)),
+                    }
+                })
+                .await
             }
             _ => Err(ErrorData::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
