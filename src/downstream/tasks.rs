@@ -27,10 +27,13 @@ use rmcp::model::{
     GetMeta, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::{service::RequestContext, ErrorData, RoleServer};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
-use crate::{catalog, gateway::Mount, naming::MountName, rewrite, upstream::relay::RELATED_TASK};
+use crate::{
+    catalog, gateway::Mount, naming::MountName, rewrite, upstream::relay::set_related_task,
+};
 
 /// The oldest protocol version with tasks.
 const TASKS_SINCE: &str = "2025-11-25";
@@ -256,11 +259,8 @@ fn rename_task(task: &mut Value, id: &str) {
 }
 
 fn rename_related_task(result: &mut Value, id: &str) {
-    if let Some(related) = result
-        .get_mut("_meta")
-        .and_then(|meta| meta.get_mut(RELATED_TASK))
-    {
-        rename_task(related, id);
+    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+        set_related_task(meta, id);
     }
 }
 
@@ -508,7 +508,8 @@ fn set_meta(params: &mut Map<String, Value>, context: &RequestContext<RoleServer
 /// A tool result as written by the upstream, its resource links given the
 /// mount's namespace. One rmcp cannot read is relayed unchanged.
 fn qualified_tool_result(mount: &Mount, result: Value) -> Value {
-    match serde_json::from_value::<CallToolResult>(result.clone()) {
+    // Read in place, not from a copy of a possibly large result.
+    match CallToolResult::deserialize(&result) {
         Ok(mut typed) => {
             rewrite::qualify_tool_result(&mount.config.namespace, &mut typed);
             serde_json::to_value(typed).unwrap_or(result)
@@ -520,6 +521,7 @@ fn qualified_tool_result(mount: &Mount, result: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::relay::RELATED_TASK;
 
     #[test]
     fn only_a_tools_call_with_a_task_object_is_augmented() {

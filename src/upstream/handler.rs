@@ -22,7 +22,7 @@ use rmcp::{
     ClientHandler, ErrorData, RoleClient,
 };
 
-use super::relay::{related_task, Caller, Relay, TaskOwner, RELATED_TASK};
+use super::relay::{related_task, set_related_task, Caller, Relay, TaskOwner};
 use crate::telemetry::metrics;
 
 /// Which list an upstream said has changed.
@@ -424,11 +424,8 @@ pub async fn send_task_status(
 
 /// A related task named in `meta`, under the id its owner knows it by.
 fn rename_related_task(relay: &Relay, meta: &mut serde_json::Map<String, serde_json::Value>) {
-    let Some(owner) = related_task(meta).and_then(|id| relay.task_owner(id)) else {
-        return;
-    };
-    if let Some(related) = meta.get_mut(RELATED_TASK).and_then(|r| r.as_object_mut()) {
-        related.insert("taskId".to_owned(), owner.task_id.into());
+    if let Some(owner) = related_task(meta).and_then(|id| relay.task_owner(id)) {
+        set_related_task(meta, &owner.task_id);
     }
 }
 

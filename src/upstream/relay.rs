@@ -133,6 +133,16 @@ pub fn related_task(meta: &serde_json::Map<String, serde_json::Value>) -> Option
     meta.get(RELATED_TASK)?.get("taskId")?.as_str()
 }
 
+/// Makes a related-task `_meta` object, if it has one, name task `id`.
+pub fn set_related_task(meta: &mut serde_json::Map<String, serde_json::Value>, id: &str) {
+    if let Some(related) = meta
+        .get_mut(RELATED_TASK)
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        related.insert("taskId".to_owned(), id.into());
+    }
+}
+
 /// The session that created an upstream task, and the id it knows the
 /// task by.
 #[derive(Clone)]
