@@ -98,8 +98,10 @@ async fn progress_reaches_only_the_request_that_asked() {
     };
     assert_eq!(ok_text(&done_a), "done after 4 steps");
     assert_eq!(ok_text(&done_b), "done after 2 steps");
-    let progress_a = a.service().progress();
-    let progress_b = b.service().progress();
+    // rmcp's client hands each notification to its handler on a task of its
+    // own, so the last progress can be recorded just after the answer.
+    let progress_a = progress_after(&a, 4).await;
+    let progress_b = progress_after(&b, 2).await;
     let steps = |progress: &[(rmcp::model::ProgressToken, f64)]| -> Vec<f64> {
         progress.iter().map(|(_, step)| *step).collect()
     };
@@ -115,10 +117,20 @@ async fn progress_reaches_only_the_request_that_asked() {
     // The same through a per-session upstream.
     let done = call(&a, "private__slow", slow_args(3, 10)).await;
     assert_eq!(ok_text(&done), "done after 3 steps");
-    assert_eq!(a.service().progress().len(), 7);
+    assert_eq!(progress_after(&a, 7).await.len(), 7);
     assert_eq!(b.service().progress().len(), 2);
     close(a).await;
     close(b).await;
+}
+
+/// The client's progress once it has recorded `count` notifications; more
+/// than `count` shows up in the caller's assertion.
+async fn progress_after(client: &Client, count: usize) -> Vec<(rmcp::model::ProgressToken, f64)> {
+    eventually("progress notifications", Duration::from_secs(5), || async {
+        let progress = client.service().progress();
+        (progress.len() >= count).then_some(progress)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,6 +339,10 @@ async fn each_session_gets_log_messages_at_its_own_level() {
     }
     eventually("chatty's info message", Duration::from_secs(5), || async {
         (chatty.service().logs() == [json!("shared__log info")]).then_some(())
+    })
+    .await;
+    eventually("quiet's error message", Duration::from_secs(5), || async {
+        (!quiet.service().logs().is_empty()).then_some(())
     })
     .await;
     assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
