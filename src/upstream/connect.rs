@@ -3,7 +3,8 @@
 //! Stdio children run in their own process group (so a wrapper such as
 //! `npx` cannot leave its real server behind when killed) with stderr read
 //! line by line into the gateway's log under the mount's name. HTTP
-//! upstreams get the configured headers on every request. Either way the
+//! upstreams get the configured headers on every request, and a direct
+//! path for `tools/call` ([`super::direct_call`]) beside rmcp's client. Either way the
 //! rmcp client's response cache is off: the gateway keeps its own cache and
 //! must never be served a stale list.
 
@@ -18,15 +19,23 @@ use rmcp::{
     model::ClientConfig,
     service::ClientInitializeError,
     transport::{
-        streamable_http_client::StreamableHttpClientTransportConfig, StreamableHttpClientTransport,
+        streamable_http_client::{
+            StreamableHttpClientTransportConfig, StreamableHttpResponseLimits,
+        },
+        StreamableHttpClientTransport,
     },
     ClientCacheConfig, ServiceExt,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{
-    child::ChildTransport, http_client::TracingHttpClient, ordered::OrderedTransport,
-    process_group::ProcessGroupGuard, raw::RawAnswers, UpstreamHandler, UpstreamSession,
+    child::ChildTransport,
+    direct_call::{DirectCalls, INJECT_CAPACITY},
+    http_client::TracingHttpClient,
+    ordered::OrderedTransport,
+    process_group::ProcessGroupGuard,
+    raw::RawAnswers,
+    UpstreamHandler, UpstreamSession,
 };
 use crate::config::{MountConfig, Timeouts, UpstreamTransport};
 use tokio_util::sync::CancellationToken;
@@ -71,7 +80,12 @@ pub async fn open(
         start(mount, timeouts, handler, ended.clone(), raw.clone()),
     )
     .await;
-    let (service, pid, group) = match started {
+    let Started {
+        service,
+        pid,
+        group,
+        direct,
+    } = match started {
         Ok(result) => result?,
         Err(_) => return Err(UpstreamError::InitializeTimeout(timeouts.initialize)),
     };
@@ -91,10 +105,20 @@ pub async fn open(
         raw,
         group: Mutex::new(group),
         ended,
+        direct,
     })
 }
 
 type Running = rmcp::service::RunningService<rmcp::RoleClient, UpstreamHandler>;
+
+/// A session that answered `initialize`.
+struct Started {
+    service: Running,
+    pid: Option<u32>,
+    group: ProcessGroupGuard,
+    /// Streamable HTTP upstreams' hot path.
+    direct: Option<Arc<DirectCalls>>,
+}
 
 async fn start(
     mount: &MountConfig,
@@ -102,7 +126,7 @@ async fn start(
     handler: UpstreamHandler,
     ended: CancellationToken,
     raw: Arc<RawAnswers>,
-) -> Result<(Running, Option<u32>, ProcessGroupGuard), UpstreamError> {
+) -> Result<Started, UpstreamError> {
     match &mount.transport {
         UpstreamTransport::Stdio {
             command,
@@ -139,7 +163,12 @@ async fn start(
             }
             let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
-            Ok((service, pid, group))
+            Ok(Started {
+                service,
+                pid,
+                group,
+                direct: None,
+            })
         }
         UpstreamTransport::StreamableHttp { url, headers } => {
             let mut custom_headers = HashMap::new();
@@ -163,13 +192,21 @@ async fn start(
             // re-initialization would drop the upstream's subscriptions
             // and (per-session mounts) its state without anyone noticing.
             config.reinit_on_expired_session = false;
-            let (client, standalone) = TracingHttpClient::new(client, raw.clone());
+            let (inject, injected) = tokio::sync::mpsc::channel(INJECT_CAPACITY);
+            let direct = Arc::new(DirectCalls::new(
+                client.clone(),
+                inject,
+                handler.relay().clone(),
+                StreamableHttpResponseLimits::default(),
+            ));
+            let (client, standalone) = TracingHttpClient::new(client, raw.clone(), direct.clone());
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),
                 ended,
                 raw,
-            );
+            )
+            .with_injected(injected);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             if !standalone.settled(STANDALONE_SETTLE_LIMIT).await {
                 tracing::debug!(
@@ -177,7 +214,12 @@ async fn start(
                     "the upstream has not answered the GET for its message stream yet; using the session anyway"
                 );
             }
-            Ok((service, None, ProcessGroupGuard::new(None)))
+            Ok(Started {
+                service,
+                pid: None,
+                group: ProcessGroupGuard::new(None),
+                direct: Some(direct),
+            })
         }
     }
 }

@@ -7,7 +7,8 @@
 //! the same trace. It also tells [`StandaloneStream`] when the server has
 //! answered the session's first `GET` (the stream for messages that belong
 //! to no request), and posts the requests marked in [`RawAnswers`] itself
-//! ([`RawPost`]), so their answers are seen before rmcp parses them.
+//! ([`RawPost`]), so their answers are seen before rmcp parses them, and
+//! shows the direct path ([`DirectCalls`]) how posts on the session look.
 //! Everything else is rmcp's reqwest implementation.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -15,7 +16,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
-    model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage},
+    model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage},
     transport::streamable_http_client::{
         SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
         StreamableHttpResponseLimits,
@@ -24,22 +25,32 @@ use rmcp::{
 use sse_stream::Sse;
 use tokio::sync::watch;
 
-use super::{raw::RawAnswers, raw_post::RawPost};
+use super::{
+    direct_call::{DirectCalls, SessionPost},
+    raw::RawAnswers,
+    raw_post::RawPost,
+};
 
 #[derive(Clone)]
 pub struct TracingHttpClient {
     client: reqwest::Client,
     standalone: Arc<watch::Sender<bool>>,
     raw: Arc<RawAnswers>,
+    direct: Arc<DirectCalls>,
 }
 
 impl TracingHttpClient {
-    pub fn new(client: reqwest::Client, raw: Arc<RawAnswers>) -> (Self, StandaloneStream) {
+    pub fn new(
+        client: reqwest::Client,
+        raw: Arc<RawAnswers>,
+        direct: Arc<DirectCalls>,
+    ) -> (Self, StandaloneStream) {
         let (standalone, settled) = watch::channel(false);
         let client = Self {
             client,
             standalone: Arc::new(standalone),
             raw,
+            direct,
         };
         (client, StandaloneStream(settled))
     }
@@ -126,6 +137,19 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::InitializeRequest(_))
         );
+        if matches!(
+            &message,
+            JsonRpcMessage::Notification(notification)
+                if matches!(notification.notification, ClientNotification::InitializedNotification(_))
+        ) {
+            // The session id and protocol version are negotiated by now.
+            self.direct.session_ready(SessionPost {
+                uri: uri.clone(),
+                session_id: session_id.clone(),
+                auth_header: auth_header.clone(),
+                headers: custom_headers.clone(),
+            });
+        }
         let raw_wanted = matches!(
             &message,
             JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)

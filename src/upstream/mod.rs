@@ -8,6 +8,7 @@
 
 pub mod child;
 pub mod connect;
+pub mod direct_call;
 pub mod discovery;
 pub mod handler;
 pub mod http_client;
@@ -23,6 +24,7 @@ use std::{
     time::Duration,
 };
 
+use futures::future::Either;
 use rmcp::model::GetMeta;
 use rmcp::{
     model::{
@@ -62,6 +64,8 @@ pub struct UpstreamSession {
     group: Mutex<process_group::ProcessGroupGuard>,
     /// Cancelled when the connection ends, however it ends.
     ended: CancellationToken,
+    /// `tools/call` without rmcp's client, for Streamable HTTP upstreams.
+    direct: Option<Arc<direct_call::DirectCalls>>,
 }
 
 /// How long one upstream request may take.
@@ -237,28 +241,42 @@ impl UpstreamSession {
         // waits for it (`Relay::settle`) rather than finding no caller.
         let sending = self.relay.sending();
         let keeps_raw = raw::wants_raw_answer(&request);
-        let handle = self
-            .peer
-            .send_cancellable_request(request, Default::default())
-            .await?;
-        let progress_token = handle.progress_token.clone();
+        let direct = self
+            .direct
+            .as_ref()
+            .and_then(|calls| Some((calls, calls.prepare(&mut request)?)));
+        // Registered before the request goes out (the direct future does
+        // nothing until polled), or with rmcp as soon as it is queued.
+        let (id, progress_token, response) = match direct {
+            Some((calls, prepared)) => {
+                let (id, token) = (prepared.id.clone(), prepared.progress_token.clone());
+                (id, token, Either::Left(calls.call(prepared, request)))
+            }
+            None => {
+                let handle = self
+                    .peer
+                    .send_cancellable_request(request, Default::default())
+                    .await?;
+                let (id, token) = (handle.id.clone(), handle.progress_token.clone());
+                (id, token, Either::Right(handle.await_response()))
+            }
+        };
         // Whatever happens to the request, its mark goes with it.
         let raw_answer = keeps_raw.then(|| TakeRawAnswer {
             raw: &self.raw,
-            id: Some(handle.id.clone()),
+            id: Some(id.clone()),
         });
-        let inflight =
-            self.relay
-                .register(handle.id.clone(), handle.progress_token.clone(), caller);
+        let inflight = self
+            .relay
+            .register(id.clone(), progress_token.clone(), caller);
         drop(sending);
         let mut cancel_guard = CancelUpstreamOnDrop {
             peer: self.peer.clone(),
-            id: Some(handle.id.clone()),
+            id: Some(id),
             reason: "cancelled by the client",
         };
         let ceiling = tokio::time::sleep(limit.ceiling);
         tokio::pin!(ceiling);
-        let response = handle.await_response();
         tokio::pin!(response);
         let mut idle_until = tokio::time::Instant::now() + limit.idle;
         let answer = loop {

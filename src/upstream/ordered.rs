@@ -9,6 +9,10 @@
 //! passed on only after the notifications that preceded it are
 //! (`Relay::drain`).
 //!
+//! Messages read off an answer stream by the direct path
+//! ([`super::direct_call`]) come in through an injection channel and are
+//! passed to rmcp as if this transport had read them (already counted).
+//!
 //! Being the transport, it is also the first to know when the connection
 //! ends (the child exited, the HTTP session is gone, or the server answers
 //! with an error about an unknown session): it then cancels its `ended`
@@ -17,12 +21,13 @@
 use std::{future::Future, sync::Arc};
 
 use rmcp::{
-    model::{JsonRpcMessage, ServerNotification},
+    model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
     RoleClient,
 };
 
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -35,7 +40,7 @@ use super::{
 /// examples send, with HTTP 400, for a session they no longer know (the
 /// spec's answer is 404, which rmcp reports itself). No request would ever
 /// get an answer on this session again, so it has ended.
-fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
+pub(super) fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
     error.id.is_none() && error.error.message.to_ascii_lowercase().contains("session")
 }
 
@@ -45,6 +50,8 @@ pub struct OrderedTransport<T> {
     ended: CancellationToken,
     /// Told which requests' answers to keep verbatim as they go out.
     raw: Arc<RawAnswers>,
+    /// From the direct path, when the transport has one.
+    injected: Option<mpsc::Receiver<ServerJsonRpcMessage>>,
 }
 
 impl<T> OrderedTransport<T> {
@@ -60,7 +67,14 @@ impl<T> OrderedTransport<T> {
             relay,
             ended,
             raw,
+            injected: None,
         }
+    }
+
+    /// Also passes on what the direct path sends through `injected`.
+    pub fn with_injected(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
+        self.injected = Some(injected);
+        self
     }
 }
 
@@ -88,7 +102,15 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
+        let message = match &mut self.injected {
+            // Both receives are cancel-safe (channel reads: rmcp's HTTP
+            // transport is a worker behind a channel).
+            Some(injected) => tokio::select! {
+                message = self.inner.receive() => message,
+                Some(message) = injected.recv() => return Some(message),
+            },
+            None => self.inner.receive().await,
+        };
         match &message {
             None => self.ended.cancel(),
             Some(JsonRpcMessage::Error(error)) if says_session_is_gone(error) => {

@@ -113,7 +113,7 @@ fn unexpected(message: String) -> StreamableHttpError<reqwest::Error> {
 }
 
 /// The whole body, or an error past `limit` bytes.
-async fn read_bounded(
+pub(super) async fn read_bounded(
     response: reqwest::Response,
     limit: usize,
 ) -> Result<Vec<u8>, StreamableHttpError<reqwest::Error>> {
@@ -131,7 +131,7 @@ async fn read_bounded(
 
 /// Why an SSE answer's bytes stopped.
 #[derive(Debug, thiserror::Error)]
-enum EventBytesError {
+pub(super) enum EventBytesError {
     #[error(transparent)]
     Http(#[from] reqwest::Error),
     #[error("an SSE event exceeded {0} bytes")]
@@ -140,7 +140,7 @@ enum EventBytesError {
 
 /// Passes an SSE byte stream through, failing it once `limit` bytes go by
 /// without the blank line that ends an event.
-fn bounded_events<S>(
+pub(super) fn bounded_events<S>(
     bytes: S,
     limit: usize,
 ) -> impl futures::Stream<Item = Result<Bytes, EventBytesError>> + Send + 'static

@@ -1,0 +1,478 @@
+//! The hot path: a `tools/call` to a Streamable HTTP upstream, posted by
+//! the caller's own task.
+//!
+//! rmcp's client takes each request through its service loop, its
+//! transport worker and a task per answer stream, with a channel hop at
+//! each and every message parsed through untagged enums; for the gateway's
+//! most frequent request that machinery cost more CPU than the upstream's
+//! whole answer (BENCHMARKS.md). Here the task that waits for the answer
+//! posts the request itself, on the session rmcp negotiated (same session
+//! id, protocol version and configured headers, plus the request's trace
+//! context), and reads the answer as JSON or as an SSE stream.
+//!
+//! Only the answer is taken here. Everything else on the answer's stream
+//! (progress, log messages, server requests, cancellations) is handed to
+//! rmcp's service loop through [`OrderedTransport`](super::ordered)'s
+//! injection channel, marked as arriving on this request's stream, so
+//! attribution, relaying and answering server requests stay the one
+//! implementation every other request uses. Progress and log messages are
+//! counted as pending before they are handed over, so the caller's
+//! `Relay::drain` still puts them ahead of the answer.
+//!
+//! A stream that breaks before the answer is resumed with `Last-Event-ID`
+//! (as rmcp's client does, SEP-1699), a bounded number of times.
+
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use arc_swap::ArcSwapOption;
+use futures::StreamExt;
+use reqwest::{
+    header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE},
+    StatusCode,
+};
+use rmcp::{
+    model::{
+        CallToolResult, ClientJsonRpcMessage, ClientRequest, ErrorData, GetExtensions, GetMeta,
+        JsonRpcMessage, NumberOrString, ProgressToken, RequestId, ServerJsonRpcMessage,
+        ServerNotification, ServerResult,
+    },
+    service::{InboundStreamOrigin, ServiceError},
+    transport::{
+        streamable_http_client::{StreamableHttpError, StreamableHttpResponseLimits},
+        DynamicTransportError,
+    },
+};
+use serde::Deserialize;
+use sse_stream::{Sse, SseStream};
+use tokio::sync::mpsc;
+
+use super::{
+    ordered::says_session_is_gone,
+    raw_post::{bounded_events, read_bounded},
+    Relay,
+};
+
+/// How often a broken answer stream is resumed before the request fails.
+const MAX_RESUMES: usize = 3;
+/// The wait before resuming when the server named none (`retry`).
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait before resuming that the server may ask for.
+const MAX_RETRY: Duration = Duration::from_secs(10);
+/// How long the rest of an answer stream is read after the answer, so its
+/// connection goes back to the pool (rmcp's client does the same).
+const DRAIN_AFTER_ANSWER: Duration = Duration::from_millis(50);
+/// Messages handed to rmcp's loop ahead of it; a full channel holds the
+/// stream's reading back rather than dropping anything.
+pub const INJECT_CAPACITY: usize = 64;
+
+type HttpError = StreamableHttpError<reqwest::Error>;
+
+/// How a post on the upstream session looks: taken from rmcp's
+/// `notifications/initialized` post, the first one with the negotiated
+/// session id and protocol version.
+pub struct SessionPost {
+    pub uri: Arc<str>,
+    pub session_id: Option<Arc<str>>,
+    pub auth_header: Option<String>,
+    /// The configured headers and `mcp-protocol-version`.
+    pub headers: HashMap<HeaderName, HeaderValue>,
+}
+
+/// The direct path of one upstream session.
+pub struct DirectCalls {
+    client: reqwest::Client,
+    /// `None` until the session is initialized.
+    session: ArcSwapOption<SessionPost>,
+    /// Into rmcp's service loop (see the module doc).
+    inject: mpsc::Sender<ServerJsonRpcMessage>,
+    relay: Arc<Relay>,
+    next_id: AtomicU64,
+    limits: StreamableHttpResponseLimits,
+}
+
+/// A request about to go the direct way.
+pub struct DirectRequest {
+    pub id: RequestId,
+    pub progress_token: ProgressToken,
+    post: Arc<SessionPost>,
+}
+
+impl DirectCalls {
+    pub fn new(
+        client: reqwest::Client,
+        inject: mpsc::Sender<ServerJsonRpcMessage>,
+        relay: Arc<Relay>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Self {
+        Self {
+            client,
+            session: ArcSwapOption::empty(),
+            inject,
+            relay,
+            next_id: AtomicU64::new(1),
+            limits,
+        }
+    }
+
+    /// Records how rmcp posts on the session (see [`SessionPost`]).
+    pub fn session_ready(&self, post: SessionPost) {
+        self.session.store(Some(Arc::new(post)));
+    }
+
+    /// Ids for `request` if it goes the direct way: a `tools/call` on an
+    /// initialized session. Its id and progress token are strings, so they
+    /// never collide with rmcp's numbers on the same session.
+    pub fn prepare(&self, request: &mut ClientRequest) -> Option<DirectRequest> {
+        if !matches!(request, ClientRequest::CallToolRequest(_)) {
+            return None;
+        }
+        let post = self.session.load_full()?;
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = RequestId::String(format!("junction-{n}").into());
+        let progress_token = ProgressToken(NumberOrString::String(format!("junction-{n}").into()));
+        request
+            .get_meta_mut()
+            .set_progress_token(progress_token.clone());
+        Some(DirectRequest {
+            id,
+            progress_token,
+            post,
+        })
+    }
+
+    /// Posts the prepared request and waits for its answer.
+    pub async fn call(
+        &self,
+        direct: DirectRequest,
+        request: ClientRequest,
+    ) -> Result<ServerResult, ServiceError> {
+        let trace = trace_headers(&request);
+        let message = ClientJsonRpcMessage::request(request, direct.id.clone());
+        let body = serde_json::to_vec(&message).map_err(|error| {
+            ServiceError::McpError(ErrorData::internal_error(error.to_string(), None))
+        })?;
+        let post = &direct.post;
+        let mut builder = self
+            .client
+            .post(post.uri.as_ref())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        builder = with_session_headers(builder, post);
+        for (name, value) in trace {
+            builder = builder.header(name, value);
+        }
+        let response = builder.send().await.map_err(client_error)?;
+        let status = response.status();
+        if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+            return Err(transport(unexpected(
+                "the upstream accepted the request without answering it".into(),
+            )));
+        }
+        if status == StatusCode::NOT_FOUND && post.session_id.is_some() {
+            return Err(transport(HttpError::SessionExpired));
+        }
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if status.is_success() && content_type.starts_with("text/event-stream") {
+            return self.read_stream(&direct, response).await;
+        }
+        if content_type.starts_with("application/json") {
+            let body = read_bounded(response, self.limits.max_json_response_size)
+                .await
+                .map_err(transport)?;
+            // A JSON-RPC error is an answer whatever the status.
+            return match self.handle(&direct.id, body.as_ref()).await {
+                Some(answer) => answer,
+                None => Err(transport(unexpected(format!(
+                    "HTTP {status}: a JSON answer that is not the request's"
+                )))),
+            };
+        }
+        Err(transport(unexpected(format!(
+            "HTTP {status} with content type {content_type:?}"
+        ))))
+    }
+
+    /// Reads an SSE answer stream until the answer, resuming it if it breaks.
+    async fn read_stream(
+        &self,
+        direct: &DirectRequest,
+        response: reqwest::Response,
+    ) -> Result<ServerResult, ServiceError> {
+        let mut response = response;
+        let mut last_event_id: Option<String> = None;
+        let mut retry = DEFAULT_RETRY;
+        let mut resumes = 0;
+        loop {
+            let bytes = bounded_events(response.bytes_stream(), self.limits.max_sse_event_size);
+            let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
+            let broke = loop {
+                match events.next().await {
+                    None => break None,
+                    Some(Err(error)) => break Some(error.to_string()),
+                    Some(Ok(event)) => {
+                        if let Some(id) = event.id.as_ref().filter(|id| !id.is_empty()) {
+                            last_event_id = Some(id.clone());
+                        }
+                        if let Some(millis) = event.retry {
+                            retry = Duration::from_millis(millis).min(MAX_RETRY);
+                        }
+                        let Sse {
+                            data: Some(data), ..
+                        } = event
+                        else {
+                            continue;
+                        };
+                        if data.trim().is_empty() {
+                            continue;
+                        }
+                        if let Some(answer) = self.handle(&direct.id, data.as_bytes()).await {
+                            let rest = async { while events.next().await.is_some() {} };
+                            let _ = tokio::time::timeout(DRAIN_AFTER_ANSWER, rest).await;
+                            return answer;
+                        }
+                    }
+                }
+            };
+            let Some(event_id) = last_event_id.clone().filter(|_| resumes < MAX_RESUMES) else {
+                let why = broke.unwrap_or_else(|| "it ended".to_owned());
+                return Err(transport(unexpected(format!(
+                    "the upstream's answer stream broke before the answer: {why}"
+                ))));
+            };
+            resumes += 1;
+            tracing::debug!(resumes, "resuming an upstream answer stream");
+            tokio::time::sleep(retry).await;
+            response = self.resume(&direct.post, event_id).await?;
+        }
+    }
+
+    /// `GET` with `Last-Event-ID`: the rest of a broken answer stream.
+    async fn resume(
+        &self,
+        post: &SessionPost,
+        last_event_id: String,
+    ) -> Result<reqwest::Response, ServiceError> {
+        let builder = self
+            .client
+            .get(post.uri.as_ref())
+            .header(ACCEPT, "text/event-stream")
+            .header("last-event-id", last_event_id);
+        let response = with_session_headers(builder, post)
+            .send()
+            .await
+            .map_err(client_error)?;
+        match response.status() {
+            status if status.is_success() => Ok(response),
+            StatusCode::NOT_FOUND if post.session_id.is_some() => {
+                Err(transport(HttpError::SessionExpired))
+            }
+            status => Err(transport(unexpected(format!(
+                "HTTP {status} resuming the answer stream"
+            )))),
+        }
+    }
+
+    /// One message of the answer: the answer itself (`Some`), or anything
+    /// else, which goes to rmcp's loop (`None`).
+    async fn handle(
+        &self,
+        id: &RequestId,
+        bytes: &[u8],
+    ) -> Option<Result<ServerResult, ServiceError>> {
+        if let Ok(Envelope {
+            method: None,
+            id: Some(answered),
+        }) = serde_json::from_slice::<Envelope>(bytes)
+        {
+            if &answered == id {
+                return Some(parse_answer(bytes));
+            }
+        }
+        // Anything else is read as rmcp reads it.
+        let message = match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
+            Ok(message) => message,
+            Err(error) => {
+                return Some(Err(transport(unexpected(format!(
+                    "not a JSON-RPC message on the answer stream: {error}"
+                )))))
+            }
+        };
+        if let JsonRpcMessage::Error(error) = &message {
+            if says_session_is_gone(error) {
+                tracing::warn!(error = %error.error.message, "the upstream no longer knows this session");
+                return Some(Err(transport(HttpError::SessionExpired)));
+            }
+        }
+        self.pass_on(message, id).await;
+        None
+    }
+
+    /// Hands a message to rmcp's loop, as arriving on `id`'s stream.
+    async fn pass_on(&self, mut message: ServerJsonRpcMessage, id: &RequestId) {
+        let origin = InboundStreamOrigin::OutboundRequest(id.clone());
+        let mut counted = false;
+        match &mut message {
+            JsonRpcMessage::Request(request) => {
+                request.request.extensions_mut().insert(origin);
+            }
+            JsonRpcMessage::Notification(notification) => {
+                counted = matches!(
+                    notification.notification,
+                    ServerNotification::ProgressNotification(_)
+                        | ServerNotification::LoggingMessageNotification(_)
+                );
+                notification.notification.extensions_mut().insert(origin);
+            }
+            _ => {}
+        }
+        if counted {
+            self.relay.notification_arrived();
+        }
+        if self.inject.send(message).await.is_err() && counted {
+            // The session's loop has stopped: nothing will relay it.
+            self.relay.notification_relayed();
+        }
+    }
+}
+
+/// Enough of a JSON-RPC message to tell an answer from the rest.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default)]
+    method: Option<serde::de::IgnoredAny>,
+}
+
+/// A `tools/call` answer, read as its own type rather than tried against
+/// every variant of rmcp's untagged `ServerResult`.
+#[derive(Deserialize)]
+struct CallAnswer {
+    #[serde(default)]
+    result: Option<CallToolResult>,
+    #[serde(default)]
+    error: Option<ErrorData>,
+}
+
+fn parse_answer(bytes: &[u8]) -> Result<ServerResult, ServiceError> {
+    if let Ok(answer) = serde_json::from_slice::<CallAnswer>(bytes) {
+        match answer {
+            CallAnswer {
+                error: Some(error), ..
+            } => return Err(ServiceError::McpError(error)),
+            CallAnswer {
+                result: Some(result),
+                ..
+            } => return Ok(ServerResult::CallToolResult(result)),
+            _ => {}
+        }
+    }
+    // Some other result (a task, an odd shape): as rmcp reads it.
+    match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
+        Ok(JsonRpcMessage::Response(response)) => Ok(response.result),
+        Ok(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
+        Ok(_) => Err(ServiceError::UnexpectedResponse),
+        Err(error) => Err(transport(unexpected(format!(
+            "not a JSON-RPC answer: {error}"
+        )))),
+    }
+}
+
+fn with_session_headers(
+    mut builder: reqwest::RequestBuilder,
+    post: &SessionPost,
+) -> reqwest::RequestBuilder {
+    for (name, value) in &post.headers {
+        builder = builder.header(name, value);
+    }
+    if let Some(token) = &post.auth_header {
+        builder = builder.bearer_auth(token);
+    }
+    if let Some(session) = &post.session_id {
+        builder = builder.header("mcp-session-id", session.as_ref());
+    }
+    builder
+}
+
+/// The request's W3C trace context (from its `_meta`) as HTTP headers.
+fn trace_headers(request: &ClientRequest) -> Vec<(HeaderName, HeaderValue)> {
+    let meta = &request.get_meta().0;
+    [
+        ("traceparent", meta.get_traceparent()),
+        ("tracestate", meta.get_tracestate()),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| {
+        let value = HeaderValue::from_str(value?).ok()?;
+        Some((HeaderName::from_static(name), value))
+    })
+    .collect()
+}
+
+fn unexpected(message: String) -> HttpError {
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(message))
+}
+
+fn client_error(error: reqwest::Error) -> ServiceError {
+    transport(StreamableHttpError::Client(error))
+}
+
+/// As rmcp reports a failed send, so `http_client::means_session_gone`
+/// reads both alike.
+fn transport(error: HttpError) -> ServiceError {
+    ServiceError::TransportSend(DynamicTransportError::from_parts(
+        "junction-direct-call",
+        std::any::TypeId::of::<DirectCalls>(),
+        Box::new(error),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_answer_is_read_as_its_own_type() {
+        let answer = br#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#;
+        let Ok(ServerResult::CallToolResult(result)) = parse_answer(answer) else {
+            panic!("not a call result");
+        };
+        assert_eq!(result.is_error, Some(false));
+        let error = br#"{"jsonrpc":"2.0","id":"junction-1","error":{"code":-32602,"message":"no such tool"}}"#;
+        let Err(ServiceError::McpError(error)) = parse_answer(error) else {
+            panic!("not an error");
+        };
+        assert_eq!(error.code.0, -32602);
+    }
+
+    #[test]
+    fn the_envelope_tells_answers_from_the_rest() {
+        let answer: Envelope =
+            serde_json::from_slice(br#"{"jsonrpc":"2.0","id":"junction-7","result":{}}"#).unwrap();
+        assert_eq!(
+            answer.id,
+            Some(RequestId::String("junction-7".into())),
+            "an answer"
+        );
+        assert!(answer.method.is_none());
+        let request: Envelope = serde_json::from_slice(
+            br#"{"jsonrpc":"2.0","id":"junction-7","method":"sampling/createMessage","params":{}}"#,
+        )
+        .unwrap();
+        assert!(request.method.is_some(), "a server request, same id");
+    }
+}
