@@ -250,8 +250,7 @@ struct Results {
     /// (concurrency, direct, through) for call-http.
     call_http: Vec<(usize, Series, Series)>,
     list: Vec<(usize, Series, Series)>,
-    /// (bytes/session at 1k, at N, errors, verify failures, N)
-    memory: Option<(f64, f64, u64, u64, usize)>,
+    memory: Option<MemoryResult>,
 }
 
 async fn bench(cli: Cli) -> i32 {
@@ -618,11 +617,16 @@ fn ratio_row(ctx: &mut Ctx, scenario: &str, direct: &Series, through: &Series) {
 }
 
 fn write_config(ctx: &Ctx, name: &str, mounts: &str) -> PathBuf {
+    write_config_with(ctx, name, "", mounts)
+}
+
+/// [`write_config`] with more `[server]` settings.
+fn write_config_with(ctx: &Ctx, name: &str, server: &str, mounts: &str) -> PathBuf {
     let path = ctx.dir.join(format!("{name}.toml"));
     // The memory scenario holds 10,000 idle sessions (plus a few for its
     // sample calls): above the default session limit.
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"30m\"\n\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"30m\"\n{server}\n\
          [limits]\nmax_sessions = 100000\n\n{mounts}"
     );
     std::fs::write(&path, text).expect("write config");
@@ -933,13 +937,56 @@ async fn settle_rss(pid: u32) -> u64 {
     .unwrap_or(0)
 }
 
+/// The memory scenario's `session_hibernate_after`.
+const HIBERNATE_AFTER: Duration = Duration::from_secs(2);
+
+/// Waits (bounded) until `count` sessions are asleep in the gateway at
+/// `addr` (`/metrics`); how many are.
+async fn wait_asleep(addr: SocketAddr, count: usize) -> usize {
+    let deadline = Instant::now() + HIBERNATE_AFTER + Duration::from_secs(30);
+    let mut asleep = 0;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Ok(metrics) = client::get_text(addr, "/metrics").await else {
+            continue;
+        };
+        asleep = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("junction_downstream_sessions_asleep "))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0);
+        if asleep >= count {
+            break;
+        }
+    }
+    asleep
+}
+
+/// The gateway's figures of the memory scenario.
+#[derive(Debug, Clone, Copy)]
+struct MemoryResult {
+    /// Bytes per session at N, awake.
+    awake_n: f64,
+    /// Bytes per session once the N sessions fell asleep, and how many did.
+    asleep_n: f64,
+    asleep: usize,
+    errors: u64,
+    failures: u64,
+    held: usize,
+}
+
 /// RSS with 0, 1,000 and N idle downstream sessions, gateway and (for
 /// comparison) the fixture itself.
 async fn memory(ctx: &mut Ctx) -> Result<(), String> {
     let fixture = start_fixture(ctx, 50)?;
-    let config = write_config(
+    // Idle sessions fall asleep after this (the default is 60 s).
+    let config = write_config_with(
         ctx,
         "memory",
+        &format!(
+            "session_hibernate_after = \"{}ms\"",
+            HIBERNATE_AFTER.as_millis()
+        ),
         &format!("[mounts.bench]\nurl = \"http://{}/mcp\"\n", fixture.addr),
     );
     let gateway = start_junction(ctx, &config).await?;
@@ -969,6 +1016,13 @@ async fn memory(ctx: &mut Ctx) -> Result<(), String> {
         errors += e;
         first = first.or(f);
         let rss_n = settle_rss(proc.pid()).await;
+        // The gateway's sessions then fall asleep (the fixture's stay).
+        let asleep = if who == "junction" {
+            let asleep = wait_asleep(proc.addr, ids.len()).await;
+            Some((asleep, settle_rss(proc.pid()).await))
+        } else {
+            None
+        };
         let (failures, vfirst) = verify_sessions(proc.addr, &ids, tool).await;
         let per = |rss: u64, k: usize| (rss.saturating_sub(rss0)) as f64 / k as f64;
         let text = format!(
@@ -989,11 +1043,32 @@ async fn memory(ctx: &mut Ctx) -> Result<(), String> {
             ids.len() / (ids.len() / 100).max(1) + 1,
         );
         line(ctx, &text);
+        if let Some((count, rss_asleep)) = asleep {
+            line(
+                ctx,
+                &format!(
+                    "{:<23} {:<8} rss {:.1} MiB with {count} of them asleep after {:?} idle ({:.0} B/session); the sampled calls woke them",
+                    "memory idle sessions",
+                    who,
+                    rss_asleep as f64 / 1048576.0,
+                    HIBERNATE_AFTER,
+                    per(rss_asleep, n),
+                ),
+            );
+        }
         if let Some(e) = first.or(vfirst) {
             line(ctx, &format!("    first error: {e}"));
         }
         if who == "junction" {
-            gw_result = Some((per(rss1, 1000), per(rss_n, n), errors, failures, ids.len()));
+            let (count, rss_asleep) = asleep.unwrap_or_default();
+            gw_result = Some(MemoryResult {
+                awake_n: per(rss_n, n),
+                asleep_n: per(rss_asleep, n),
+                asleep: count,
+                errors,
+                failures,
+                held: ids.len(),
+            });
         }
         let _ = s.close().await;
     }
@@ -1129,12 +1204,20 @@ fn targets(ctx: &Ctx) {
         );
     }
     match r.memory {
-        Some((_, per_n, errors, failures, held)) => {
+        Some(MemoryResult {
+            awake_n,
+            asleep_n,
+            asleep,
+            errors,
+            failures,
+            held,
+        }) => {
             println!(
-                "  {} <= 16 KiB RSS per idle downstream session: {:.1} KiB at {}",
-                verdict(per_n <= 16.0 * 1024.0),
-                per_n / 1024.0,
-                held
+                "  {} <= 16 KiB RSS per idle downstream session: {:.1} KiB at {held} once asleep ({asleep} asleep after {:?} idle; {:.1} KiB each while awake)",
+                verdict(asleep >= held && asleep_n <= 16.0 * 1024.0),
+                asleep_n / 1024.0,
+                HIBERNATE_AFTER,
+                awake_n / 1024.0,
             );
             println!(
                 "  {} {} idle sessions held without error: {held} held, {errors} open errors, {failures} sampled calls failed",

@@ -556,6 +556,13 @@ pub async fn get_status(addr: SocketAddr, path: &str) -> Result<u16, Error> {
     Ok(conn.request("GET", path, &[], b"").await?.status)
 }
 
+/// `GET path`'s body as text.
+pub async fn get_text(addr: SocketAddr, path: &str) -> Result<String, Error> {
+    let mut conn = Conn::new(addr);
+    let response = conn.request("GET", path, &[], b"").await?;
+    Ok(String::from_utf8_lossy(&response.body).into_owned())
+}
+
 /// One MCP session with a stdio server (newline-delimited JSON-RPC) the
 /// benchmark spawned itself: the "direct" side of the stdio scenario.
 pub struct StdioSession {

@@ -47,6 +47,10 @@ pub struct ServerConfig {
     pub allowed_origins: Option<Vec<String>>,
     /// A downstream session with no traffic for this long is ended.
     pub session_idle_timeout: Duration,
+    /// A downstream session idle this long, with no stream open, sleeps:
+    /// its state is kept and rmcp's per-session machinery freed until its
+    /// next request. `None` (`"off"`): sessions never sleep.
+    pub session_hibernate_after: Option<Duration>,
     /// On SIGTERM/SIGINT, how long open requests and sessions get to finish
     /// before upstreams are closed and children killed anyway.
     pub shutdown_grace: Duration,
@@ -225,6 +229,8 @@ pub mod defaults {
     /// Long enough for a developer to step away; short enough that abandoned
     /// sessions (and their per-session upstream processes) do not pile up.
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    /// Long enough that a client between two steps of one task stays awake.
+    pub const SESSION_HIBERNATE_AFTER: Duration = Duration::from_secs(60);
     /// Long enough for a typical tool call to finish; short enough for an
     /// orchestrator's own kill timeout (Kubernetes: 30 s).
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -19,6 +19,7 @@ pub struct RawServer {
     pub allowed_hosts: Option<Vec<String>>,
     pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,
+    pub session_hibernate_after: Option<String>,
     pub shutdown_grace: Option<String>,
 }
 

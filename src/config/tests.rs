@@ -74,7 +74,40 @@ fn defaults_apply_to_an_empty_file() {
         config.server.session_idle_timeout,
         defaults::SESSION_IDLE_TIMEOUT
     );
+    assert_eq!(
+        config.server.session_hibernate_after,
+        Some(defaults::SESSION_HIBERNATE_AFTER)
+    );
     assert!(config.mounts.is_empty());
+}
+
+#[test]
+fn sleeping_sessions_can_be_turned_off_or_tuned() {
+    let off = load_file(
+        "junction.toml",
+        "[server]\nsession_hibernate_after = \"off\"",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(off.server.session_hibernate_after, None);
+    let quick = load_file(
+        "junction.toml",
+        "[server]\nsession_hibernate_after = \"250ms\"",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        quick.server.session_hibernate_after,
+        Some(std::time::Duration::from_millis(250))
+    );
+    let found = problems(
+        "junction.toml",
+        "[server]\nsession_hibernate_after = \"0s\"",
+    );
+    assert_eq!(
+        found,
+        ["server.session_hibernate_after: must be longer than zero"]
+    );
 }
 
 #[test]

@@ -316,6 +316,11 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         defaults::SESSION_IDLE_TIMEOUT,
         problems,
     );
+    let session_hibernate_after = match raw.session_hibernate_after.as_deref() {
+        Some("off") => Some(None),
+        Some(text) => duration("server.session_hibernate_after", text, problems).map(Some),
+        None => Some(Some(defaults::SESSION_HIBERNATE_AFTER)),
+    };
     let shutdown_grace = duration_or(
         "server.shutdown_grace",
         raw.shutdown_grace,
@@ -332,6 +337,7 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         allowed_hosts,
         allowed_origins,
         session_idle_timeout: session_idle_timeout?,
+        session_hibernate_after: session_hibernate_after?,
         shutdown_grace: shutdown_grace?,
     })
 }

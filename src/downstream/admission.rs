@@ -43,6 +43,11 @@ impl Drop for RequestPermit {
 }
 
 impl RequestSlots {
+    /// Requests in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
     fn admit(&self, limit: usize) -> Result<RequestPermit, ErrorData> {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
         let permit = RequestPermit {
@@ -75,7 +80,7 @@ impl DownstreamSession {
         W: Future<Output = Result<T, ErrorData>> + 'a,
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
-        let admitted = self.state.requests.admit(limit);
+        let admitted = self.state().requests.admit(limit);
         observe(method, tool, context, async move {
             let _permit = admitted?;
             work.await

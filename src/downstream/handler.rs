@@ -21,6 +21,7 @@ use rmcp::{
         SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext},
+    transport::streamable_http_server::session::SessionRestoreMarker,
     ErrorData, RoleServer, ServerHandler,
 };
 
@@ -87,12 +88,12 @@ impl DownstreamSession {
     /// The downstream end of `context`'s request, for the relay.
     pub(super) fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
         Caller {
-            session: self.state.key,
+            session: self.state().key,
             peer: context.peer.clone(),
             request_id: Some(context.id.clone()),
             progress_token: context.meta.get_progress_token(),
-            profile: self.state.profile(),
-            log_level: self.state.log_level.clone(),
+            profile: self.state().profile(),
+            log_level: self.state().log_level.clone(),
             request_stream: super::http_session_id(context)
                 .and_then(|session| self.gateway.request_streams().queue(session, &context.id)),
         }
@@ -101,8 +102,8 @@ impl DownstreamSession {
     /// The session's catalog, after making sure its per-session mounts
     /// were discovered for this client's profile.
     pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
-        self.gateway.prepare(self.state.profile()).await;
-        self.state.catalog(&self.gateway)
+        self.gateway.prepare(self.state().profile()).await;
+        self.state().catalog(&self.gateway)
     }
 
     /// The mount named `name` and this session's upstream for it.
@@ -117,7 +118,7 @@ impl DownstreamSession {
             });
         };
         super::observe::routed_to(&mount.config.name);
-        let upstream = self.state.upstream_for(&mount).await?;
+        let upstream = self.state().upstream_for(&mount).await?;
         Ok((mount, upstream))
     }
 }
@@ -198,28 +199,42 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         self.handle("initialize", None, &context, async {
+            // rmcp replays `initialize` to wake a session asleep.
+            if let Some(waking) = context.extensions.get::<SessionRestoreMarker>() {
+                let Some(state) = self.gateway.hibernation().wake(&waking.id) else {
+                    return Err(ErrorData::invalid_request("the session has ended", None));
+                };
+                self.state.store(state);
+            }
             context.peer.set_peer_info(request.clone());
-            let _ = self
-                .state
-                .client_capabilities
-                .set(request.capabilities.clone());
-            let _ = self
-                .state
-                .profile
-                .set(ClientProfile::of(&request.capabilities));
-            let _ = self.state.peer.set(context.peer.clone());
+            let state = self.state();
+            let _ = state.client_capabilities.set(request.capabilities.clone());
+            let _ = state.profile.set(ClientProfile::of(&request.capabilities));
+            *super::lock(&state.peer) = Some(context.peer.clone());
             self.negotiate_initialize(&request)
         })
         .await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.gateway.sessions().register(
-            self.state.key,
-            context.peer.clone(),
-            self.state.profile(),
-        );
-        tracing::debug!(session = self.state.key, "downstream session initialized");
+        let state = self.state();
+        let rmcp_id = match context.extensions.get::<SessionRestoreMarker>() {
+            Some(waking) => Some(waking.id.clone()),
+            None => context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+                .and_then(|value| value.to_str().ok())
+                .map(Arc::from),
+        };
+        if let Some(id) = rmcp_id {
+            let _ = state.rmcp_id.set(id.clone());
+            self.gateway.hibernation().initialized(&id, &state);
+        }
+        self.gateway
+            .sessions()
+            .register(state.key, context.peer.clone(), state.profile());
+        tracing::debug!(session = state.key, "downstream session initialized");
     }
 
     /// The client's roots changed: its per-session upstreams (which asked it
@@ -230,7 +245,7 @@ impl ServerHandler for DownstreamSession {
             if mount.config.isolation != Isolation::PerSession {
                 continue;
             }
-            if let Some(upstream) = self.state.open_upstream(&mount.config.name) {
+            if let Some(upstream) = self.state().open_upstream(&mount.config.name) {
                 if let Err(error) = upstream.peer().notify_roots_list_changed().await {
                     tracing::debug!(mount = %mount.config.name, %error, "could not relay roots/list_changed");
                 }
@@ -482,14 +497,14 @@ impl ServerHandler for DownstreamSession {
                         feature: "resource subscriptions",
                     });
                 }
-                let first = self.gateway.sessions().subscribe(self.state.key, &uri);
+                let first = self.gateway.sessions().subscribe(self.state().key, &uri);
                 // A shared upstream is subscribed once, for all sessions; a
                 // per-session upstream belongs to this session alone.
                 if first || mount.config.isolation == Isolation::PerSession {
                     let mut params = SubscribeRequestParams::new(route.original.to_string());
                     params.meta = forwarded_meta(&context.meta);
                     if let Err(error) = upstream.peer().subscribe(params).await {
-                        self.gateway.sessions().unsubscribe(self.state.key, &uri);
+                        self.gateway.sessions().unsubscribe(self.state().key, &uri);
                         return Err(RouteError::upstream(&mount.config, error.into()));
                     }
                 }
@@ -515,7 +530,7 @@ impl ServerHandler for DownstreamSession {
                     .resolve_uri(&uri)
                     .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
                 let (mount, upstream) = self.connect(&route.mount).await?;
-                let last = self.gateway.sessions().unsubscribe(self.state.key, &uri);
+                let last = self.gateway.sessions().unsubscribe(self.state().key, &uri);
                 if last || mount.config.isolation == Isolation::PerSession {
                     let mut params = UnsubscribeRequestParams::new(route.original.to_string());
                     params.meta = forwarded_meta(&context.meta);
@@ -583,19 +598,19 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.handle("logging/setLevel", None, &context, async {
-            self.state.log_level.set(request.level);
+            self.state().log_level.set(request.level);
             // A shared upstream serves every session: it logs at the most
             // verbose level any of them asked for; each session's own level
             // is applied when messages are relayed.
             let shared_level = self
                 .gateway
                 .sessions()
-                .set_log_level(self.state.key, request.level);
+                .set_log_level(self.state().key, request.level);
             for mount in self.gateway.mounts().iter() {
                 let (upstream, level) = match mount.config.isolation {
                     Isolation::Shared => (mount.shared_session().await.ok(), shared_level),
                     Isolation::PerSession => {
-                        (self.state.open_upstream(&mount.config.name), request.level)
+                        (self.state().open_upstream(&mount.config.name), request.level)
                     }
                 };
                 let Some(upstream) = upstream else {

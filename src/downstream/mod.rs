@@ -10,6 +10,7 @@
 mod admission;
 mod errors;
 mod handler;
+pub mod hibernation;
 mod observe;
 mod per_session;
 pub mod request_streams;
@@ -20,6 +21,7 @@ use std::{
     sync::{Arc, Mutex, OnceLock, Weak},
 };
 
+use arc_swap::ArcSwap;
 use rmcp::{model::ClientCapabilities, Peer, RoleServer};
 use tokio::sync::OnceCell;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -60,7 +62,9 @@ pub(crate) fn http_session_id(context: &rmcp::service::RequestContext<RoleServer
 /// The rmcp server handler of one downstream session.
 pub struct DownstreamSession {
     gateway: Arc<Gateway>,
-    state: Arc<SessionState>,
+    /// Replaced once, when a session asleep is woken into this handler
+    /// (see [`hibernation`]).
+    state: ArcSwap<SessionState>,
 }
 
 impl DownstreamSession {
@@ -70,7 +74,8 @@ impl DownstreamSession {
         let state = Arc::new(SessionState {
             key,
             gateway: Arc::downgrade(&gateway),
-            peer: OnceLock::new(),
+            peer: Mutex::new(None),
+            rmcp_id: OnceLock::new(),
             client_capabilities: OnceLock::new(),
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
@@ -83,7 +88,14 @@ impl DownstreamSession {
             tasks: tasks::TaskTable::default(),
             _ticket: ticket,
         });
-        Self { gateway, state }
+        Self {
+            gateway,
+            state: ArcSwap::new(state),
+        }
+    }
+
+    fn state(&self) -> Arc<SessionState> {
+        self.state.load_full()
     }
 }
 
@@ -101,7 +113,10 @@ struct PerSessionSlot {
 pub(crate) struct SessionState {
     key: SessionKey,
     gateway: Weak<Gateway>,
-    peer: OnceLock<Peer<RoleServer>>,
+    /// Set at initialize; taken while the session sleeps.
+    peer: Mutex<Option<Peer<RoleServer>>>,
+    /// rmcp's `Mcp-Session-Id` for it, once initialized.
+    rmcp_id: OnceLock<Arc<str>>,
     client_capabilities: OnceLock<ClientCapabilities>,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
@@ -128,6 +143,27 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
+    /// The client's session, while initialized and awake.
+    pub(crate) fn peer(&self) -> Option<Peer<RoleServer>> {
+        lock(&self.peer).clone()
+    }
+
+    /// Whether sleeping would lose nothing: initialized, nothing in
+    /// flight, no per-session upstream (whose relay holds the peer).
+    fn may_sleep(&self) -> bool {
+        lock(&self.peer).is_some()
+            && self.requests.in_flight() == 0
+            && lock(&self.upstreams).is_empty()
+    }
+
+    /// Lets go of the session's peer, so rmcp's session can be freed.
+    fn fall_asleep(&self) {
+        lock(&self.peer).take();
+        if let Some(gateway) = self.gateway.upgrade() {
+            gateway.sessions().set_asleep(self.key);
+        }
+    }
+
     /// The client's capability profile (none before initialize).
     pub(crate) fn profile(&self) -> ClientProfile {
         self.profile.get().copied().unwrap_or_default()
@@ -247,7 +283,7 @@ impl SessionState {
             mount.config.name.clone(),
         ));
         // Everything this upstream sends belongs to this one session.
-        let Some(peer) = self.peer.get().cloned() else {
+        let Some(peer) = self.peer() else {
             return Err("the client session has not finished initializing".to_owned());
         };
         let relay = Arc::new(Relay::owned_by(Caller {
@@ -309,6 +345,9 @@ impl Drop for SessionState {
     fn drop(&mut self) {
         if let Some(gateway) = self.gateway.upgrade() {
             gateway.sessions().unregister(self.key);
+            if let Some(id) = self.rmcp_id.get() {
+                gateway.hibernation().ended(id);
+            }
         }
         let upstreams: Vec<_> = lock(&self.upstreams)
             .drain()

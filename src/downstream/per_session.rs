@@ -60,7 +60,7 @@ impl UpstreamEvents for PerSessionEvents {
         if !gateway.sessions().is_subscribed(state.key, &uri) {
             return;
         }
-        let Some(peer) = state.peer.get().cloned() else {
+        let Some(peer) = state.peer() else {
             return;
         };
         tokio::spawn(async move {
@@ -98,7 +98,7 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
         discovery::replace_kind(&mut catalog, kind, fresh);
         catalog
     });
-    if let Some(peer) = state.peer.get() {
+    if let Some(peer) = state.peer() {
         notify_list_changed(peer.clone(), kind).await;
     }
 }

@@ -326,7 +326,7 @@ impl DownstreamSession {
                     .map(str::to_owned);
                 match upstream_id {
                     Some(upstream_id) => {
-                        let id = self.state.tasks.add(&mount.config.name, &upstream_id);
+                        let id = self.state().tasks.add(&mount.config.name, &upstream_id);
                         // Status notifications and in-task requests name
                         // the task: they go to this session.
                         let relay = upstream.relay();
@@ -366,7 +366,7 @@ impl DownstreamSession {
     ) -> Result<Value, ErrorData> {
         self.handle(method, None, &context, async {
             let id = task_id_param(&params)?;
-            let home = self.state.tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
+            let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
                 let (mount, upstream) = self.connect(&home.mount).await?;
                 let mut upstream_params = match params.clone() {
@@ -404,7 +404,7 @@ impl DownstreamSession {
                 if unknown_upstream && method == "tasks/get" {
                     // The upstream no longer knows it (its TTL ran out, or
                     // it restarted): neither does this session from now on.
-                    self.state.tasks.forget(&id);
+                    self.state().tasks.forget(&id);
                 }
                 error.into_mcp_error()
             })
@@ -421,7 +421,7 @@ impl DownstreamSession {
     ) -> Result<Value, ErrorData> {
         self.handle("tasks/list", None, &context, async {
             let mut tasks = Vec::new();
-            for (mount_name, ids) in self.state.tasks.by_mount().into_values() {
+            for (mount_name, ids) in self.state().tasks.by_mount().into_values() {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
                 let listed = match listed {
                     Ok(listed) => listed,

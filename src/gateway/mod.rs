@@ -37,7 +37,9 @@ use crate::{
     catalog::{MergedCatalog, MountCatalog, MountView},
     coalesce::Coalescer,
     config::{Config, MountConfig},
-    downstream::{request_streams::RequestStreams, tasks::TaskToolsListed},
+    downstream::{
+        hibernation::Hibernation, request_streams::RequestStreams, tasks::TaskToolsListed,
+    },
     naming::MountName,
     upstream::{discovery, ClientProfile, ListKind, UpstreamEvents, UpstreamSession},
 };
@@ -52,6 +54,8 @@ pub struct Gateway {
     /// Bumped on every catalog change; cursors carry it.
     generation: AtomicU64,
     sessions: SessionRegistry,
+    /// Idle downstream sessions asleep.
+    hibernation: Arc<Hibernation>,
     /// Each downstream request's queue for messages related to it.
     request_streams: Arc<RequestStreams>,
     /// Set once a catalog lists a tool with an `execution`.
@@ -88,6 +92,10 @@ pub const PROFILE_DISCOVERY_WAIT: Duration = Duration::from_secs(10);
 impl Gateway {
     pub fn new(config: Config) -> Arc<Self> {
         Arc::new_cyclic(|weak: &Weak<Gateway>| {
+            let hibernation = Arc::new(Hibernation::new(
+                config.server.session_hibernate_after,
+                config.server.session_idle_timeout,
+            ));
             let live: LiveConfig = Arc::new(ArcSwap::from_pointee(config));
             let mounts = live
                 .load()
@@ -101,6 +109,7 @@ impl Gateway {
                 catalogs: Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(1),
                 sessions: SessionRegistry::default(),
+                hibernation,
                 request_streams: Arc::default(),
                 task_tools: Arc::default(),
                 session_tasks: TaskTracker::new(),
@@ -323,6 +332,10 @@ impl Gateway {
         }
     }
 
+    pub fn hibernation(&self) -> &Arc<Hibernation> {
+        &self.hibernation
+    }
+
     /// Where downstream sessions register themselves and spawn the closing
     /// of their per-session upstreams.
     pub fn session_tasks(&self) -> &TaskTracker {
@@ -333,6 +346,7 @@ impl Gateway {
     /// sessions to end and close their per-session upstreams, then closes
     /// every mount's own sessions.
     pub async fn shutdown(&self) {
+        self.hibernation.end_all();
         self.session_tasks.close();
         if tokio::time::timeout(TEARDOWN_LIMIT, self.session_tasks.wait())
             .await

@@ -34,7 +34,8 @@ pub struct SessionRegistry {
 }
 
 struct SessionEntry {
-    peer: Peer<RoleServer>,
+    /// `None` while the session sleeps: nothing can reach it then.
+    peer: Option<Peer<RoleServer>>,
     profile: ClientProfile,
     log_level: Option<LoggingLevel>,
     subscriptions: HashSet<String>,
@@ -67,17 +68,31 @@ impl SessionRegistry {
         self.next_key.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// A session initialized, or woken with a new peer (keeping its log
+    /// level and subscriptions).
     pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>, profile: ClientProfile) {
+        let mut sessions = self.lock();
+        if let Some(entry) = sessions.get_mut(&key) {
+            entry.peer = Some(peer);
+            return;
+        }
         crate::telemetry::metrics().downstream_sessions.inc();
-        self.lock().insert(
+        sessions.insert(
             key,
             SessionEntry {
-                peer,
+                peer: Some(peer),
                 profile,
                 log_level: None,
                 subscriptions: HashSet::new(),
             },
         );
+    }
+
+    /// The session sleeps: its peer goes (see `downstream::hibernation`).
+    pub fn set_asleep(&self, key: SessionKey) {
+        if let Some(entry) = self.lock().get_mut(&key) {
+            entry.peer = None;
+        }
     }
 
     pub fn unregister(&self, key: SessionKey) {
@@ -154,7 +169,7 @@ impl SessionRegistry {
             .lock()
             .values()
             .filter(|entry| filter(entry.profile))
-            .map(|entry| entry.peer.clone())
+            .filter_map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {
             crate::telemetry::metrics().count_relayed("list_changed");
@@ -168,7 +183,7 @@ impl SessionRegistry {
             .lock()
             .values()
             .filter(|entry| entry.subscriptions.contains(uri))
-            .map(|entry| entry.peer.clone())
+            .filter_map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {
             crate::telemetry::metrics().count_relayed("resource_updated");

@@ -23,7 +23,10 @@ use rmcp::transport::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::{downstream::DownstreamSession, gateway::Gateway};
+use crate::{
+    downstream::{hibernation::HibernationStore, DownstreamSession},
+    gateway::Gateway,
+};
 
 pub mod admin;
 mod admission;
@@ -48,21 +51,35 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // `json_guard` enforces `[limits] max_body_size` (live) before rmcp
     // sees a body; rmcp's own cap only has to stay out of its way.
     mcp_config.max_request_body_bytes = usize::MAX;
+    // Idle sessions sleep; rmcp wakes them through its session store.
+    if gateway.hibernation().after().is_some() {
+        mcp_config.session_store = Some(Arc::new(HibernationStore(gateway.hibernation().clone())));
+    }
+    let manager = Arc::new(resumable::ResumableSessions::new(
+        sessions,
+        gateway.request_streams().clone(),
+        gateway.task_tools().clone(),
+        gateway.hibernation().clone(),
+    ));
+    resumable::spawn_sweeper(&manager);
     let factory_gateway = gateway.clone();
     let mcp = StreamableHttpService::new(
         move || {
             // Normally reserved by `admission::admit` for this request.
             let limit = factory_gateway.config().limits.max_sessions;
+            // A session waking up already holds its place (its state kept
+            // the ticket); the one made here for it is dropped at once.
             let ticket = admission::take_reserved_ticket()
                 .or_else(|| factory_gateway.sessions().reserve(limit))
+                .or_else(|| {
+                    resumable::take_waking()
+                        .then(|| factory_gateway.sessions().reserve(usize::MAX))
+                        .flatten()
+                })
                 .ok_or_else(|| std::io::Error::other("session limit reached"))?;
             Ok(DownstreamSession::new(factory_gateway.clone(), ticket))
         },
-        Arc::new(resumable::ResumableSessions::new(
-            sessions,
-            gateway.request_streams().clone(),
-            gateway.task_tools().clone(),
-        )),
+        manager.clone(),
         mcp_config,
     );
     // One service behind an `Arc`: `route_service` and each layer would

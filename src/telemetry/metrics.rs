@@ -52,6 +52,7 @@ pub struct Metrics {
     pub request_duration: Family<MethodLabels, Histogram>,
     pub upstream_duration: Family<UpstreamLabels, Histogram>,
     pub downstream_sessions: Gauge,
+    pub downstream_sessions_asleep: Gauge,
     pub upstream_sessions: Family<MountLabels, Gauge>,
     pub upstream_restarts: Family<MountLabels, Counter>,
     pub cache_hits: Counter,
@@ -97,6 +98,12 @@ impl Metrics {
             "Initialized downstream sessions currently open",
             downstream_sessions.clone(),
         );
+        let downstream_sessions_asleep = Gauge::default();
+        registry.register(
+            "downstream_sessions_asleep",
+            "Downstream sessions asleep (idle, state kept, woken by their next request)",
+            downstream_sessions_asleep.clone(),
+        );
         let upstream_sessions = Family::<MountLabels, Gauge>::default();
         registry.register(
             "upstream_sessions",
@@ -133,6 +140,7 @@ impl Metrics {
             request_duration,
             upstream_duration,
             downstream_sessions,
+            downstream_sessions_asleep,
             upstream_sessions,
             upstream_restarts,
             cache_hits,

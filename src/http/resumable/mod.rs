@@ -37,6 +37,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
 use futures::{Stream, StreamExt};
@@ -48,13 +49,18 @@ use rmcp::{
     },
 };
 
+mod idle;
 mod request_stream;
 mod standalone;
 
+pub use idle::take_waking;
+
 use crate::downstream::{
+    hibernation::Hibernation,
     request_streams::RequestStreams,
     tasks::{self, TaskToolsListed},
 };
+use idle::{Activity, Phase};
 
 use request_stream::{follow, StreamLog};
 
@@ -70,6 +76,9 @@ pub struct ResumableSessions {
     /// Whether any catalog lists a tool with an `execution`, which only
     /// the custom-request path can show.
     task_tools: Arc<TaskToolsListed>,
+    /// When each session was last used, for putting idle ones to sleep.
+    activity: Arc<Activity>,
+    hibernation: Arc<Hibernation>,
 }
 
 impl ResumableSessions {
@@ -77,14 +86,97 @@ impl ResumableSessions {
         sessions: LocalSessionManager,
         request_streams: Arc<RequestStreams>,
         task_tools: Arc<TaskToolsListed>,
+        hibernation: Arc<Hibernation>,
     ) -> Self {
         Self {
             sessions,
             streams: Arc::default(),
             request_streams,
             task_tools,
+            activity: Arc::default(),
+            hibernation,
         }
     }
+
+    /// Puts the sessions idle long enough to sleep, and ends those asleep
+    /// past their idle timeout (see `downstream::hibernation`). Returns
+    /// how many fell asleep.
+    pub async fn sweep(&self) -> usize {
+        let Some(after) = self.hibernation.after() else {
+            return 0;
+        };
+        let mut slept = 0;
+        for id in self.activity.begin_sleep(after) {
+            if !self.sessions.has_session(&id).await.unwrap_or(false) {
+                // rmcp ended it (idle timeout, a failed start).
+                self.activity.forget(&id);
+                continue;
+            }
+            if self.hibernation.put_to_sleep(&id) {
+                // Its request streams stay resumable: only rmcp's session goes.
+                self.activity.closing_for_sleep(&id);
+                if let Err(error) = self.sessions.close_session(&id).await {
+                    tracing::debug!(%error, "closing a session put to sleep");
+                }
+                self.activity.set_phase(&id, Phase::Asleep);
+                slept += 1;
+            } else {
+                self.activity.set_phase(&id, Phase::Awake);
+            }
+        }
+        for id in self.hibernation.expire(std::time::Instant::now()) {
+            self.activity.forget(&id);
+        }
+        if slept > 0 {
+            tracing::debug!(slept, "idle sessions put to sleep");
+            release_freed_memory().await;
+        }
+        slept
+    }
+}
+
+/// Sweeps `sessions` (see [`ResumableSessions::sweep`]) for as long as
+/// they exist, a few times per `session_hibernate_after`.
+pub fn spawn_sweeper(sessions: &Arc<ResumableSessions>) {
+    let Some(after) = sessions.hibernation.after() else {
+        return;
+    };
+    let every = (after / 4).clamp(Duration::from_millis(50), Duration::from_secs(15));
+    let sessions = Arc::downgrade(sessions);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(sessions) = sessions.upgrade() else {
+                return;
+            };
+            sessions.sweep().await;
+        }
+    });
+}
+
+/// Gives the heap pages freed by sessions put to sleep back to the system:
+/// glibc keeps them otherwise, and resident memory would not go down.
+async fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    let _ = tokio::task::spawn_blocking(|| {
+        // SAFETY: `malloc_trim` takes no pointers; it only returns free
+        // pages of the heap to the kernel.
+        unsafe { libc::malloc_trim(0) };
+    })
+    .await;
+}
+
+/// Holds `open` for as long as `stream` is open.
+fn counted<S: Stream<Item = ServerSseMessage>>(
+    stream: S,
+    open: idle::OpenStream,
+) -> impl Stream<Item = ServerSseMessage> {
+    stream.map(move |message| {
+        let _ = &open;
+        message
+    })
 }
 
 /// Why a `Last-Event-ID` cannot be resumed, or rmcp's own error.
@@ -101,7 +193,9 @@ impl SessionManager for ResumableSessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        Ok(self.sessions.create_session().await?)
+        let (id, transport) = self.sessions.create_session().await?;
+        self.activity.created(&id);
+        Ok((id, transport))
     }
 
     async fn initialize_session(
@@ -113,12 +207,25 @@ impl SessionManager for ResumableSessions {
         Ok(tasks::declare_tasks(answer))
     }
 
+    /// Every request asks this first: it marks the session used. `false`
+    /// for a session asleep, so that rmcp wakes it (`restore_session`).
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        if self.activity.used(id).await == Some(Phase::Asleep) {
+            return Ok(false);
+        }
         Ok(self.sessions.has_session(id).await?)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        if self.activity.take_close_for_sleep(id) {
+            return Ok(());
+        }
         self.streams.forget_session(id);
+        let asleep = self.activity.used(id).await == Some(Phase::Asleep);
+        self.activity.forget(id);
+        if asleep && self.hibernation.end_asleep(id) {
+            return Ok(());
+        }
         Ok(self.sessions.close_session(id).await?)
     }
 
@@ -137,7 +244,8 @@ impl SessionManager for ResumableSessions {
         };
         let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
-        Ok(self.streams.recorded(id, stream, related))
+        let open = self.activity.stream_opened(id);
+        Ok(counted(self.streams.recorded(id, stream, related), open))
     }
 
     async fn accept_message(
@@ -153,7 +261,8 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.sessions.create_standalone_stream(id).await?;
-        Ok(self.streams.standalone(id, Box::pin(stream)))
+        let open = self.activity.stream_opened(id);
+        Ok(counted(self.streams.standalone(id, Box::pin(stream)), open))
     }
 
     async fn resume(
@@ -161,13 +270,14 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let open = self.activity.stream_opened(id);
         match parse_event_id(&last_event_id) {
             Some(EventPosition::Request { at, http_request }) => {
                 let log = self
                     .streams
                     .get(&(id.clone(), http_request))
                     .ok_or_else(|| ResumeError::UnknownStream(last_event_id.clone()))?;
-                Ok(follow(log, at).left_stream())
+                Ok(counted(follow(log, at), open).left_stream())
             }
             Some(EventPosition::Standalone { index }) => {
                 // rmcp replaces its standalone stream only once it sees the
@@ -176,7 +286,8 @@ impl SessionManager for ResumableSessions {
                 // Ours are rmcp's plus one, and rmcp replays from the index
                 // it is given: rmcp's `index` is the first event after ours.
                 let stream = self.sessions.resume(id, index.to_string()).await?;
-                Ok(self.streams.standalone(id, Box::pin(stream)).right_stream())
+                let stream = self.streams.standalone(id, Box::pin(stream));
+                Ok(counted(stream, open).right_stream())
             }
             None => Err(ResumeError::UnknownStream(last_event_id)),
         }
@@ -186,7 +297,15 @@ impl SessionManager for ResumableSessions {
         &self,
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        Ok(self.sessions.restore_session(id).await?)
+        // A session still being put to sleep is let settle first.
+        self.activity.used(&id).await;
+        let outcome = self.sessions.restore_session(id.clone()).await?;
+        if matches!(outcome, RestoreOutcome::Restored(_)) {
+            self.activity.created(&id);
+            // rmcp calls the session factory next, without an await between.
+            idle::mark_waking();
+        }
+        Ok(outcome)
     }
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {

@@ -1,0 +1,224 @@
+//! When each session was last used, and which ones are asleep.
+//!
+//! Every request names its session to rmcp's session manager first
+//! (`has_session`), so that call marks the session used; streams it opens
+//! count as use for as long as they are open. A session unused for
+//! `session_hibernate_after` with no stream open is a candidate to sleep
+//! (`downstream::hibernation` decides). While it is being put to sleep it
+//! is `Closing`: a request arriving then waits the moment out, and then
+//! wakes it, rather than being told the session does not exist.
+
+use std::{
+    cell::Cell,
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::{Duration, Instant},
+};
+
+use rmcp::transport::streamable_http_server::session::SessionId;
+use tokio::sync::Notify;
+
+/// How long a request waits for a session being put to sleep.
+const CLOSING_WAIT: Duration = Duration::from_secs(5);
+
+thread_local! {
+    /// Set by `restore_session` for the session factory rmcp calls next,
+    /// on the same thread with no await between (see `take_waking`).
+    static WAKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Tells the session factory that the session it is about to make is a
+/// session waking up (which already holds its place under `max_sessions`).
+pub(super) fn mark_waking() {
+    WAKING.with(|waking| waking.set(true));
+}
+
+/// Whether the session being made is one waking up.
+pub fn take_waking() -> bool {
+    WAKING.with(|waking| waking.replace(false))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Awake,
+    Closing,
+    Asleep,
+}
+
+struct Entry {
+    last_used: Instant,
+    open_streams: usize,
+    phase: Phase,
+    /// rmcp closes a session once more after its service ends; for a
+    /// session put to sleep that call must do nothing.
+    closed_for_sleep: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Activity {
+    sessions: Mutex<HashMap<SessionId, Entry>>,
+    /// Woken whenever a session leaves `Closing`.
+    settled: Notify,
+}
+
+impl Activity {
+    pub(super) fn created(&self, id: &SessionId) {
+        lock(&self.sessions).insert(
+            id.clone(),
+            Entry {
+                last_used: Instant::now(),
+                open_streams: 0,
+                phase: Phase::Awake,
+                closed_for_sleep: false,
+            },
+        );
+    }
+
+    /// Marks `id` used now; its phase once it is not `Closing` (`None`:
+    /// unknown here).
+    pub(super) async fn used(&self, id: &SessionId) -> Option<Phase> {
+        let deadline = tokio::time::Instant::now() + CLOSING_WAIT;
+        loop {
+            let settled = self.settled.notified();
+            {
+                let mut sessions = lock(&self.sessions);
+                let entry = sessions.get_mut(id)?;
+                if entry.phase != Phase::Closing {
+                    entry.last_used = Instant::now();
+                    return Some(entry.phase);
+                }
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return Some(Phase::Closing);
+            }
+        }
+    }
+
+    pub(super) fn set_phase(&self, id: &SessionId, phase: Phase) {
+        if let Some(entry) = lock(&self.sessions).get_mut(id) {
+            entry.phase = phase;
+            entry.last_used = Instant::now();
+        }
+        self.settled.notify_waiters();
+    }
+
+    /// `id` is about to be closed to sleep (see `Entry::closed_for_sleep`).
+    pub(super) fn closing_for_sleep(&self, id: &SessionId) {
+        if let Some(entry) = lock(&self.sessions).get_mut(id) {
+            entry.closed_for_sleep = true;
+        }
+    }
+
+    /// Whether this close of `id` is rmcp's, after it was closed to sleep.
+    pub(super) fn take_close_for_sleep(&self, id: &SessionId) -> bool {
+        lock(&self.sessions)
+            .get_mut(id)
+            .is_some_and(|entry| std::mem::take(&mut entry.closed_for_sleep))
+    }
+
+    pub(super) fn forget(&self, id: &SessionId) {
+        lock(&self.sessions).remove(id);
+        self.settled.notify_waiters();
+    }
+
+    /// A stream of `id` opened; the session counts as used until the
+    /// returned guard is dropped.
+    pub(super) fn stream_opened(self: &Arc<Self>, id: &SessionId) -> OpenStream {
+        if let Some(entry) = lock(&self.sessions).get_mut(id) {
+            entry.open_streams += 1;
+            entry.last_used = Instant::now();
+        }
+        OpenStream {
+            activity: self.clone(),
+            id: id.clone(),
+        }
+    }
+
+    /// Awake sessions unused for `after` with no stream open, now marked
+    /// `Closing` (the caller settles each one).
+    pub(super) fn begin_sleep(&self, after: Duration) -> Vec<SessionId> {
+        let now = Instant::now();
+        let mut sessions = lock(&self.sessions);
+        sessions
+            .iter_mut()
+            .filter(|(_, entry)| {
+                entry.phase == Phase::Awake
+                    && entry.open_streams == 0
+                    && now.duration_since(entry.last_used) >= after
+            })
+            .map(|(id, entry)| {
+                entry.phase = Phase::Closing;
+                id.clone()
+            })
+            .collect()
+    }
+}
+
+/// Held by an open stream (see [`Activity::stream_opened`]).
+pub(super) struct OpenStream {
+    activity: Arc<Activity>,
+    id: SessionId,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if let Some(entry) = lock(&self.activity.sessions).get_mut(&self.id) {
+            entry.open_streams = entry.open_streams.saturating_sub(1);
+            entry.last_used = Instant::now();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_unused_sessions_without_streams_begin_to_sleep() {
+        let activity = Arc::new(Activity::default());
+        let (quiet, streaming): (SessionId, SessionId) = ("quiet".into(), "streaming".into());
+        activity.created(&quiet);
+        activity.created(&streaming);
+        let stream = activity.stream_opened(&streaming);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            activity.begin_sleep(Duration::from_millis(10)),
+            std::slice::from_ref(&quiet)
+        );
+        assert_eq!(
+            activity.begin_sleep(Duration::from_millis(10)),
+            Vec::<SessionId>::new()
+        );
+        drop(stream);
+        // Just used (its stream closed): not yet.
+        assert!(activity.begin_sleep(Duration::from_millis(10)).is_empty());
+        activity.set_phase(&quiet, Phase::Asleep);
+        assert_eq!(activity.used(&quiet).await, Some(Phase::Asleep));
+        assert_eq!(activity.used(&"unknown".into()).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_while_its_session_is_closing() {
+        let activity = Arc::new(Activity::default());
+        let id: SessionId = "s".into();
+        activity.created(&id);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(
+            activity.begin_sleep(Duration::ZERO),
+            std::slice::from_ref(&id)
+        );
+        let waiter = {
+            let activity = activity.clone();
+            let id = id.clone();
+            tokio::spawn(async move { activity.used(&id).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "it waits for the session to settle");
+        activity.set_phase(&id, Phase::Asleep);
+        assert_eq!(waiter.await.unwrap(), Some(Phase::Asleep));
+    }
+}

@@ -1,0 +1,187 @@
+//! Idle downstream sessions sleep and wake: the client never notices.
+//!
+//! A session with nothing in flight and no stream open for
+//! `session_hibernate_after` gives up rmcp's per-session machinery and keeps
+//! its state; its next request wakes it under the same id with the same
+//! state. A session with a `GET` stream open never sleeps; one asleep past
+//! `session_idle_timeout`, or deleted, is gone (404).
+
+mod common;
+
+use std::time::Duration;
+
+use common::raw::{self, JSON_POST};
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// How long a test waits for a session to fall asleep or expire.
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn config(server: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{server}\n\n{}",
+        stdio_demo_mount("demo", "")
+    )
+}
+
+/// `junction_downstream_sessions_asleep` from `/metrics`.
+async fn asleep(http: &reqwest::Client, gateway: &Gateway) -> u64 {
+    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics body");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("junction_downstream_sessions_asleep "))
+        .map_or(0, |value| value.trim().parse().expect("a gauge value"))
+}
+
+async fn wait_asleep(http: &reqwest::Client, gateway: &Gateway, count: u64) {
+    eventually("sessions to fall asleep", SETTLE, || async {
+        (asleep(http, gateway).await == count).then_some(())
+    })
+    .await;
+}
+
+fn request(id: u64, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// Calls `demo__log` at `level`; the log messages that came on the call's
+/// own stream.
+async fn log_at(http: &reqwest::Client, url: &str, session: &str, level: &str) -> Vec<Value> {
+    let body = request(
+        7,
+        "tools/call",
+        json!({"name": "demo__log", "arguments": {"level": level, "data": level}}),
+    );
+    let response = within(
+        "tools/call demo__log",
+        http.post(url)
+            .header("content-type", "application/json")
+            .header("accept", raw::ACCEPT_BOTH)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .body(body)
+            .send(),
+    )
+    .await
+    .expect("POST");
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = within("call body", response.text()).await.unwrap();
+    text.replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(|event| {
+            let data: String = event
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            serde_json::from_str::<Value>(&data).ok()
+        })
+        .filter(|message| message["method"] == "notifications/message")
+        .map(|message| message["params"]["data"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_sleeps_and_wakes_with_its_state() {
+    let gateway = Gateway::start(&config("session_hibernate_after = \"200ms\"")).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let set_level = request(2, "logging/setLevel", json!({"level": "error"}));
+    let answer = raw::post(&http, &url, Some(&session), JSON_POST, set_level).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    // A client with its GET stream open is never put to sleep.
+    let listening = connect(&url).await;
+
+    wait_asleep(&http, &gateway, 1).await;
+    // Asleep: the same id answers, and the session is awake again.
+    raw::assert_echoes(&http, &url, &session).await;
+    assert_eq!(asleep(&http, &gateway).await, 0);
+    // Its log level survived: an info message is filtered, an error is not.
+    assert_eq!(
+        log_at(&http, &url, &session, "info").await,
+        Vec::<Value>::new()
+    );
+    assert_eq!(
+        log_at(&http, &url, &session, "error").await,
+        [json!("error")]
+    );
+
+    // It sleeps again, and a DELETE while asleep ends it.
+    wait_asleep(&http, &gateway, 1).await;
+    let deleted = within(
+        "DELETE",
+        http.delete(&url)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    assert_eq!(asleep(&http, &gateway).await, 0);
+    let gone = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        JSON_POST,
+        raw::echo_request("1", "x"),
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{gone:?}");
+
+    // The listening client slept through none of it.
+    let echoed = call(&listening, "demo__echo", json!({"message": "awake"})).await;
+    assert_eq!(ok_text(&echoed), "awake");
+    close(listening).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_asleep_past_its_idle_timeout_is_gone() {
+    let gateway = Gateway::start(&config(
+        "session_hibernate_after = \"100ms\"\nsession_idle_timeout = \"1s\"",
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&http, &gateway, 0).await;
+    let gone = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        JSON_POST,
+        raw::echo_request("1", "x"),
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{gone:?}");
+}
+
+/// A session asleep keeps its place under `max_sessions`, and can always
+/// wake up into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_asleep_keeps_its_place_under_max_sessions() {
+    let gateway = Gateway::start(&format!(
+        "[limits]\nmax_sessions = 1\n\n{}",
+        config("session_hibernate_after = \"100ms\"")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    wait_asleep(&http, &gateway, 1).await;
+    let refused = raw::post(&http, &url, None, JSON_POST, raw::INITIALIZE).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    raw::assert_echoes(&http, &url, &session).await;
+}
