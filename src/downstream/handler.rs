@@ -201,13 +201,15 @@ impl ServerHandler for DownstreamSession {
         self.handle("initialize", None, &context, async {
             // rmcp replays `initialize` to wake a session asleep.
             if let Some(waking) = context.extensions.get::<SessionRestoreMarker>() {
-                let Some(state) = self.gateway.hibernation().wake(&waking.id) else {
+                let Some(sleeper) = self.gateway.hibernation().wake(&waking.id) else {
                     return Err(ErrorData::invalid_request("the session has ended", None));
                 };
-                self.state.store(state);
+                self.state
+                    .store(super::SessionState::woken(&self.gateway, sleeper));
             }
             context.peer.set_peer_info(request.clone());
             let state = self.state();
+            let _ = state.initialize.set(request.clone());
             let _ = state.client_capabilities.set(request.capabilities.clone());
             let _ = state.profile.set(ClientProfile::of(&request.capabilities));
             *super::lock(&state.peer) = Some(context.peer.clone());

@@ -3,18 +3,25 @@
 //! Each live rmcp session costs ~55 KiB (its worker task, service loop and
 //! their channels; BENCHMARKS.md), whatever the client does with it. A
 //! session that has had nothing in flight, no stream open and no request
-//! for `server.session_hibernate_after` is put to sleep: its
-//! [`SessionState`] moves here and rmcp's session is closed. Its next
-//! request wakes it: rmcp finds no session, asks its session store (this
-//! module, [`HibernationStore`]), which knows the id only while it is
-//! asleep, re-creates the session and replays `initialize` with a
-//! `SessionRestoreMarker`; the new handler takes the kept state back
-//! ([`Hibernation::wake`]). The client sees one session throughout: same
-//! id, log level, subscriptions and tasks.
+//! for `server.session_hibernate_after` is put to sleep: what it is
+//! continues as a [`Sleeper`] here (its key, place under `max_sessions`,
+//! log level and `initialize`; its subscriptions stay in the session
+//! registry) and both its `SessionState` and rmcp's session are dropped.
+//! Its next request wakes it: rmcp finds no session, asks its session
+//! store (this module, [`HibernationStore`]), which knows the id only while
+//! it is asleep, re-creates the session and replays `initialize` with a
+//! `SessionRestoreMarker`; the new handler rebuilds its state from the
+//! sleeper ([`Hibernation::wake`]). The client sees one session throughout:
+//! same id, log level and subscriptions.
+//!
+//! A sleeper is made of allocations made when it falls asleep, not kept
+//! from the session's creation: those sat among rmcp's freed blocks and
+//! would hold their pages resident (glibc frees only whole pages).
 //!
 //! Only a session that would lose nothing sleeps: no `GET` stream (so no
 //! message could reach it meanwhile anyway), no request in flight, no
-//! per-session upstream (its relay holds the session's peer). A session
+//! per-session upstream (its relay holds the session's peer), no task. A
+//! session
 //! asleep past `session_idle_timeout` (counted from its last request) or
 //! deleted by its client ends as an awake one would.
 
@@ -28,32 +35,78 @@ use std::{
 };
 
 use rmcp::{
-    model::InitializeRequestParams,
+    model::{InitializeRequestParams, LoggingLevel},
     transport::streamable_http_server::session::store::{
         SessionState as StoredSession, SessionStore, SessionStoreError,
     },
 };
 
 use super::SessionState;
+use crate::gateway::{Gateway, SessionKey, SessionTicket};
 
 /// Sessions asleep and what waking them needs.
 pub struct Hibernation {
     /// `None`: sessions never sleep.
     after: Option<Duration>,
     idle_timeout: Duration,
-    /// Every initialized session, by rmcp's id (weak: never keeps one alive).
+    /// Every initialized session awake, by rmcp's id (weak: never keeps
+    /// one alive).
     live: Mutex<HashMap<Arc<str>, Weak<SessionState>>>,
-    asleep: Mutex<HashMap<Arc<str>, Asleep>>,
-    /// Each session's `initialize` params, which rmcp replays on waking.
-    params: Mutex<HashMap<Arc<str>, InitializeRequestParams>>,
+    asleep: Mutex<HashMap<Arc<str>, Sleeper>>,
     /// Set at shutdown: no session falls asleep after.
     closed: AtomicBool,
 }
 
-struct Asleep {
-    state: Arc<SessionState>,
+/// A session asleep: what waking it needs.
+pub(crate) struct Sleeper {
+    key: SessionKey,
+    ticket: Option<SessionTicket>,
+    log_level: Option<LoggingLevel>,
+    /// The client's `initialize` params as JSON: one allocation rather
+    /// than one per string in them.
+    initialize: Box<str>,
     /// When it ends unless woken.
     ends_at: Instant,
+    /// To leave the session registry when it ends asleep.
+    gateway: Weak<Gateway>,
+}
+
+impl Sleeper {
+    pub(crate) fn new(
+        gateway: &Arc<Gateway>,
+        key: SessionKey,
+        ticket: SessionTicket,
+        log_level: Option<LoggingLevel>,
+        initialize: &InitializeRequestParams,
+        ends_at: Instant,
+    ) -> Option<Self> {
+        let initialize = serde_json::to_string(initialize).ok()?.into_boxed_str();
+        Some(Self {
+            key,
+            ticket: Some(ticket),
+            log_level,
+            initialize,
+            ends_at,
+            gateway: Arc::downgrade(gateway),
+        })
+    }
+
+    /// Its key, place under `max_sessions` and log level, as it wakes.
+    pub(crate) fn into_parts(mut self) -> (SessionKey, SessionTicket, Option<LoggingLevel>) {
+        let ticket = self.ticket.take().expect("a sleeper holds its ticket");
+        (self.key, ticket, self.log_level)
+    }
+}
+
+impl Drop for Sleeper {
+    /// Ending asleep (not woken): the session is gone.
+    fn drop(&mut self) {
+        if self.ticket.is_some() {
+            if let Some(gateway) = self.gateway.upgrade() {
+                gateway.sessions().unregister(self.key);
+            }
+        }
+    }
 }
 
 impl Hibernation {
@@ -64,7 +117,6 @@ impl Hibernation {
             idle_timeout,
             live: Mutex::default(),
             asleep: Mutex::default(),
-            params: Mutex::default(),
             closed: AtomicBool::new(false),
         }
     }
@@ -75,19 +127,20 @@ impl Hibernation {
     }
 
     /// `state` is the session rmcp calls `id`.
-    pub(crate) fn initialized(&self, id: &str, state: &Arc<SessionState>) {
-        lock(&self.live).insert(id.into(), Arc::downgrade(state));
+    pub(crate) fn initialized(&self, id: &Arc<str>, state: &Arc<SessionState>) {
+        lock(&self.live).insert(id.clone(), Arc::downgrade(state));
     }
 
     /// The session `id` has ended for good.
     pub(crate) fn ended(&self, id: &str) {
         lock(&self.live).remove(id);
-        lock(&self.params).remove(id);
     }
 
-    /// Puts session `id` to sleep if it would lose nothing; the caller then
-    /// closes rmcp's session. Its state stays here until woken or ended.
-    pub fn put_to_sleep(&self, id: &str) -> bool {
+    /// Puts session `id` to sleep if it would lose nothing, keyed by
+    /// `fresh_id` (the same id, allocated now: rmcp's was allocated with
+    /// the session and would pin a page); the caller then closes rmcp's
+    /// session.
+    pub fn put_to_sleep(&self, id: &str, fresh_id: &Arc<str>) -> bool {
         let Some(after) = self.after else {
             return false;
         };
@@ -97,21 +150,27 @@ impl Hibernation {
         let Some(state) = lock(&self.live).get(id).and_then(Weak::upgrade) else {
             return false;
         };
-        if !state.may_sleep() {
-            return false;
-        }
-        state.fall_asleep();
         let ends_at = Instant::now() + self.idle_timeout.saturating_sub(after);
-        lock(&self.asleep).insert(id.into(), Asleep { state, ends_at });
+        let Some(sleeper) = state.fall_asleep(ends_at) else {
+            return false;
+        };
+        lock(&self.live).remove(id);
+        lock(&self.asleep).insert(fresh_id.clone(), sleeper);
         crate::telemetry::metrics().downstream_sessions_asleep.inc();
         true
     }
 
-    /// The kept state of session `id`, which is now awake again.
-    pub(crate) fn wake(&self, id: &str) -> Option<Arc<SessionState>> {
-        let asleep = lock(&self.asleep).remove(id)?;
+    /// Session `id`, asleep until now.
+    pub(crate) fn wake(&self, id: &str) -> Option<Sleeper> {
+        let sleeper = lock(&self.asleep).remove(id)?;
         crate::telemetry::metrics().downstream_sessions_asleep.dec();
-        Some(asleep.state)
+        Some(sleeper)
+    }
+
+    /// The `initialize` session `id` fell asleep with, if it is asleep.
+    fn initialize_of(&self, id: &str) -> Option<InitializeRequestParams> {
+        let asleep = lock(&self.asleep);
+        serde_json::from_str(&asleep.get(id)?.initialize).ok()
     }
 
     pub fn is_asleep(&self, id: &str) -> bool {
@@ -120,12 +179,11 @@ impl Hibernation {
 
     /// Ends session `id` if it is asleep (its client deleted it); whether it was.
     pub fn end_asleep(&self, id: &str) -> bool {
-        let Some(asleep) = lock(&self.asleep).remove(id) else {
+        let Some(sleeper) = lock(&self.asleep).remove(id) else {
             return false;
         };
         crate::telemetry::metrics().downstream_sessions_asleep.dec();
-        drop(asleep);
-        self.ended(id);
+        drop(sleeper);
         true
     }
 
@@ -140,58 +198,51 @@ impl Hibernation {
 
     /// Ends the sessions asleep past their idle timeout; their ids.
     pub fn expire(&self, now: Instant) -> Vec<Arc<str>> {
-        let expired: Vec<(Arc<str>, Asleep)> = {
+        let expired: Vec<(Arc<str>, Sleeper)> = {
             let mut asleep = lock(&self.asleep);
             let ids: Vec<Arc<str>> = asleep
                 .iter()
-                .filter(|(_, entry)| entry.ends_at <= now)
+                .filter(|(_, sleeper)| sleeper.ends_at <= now)
                 .map(|(id, _)| id.clone())
                 .collect();
             ids.into_iter()
-                .filter_map(|id| asleep.remove(&id).map(|entry| (id, entry)))
+                .filter_map(|id| asleep.remove(&id).map(|sleeper| (id, sleeper)))
                 .collect()
         };
-        let mut ids = Vec::with_capacity(expired.len());
-        for (id, entry) in expired {
-            crate::telemetry::metrics().downstream_sessions_asleep.dec();
-            // Dropping the state ends the session (`SessionState::drop`).
-            drop(entry);
-            self.ended(&id);
-            ids.push(id);
-        }
-        ids
+        expired
+            .into_iter()
+            .map(|(id, sleeper)| {
+                crate::telemetry::metrics().downstream_sessions_asleep.dec();
+                drop(sleeper);
+                id
+            })
+            .collect()
     }
 }
 
-/// rmcp's session store: the `initialize` params of sessions asleep. An
-/// id awake, ended or never seen is unknown here, so rmcp answers 404 for
-/// it as without a store.
+/// rmcp's session store: the `initialize` of sessions asleep. An id awake,
+/// ended or never seen is unknown here, so rmcp answers 404 for it as
+/// without a store.
 pub struct HibernationStore(pub Arc<Hibernation>);
 
 #[async_trait::async_trait]
 impl SessionStore for HibernationStore {
     async fn load(&self, session_id: &str) -> Result<Option<StoredSession>, SessionStoreError> {
-        if !self.0.is_asleep(session_id) {
-            return Ok(None);
-        }
-        Ok(lock(&self.0.params)
-            .get(session_id)
-            .cloned()
-            .map(StoredSession::new))
+        Ok(self.0.initialize_of(session_id).map(StoredSession::new))
     }
 
+    /// Nothing to do: a session's `initialize` is kept in its state, and
+    /// only here once it sleeps.
     async fn store(
         &self,
-        session_id: &str,
-        state: &StoredSession,
+        _session_id: &str,
+        _state: &StoredSession,
     ) -> Result<(), SessionStoreError> {
-        lock(&self.0.params).insert(session_id.into(), state.initialize_params.clone());
         Ok(())
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.0.end_asleep(session_id);
-        lock(&self.0.params).remove(session_id);
         Ok(())
     }
 }

@@ -71,23 +71,7 @@ impl DownstreamSession {
     /// A session holding `ticket`, its place under `max_sessions`.
     pub fn new(gateway: Arc<Gateway>, ticket: SessionTicket) -> Self {
         let key = gateway.sessions().next_key();
-        let state = Arc::new(SessionState {
-            key,
-            gateway: Arc::downgrade(&gateway),
-            peer: Mutex::new(None),
-            rmcp_id: OnceLock::new(),
-            client_capabilities: OnceLock::new(),
-            profile: OnceLock::new(),
-            log_level: LogLevelSetting::new(),
-            upstreams: Mutex::new(HashMap::new()),
-            overlays: Mutex::new(HashMap::new()),
-            overlay_catalog: Mutex::new(None),
-            _alive: gateway.session_tasks().token(),
-            refreshes: Coalescer::default(),
-            requests: admission::RequestSlots::default(),
-            tasks: tasks::TaskTable::default(),
-            _ticket: ticket,
-        });
+        let state = SessionState::new(&gateway, key, ticket);
         Self {
             gateway,
             state: ArcSwap::new(state),
@@ -112,6 +96,11 @@ struct PerSessionSlot {
 /// handlers (which hold it weakly, so they never keep a session alive).
 pub(crate) struct SessionState {
     key: SessionKey,
+    /// Set when the session falls asleep: what it is continues as a
+    /// [`hibernation::Sleeper`], so dropping this state does not end it.
+    asleep: std::sync::atomic::AtomicBool,
+    /// The client's `initialize`, which waking the session replays.
+    initialize: OnceLock<rmcp::model::InitializeRequestParams>,
     gateway: Weak<Gateway>,
     /// Set at initialize; taken while the session sleeps.
     peer: Mutex<Option<Peer<RoleServer>>>,
@@ -143,25 +132,72 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
+    fn new(gateway: &Arc<Gateway>, key: SessionKey, ticket: SessionTicket) -> Arc<Self> {
+        Arc::new(SessionState {
+            key,
+            asleep: std::sync::atomic::AtomicBool::new(false),
+            initialize: OnceLock::new(),
+            gateway: Arc::downgrade(gateway),
+            peer: Mutex::new(None),
+            rmcp_id: OnceLock::new(),
+            client_capabilities: OnceLock::new(),
+            profile: OnceLock::new(),
+            log_level: LogLevelSetting::new(),
+            upstreams: Mutex::new(HashMap::new()),
+            overlays: Mutex::new(HashMap::new()),
+            overlay_catalog: Mutex::new(None),
+            _alive: gateway.session_tasks().token(),
+            refreshes: Coalescer::default(),
+            requests: admission::RequestSlots::default(),
+            tasks: tasks::TaskTable::default(),
+            _ticket: ticket,
+        })
+    }
+
+    /// The state of a session waking up, as it was when it fell asleep.
+    fn woken(gateway: &Arc<Gateway>, sleeper: hibernation::Sleeper) -> Arc<Self> {
+        let (key, ticket, log_level) = sleeper.into_parts();
+        let state = Self::new(gateway, key, ticket);
+        if let Some(level) = log_level {
+            state.log_level.set(level);
+        }
+        state
+    }
+
     /// The client's session, while initialized and awake.
     pub(crate) fn peer(&self) -> Option<Peer<RoleServer>> {
         lock(&self.peer).clone()
     }
 
-    /// Whether sleeping would lose nothing: initialized, nothing in
-    /// flight, no per-session upstream (whose relay holds the peer).
-    fn may_sleep(&self) -> bool {
-        lock(&self.peer).is_some()
+    /// What the session continues as while asleep, if sleeping would lose
+    /// nothing: initialized, nothing in flight, no per-session upstream
+    /// (whose relay holds the peer), no task. From then on, dropping this
+    /// state does not end the session.
+    fn fall_asleep(&self, ends_at: std::time::Instant) -> Option<hibernation::Sleeper> {
+        let gateway = self.gateway.upgrade()?;
+        let initialize = self.initialize.get()?;
+        let sleeps = lock(&self.peer).is_some()
             && self.requests.in_flight() == 0
             && lock(&self.upstreams).is_empty()
-    }
-
-    /// Lets go of the session's peer, so rmcp's session can be freed.
-    fn fall_asleep(&self) {
-        lock(&self.peer).take();
-        if let Some(gateway) = self.gateway.upgrade() {
-            gateway.sessions().set_asleep(self.key);
+            && self.tasks.is_empty();
+        if !sleeps {
+            return None;
         }
+        // Its own place under `max_sessions` goes when this state drops.
+        let ticket = gateway.sessions().reserve(usize::MAX)?;
+        let sleeper = hibernation::Sleeper::new(
+            &gateway,
+            self.key,
+            ticket,
+            self.log_level.get(),
+            initialize,
+            ends_at,
+        )?;
+        lock(&self.peer).take();
+        self.asleep
+            .store(true, std::sync::atomic::Ordering::Release);
+        gateway.sessions().set_asleep(self.key);
+        Some(sleeper)
     }
 
     /// The client's capability profile (none before initialize).
@@ -343,6 +379,10 @@ fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: Upst
 
 impl Drop for SessionState {
     fn drop(&mut self) {
+        if self.asleep.load(std::sync::atomic::Ordering::Acquire) {
+            // It goes on as a `Sleeper`; it has no per-session upstream.
+            return;
+        }
         if let Some(gateway) = self.gateway.upgrade() {
             gateway.sessions().unregister(self.key);
             if let Some(id) = self.rmcp_id.get() {

@@ -204,6 +204,10 @@ struct Homes {
 }
 
 impl TaskTable {
+    pub(crate) fn is_empty(&self) -> bool {
+        lock(&self.0).by_id.is_empty()
+    }
+
     fn add(&self, mount: &MountName, upstream_id: &str) -> String {
         let id = format!("{mount}/{upstream_id}");
         let mut homes = lock(&self.0);

@@ -116,6 +116,17 @@ impl Activity {
             .is_some_and(|entry| std::mem::take(&mut entry.closed_for_sleep))
     }
 
+    /// Gives `id`'s entry a key allocated now (`fresh_id`, the same id):
+    /// rmcp's was allocated with
+    /// the session, among blocks now freed, and would keep their page
+    /// resident while the session sleeps.
+    pub(super) fn rekey(&self, id: &SessionId, fresh_id: &SessionId) {
+        let mut sessions = lock(&self.sessions);
+        if let Some(entry) = sessions.remove(id) {
+            sessions.insert(fresh_id.clone(), entry);
+        }
+    }
+
     pub(super) fn forget(&self, id: &SessionId) {
         lock(&self.sessions).remove(id);
         self.settled.notify_waiters();

@@ -112,13 +112,15 @@ impl ResumableSessions {
                 self.activity.forget(&id);
                 continue;
             }
-            if self.hibernation.put_to_sleep(&id) {
+            let fresh_id = SessionId::from(&*id);
+            if self.hibernation.put_to_sleep(&id, &fresh_id) {
                 // Its request streams stay resumable: only rmcp's session goes.
                 self.activity.closing_for_sleep(&id);
                 if let Err(error) = self.sessions.close_session(&id).await {
                     tracing::debug!(%error, "closing a session put to sleep");
                 }
                 self.activity.set_phase(&id, Phase::Asleep);
+                self.activity.rekey(&id, &fresh_id);
                 slept += 1;
             } else {
                 self.activity.set_phase(&id, Phase::Awake);
