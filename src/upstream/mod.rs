@@ -247,18 +247,25 @@ impl UpstreamSession {
             .and_then(|calls| Some((calls, calls.prepare(&mut request)?)));
         // Registered before the request goes out (the direct future does
         // nothing until polled), or with rmcp as soon as it is queued.
+        // The send futures are boxed: they are several KB each, and every
+        // caller up to the handler would hold (and move) them otherwise.
         let (id, progress_token, response) = match direct {
             Some((calls, prepared)) => {
                 let (id, token) = (prepared.id.clone(), prepared.progress_token.clone());
-                (id, token, Either::Left(calls.call(prepared, request)))
+                (
+                    id,
+                    token,
+                    Either::Left(Box::pin(calls.call(prepared, request))),
+                )
             }
             None => {
-                let handle = self
-                    .peer
-                    .send_cancellable_request(request, Default::default())
-                    .await?;
+                let handle = Box::pin(
+                    self.peer
+                        .send_cancellable_request(request, Default::default()),
+                )
+                .await?;
                 let (id, token) = (handle.id.clone(), handle.progress_token.clone());
-                (id, token, Either::Right(handle.await_response()))
+                (id, token, Either::Right(Box::pin(handle.await_response())))
             }
         };
         // Whatever happens to the request, its mark goes with it.
