@@ -46,6 +46,13 @@ async fn wait_asleep(http: &reqwest::Client, gateway: &Gateway, count: u64) {
     .await;
 }
 
+/// `session` is unknown to the gateway: 404.
+async fn assert_gone(http: &reqwest::Client, url: &str, session: &str) {
+    let echo = raw::echo_request("1", "x");
+    let gone = raw::post(http, url, Some(session), JSON_POST, echo).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{gone:?}");
+}
+
 fn request(id: u64, method: &str, params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
 }
@@ -126,15 +133,7 @@ async fn an_idle_session_sleeps_and_wakes_with_its_state() {
     .unwrap();
     assert!(deleted.status().is_success(), "{}", deleted.status());
     assert_eq!(asleep(&http, &gateway).await, 0);
-    let gone = raw::post(
-        &http,
-        &url,
-        Some(&session),
-        JSON_POST,
-        raw::echo_request("1", "x"),
-    )
-    .await;
-    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{gone:?}");
+    assert_gone(&http, &url, &session).await;
 
     // The listening client slept through none of it.
     let echoed = call(&listening, "demo__echo", json!({"message": "awake"})).await;
@@ -153,15 +152,7 @@ async fn a_session_asleep_past_its_idle_timeout_is_gone() {
     let session = raw::open_session(&http, &url).await;
     wait_asleep(&http, &gateway, 1).await;
     wait_asleep(&http, &gateway, 0).await;
-    let gone = raw::post(
-        &http,
-        &url,
-        Some(&session),
-        JSON_POST,
-        raw::echo_request("1", "x"),
-    )
-    .await;
-    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{gone:?}");
+    assert_gone(&http, &url, &session).await;
 }
 
 /// A session asleep keeps its place under `max_sessions`, and can always

@@ -56,7 +56,7 @@ use tokio::sync::mpsc;
 
 use super::{
     ordered::says_session_is_gone,
-    raw_post::{bounded_events, read_bounded},
+    raw_post::{bounded_events, content_type, read_bounded},
     Relay,
 };
 
@@ -180,12 +180,7 @@ impl DirectCalls {
         if status == StatusCode::NOT_FOUND && post.session_id.is_some() {
             return Err(transport(HttpError::SessionExpired));
         }
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let content_type = content_type(&response);
         if status.is_success() && content_type.starts_with("text/event-stream") {
             return self.read_stream(&direct, response).await;
         }

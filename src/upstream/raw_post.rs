@@ -70,12 +70,7 @@ impl RawPost<'_> {
             .get("mcp-session-id")
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let content_type = content_type(&response);
         if status.is_success() && content_type.starts_with("text/event-stream") {
             let raw = self.raw.clone();
             let bytes = bounded_events(response.bytes_stream(), self.limits.max_sse_event_size);
@@ -106,6 +101,16 @@ impl RawPost<'_> {
             "HTTP {status} with content type {content_type:?}"
         )))
     }
+}
+
+/// The answer's `Content-Type`, lowercase (empty if none).
+pub(super) fn content_type(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase()
 }
 
 fn unexpected(message: String) -> StreamableHttpError<reqwest::Error> {
