@@ -67,15 +67,14 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         move || {
             // Normally reserved by `admission::admit` for this request.
             let limit = factory_gateway.config().limits.max_sessions;
-            // A session waking up already holds its place (its state kept
-            // the ticket); the one made here for it is dropped at once.
+            // A session waking up already holds its place (its sleeper
+            // kept the ticket); the one made here for it is dropped at
+            // once. The flag is read on every call, so it never outlives
+            // the restore that set it.
+            let waking = resumable::take_waking();
+            let limit = if waking { usize::MAX } else { limit };
             let ticket = admission::take_reserved_ticket()
                 .or_else(|| factory_gateway.sessions().reserve(limit))
-                .or_else(|| {
-                    resumable::take_waking()
-                        .then(|| factory_gateway.sessions().reserve(usize::MAX))
-                        .flatten()
-                })
                 .ok_or_else(|| std::io::Error::other("session limit reached"))?;
             Ok(DownstreamSession::new(factory_gateway.clone(), ticket))
         },
