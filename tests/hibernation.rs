@@ -107,9 +107,10 @@ async fn an_idle_session_sleeps_and_wakes_with_its_state() {
     let listening = connect(&url).await;
 
     wait_asleep(&http, &gateway, 1).await;
-    // Asleep: the same id answers, and the session is awake again.
+    // Asleep: the same id answers (a session unknown would get 404).
+    // (Whether it is awake now is not asserted: 200 ms later it may sleep
+    // again, and the next call wakes it again.)
     raw::assert_echoes(&http, &url, &session).await;
-    assert_eq!(asleep(&http, &gateway).await, 0);
     // Its log level survived: an info message is filtered, an error is not.
     assert_eq!(
         log_at(&http, &url, &session, "info").await,
