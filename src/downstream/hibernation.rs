@@ -21,9 +21,8 @@
 //! Only a session that would lose nothing sleeps: no `GET` stream (so no
 //! message could reach it meanwhile anyway), no request in flight, no
 //! per-session upstream (its relay holds the session's peer), no task. A
-//! session
-//! asleep past `session_idle_timeout` (counted from its last request) or
-//! deleted by its client ends as an awake one would.
+//! session asleep past `session_idle_timeout` (counted from its last
+//! request) or deleted by its client ends as an awake one would.
 
 use std::{
     collections::HashMap,
@@ -171,10 +170,6 @@ impl Hibernation {
     fn initialize_of(&self, id: &str) -> Option<InitializeRequestParams> {
         let asleep = lock(&self.asleep);
         serde_json::from_str(&asleep.get(id)?.initialize).ok()
-    }
-
-    pub fn is_asleep(&self, id: &str) -> bool {
-        lock(&self.asleep).contains_key(id)
     }
 
     /// Ends session `id` if it is asleep (its client deleted it); whether it was.
