@@ -42,7 +42,7 @@ use rmcp::{
     model::{
         CallToolResult, ClientJsonRpcMessage, ClientRequest, ErrorData, GetExtensions, GetMeta,
         JsonRpcMessage, NumberOrString, ProgressToken, RequestId, ServerJsonRpcMessage,
-        ServerNotification, ServerResult,
+        ServerResult,
     },
     service::{InboundStreamOrigin, ServiceError},
     transport::{
@@ -55,8 +55,10 @@ use sse_stream::{Sse, SseStream};
 use tokio::sync::mpsc;
 
 use super::{
+    http_client::trace_headers,
     ordered::says_session_is_gone,
-    raw_post::{bounded_events, content_type, read_bounded},
+    ordered::waits_for_relay,
+    raw_post::{bounded_events, content_type, read_bounded, with_session},
     Relay,
 };
 
@@ -136,8 +138,9 @@ impl DirectCalls {
         }
         let post = self.session.load_full()?;
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let id = RequestId::String(format!("junction-{n}").into());
-        let progress_token = ProgressToken(NumberOrString::String(format!("junction-{n}").into()));
+        let name: Arc<str> = format!("junction-{n}").into();
+        let id = RequestId::String(name.clone());
+        let progress_token = ProgressToken(NumberOrString::String(name));
         request
             .get_meta_mut()
             .set_progress_token(progress_token.clone());
@@ -154,7 +157,7 @@ impl DirectCalls {
         direct: DirectRequest,
         request: ClientRequest,
     ) -> Result<ServerResult, ServiceError> {
-        let trace = trace_headers(&request);
+        let trace: Vec<_> = trace_headers(&request).collect();
         let message = ClientJsonRpcMessage::request(request, direct.id.clone());
         let body = serde_json::to_vec(&message).map_err(|error| {
             ServiceError::McpError(ErrorData::internal_error(error.to_string(), None))
@@ -325,11 +328,7 @@ impl DirectCalls {
                 request.request.extensions_mut().insert(origin);
             }
             JsonRpcMessage::Notification(notification) => {
-                counted = matches!(
-                    notification.notification,
-                    ServerNotification::ProgressNotification(_)
-                        | ServerNotification::LoggingMessageNotification(_)
-                );
+                counted = waits_for_relay(&notification.notification);
                 notification.notification.extensions_mut().insert(origin);
             }
             _ => {}
@@ -388,34 +387,15 @@ fn parse_answer(bytes: &[u8]) -> Result<ServerResult, ServiceError> {
 }
 
 fn with_session_headers(
-    mut builder: reqwest::RequestBuilder,
+    builder: reqwest::RequestBuilder,
     post: &SessionPost,
 ) -> reqwest::RequestBuilder {
-    for (name, value) in &post.headers {
-        builder = builder.header(name, value);
-    }
-    if let Some(token) = &post.auth_header {
-        builder = builder.bearer_auth(token);
-    }
-    if let Some(session) = &post.session_id {
-        builder = builder.header("mcp-session-id", session.as_ref());
-    }
-    builder
-}
-
-/// The request's W3C trace context (from its `_meta`) as HTTP headers.
-fn trace_headers(request: &ClientRequest) -> Vec<(HeaderName, HeaderValue)> {
-    let meta = &request.get_meta().0;
-    [
-        ("traceparent", meta.get_traceparent()),
-        ("tracestate", meta.get_tracestate()),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| {
-        let value = HeaderValue::from_str(value?).ok()?;
-        Some((HeaderName::from_static(name), value))
-    })
-    .collect()
+    with_session(
+        builder,
+        post.session_id.as_deref(),
+        post.auth_header.as_deref(),
+        &post.headers,
+    )
 }
 
 fn unexpected(message: String) -> HttpError {

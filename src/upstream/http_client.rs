@@ -84,19 +84,27 @@ fn with_trace_headers(
     message: &ClientJsonRpcMessage,
     mut headers: HashMap<HeaderName, HeaderValue>,
 ) -> HashMap<HeaderName, HeaderValue> {
-    let JsonRpcMessage::Request(request) = message else {
-        return headers;
-    };
-    let meta = &request.request.get_meta().0;
-    for (name, value) in [
-        ("traceparent", meta.get_traceparent()),
-        ("tracestate", meta.get_tracestate()),
-    ] {
-        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
+    if let JsonRpcMessage::Request(request) = message {
+        headers.extend(trace_headers(&request.request));
     }
     headers
+}
+
+/// The request's W3C trace context (from its `_meta`, where the upstream
+/// request span put it) as HTTP headers.
+pub(super) fn trace_headers(
+    request: &ClientRequest,
+) -> impl Iterator<Item = (HeaderName, HeaderValue)> + use<'_> {
+    let meta = &request.get_meta().0;
+    [
+        ("traceparent", meta.get_traceparent()),
+        ("tracestate", meta.get_tracestate()),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| {
+        let value = HeaderValue::from_str(value?).ok()?;
+        Some((HeaderName::from_static(name), value))
+    })
 }
 
 impl StreamableHttpClient for TracingHttpClient {
@@ -261,5 +269,28 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
         StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed => true,
         StreamableHttpError::Client(error) => error.is_connect(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{CallToolRequest, CallToolRequestParams};
+
+    #[test]
+    fn a_requests_trace_context_becomes_its_headers() {
+        let mut request =
+            ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t")));
+        assert_eq!(trace_headers(&request).count(), 0, "no trace, no header");
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        request.get_meta_mut().0.set_traceparent(parent);
+        let headers: Vec<_> = trace_headers(&request).collect();
+        assert_eq!(
+            headers,
+            [(
+                HeaderName::from_static("traceparent"),
+                HeaderValue::from_static(parent)
+            )]
+        );
     }
 }

@@ -44,6 +44,16 @@ pub(super) fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
     error.id.is_none() && error.error.message.to_ascii_lowercase().contains("session")
 }
 
+/// Whether a request's answer must wait for this notification to be
+/// relayed: progress and log messages, which the client expects before it.
+pub(super) fn waits_for_relay(notification: &ServerNotification) -> bool {
+    matches!(
+        notification,
+        ServerNotification::ProgressNotification(_)
+            | ServerNotification::LoggingMessageNotification(_)
+    )
+}
+
 pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
@@ -120,11 +130,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             _ => {}
         }
         if let Some(JsonRpcMessage::Notification(notification)) = &message {
-            if matches!(
-                notification.notification,
-                ServerNotification::ProgressNotification(_)
-                    | ServerNotification::LoggingMessageNotification(_)
-            ) {
+            if waits_for_relay(&notification.notification) {
                 self.relay.notification_arrived();
             }
         }

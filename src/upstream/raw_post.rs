@@ -43,20 +43,17 @@ pub struct RawPost<'a> {
 
 impl RawPost<'_> {
     pub async fn send(self, message: &ClientJsonRpcMessage) -> PostResult {
-        let mut request = self
+        let request = self
             .client
             .post(self.uri)
             .header(ACCEPT, "text/event-stream, application/json")
             .json(message);
-        if let Some(token) = self.auth_header {
-            request = request.bearer_auth(token);
-        }
-        for (name, value) in self.headers {
-            request = request.header(name, value);
-        }
-        if let Some(session) = self.session_id {
-            request = request.header("mcp-session-id", session);
-        }
+        let request = with_session(
+            request,
+            self.session_id,
+            self.auth_header.as_deref(),
+            &self.headers,
+        );
         let response = request.send().await.map_err(StreamableHttpError::Client)?;
         let status = response.status();
         if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
@@ -101,6 +98,27 @@ impl RawPost<'_> {
             "HTTP {status} with content type {content_type:?}"
         )))
     }
+}
+
+/// `builder` with what every request on an upstream session carries: the
+/// transport's headers (configured ones, protocol version, trace context),
+/// the bearer token and the session id.
+pub(super) fn with_session(
+    mut builder: reqwest::RequestBuilder,
+    session_id: Option<&str>,
+    auth_header: Option<&str>,
+    headers: &HashMap<HeaderName, HeaderValue>,
+) -> reqwest::RequestBuilder {
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    if let Some(token) = auth_header {
+        builder = builder.bearer_auth(token);
+    }
+    if let Some(session) = session_id {
+        builder = builder.header("mcp-session-id", session);
+    }
+    builder
 }
 
 /// The answer's `Content-Type`, lowercase (empty if none).
