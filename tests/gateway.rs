@@ -889,3 +889,64 @@ async fn a_per_session_http_upstream_gets_its_delete() {
     .await;
     close(direct).await;
 }
+
+/// A quick answer goes out whole, with a `Content-Length` (one write, one
+/// read), and the SSE events in it are the usual ones; a slow request's
+/// stream still starts before its answer, with the priming event the
+/// client can resume from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_answers_come_whole_and_slow_ones_stream() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+
+    let answer = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        raw::echo_request("1", "whole"),
+    )
+    .await;
+    assert_eq!(answer.body["result"]["content"][0]["text"], "whole");
+    assert!(
+        answer.headers.get("content-length").is_some(),
+        "a quick answer has its length: {answer:?}"
+    );
+
+    let slow = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "demo__slow", "arguments": {"steps": 1, "delay_ms": 2000}},
+    });
+    let mut request = http.post(&mcp).body(slow.to_string());
+    for (name, value) in raw::JSON_POST {
+        request = request.header(*name, *value);
+    }
+    let mut response = within(
+        "a slow call's head",
+        request
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert!(response.headers().get("content-length").is_none());
+    let first = within("the priming event", response.chunk())
+        .await
+        .unwrap()
+        .expect("a first event");
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(first.contains("\nid: "), "a priming event: {first:?}");
+    assert!(
+        !first.contains("result"),
+        "the answer is not due yet: {first:?}"
+    );
+    let mut rest = String::new();
+    while let Some(chunk) = within("the answer", response.chunk()).await.unwrap() {
+        rest.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert_eq!(raw::sse_response(&rest)["id"], 2, "{rest:?}");
+}

@@ -14,7 +14,12 @@
 //! sent (or dropped): an answer is written to the POST's SSE stream after
 //! the handler returns, so shutdown waits for the body, not the handler.
 
-use std::{cell::RefCell, sync::Arc};
+use std::{
+    cell::RefCell,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use axum::{
     body::Body,
@@ -23,7 +28,6 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::{
@@ -58,13 +62,39 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     }
     let in_flight = gateway.requests_in_flight().token();
     let response = admit_post(&gateway, request, next).await;
-    let (parts, body) = response.into_parts();
-    let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
-        // Held by the stream: released when the body is done or dropped.
-        let _ = &in_flight;
-        chunk
-    }));
-    Response::from_parts(parts, body)
+    response.map(|body| {
+        Body::new(HeldWhileSending {
+            body,
+            _held: in_flight,
+        })
+    })
+}
+
+/// A response body that holds `_held` until it is sent or dropped, and
+/// keeps the body's exact size (hyper writes a `Content-Length` from it).
+struct HeldWhileSending<T> {
+    body: Body,
+    _held: T,
+}
+
+impl<T: Unpin> http_body::Body for HeldWhileSending<T> {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 async fn admit_post(gateway: &Gateway, request: Request, next: Next) -> Response {

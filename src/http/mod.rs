@@ -31,6 +31,7 @@ use crate::{
 pub mod admin;
 mod admission;
 mod json_guard;
+mod one_write;
 mod resumable;
 mod status_page;
 
@@ -89,7 +90,15 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             &server.path,
             any(move |request: axum::extract::Request| {
                 let mcp = mcp.clone();
-                async move { mcp.handle(request).await }
+                async move {
+                    let is_post = request.method() == axum::http::Method::POST;
+                    let response = mcp.handle(request).await.map(axum::body::Body::new);
+                    if is_post {
+                        one_write::gather_quick_answer(response, one_write::HOLD).await
+                    } else {
+                        response
+                    }
+                }
             }),
         )
         .layer(axum::middleware::from_fn_with_state(
