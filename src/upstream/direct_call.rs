@@ -81,7 +81,7 @@ type HttpError = StreamableHttpError<reqwest::Error>;
 /// `notifications/initialized` post, the first one with the negotiated
 /// session id and protocol version.
 pub struct SessionPost {
-    pub uri: Arc<str>,
+    pub url: reqwest::Url,
     pub session_id: Option<Arc<str>>,
     pub auth_header: Option<String>,
     /// The configured headers and `mcp-protocol-version`.
@@ -165,7 +165,7 @@ impl DirectCalls {
         let post = &direct.post;
         let mut builder = self
             .client
-            .post(post.uri.as_ref())
+            .post(post.url.clone())
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json")
             .body(body);
@@ -266,7 +266,7 @@ impl DirectCalls {
     ) -> Result<reqwest::Response, ServiceError> {
         let builder = self
             .client
-            .get(post.uri.as_ref())
+            .get(post.url.clone())
             .header(ACCEPT, "text/event-stream")
             .header("last-event-id", last_event_id);
         let response = with_session_headers(builder, post)

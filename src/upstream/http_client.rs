@@ -151,12 +151,17 @@ impl StreamableHttpClient for TracingHttpClient {
                 if matches!(notification.notification, ClientNotification::InitializedNotification(_))
         ) {
             // The session id and protocol version are negotiated by now.
-            self.direct.session_ready(SessionPost {
-                uri: uri.clone(),
-                session_id: session_id.clone(),
-                auth_header: auth_header.clone(),
-                headers: custom_headers.clone(),
-            });
+            // The URL is parsed once here rather than on every call (a
+            // URL rmcp could post to always parses; if not, calls simply
+            // stay on rmcp's path).
+            if let Ok(url) = reqwest::Url::parse(&uri) {
+                self.direct.session_ready(SessionPost {
+                    url,
+                    session_id: session_id.clone(),
+                    auth_header: auth_header.clone(),
+                    headers: custom_headers.clone(),
+                });
+            }
         }
         let raw_wanted = matches!(
             &message,
