@@ -950,3 +950,92 @@ async fn quick_answers_come_whole_and_slow_ones_stream() {
     }
     assert_eq!(raw::sse_response(&rest)["id"], 2, "{rest:?}");
 }
+
+/// A cursor-less `tools/list` is answered from the catalog's page
+/// serialized once (`downstream/prebuilt.rs`): plain JSON, the request's
+/// own id, and a new page as soon as the catalog changes. A cursor still
+/// goes the usual way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_is_answered_from_the_prebuilt_page() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+    let list = |id: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}).to_string()
+    };
+    let names = |answer: &raw::Answer| -> Vec<String> {
+        answer.body["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no tools: {answer:?}"))
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+
+    let answer = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        list("l-1", json!({})),
+    )
+    .await;
+    assert_eq!(
+        answer.headers["content-type"], "application/json",
+        "{answer:?}"
+    );
+    assert_eq!(answer.body["jsonrpc"], "2.0");
+    assert_eq!(answer.body["id"], "l-1");
+    assert!(
+        names(&answer).contains(&"demo__echo".to_owned()),
+        "{answer:?}"
+    );
+    assert!(
+        !names(&answer).contains(&"demo__bonus".to_owned()),
+        "{answer:?}"
+    );
+
+    let cursor = json!({"cursor": "bogus"});
+    let answer = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        list("l-2", cursor),
+    )
+    .await;
+    assert_eq!(answer.body["id"], "l-2");
+    assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
+
+    let toggle = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "demo__toggle_bonus", "arguments": {}},
+    });
+    raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        toggle.to_string(),
+    )
+    .await;
+    eventually("the new tool in the list", Duration::from_secs(10), || {
+        let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
+        async move {
+            let answer = raw::post(
+                &http,
+                &mcp,
+                Some(&session),
+                raw::JSON_POST,
+                list("l-3", json!(null)),
+            )
+            .await;
+            names(&answer)
+                .contains(&"demo__bonus".to_owned())
+                .then_some(())
+        }
+    })
+    .await;
+}

@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::{
     trace::v1::Span,
 };
 use prost::Message;
-use rmcp::model::{CallToolRequestParams, MetaObject, RequestMetaObject};
+use rmcp::model::{CallToolRequestParams, MetaObject, PaginatedRequestParams, RequestMetaObject};
 use serde_json::{json, Value};
 
 type Spans = Arc<Mutex<Vec<Span>>>;
@@ -165,6 +165,33 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     assert_eq!(Some(header), seen["traceparent"].as_str(), "{seen}");
     assert!(header.contains(TRACE_ID), "{seen}");
 
+    // A list answered from the catalog's prebuilt page gets its span in
+    // the client's trace too.
+    let mut meta = MetaObject::new();
+    meta.set_traceparent(format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"));
+    let mut params = PaginatedRequestParams::default();
+    params.meta = Some(RequestMetaObject(meta));
+    within("tools/list", client.peer().list_tools(Some(params)))
+        .await
+        .expect("tools/list");
+    let listed = eventually("the tools/list span", Duration::from_secs(10), || {
+        let spans = spans.clone();
+        async move {
+            spans
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|s| s.name == "tools/list" && hex(&s.trace_id) == TRACE_ID)
+                .cloned()
+        }
+    })
+    .await;
+    assert_eq!(hex(&listed.parent_span_id), CLIENT_SPAN_ID);
+    assert_eq!(
+        attribute(&listed, "mcp.method.name").as_deref(),
+        Some("tools/list")
+    );
+
     // A failed request records its JSON-RPC error code.
     let error = call_err(&client, "nobody__nothing", Value::Null).await;
     assert_eq!(error.code.0, -32602);
@@ -240,6 +267,15 @@ async fn metrics_count_exactly_the_traffic_sent() {
         (
             r#"junction_request_duration_seconds_count{method="tools/call"}"#,
             5.0,
+        ),
+        // Answered from the catalog's prebuilt page, counted all the same.
+        (
+            r#"junction_requests_total{mount="-",method="tools/list",outcome="ok"}"#,
+            1.0,
+        ),
+        (
+            r#"junction_request_duration_seconds_count{method="tools/list"}"#,
+            1.0,
         ),
         (
             r#"junction_upstream_request_duration_seconds_count{mount="shared",method="tools/call"}"#,

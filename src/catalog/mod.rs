@@ -11,9 +11,14 @@
 mod page;
 mod route;
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, OnceLock},
+};
 
-use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+use bytes::Bytes;
+
+use rmcp::model::{ListToolsResult, Prompt, Resource, ResourceTemplate, Tool};
 use serde_json::Value;
 
 pub use page::{page, PageError, PAGE_SIZE};
@@ -68,6 +73,9 @@ pub struct MergedCatalog {
     prompt_routes: HashMap<String, Route>,
     resource_routes: HashMap<String, Route>,
     template_routes: HashMap<String, Route>,
+    /// The first page of `tools` as a `tools/list` result in JSON, made on
+    /// first use: every client lists it, and the catalog never changes.
+    first_tools_page: OnceLock<Option<Bytes>>,
 }
 
 impl MergedCatalog {
@@ -140,6 +148,25 @@ impl MergedCatalog {
 
     pub fn separator(&self) -> &Separator {
         &self.separator
+    }
+
+    /// The page of `tools` that starts at `cursor` (the first without one).
+    pub fn tools_page(&self, cursor: Option<&str>) -> Result<ListToolsResult, PageError> {
+        let (items, next) = page(&self.tools, self.generation, cursor, PAGE_SIZE)?;
+        let mut result = ListToolsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    /// The first page of `tools`, serialized once for this catalog
+    /// (`downstream/prebuilt.rs` answers with it).
+    pub fn first_tools_page_json(&self) -> Option<Bytes> {
+        self.first_tools_page
+            .get_or_init(|| {
+                let first = self.tools_page(None).ok()?;
+                serde_json::to_vec(&first).ok().map(Bytes::from)
+            })
+            .clone()
     }
 }
 

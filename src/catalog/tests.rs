@@ -116,3 +116,16 @@ fn a_pass_through_name_can_collide_with_a_qualified_one() {
     assert_eq!(merged.resolve_tool("a__x"), route("a", "x"));
     assert_eq!(collisions[0].dropped.as_str(), "raw");
 }
+
+#[test]
+fn the_prebuilt_first_page_is_the_typed_first_page_serialized_once() {
+    let (merged, _) = merge(&[
+        view("a", "a", &["one", "two"], &[]),
+        view("b", "b", &["three"], &[]),
+    ]);
+    let prebuilt = merged.first_tools_page_json().expect("serialized");
+    let typed = serde_json::to_vec(&merged.tools_page(None).unwrap()).unwrap();
+    assert_eq!(&prebuilt[..], &typed[..]);
+    let again = merged.first_tools_page_json().expect("serialized");
+    assert_eq!(prebuilt.as_ptr(), again.as_ptr(), "made once, then shared");
+}

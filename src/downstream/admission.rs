@@ -19,7 +19,7 @@ use rmcp::{service::RequestContext, ErrorData, RoleServer};
 use serde_json::json;
 
 use super::{
-    observe::{observe, Outcome},
+    observe::{observe, Outcome, RequestOrigin},
     DownstreamSession,
 };
 
@@ -80,10 +80,35 @@ impl DownstreamSession {
         W: Future<Output = Result<T, ErrorData>> + 'a,
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
-        let admitted = self.state().requests.admit(limit);
-        observe(method, tool, context, async move {
-            let _permit = admitted?;
-            work.await
-        })
+        admit_and_observe(
+            &self.state().requests,
+            limit,
+            method,
+            tool,
+            RequestOrigin::of(context),
+            work,
+        )
     }
+}
+
+/// What [`DownstreamSession::handle`] does, for a request answered
+/// without going through rmcp's handler (`downstream/prebuilt.rs`): takes
+/// a slot in `slots` under `limit`, then runs `work` observed.
+pub(crate) fn admit_and_observe<'a, T, W>(
+    slots: &RequestSlots,
+    limit: usize,
+    method: &'static str,
+    tool: Option<&'a str>,
+    origin: RequestOrigin<'a>,
+    work: W,
+) -> impl Future<Output = Result<T, ErrorData>> + 'a
+where
+    T: Outcome + 'a,
+    W: Future<Output = Result<T, ErrorData>> + 'a,
+{
+    let admitted = slots.admit(limit);
+    observe(method, tool, origin, async move {
+        let _permit = admitted?;
+        work.await
+    })
 }

@@ -164,10 +164,11 @@ fn tools_page(
     catalog: &MergedCatalog,
     request: &Option<PaginatedRequestParams>,
 ) -> Result<ListToolsResult, ErrorData> {
-    let (items, next) = page_of(catalog, &catalog.tools, request)?;
-    let mut result = ListToolsResult::with_all_items(items);
-    result.next_cursor = next;
-    Ok(result)
+    crate::telemetry::metrics().cache_hits.inc();
+    let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
+    catalog
+        .tools_page(cursor)
+        .map_err(|error| ErrorData::invalid_params(error.to_string(), None))
 }
 
 impl ServerHandler for DownstreamSession {

@@ -130,6 +130,11 @@ impl Hibernation {
         lock(&self.live).insert(id.clone(), Arc::downgrade(state));
     }
 
+    /// The state of session `id`, initialized and awake.
+    pub(crate) fn awake(&self, id: &str) -> Option<Arc<SessionState>> {
+        lock(&self.live).get(id).and_then(Weak::upgrade)
+    }
+
     /// The session `id` has ended for good.
     pub(crate) fn ended(&self, id: &str) {
         lock(&self.live).remove(id);

@@ -13,6 +13,7 @@ mod handler;
 pub mod hibernation;
 mod observe;
 mod per_session;
+pub(crate) mod prebuilt;
 pub mod request_streams;
 pub mod tasks;
 
@@ -201,6 +202,11 @@ impl SessionState {
     }
 
     /// The client's capability profile (none before initialize).
+    /// Set as the session falls asleep, before this state is let go.
+    pub(crate) fn is_asleep(&self) -> bool {
+        self.asleep.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn profile(&self) -> ClientProfile {
         self.profile.get().copied().unwrap_or_default()
     }

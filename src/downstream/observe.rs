@@ -15,7 +15,8 @@ use std::{cell::RefCell, future::Future, time::Instant};
 use rmcp::{
     model::{
         CallToolResponse, CompleteResult, GetPromptResponse, InitializeResult, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, ReadResourceResponse,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
+        ReadResourceResponse,
     },
     service::RequestContext,
     ErrorData, RoleServer,
@@ -68,32 +69,55 @@ plain_outcome!(
     GetPromptResponse,
     ReadResourceResponse,
     CompleteResult,
-    serde_json::Value
+    serde_json::Value,
+    bytes::Bytes
 );
+
+/// Where a request came from, as far as its span is concerned: its HTTP
+/// headers (session id, W3C trace context) and its `_meta` (trace context
+/// sent in the message, which wins).
+#[derive(Clone, Copy)]
+pub(crate) struct RequestOrigin<'a> {
+    pub headers: Option<&'a axum::http::HeaderMap>,
+    pub meta: Option<&'a MetaObject>,
+}
+
+impl<'a> RequestOrigin<'a> {
+    /// The origin of a request rmcp handed to the session's handler.
+    pub(crate) fn of(context: &'a RequestContext<RoleServer>) -> Self {
+        Self {
+            headers: super::http_headers(context),
+            meta: Some(&context.meta.0),
+        }
+    }
+}
 
 /// Runs one downstream request's `work` inside its span, then counts and
 /// times it. `tool` is the tool name for `tools/call`.
 pub(crate) fn observe<'a, T, W>(
     method: &'static str,
     tool: Option<&'a str>,
-    context: &'a RequestContext<RoleServer>,
+    origin: RequestOrigin<'a>,
     work: W,
 ) -> impl Future<Output = Result<T, ErrorData>> + 'a
 where
     T: Outcome + 'a,
     W: Future<Output = Result<T, ErrorData>> + 'a,
 {
-    observe_inner(method, tool, context, Box::pin(work))
+    observe_inner(method, tool, origin, Box::pin(work))
 }
 
 async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     method: &'static str,
     tool: Option<&str>,
-    context: &RequestContext<RoleServer>,
+    origin: RequestOrigin<'_>,
     work: std::pin::Pin<Box<W>>,
 ) -> Result<T, ErrorData> {
-    let headers = super::http_headers(context);
-    let session_id = super::http_session_id(context).unwrap_or("");
+    let session_id = origin
+        .headers
+        .and_then(|headers| headers.get("mcp-session-id"))
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
     let span_name = match tool {
         Some(tool) => format!("{method} {tool}"),
         None => method.to_owned(),
@@ -111,7 +135,7 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         rpc.jsonrpc.error_code = Empty,
         otel.status_code = Empty,
     );
-    adopt_parent(&span, &context.meta.0, headers);
+    adopt_parent(&span, origin.meta, origin.headers);
 
     let started = Instant::now();
     let (result, mount) = ROUTED_MOUNT

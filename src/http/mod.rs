@@ -30,6 +30,7 @@ use crate::{
 
 pub mod admin;
 mod admission;
+mod answer_slot;
 mod json_guard;
 mod one_write;
 mod resumable;
@@ -57,6 +58,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         mcp_config.session_store = Some(Arc::new(HibernationStore(gateway.hibernation().clone())));
     }
     let manager = Arc::new(resumable::ResumableSessions::new(
+        &gateway,
         sessions,
         gateway.request_streams().clone(),
         gateway.task_tools().clone(),
@@ -91,13 +93,14 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             any(move |request: axum::extract::Request| {
                 let mcp = mcp.clone();
                 async move {
-                    let is_post = request.method() == axum::http::Method::POST;
-                    let response = mcp.handle(request).await.map(axum::body::Body::new);
-                    if is_post {
-                        one_write::gather_quick_answer(response, one_write::HOLD).await
-                    } else {
-                        response
+                    if request.method() != axum::http::Method::POST {
+                        return mcp.handle(request).await.map(axum::body::Body::new);
                     }
+                    let response = answer_slot::around(async {
+                        mcp.handle(request).await.map(axum::body::Body::new)
+                    })
+                    .await;
+                    one_write::gather_quick_answer(response, one_write::HOLD).await
                 }
             }),
         )

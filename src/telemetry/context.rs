@@ -43,11 +43,11 @@ impl Injector for Fields {
 /// Makes `span` a child of the client's trace, if it sent one.
 pub fn adopt_parent(
     span: &tracing::Span,
-    meta: &MetaObject,
+    meta: Option<&MetaObject>,
     headers: Option<&axum::http::HeaderMap>,
 ) {
     let mut fields = HashMap::new();
-    if let Some(traceparent) = meta.get_traceparent() {
+    if let Some((meta, traceparent)) = meta.and_then(|meta| Some((meta, meta.get_traceparent()?))) {
         fields.insert(TRACEPARENT, traceparent.to_owned());
         if let Some(tracestate) = meta.get_tracestate() {
             fields.insert(TRACESTATE, tracestate.to_owned());

@@ -36,13 +36,14 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
     time::Duration,
 };
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use rmcp::{
-    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage},
     transport::streamable_http_server::session::{
         local::{LocalSessionManager, LocalSessionManagerError},
         EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
@@ -55,10 +56,15 @@ mod standalone;
 
 pub use idle::take_waking;
 
-use crate::downstream::{
-    hibernation::Hibernation,
-    request_streams::RequestStreams,
-    tasks::{self, TaskToolsListed},
+use super::answer_slot;
+use crate::{
+    downstream::{
+        hibernation::Hibernation,
+        prebuilt,
+        request_streams::RequestStreams,
+        tasks::{self, TaskToolsListed},
+    },
+    gateway::Gateway,
 };
 use idle::{Activity, Phase};
 
@@ -79,10 +85,13 @@ pub struct ResumableSessions {
     /// When each session was last used, for putting idle ones to sleep.
     activity: Arc<Activity>,
     hibernation: Arc<Hibernation>,
+    /// For the requests answered before rmcp's handler.
+    gateway: Weak<Gateway>,
 }
 
 impl ResumableSessions {
     pub fn new(
+        gateway: &Arc<Gateway>,
         sessions: LocalSessionManager,
         request_streams: Arc<RequestStreams>,
         task_tools: Arc<TaskToolsListed>,
@@ -95,6 +104,7 @@ impl ResumableSessions {
             task_tools,
             activity: Arc::default(),
             hibernation,
+            gateway: Arc::downgrade(gateway),
         }
     }
 
@@ -170,6 +180,23 @@ async fn release_freed_memory() {
     .await;
 }
 
+impl ResumableSessions {
+    /// The answer to `request` made without rmcp's handler
+    /// (`downstream/prebuilt.rs`), when the route can send it.
+    async fn prebuilt_answer(
+        &self,
+        id: &SessionId,
+        request: &JsonRpcRequest<ClientRequest>,
+    ) -> Option<Bytes> {
+        if !answer_slot::is_open() {
+            return None;
+        }
+        let gateway = self.gateway.upgrade()?;
+        let state = self.hibernation.awake(id)?;
+        prebuilt::tools_list(&gateway, &state, request).await
+    }
+}
+
 /// Holds `open` for as long as `stream` is open.
 fn counted<S: Stream<Item = ServerSseMessage>>(
     stream: S,
@@ -236,6 +263,12 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        if let ClientJsonRpcMessage::Request(request) = &message {
+            if let Some(answer) = self.prebuilt_answer(id, request).await {
+                answer_slot::fill(answer);
+                return Ok(futures::stream::empty().left_stream());
+            }
+        }
         // Open before rmcp sees the request: its handler may relay a
         // related message at once.
         let related = match &message {
@@ -247,7 +280,7 @@ impl SessionManager for ResumableSessions {
         let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
         let open = self.activity.stream_opened(id);
-        Ok(counted(self.streams.recorded(id, stream, related), open))
+        Ok(counted(self.streams.recorded(id, stream, related), open).right_stream())
     }
 
     async fn accept_message(

@@ -1,0 +1,109 @@
+//! `tools/list` answered from JSON made once per catalog.
+//!
+//! rmcp has a handler return a typed `ListToolsResult`, then serializes it
+//! for every request: for a catalog of 1,000 tools that clone and that
+//! serialization were most of the gateway's CPU per listing. A catalog
+//! never changes (a change makes a new one), so its first page is
+//! serialized once (`MergedCatalog::first_tools_page_json`) and
+//! [`tools_list`] answers a cursor-less `tools/list` with it, the
+//! request's id put around it.
+//!
+//! It runs where rmcp hands a session's request to the HTTP session layer
+//! (`http/resumable`), after rmcp has checked Host, Origin, headers and
+//! the session, and it admits and observes the request as the handler
+//! does (`max_concurrent_requests`, span, metrics, cache hits). Everything
+//! else goes to rmcp's handler as before: later pages, a session asleep
+//! or not yet initialized, and a catalog with task tools (their
+//! `execution` is listed the custom way, `tasks.rs`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rmcp::{
+    model::{ClientRequest, JsonRpcRequest, RequestId, RequestMetaObject},
+    ErrorData,
+};
+
+use super::{admission::admit_and_observe, observe::RequestOrigin, SessionState};
+use crate::gateway::Gateway;
+
+/// The whole JSON-RPC answer to `request` if it is a `tools/list` this
+/// module answers for `state`'s session; `None` sends it to rmcp.
+pub(crate) async fn tools_list(
+    gateway: &Gateway,
+    state: &Arc<SessionState>,
+    request: &JsonRpcRequest<ClientRequest>,
+) -> Option<Bytes> {
+    let ClientRequest::ListToolsRequest(list) = &request.request else {
+        return None;
+    };
+    let params = list.params.as_ref();
+    if params.is_some_and(|params| params.cursor.is_some()) || state.is_asleep() {
+        return None;
+    }
+    gateway.prepare(state.profile()).await;
+    let catalog = state.catalog(gateway);
+    if !catalog.tool_execution.is_empty() {
+        return None;
+    }
+    let origin = RequestOrigin {
+        headers: list
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .map(|parts| &parts.headers),
+        meta: params
+            .and_then(|params| params.meta.as_ref())
+            .or_else(|| list.extensions.get::<RequestMetaObject>())
+            .map(|meta| &meta.0),
+    };
+    let limit = gateway.config().limits.max_concurrent_requests;
+    let answer = admit_and_observe(&state.requests, limit, "tools/list", None, origin, async {
+        crate::telemetry::metrics().cache_hits.inc();
+        catalog.first_tools_page_json().ok_or_else(|| {
+            ErrorData::internal_error("the tools list could not be serialized", None)
+        })
+    })
+    .await;
+    Some(match answer {
+        Ok(page) => json_rpc_answer(&request.id, "result", &page),
+        Err(error) => json_rpc_answer(&request.id, "error", &serde_json::to_vec(&error).ok()?),
+    })
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"<kind>":<value>}`, `value` already JSON.
+fn json_rpc_answer(id: &RequestId, kind: &str, value: &[u8]) -> Bytes {
+    let id = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
+    let mut answer = Vec::with_capacity(value.len() + id.len() + kind.len() + 32);
+    answer.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    answer.extend_from_slice(id.as_bytes());
+    answer.extend_from_slice(b",\"");
+    answer.extend_from_slice(kind.as_bytes());
+    answer.extend_from_slice(b"\":");
+    answer.extend_from_slice(value);
+    answer.push(b'}');
+    answer.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{ListToolsResult, ServerJsonRpcMessage, ServerResult};
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn the_answer_is_the_json_rpc_response_rmcp_would_write() {
+        let result = ListToolsResult::with_all_items(vec![]);
+        let page = serde_json::to_vec(&result).unwrap();
+        for id in [
+            RequestId::Number(7),
+            RequestId::String("a \"quoted\" id".into()),
+        ] {
+            let ours: Value =
+                serde_json::from_slice(&json_rpc_answer(&id, "result", &page)).unwrap();
+            let rmcp =
+                ServerJsonRpcMessage::response(ServerResult::ListToolsResult(result.clone()), id);
+            assert_eq!(ours, serde_json::to_value(&rmcp).unwrap());
+        }
+    }
+}

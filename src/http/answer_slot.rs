@@ -1,0 +1,86 @@
+//! An answer made before rmcp's handler, handed back to the route.
+//!
+//! Some requests are answered from bytes already made
+//! (`downstream/prebuilt.rs`), at the point where rmcp hands a session's
+//! request to the session layer (`http/resumable`): rmcp has checked Host,
+//! Origin, headers and session by then, and it calls that layer inside the
+//! POST's own future. The route opens a slot around rmcp's `handle`
+//! ([`around`]); the session layer puts the answer in it ([`fill`]) and
+//! gives rmcp an empty stream; the route then sends the answer as
+//! `application/json` in place of rmcp's empty SSE response.
+
+use std::{cell::RefCell, future::Future};
+
+use axum::{
+    body::{Body, Bytes},
+    http::{header, HeaderValue},
+    response::Response,
+};
+
+tokio::task_local! {
+    static SLOT: RefCell<Option<Bytes>>;
+}
+
+/// Runs `handle` with a slot open; answers with what filled it, if
+/// anything did, and with `handle`'s own response otherwise.
+pub async fn around(handle: impl Future<Output = Response>) -> Response {
+    let (response, answer) = SLOT
+        .scope(RefCell::new(None), async {
+            let response = handle.await;
+            (response, SLOT.with(|slot| slot.borrow_mut().take()))
+        })
+        .await;
+    match answer {
+        Some(answer) => {
+            let mut response = Response::new(Body::from(answer));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        None => response,
+    }
+}
+
+/// Whether this request can be answered through a slot.
+pub fn is_open() -> bool {
+    SLOT.try_with(|_| ()).is_ok()
+}
+
+/// Puts `answer` in this request's slot; `false` when there is none.
+pub fn fill(answer: Bytes) -> bool {
+    SLOT.try_with(|slot| *slot.borrow_mut() = Some(answer))
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_filled_slot_replaces_the_response() {
+        let response = around(async {
+            assert!(is_open());
+            assert!(fill(Bytes::from_static(b"{\"jsonrpc\":\"2.0\"}")));
+            Response::new(Body::from("rmcp's"))
+        })
+        .await;
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"{\"jsonrpc\":\"2.0\"}");
+    }
+
+    #[tokio::test]
+    async fn an_empty_slot_keeps_the_response_and_none_is_open_outside() {
+        assert!(!is_open());
+        assert!(!fill(Bytes::new()));
+        let response = around(async { Response::new(Body::from("rmcp's")) }).await;
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"rmcp's");
+    }
+}
