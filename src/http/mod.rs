@@ -93,13 +93,18 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             any(move |request: axum::extract::Request| {
                 let mcp = mcp.clone();
                 async move {
-                    if request.method() != axum::http::Method::POST {
-                        return mcp.handle(request).await.map(axum::body::Body::new);
+                    // Boxed: hyper allocates a slot the size of this future
+                    // for every open connection, busy or idle. With rmcp's
+                    // `handle` inline, adding the answer slot grew idle
+                    // sessions (each with its connection) by ~9 KiB.
+                    let is_post = request.method() == axum::http::Method::POST;
+                    let handle = Box::pin(mcp.handle(request));
+                    if !is_post {
+                        return handle.await.map(axum::body::Body::new);
                     }
-                    let response = answer_slot::around(async {
-                        mcp.handle(request).await.map(axum::body::Body::new)
-                    })
-                    .await;
+                    let response =
+                        answer_slot::around(async { handle.await.map(axum::body::Body::new) })
+                            .await;
                     one_write::gather_quick_answer(response, one_write::HOLD).await
                 }
             }),
