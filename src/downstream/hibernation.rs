@@ -71,6 +71,9 @@ pub(crate) struct Sleeper {
 }
 
 impl Sleeper {
+    /// What a session continues as asleep, holding its place `ticket`;
+    /// gives the ticket back if it cannot sleep (an `initialize` that does
+    /// not serialize).
     pub(crate) fn new(
         gateway: &Arc<Gateway>,
         key: SessionKey,
@@ -78,13 +81,16 @@ impl Sleeper {
         log_level: Option<LoggingLevel>,
         initialize: &InitializeRequestParams,
         ends_at: Instant,
-    ) -> Option<Self> {
-        let initialize = serde_json::to_string(initialize).ok()?.into_boxed_str();
-        Some(Self {
+    ) -> Result<Self, SessionTicket> {
+        let Ok(initialize) = serde_json::to_string(initialize) else {
+            // The session stays awake and keeps its place.
+            return Err(ticket);
+        };
+        Ok(Self {
             key,
             ticket: Some(ticket),
             log_level,
-            initialize,
+            initialize: initialize.into_boxed_str(),
             ends_at,
             gateway: Arc::downgrade(gateway),
         })

@@ -128,8 +128,9 @@ pub(crate) struct SessionState {
     requests: admission::RequestSlots,
     /// The tasks this session created, by the gateway's id for each.
     tasks: tasks::TaskTable,
-    /// This session's place under `max_sessions`.
-    _ticket: SessionTicket,
+    /// This session's place under `max_sessions`, until its sleeper takes
+    /// it over as it falls asleep.
+    ticket: Mutex<Option<SessionTicket>>,
 }
 
 impl SessionState {
@@ -151,7 +152,7 @@ impl SessionState {
             refreshes: Coalescer::default(),
             requests: admission::RequestSlots::default(),
             tasks: tasks::TaskTable::default(),
-            _ticket: ticket,
+            ticket: Mutex::new(Some(ticket)),
         })
     }
 
@@ -184,16 +185,25 @@ impl SessionState {
         if !sleeps {
             return None;
         }
-        // Its own place under `max_sessions` goes when this state drops.
-        let ticket = gateway.sessions().reserve(usize::MAX)?;
-        let sleeper = hibernation::Sleeper::new(
+        // The sleeper takes over this state's place under `max_sessions`,
+        // so the session counts once throughout.
+        let mut place = lock(&self.ticket);
+        let ticket = place.take()?;
+        let sleeper = match hibernation::Sleeper::new(
             &gateway,
             self.key,
             ticket,
             self.log_level.get(),
             initialize,
             ends_at,
-        )?;
+        ) {
+            Ok(sleeper) => sleeper,
+            Err(ticket) => {
+                *place = Some(ticket);
+                return None;
+            }
+        };
+        drop(place);
         lock(&self.peer).take();
         self.asleep
             .store(true, std::sync::atomic::Ordering::Release);
@@ -201,12 +211,12 @@ impl SessionState {
         Some(sleeper)
     }
 
-    /// The client's capability profile (none before initialize).
     /// Set as the session falls asleep, before this state is let go.
     pub(crate) fn is_asleep(&self) -> bool {
         self.asleep.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The client's capability profile (none before initialize).
     pub(crate) fn profile(&self) -> ClientProfile {
         self.profile.get().copied().unwrap_or_default()
     }
