@@ -890,17 +890,24 @@ async fn a_per_session_http_upstream_gets_its_delete() {
     close(direct).await;
 }
 
+/// A gateway over the stdio demo server (mount `demo`), an HTTP client,
+/// the MCP endpoint's URL and a raw session initialized on it.
+async fn demo_with_raw_session() -> (Gateway, reqwest::Client, String, String) {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+    (gateway, http, mcp, session)
+}
+
 /// A quick answer goes out whole, with a `Content-Length` (one write, one
 /// read), and the SSE events in it are the usual ones; a slow request's
 /// stream still starts before its answer, with the priming event the
 /// client can resume from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_answers_come_whole_and_slow_ones_stream() {
-    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let mcp = gateway.mcp_url();
-    let session = raw::open_session(&http, &mcp).await;
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
 
     let answer = raw::post(
         &http,
@@ -957,11 +964,7 @@ async fn quick_answers_come_whole_and_slow_ones_stream() {
 /// goes the usual way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_list_is_answered_from_the_prebuilt_page() {
-    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let mcp = gateway.mcp_url();
-    let session = raw::open_session(&http, &mcp).await;
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
     let list = |id: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}).to_string()
     };
@@ -974,18 +977,22 @@ async fn tools_list_is_answered_from_the_prebuilt_page() {
             .collect()
     };
 
-    let answer = raw::post(
-        &http,
-        &mcp,
-        Some(&session),
-        raw::JSON_POST,
-        list("l-1", json!({})),
-    )
+    // The session is known to the prebuilt path once rmcp has handled its
+    // `notifications/initialized`, which it does on its own task after
+    // answering 202: a list sent at once may still go through rmcp.
+    let answer = eventually("a prebuilt answer", Duration::from_secs(10), || {
+        let (http, mcp, session, request) = (
+            http.clone(),
+            mcp.clone(),
+            session.clone(),
+            list("l-1", json!({})),
+        );
+        async move {
+            let answer = raw::post(&http, &mcp, Some(&session), raw::JSON_POST, request).await;
+            (answer.headers["content-type"] == "application/json").then_some(answer)
+        }
+    })
     .await;
-    assert_eq!(
-        answer.headers["content-type"], "application/json",
-        "{answer:?}"
-    );
     assert_eq!(answer.body["jsonrpc"], "2.0");
     assert_eq!(answer.body["id"], "l-1");
     assert!(

@@ -43,6 +43,15 @@ async fn otlp_receiver(spans: Spans) -> String {
     format!("http://{addr}")
 }
 
+/// The first span received that `matches`, waiting up to 10 s for it.
+async fn exported_span(spans: &Spans, what: &str, matches: impl Fn(&Span) -> bool) -> Span {
+    eventually(what, Duration::from_secs(10), || {
+        let found = spans.lock().unwrap().iter().find(|s| matches(s)).cloned();
+        async move { found }
+    })
+    .await
+}
+
 fn attribute(span: &Span, key: &str) -> Option<String> {
     span.attributes
         .iter()
@@ -174,16 +183,8 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     within("tools/list", client.peer().list_tools(Some(params)))
         .await
         .expect("tools/list");
-    let listed = eventually("the tools/list span", Duration::from_secs(10), || {
-        let spans = spans.clone();
-        async move {
-            spans
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|s| s.name == "tools/list" && hex(&s.trace_id) == TRACE_ID)
-                .cloned()
-        }
+    let listed = exported_span(&spans, "the tools/list span", |s| {
+        s.name == "tools/list" && hex(&s.trace_id) == TRACE_ID
     })
     .await;
     assert_eq!(hex(&listed.parent_span_id), CLIENT_SPAN_ID);
@@ -195,16 +196,8 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     // A failed request records its JSON-RPC error code.
     let error = call_err(&client, "nobody__nothing", Value::Null).await;
     assert_eq!(error.code.0, -32602);
-    let failed = eventually("the failed request's span", Duration::from_secs(10), || {
-        let spans = spans.clone();
-        async move {
-            spans
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|s| s.name == "tools/call nobody__nothing")
-                .cloned()
-        }
+    let failed = exported_span(&spans, "the failed request's span", |s| {
+        s.name == "tools/call nobody__nothing"
     })
     .await;
     assert_eq!(
