@@ -291,14 +291,8 @@ impl DirectCalls {
         id: &RequestId,
         bytes: &[u8],
     ) -> Option<Result<ServerResult, ServiceError>> {
-        if let Ok(Envelope {
-            method: None,
-            id: Some(answered),
-        }) = serde_json::from_slice::<Envelope>(bytes)
-        {
-            if &answered == id {
-                return Some(parse_answer(bytes));
-            }
+        if let Some(answer) = answer_to(id, bytes) {
+            return Some(answer);
         }
         // Anything else is read as rmcp reads it.
         let message = match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
@@ -352,30 +346,50 @@ struct Envelope {
     method: Option<serde::de::IgnoredAny>,
 }
 
-/// A `tools/call` answer, read as its own type rather than tried against
-/// every variant of rmcp's untagged `ServerResult`.
+/// A message on the answer stream, read once: a `tools/call` answer is
+/// read as its own type rather than tried against every variant of rmcp's
+/// untagged `ServerResult`; a request or notification has a `method`.
 #[derive(Deserialize)]
-struct CallAnswer {
+struct Incoming {
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default)]
+    method: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     result: Option<CallToolResult>,
     #[serde(default)]
     error: Option<ErrorData>,
 }
 
-fn parse_answer(bytes: &[u8]) -> Result<ServerResult, ServiceError> {
-    if let Ok(answer) = serde_json::from_slice::<CallAnswer>(bytes) {
-        match answer {
-            CallAnswer {
-                error: Some(error), ..
-            } => return Err(ServiceError::McpError(error)),
-            CallAnswer {
-                result: Some(result),
-                ..
-            } => return Ok(ServerResult::CallToolResult(result)),
-            _ => {}
-        }
+/// The answer to request `id`, if `bytes` is it. One read tells the
+/// answer from the rest and, for the usual answer (a `CallToolResult` or an
+/// error), is the answer.
+fn answer_to(id: &RequestId, bytes: &[u8]) -> Option<Result<ServerResult, ServiceError>> {
+    match serde_json::from_slice::<Incoming>(bytes) {
+        Ok(Incoming {
+            method: None,
+            id: Some(answered),
+            result,
+            error,
+        }) if &answered == id => Some(match (error, result) {
+            (Some(error), _) => Err(ServiceError::McpError(error)),
+            (None, Some(result)) => Ok(ServerResult::CallToolResult(result)),
+            (None, None) => read_as_rmcp(bytes),
+        }),
+        Ok(_) => None,
+        // Some other result (a task, an odd shape): ours if its id is.
+        Err(_) => match serde_json::from_slice::<Envelope>(bytes) {
+            Ok(Envelope {
+                method: None,
+                id: Some(answered),
+            }) if &answered == id => Some(read_as_rmcp(bytes)),
+            _ => None,
+        },
     }
-    // Some other result (a task, an odd shape): as rmcp reads it.
+}
+
+/// An answer whose result is not a `CallToolResult`, as rmcp reads it.
+fn read_as_rmcp(bytes: &[u8]) -> Result<ServerResult, ServiceError> {
     match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
         Ok(JsonRpcMessage::Response(response)) => Ok(response.result),
         Ok(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
@@ -420,18 +434,52 @@ fn transport(error: HttpError) -> ServiceError {
 mod tests {
     use super::*;
 
+    fn junction_1() -> RequestId {
+        RequestId::String("junction-1".into())
+    }
+
     #[test]
     fn a_call_answer_is_read_as_its_own_type() {
         let answer = br#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#;
-        let Ok(ServerResult::CallToolResult(result)) = parse_answer(answer) else {
+        let Some(Ok(ServerResult::CallToolResult(result))) = answer_to(&junction_1(), answer)
+        else {
             panic!("not a call result");
         };
         assert_eq!(result.is_error, Some(false));
         let error = br#"{"jsonrpc":"2.0","id":"junction-1","error":{"code":-32602,"message":"no such tool"}}"#;
-        let Err(ServiceError::McpError(error)) = parse_answer(error) else {
+        let Some(Err(ServiceError::McpError(error))) = answer_to(&junction_1(), error) else {
             panic!("not an error");
         };
         assert_eq!(error.code.0, -32602);
+    }
+
+    #[test]
+    fn only_the_requests_own_answer_is_taken() {
+        let request =
+            br#"{"jsonrpc":"2.0","id":"junction-1","method":"sampling/createMessage","params":{}}"#;
+        assert!(
+            answer_to(&junction_1(), request).is_none(),
+            "a server request, same id"
+        );
+        let other = br#"{"jsonrpc":"2.0","id":"junction-2","result":{"content":[]}}"#;
+        assert!(
+            answer_to(&junction_1(), other).is_none(),
+            "another request's answer"
+        );
+        let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"junction-1","progress":1}}"#;
+        assert!(answer_to(&junction_1(), progress).is_none());
+    }
+
+    #[test]
+    fn another_kind_of_result_is_read_as_rmcp_reads_it() {
+        let task = br#"{"jsonrpc":"2.0","id":"junction-1","result":{"task":{"taskId":"t1","status":"working","createdAt":"2025-11-25T00:00:00Z","lastUpdatedAt":"2025-11-25T00:00:00Z","ttl":null}}}"#;
+        let Some(Ok(result)) = answer_to(&junction_1(), task) else {
+            panic!("a task result is still the answer");
+        };
+        assert!(
+            !matches!(result, ServerResult::CallToolResult(_)),
+            "{result:?}"
+        );
     }
 
     #[test]
