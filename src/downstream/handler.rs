@@ -147,16 +147,26 @@ fn unexpected(mount: &Mount) -> RouteError {
     }
 }
 
+/// The page `request`'s cursor names, made by `page` from the cache
+/// (counted as a cache hit); a bad cursor is the client's error.
+fn cached_page<R>(
+    request: &Option<PaginatedRequestParams>,
+    page: impl FnOnce(Option<&str>) -> Result<R, PageError>,
+) -> Result<R, ErrorData> {
+    crate::telemetry::metrics().cache_hits.inc();
+    let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
+    page(cursor).map_err(|error| ErrorData::invalid_params(error.to_string(), None))
+}
+
 /// One page of a merged list, under the gateway's own cursor.
 fn page_of<T: Clone>(
     catalog: &MergedCatalog,
     items: &[T],
     request: &Option<PaginatedRequestParams>,
 ) -> Result<(Vec<T>, Option<String>), ErrorData> {
-    crate::telemetry::metrics().cache_hits.inc();
-    let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
-    catalog::page(items, catalog.generation, cursor, catalog::PAGE_SIZE)
-        .map_err(|error: PageError| ErrorData::invalid_params(error.to_string(), None))
+    cached_page(request, |cursor| {
+        catalog::page(items, catalog.generation, cursor, catalog::PAGE_SIZE)
+    })
 }
 
 /// One page of the tools `catalog` lists.
@@ -164,11 +174,7 @@ fn tools_page(
     catalog: &MergedCatalog,
     request: &Option<PaginatedRequestParams>,
 ) -> Result<ListToolsResult, ErrorData> {
-    crate::telemetry::metrics().cache_hits.inc();
-    let cursor = request.as_ref().and_then(|params| params.cursor.as_deref());
-    catalog
-        .tools_page(cursor)
-        .map_err(|error| ErrorData::invalid_params(error.to_string(), None))
+    cached_page(request, |cursor| catalog.tools_page(cursor))
 }
 
 impl ServerHandler for DownstreamSession {
