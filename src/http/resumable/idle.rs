@@ -12,11 +12,12 @@ use std::{
     cell::Cell,
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use rmcp::transport::streamable_http_server::session::SessionId;
-use tokio::sync::Notify;
+// Tokio's clock, so that the tests can move it instead of sleeping.
+use tokio::{sync::Notify, time::Instant};
 
 /// How long a request waits for a session being put to sleep.
 const CLOSING_WAIT: Duration = Duration::from_secs(5);
@@ -77,7 +78,7 @@ impl Activity {
     /// Marks `id` used now; its phase once it is not `Closing` (`None`:
     /// unknown here).
     pub(super) async fn used(&self, id: &SessionId) -> Option<Phase> {
-        let deadline = tokio::time::Instant::now() + CLOSING_WAIT;
+        let deadline = Instant::now() + CLOSING_WAIT;
         loop {
             let settled = self.settled.notified();
             {
@@ -188,14 +189,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn only_unused_sessions_without_streams_begin_to_sleep() {
         let activity = Arc::new(Activity::default());
         let (quiet, streaming): (SessionId, SessionId) = ("quiet".into(), "streaming".into());
         activity.created(&quiet);
         activity.created(&streaming);
         let stream = activity.stream_opened(&streaming);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::advance(Duration::from_millis(20)).await;
         assert_eq!(
             activity.begin_sleep(Duration::from_millis(10)),
             std::slice::from_ref(&quiet)
@@ -207,17 +208,21 @@ mod tests {
         drop(stream);
         // Just used (its stream closed): not yet.
         assert!(activity.begin_sleep(Duration::from_millis(10)).is_empty());
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert_eq!(
+            activity.begin_sleep(Duration::from_millis(10)),
+            std::slice::from_ref(&streaming)
+        );
         activity.set_phase(&quiet, Phase::Asleep);
         assert_eq!(activity.used(&quiet).await, Some(Phase::Asleep));
         assert_eq!(activity.used(&"unknown".into()).await, None);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_request_waits_while_its_session_is_closing() {
         let activity = Arc::new(Activity::default());
         let id: SessionId = "s".into();
         activity.created(&id);
-        tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(
             activity.begin_sleep(Duration::ZERO),
             std::slice::from_ref(&id)
@@ -227,7 +232,9 @@ mod tests {
             let id = id.clone();
             tokio::spawn(async move { activity.used(&id).await })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Within the wait's bound, it is still waiting.
+        tokio::time::advance(CLOSING_WAIT / 2).await;
+        tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "it waits for the session to settle");
         activity.set_phase(&id, Phase::Asleep);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Asleep));
