@@ -204,24 +204,14 @@ impl Hibernation {
 
     /// Ends the sessions asleep past their idle timeout; their ids.
     pub fn expire(&self, now: Instant) -> Vec<Arc<str>> {
-        let expired: Vec<(Arc<str>, Sleeper)> = {
-            let mut asleep = lock(&self.asleep);
-            let ids: Vec<Arc<str>> = asleep
-                .iter()
-                .filter(|(_, sleeper)| sleeper.ends_at <= now)
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| asleep.remove(&id).map(|sleeper| (id, sleeper)))
-                .collect()
-        };
+        let expired: Vec<Arc<str>> = lock(&self.asleep)
+            .iter()
+            .filter(|(_, sleeper)| sleeper.ends_at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
         expired
             .into_iter()
-            .map(|(id, sleeper)| {
-                crate::telemetry::metrics().downstream_sessions_asleep.dec();
-                drop(sleeper);
-                id
-            })
+            .filter(|id| self.end_asleep(id))
             .collect()
     }
 }
