@@ -1046,3 +1046,166 @@ async fn tools_list_is_answered_from_the_prebuilt_page() {
     })
     .await;
 }
+
+/// POSTs `body` on `session` and gives the response back as it comes.
+async fn post_streaming(
+    http: &reqwest::Client,
+    mcp: &str,
+    session: &str,
+    body: String,
+) -> reqwest::Response {
+    let mut request = http.post(mcp).body(body);
+    for (name, value) in raw::JSON_POST {
+        request = request.header(*name, *value);
+    }
+    within(
+        "a POST's head",
+        request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("POST failed: {error}"))
+}
+
+/// The next JSON-RPC message on an SSE body; priming events are skipped.
+async fn next_message(response: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        while let Some(at) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..at + 2).collect();
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            let data = data.join("\n");
+            if !data.trim().is_empty() {
+                return serde_json::from_str(&data)
+                    .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"));
+            }
+        }
+        let chunk = within("the next event", response.chunk())
+            .await
+            .unwrap_or_else(|error| panic!("reading the stream: {error}"))
+            .unwrap_or_else(|| panic!("the stream ended with {buffer:?} unread"));
+        buffer.push_str(&String::from_utf8_lossy(&chunk).replace('\r', ""));
+    }
+}
+
+/// A call whose upstream asks the client's model while it is a quick call
+/// is handed to rmcp first: the sampling request rides the call's own
+/// stream, the client's answer reaches the upstream, and the call's
+/// result follows on the same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_call_is_handed_over_when_its_upstream_asks_the_client() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let initialize =
+        raw::INITIALIZE.replace(r#""capabilities":{}"#, r#""capabilities":{"sampling":{}}"#);
+    let answer = raw::post(&http, &mcp, None, raw::JSON_POST, initialize).await;
+    let session = answer.session_id().expect("a session id");
+    let initialized = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        raw::INITIALIZED,
+    );
+    assert_eq!(initialized.await.status, reqwest::StatusCode::ACCEPTED);
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+
+    let call = json!({
+        "jsonrpc": "2.0", "id": "ask", "method": "tools/call",
+        "params": {"name": "demo__ask_model", "arguments": {"prompt": "hello"}},
+    });
+    let mut response = post_streaming(&http, &mcp, &session, call.to_string()).await;
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "{response:?}"
+    );
+    let mut buffer = String::new();
+    let request = next_message(&mut response, &mut buffer).await;
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let reply = json!({
+        "jsonrpc": "2.0", "id": request["id"],
+        "result": {
+            "role": "assistant", "model": "test-model",
+            "content": {"type": "text", "text": "hi there"},
+        },
+    });
+    let posted = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        reply.to_string(),
+    )
+    .await;
+    assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+    let result = next_message(&mut response, &mut buffer).await;
+    assert_eq!(result["id"], "ask", "{result}");
+    assert_eq!(
+        result["result"]["content"][0]["text"], "test-model said: hi there",
+        "{result}"
+    );
+}
+
+/// A client's cancel that arrives while its call is still a quick call
+/// reaches the upstream: the call is handed to rmcp first, so the cancel
+/// names a request rmcp knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_the_upstream_while_the_call_is_quick() {
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+    let cancellations = || async {
+        let request = raw::echo_request("\"n\"", "").replace("demo__echo", "demo__cancellations");
+        let answer = raw::post(&http, &mcp, Some(&session), raw::JSON_POST, request).await;
+        answer.body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(cancellations().await, "0");
+    // The cancel must come after the gateway took the call (well within
+    // the quick path's 20 ms), which a client cannot see: a cancel that
+    // came first named no request and is tried again with a new call.
+    for attempt in 1..=3u64 {
+        let id = format!("slow-{attempt}");
+        let call = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "demo__slow", "arguments": {"steps": 100, "delay_ms": 50}},
+        });
+        let calling = tokio::spawn({
+            let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
+            async move { post_streaming(&http, &mcp, &session, call.to_string()).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
+        let cancel = json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "changed my mind"},
+        });
+        let posted = raw::post(
+            &http,
+            &mcp,
+            Some(&session),
+            raw::JSON_POST,
+            cancel.to_string(),
+        )
+        .await;
+        assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+        for _ in 0..30 {
+            if cancellations().await == "1" {
+                calling.abort();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        calling.abort();
+        eprintln!("attempt {attempt}: the cancel came before the call");
+    }
+    panic!("no cancel reached the upstream in 3 attempts");
+}

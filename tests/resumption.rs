@@ -237,7 +237,35 @@ impl Session {
 
     /// POSTs a request on this session; its answer must be an SSE stream.
     async fn post_stream(&self, what: &str, request: &Value) -> SseReader {
-        let response = within(
+        SseReader::new(what, self.post(what, request).await)
+    }
+
+    /// POSTs a request on this session and reads its answer to the end: an
+    /// SSE stream's events, or a JSON answer (a quick call's) as one event
+    /// without an id.
+    async fn post_answer(&self, what: &str, request: &Value) -> Vec<SseEvent> {
+        let response = self.post(what, request).await;
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+        if !is_json {
+            let mut stream = SseReader::new(what, response);
+            return stream.until_end(Instant::now() + OP_TIMEOUT).await;
+        }
+        assert_eq!(response.status(), StatusCode::OK, "{what}");
+        let data = within(what, response.text())
+            .await
+            .unwrap_or_else(|error| panic!("{what}: reading the answer failed: {error}"));
+        vec![SseEvent {
+            id: None,
+            data,
+            retry: None,
+        }]
+    }
+
+    async fn post(&self, what: &str, request: &Value) -> reqwest::Response {
+        within(
             what,
             self.http
                 .post(self.gateway.mcp_url())
@@ -249,8 +277,7 @@ impl Session {
                 .send(),
         )
         .await
-        .unwrap_or_else(|error| panic!("{what}: POST failed: {error}"));
-        SseReader::new(what, response)
+        .unwrap_or_else(|error| panic!("{what}: POST failed: {error}"))
     }
 
     /// `GET` the endpoint for `session` with `Last-Event-ID` (none when
@@ -276,11 +303,10 @@ impl Session {
         SseReader::new(&format!("resume after {last_event_id:?}"), response)
     }
 
-    /// Calls `name` under request id `id` on a POST stream read to its end.
+    /// Calls `name` under request id `id`, its answer read to its end.
     async fn call(&self, id: &str, name: &str, arguments: Value) -> Vec<SseEvent> {
         let request = tool_call(id, name, arguments);
-        let mut stream = self.post_stream(&format!("{name} ({id})"), &request).await;
-        stream.until_end(Instant::now() + OP_TIMEOUT).await
+        self.post_answer(&format!("{name} ({id})"), &request).await
     }
 
     /// Calls `demo__toggle_bonus`, which makes the gateway announce

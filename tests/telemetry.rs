@@ -193,6 +193,59 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         Some("tools/list")
     );
 
+    // A call answered before rmcp's handler (a client that sent no progress
+    // token: `downstream/quick_call.rs`) is observed the same way.
+    const QUICK_TRACE_ID: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "remote__echo").await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": "quick", "method": "tools/call",
+        "params": {
+            "name": "remote__meta",
+            "_meta": {"traceparent": format!("00-{QUICK_TRACE_ID}-{CLIENT_SPAN_ID}-01")},
+        },
+    });
+    let answer = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        call.to_string(),
+    )
+    .await;
+    assert_eq!(
+        answer.headers["content-type"], "application/json",
+        "{answer:?}"
+    );
+    let seen: Value = serde_json::from_str(
+        answer.body["result"]["content"][0]["text"]
+            .as_str()
+            .expect("meta as text"),
+    )
+    .expect("meta as JSON");
+    assert!(
+        seen["http:traceparent"]
+            .as_str()
+            .is_some_and(|header| header.contains(QUICK_TRACE_ID)),
+        "{seen}"
+    );
+    let quick = exported_span(&spans, "the quick call's span", |s| {
+        s.name == "tools/call remote__meta" && hex(&s.trace_id) == QUICK_TRACE_ID
+    })
+    .await;
+    assert_eq!(hex(&quick.parent_span_id), CLIENT_SPAN_ID);
+    assert_eq!(
+        attribute(&quick, "junction.mount").as_deref(),
+        Some("remote")
+    );
+    let recorded_session = attribute(&quick, "mcp.session.id").unwrap_or_default();
+    assert!(
+        !recorded_session.is_empty() && !session.contains(&recorded_session),
+        "the session, recorded as the handler's spans do (not as sent): {recorded_session:?}"
+    );
+
     // A failed request records its JSON-RPC error code.
     let error = call_err(&client, "nobody__nothing", Value::Null).await;
     assert_eq!(error.code.0, -32602);

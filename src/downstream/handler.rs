@@ -11,7 +11,7 @@ use std::{borrow::Cow, sync::Arc};
 
 use rmcp::{
     model::{
-        CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest,
+        CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest,
         CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, GetPromptRequest,
         GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
         InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
@@ -25,11 +25,14 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
 };
 
-use super::{DownstreamSession, RouteError};
+use super::{
+    call::{call_tool, ToolCall},
+    quick_call, DownstreamSession, RouteError, SessionState,
+};
 use crate::{
     catalog::{self, MergedCatalog, PageError},
     config::Isolation,
-    gateway::Mount,
+    gateway::{Gateway, Mount},
     naming::MountName,
     rewrite,
     upstream::{Caller, ClientProfile, UpstreamSession},
@@ -50,11 +53,8 @@ impl DownstreamSession {
         request: ClientRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, RouteError> {
-        let tool = match &request {
-            ClientRequest::CallToolRequest(call) => Some(call.params.name.to_string()),
-            _ => None,
-        };
-        let limit = mount.request_limit(tool.as_deref());
+        // Calls, whose limit depends on the tool, go through `call.rs`.
+        let limit = mount.request_limit(None);
         upstream
             .request(request, self.caller(context), &context.ct, limit)
             .await
@@ -96,6 +96,7 @@ impl DownstreamSession {
             log_level: self.state().log_level.clone(),
             request_stream: super::http_session_id(context)
                 .and_then(|session| self.gateway.request_streams().queue(session, &context.id)),
+            handoff: None,
         }
     }
 
@@ -111,16 +112,25 @@ impl DownstreamSession {
         &self,
         name: &MountName,
     ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
-        let Some(mount) = self.gateway.mount(name) else {
-            return Err(RouteError::MountUnavailable {
-                mount: name.clone(),
-                cause: "the mount is no longer configured".to_owned(),
-            });
-        };
-        super::observe::routed_to(&mount.config.name);
-        let upstream = self.state().upstream_for(&mount).await?;
-        Ok((mount, upstream))
+        connect(&self.gateway, &self.state(), name).await
     }
+}
+
+/// The mount named `name` and `state`'s session's upstream for it.
+pub(super) async fn connect(
+    gateway: &Gateway,
+    state: &Arc<SessionState>,
+    name: &MountName,
+) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+    let Some(mount) = gateway.mount(name) else {
+        return Err(RouteError::MountUnavailable {
+            mount: name.clone(),
+            cause: "the mount is no longer configured".to_owned(),
+        });
+    };
+    super::observe::routed_to(&mount.config.name);
+    let upstream = state.upstream_for(&mount).await?;
+    Ok((mount, upstream))
 }
 
 /// The client's `_meta` for the upstream request, minus the progress token:
@@ -140,7 +150,7 @@ fn declares(upstream: &UpstreamSession, check: impl Fn(&ServerCapabilities) -> b
 }
 
 /// An upstream answered with a result of the wrong type for the request.
-fn unexpected(mount: &Mount) -> RouteError {
+pub(super) fn unexpected(mount: &Mount) -> RouteError {
     RouteError::UpstreamFailed {
         mount: mount.config.name.clone(),
         cause: "the upstream answered with an unexpected result type".to_owned(),
@@ -332,37 +342,29 @@ impl ServerHandler for DownstreamSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A call the quick path started and handed over: it was admitted
+        // and is observed there; here it is only awaited.
+        if let Some(call) = context
+            .extensions
+            .get::<quick_call::HandedOver>()
+            .and_then(quick_call::HandedOver::take)
+        {
+            return call
+                .finish(&context.ct)
+                .await
+                .map(CallToolResponse::Complete);
+        }
         let tool_name = request.name.to_string();
         self.handle("tools/call", Some(&tool_name), &context, async {
-            let name = request.name.to_string();
-            let answer = async {
-                let route = self
-                    .catalog()
-                    .await
-                    .resolve_tool(&name)
-                    .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
-                let (mount, upstream) = self.connect(&route.mount).await?;
-                let mut params = request.clone();
-                params.name = route.original.to_string().into();
-                params.meta = forwarded_meta(&context.meta);
-                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-                let response = self.send(&mount, &upstream, request, &context).await?;
-                match response {
-                    ServerResult::CallToolResult(mut result) => {
-                        rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
-                        Ok(result)
-                    }
-                    _ => Err(unexpected(&mount)),
-                }
-            }
-            .await;
-            match answer {
-                Ok(result) => Ok(CallToolResponse::Complete(result)),
-                Err(error) => {
-                    tracing::debug!(tool = %name, %error, "tools/call failed");
-                    error.into_tool_answer().map(CallToolResponse::Complete)
-                }
-            }
+            let call = ToolCall {
+                params: request.clone(),
+                meta: context.meta.clone(),
+                caller: self.caller(&context),
+                cancel: context.ct.clone(),
+            };
+            call_tool(&self.gateway, &self.state(), call)
+                .await
+                .map(CallToolResponse::Complete)
         })
         .await
     }

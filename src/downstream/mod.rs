@@ -8,12 +8,14 @@
 //! client session it belonged to.
 
 mod admission;
+mod call;
 mod errors;
 mod handler;
 pub mod hibernation;
 mod observe;
 mod per_session;
 pub(crate) mod prebuilt;
+pub(crate) mod quick_call;
 pub mod request_streams;
 pub mod tasks;
 
@@ -346,6 +348,7 @@ impl SessionState {
             profile: self.profile(),
             log_level: self.log_level.clone(),
             request_stream: None,
+            handoff: None,
         }));
         let handler = UpstreamHandler::new(info, events, relay);
         let session = upstream::open(&mount.config, mount.timeouts(), handler)

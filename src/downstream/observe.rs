@@ -14,9 +14,9 @@ use std::{cell::RefCell, future::Future, time::Instant};
 
 use rmcp::{
     model::{
-        CallToolResponse, CompleteResult, GetPromptResponse, InitializeResult, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
-        ReadResourceResponse,
+        CallToolResponse, CallToolResult, CompleteResult, GetPromptResponse, InitializeResult,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        MetaObject, ReadResourceResponse,
     },
     service::RequestContext,
     ErrorData, RoleServer,
@@ -47,6 +47,12 @@ pub(crate) fn routed_to(mount: &MountName) {
 pub(crate) trait Outcome {
     fn is_tool_error(&self) -> bool {
         false
+    }
+}
+
+impl Outcome for CallToolResult {
+    fn is_tool_error(&self) -> bool {
+        self.is_error == Some(true)
     }
 }
 

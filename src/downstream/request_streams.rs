@@ -43,7 +43,17 @@ impl RequestStreams {
     /// Opens the queue of `request` on HTTP session `session`; it closes
     /// when the returned [`OpenQueue`] is dropped.
     pub fn open(self: &Arc<Self>, session: &Arc<str>, request: RequestId) -> OpenQueue {
-        let queue = Arc::new(RelatedQueue::default());
+        self.adopt(session, request, Arc::default())
+    }
+
+    /// Like [`Self::open`], with a queue already in use: a quick call's,
+    /// handed over with its request (`downstream/quick_call.rs`).
+    pub fn adopt(
+        self: &Arc<Self>,
+        session: &Arc<str>,
+        request: RequestId,
+        queue: Arc<RelatedQueue>,
+    ) -> OpenQueue {
         self.open_streams()
             .entry(session.clone())
             .or_default()
@@ -62,10 +72,7 @@ impl RequestStreams {
     }
 
     fn close(&self, session: &Arc<str>, request: &RequestId, queue: &Arc<RelatedQueue>) {
-        {
-            let _waiting = queue.waiting();
-            queue.closed.store(true, Ordering::Relaxed);
-        }
+        queue.close();
         let mut open = self.open_streams();
         let Some(requests) = open.get_mut(session) else {
             return;
@@ -113,6 +120,12 @@ impl RelatedQueue {
         }
         self.waker.wake();
         None
+    }
+
+    /// Ends the queue: what is pushed from now on is given back.
+    pub fn close(&self) {
+        let _waiting = self.waiting();
+        self.closed.store(true, Ordering::Relaxed);
     }
 
     /// The next queued message, if any; wakes `cx` on the next push.

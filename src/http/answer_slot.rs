@@ -11,6 +11,8 @@
 
 use std::{cell::RefCell, future::Future};
 
+use tokio::time::Instant;
+
 use axum::{
     body::{Body, Bytes},
     http::{header, HeaderValue},
@@ -18,16 +20,27 @@ use axum::{
 };
 
 tokio::task_local! {
-    static SLOT: RefCell<Option<Bytes>>;
+    static SLOT: Slot;
 }
 
-/// Runs `handle` with a slot open; answers with what filled it, if
-/// anything did, and with `handle`'s own response otherwise.
-pub async fn around(handle: impl Future<Output = Response>) -> Response {
+struct Slot {
+    answer: RefCell<Option<Bytes>>,
+    /// Until when an answer may be waited for before the response starts
+    /// (`one_write::HOLD` after the request came in).
+    deadline: Instant,
+}
+
+/// Runs `handle` with a slot open until `deadline`; answers with what
+/// filled it, if anything did, and with `handle`'s own response otherwise.
+pub async fn around(deadline: Instant, handle: impl Future<Output = Response>) -> Response {
+    let slot = Slot {
+        answer: RefCell::new(None),
+        deadline,
+    };
     let (response, answer) = SLOT
-        .scope(RefCell::new(None), async {
+        .scope(slot, async {
             let response = handle.await;
-            (response, SLOT.with(|slot| slot.borrow_mut().take()))
+            (response, SLOT.with(|slot| slot.answer.borrow_mut().take()))
         })
         .await;
     match answer {
@@ -43,14 +56,15 @@ pub async fn around(handle: impl Future<Output = Response>) -> Response {
     }
 }
 
-/// Whether this request can be answered through a slot.
-pub fn is_open() -> bool {
-    SLOT.try_with(|_| ()).is_ok()
+/// Until when this request's answer may be waited for, if it can be
+/// answered through a slot.
+pub fn deadline() -> Option<Instant> {
+    SLOT.try_with(|slot| slot.deadline).ok()
 }
 
 /// Puts `answer` in this request's slot; `false` when there is none.
 pub fn fill(answer: Bytes) -> bool {
-    SLOT.try_with(|slot| *slot.borrow_mut() = Some(answer))
+    SLOT.try_with(|slot| *slot.answer.borrow_mut() = Some(answer))
         .is_ok()
 }
 
@@ -60,8 +74,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_filled_slot_replaces_the_response() {
-        let response = around(async {
-            assert!(is_open());
+        let until = Instant::now();
+        let response = around(until, async {
+            assert_eq!(deadline(), Some(until));
             assert!(fill(Bytes::from_static(b"{\"jsonrpc\":\"2.0\"}")));
             Response::new(Body::from("rmcp's"))
         })
@@ -75,9 +90,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_slot_keeps_the_response_and_none_is_open_outside() {
-        assert!(!is_open());
+        assert_eq!(deadline(), None);
         assert!(!fill(Bytes::new()));
-        let response = around(async { Response::new(Body::from("rmcp's")) }).await;
+        let response = around(Instant::now(), async {
+            Response::new(Body::from("rmcp's"))
+        })
+        .await;
         let body = axum::body::to_bytes(response.into_body(), 1024)
             .await
             .unwrap();

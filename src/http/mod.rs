@@ -102,10 +102,14 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                     if !is_post {
                         return handle.await.map(axum::body::Body::new);
                     }
-                    let response =
-                        answer_slot::around(async { handle.await.map(axum::body::Body::new) })
-                            .await;
-                    one_write::gather_quick_answer(response, one_write::HOLD).await
+                    // One deadline for both waits: a quick call's answer
+                    // (`downstream/quick_call.rs`) and a quick SSE stream.
+                    let deadline = tokio::time::Instant::now() + one_write::HOLD;
+                    let response = answer_slot::around(deadline, async {
+                        handle.await.map(axum::body::Body::new)
+                    })
+                    .await;
+                    one_write::gather_quick_answer(response, deadline).await
                 }
             }),
         )

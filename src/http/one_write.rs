@@ -26,6 +26,7 @@ use axum::{
     response::Response,
 };
 use futures::{stream, StreamExt};
+use tokio::time::Instant;
 
 /// How long a POST's answer stream may be held back to go out in one write.
 /// Short enough that nobody waits on it for a slow request's first event,
@@ -33,8 +34,8 @@ use futures::{stream, StreamExt};
 pub const HOLD: Duration = Duration::from_millis(20);
 
 /// `response`, with its SSE body gathered into one piece when the stream
-/// ends within `hold`. Other responses pass as they are.
-pub async fn gather_quick_answer(response: Response, hold: Duration) -> Response {
+/// ends by `deadline`. Other responses pass as they are.
+pub async fn gather_quick_answer(response: Response, deadline: Instant) -> Response {
     let is_event_stream = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -44,7 +45,6 @@ pub async fn gather_quick_answer(response: Response, hold: Duration) -> Response
     }
     let (parts, body) = response.into_parts();
     let mut frames = body.into_data_stream();
-    let deadline = tokio::time::Instant::now() + hold;
     let mut gathered = Gathered::default();
     loop {
         match tokio::time::timeout_at(deadline, frames.next()).await {
@@ -136,7 +136,8 @@ mod tests {
     #[tokio::test]
     async fn a_stream_that_ends_in_time_goes_out_whole_with_its_length() {
         let sent = ["id: 0/1\ndata:\n\n", "data: {\"result\":{}}\n\n"];
-        let response = gather_quick_answer(event_stream(stream::iter(sent)), HOLD).await;
+        let response =
+            gather_quick_answer(event_stream(stream::iter(sent)), Instant::now() + HOLD).await;
         let whole = sent.concat();
         assert_eq!(
             response.body().size_hint().exact(),
@@ -153,7 +154,7 @@ mod tests {
         };
         let frames = stream::iter(["id: 0/1\ndata:\n\n"]).chain(stream::once(answer));
         let started = tokio::time::Instant::now();
-        let response = gather_quick_answer(event_stream(frames), HOLD).await;
+        let response = gather_quick_answer(event_stream(frames), Instant::now() + HOLD).await;
         assert_eq!(started.elapsed(), HOLD, "the head waits for the hold only");
         let mut body = response.into_body().into_data_stream();
         let first = body.next().now_or_never().expect("ready").expect("a frame");
@@ -178,7 +179,7 @@ mod tests {
             HeaderValue::from_static("application/json"),
         );
         let started = tokio::time::Instant::now();
-        let response = gather_quick_answer(response, HOLD).await;
+        let response = gather_quick_answer(response, Instant::now() + HOLD).await;
         assert_eq!(started.elapsed(), Duration::ZERO);
         assert_eq!(response.body().size_hint().exact(), None);
     }

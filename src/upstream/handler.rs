@@ -71,10 +71,12 @@ impl UpstreamHandler {
     async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
         self.relay.settle().await;
         let related_task = related_task(&context.meta.0);
-        self.relay.attribute(&context.extensions, related_task).map_err(|why| {
+        let caller = self.relay.attribute(&context.extensions, related_task).map_err(|why| {
             tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
             ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
-        })
+        })?;
+        caller.on_its_stream().await;
+        Ok(caller)
     }
 
     /// Sends a request to the caller's client on the stream of the request
@@ -270,6 +272,7 @@ impl ClientHandler for UpstreamHandler {
                 metrics().count_relayed("log");
                 // On the stream of the request it came with, if that is
                 // still open; else on the session's `GET` stream.
+                caller.on_its_stream().await;
                 let message =
                     ServerNotification::LoggingMessageNotification(Notification::new(params));
                 let unsent = match &caller.request_stream {

@@ -38,7 +38,7 @@ use rmcp::{
 };
 
 use super::ClientProfile;
-use crate::downstream::request_streams::RelatedQueue;
+use crate::downstream::{quick_call::Handoff, request_streams::RelatedQueue};
 
 /// The downstream end of a request: where messages it causes must go.
 #[derive(Clone)]
@@ -56,6 +56,9 @@ pub struct Caller {
     pub log_level: LogLevelSetting,
     /// The queue onto that request's own SSE stream, while it is open.
     pub request_stream: Option<Arc<RelatedQueue>>,
+    /// Set while the request is a quick call not yet handed to rmcp
+    /// (`downstream/quick_call.rs`).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// A session's `logging/setLevel` choice, shared with its callers. A shared
@@ -98,12 +101,21 @@ fn level_from_severity(severity: u8) -> Option<LoggingLevel> {
 }
 
 impl Caller {
+    /// Waits, if the request is a quick call, until rmcp has taken it
+    /// over: a message for the request's own stream is routed by it.
+    pub async fn on_its_stream(&self) {
+        if let Some(handoff) = &self.handoff {
+            handoff.hand_over().await;
+        }
+    }
+
     /// The same session, not tied to a particular request.
     pub fn session_only(&self) -> Caller {
         Caller {
             request_id: None,
             progress_token: None,
             request_stream: None,
+            handoff: None,
             ..self.clone()
         }
     }
@@ -394,6 +406,7 @@ impl Relay {
                 upstream_token,
                 Caller {
                     request_stream: None,
+                    handoff: None,
                     ..caller.clone()
                 },
             )

@@ -161,3 +161,29 @@ pub async fn assert_echoes(http: &reqwest::Client, url: &str, session: &str) {
         "echo: {answer:?}"
     );
 }
+
+/// Waits until `session`'s calls of `echo` (an echo tool) are answered
+/// before rmcp's handler (`downstream/quick_call.rs`), as a plain JSON
+/// answer: the session layer knows a session only once rmcp has handled
+/// its `initialized`, which it does after answering it.
+pub async fn wait_until_calls_are_quick(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    echo: &str,
+) {
+    super::eventually(
+        "a quick call",
+        std::time::Duration::from_secs(10),
+        || async {
+            let request = echo_request("\"q\"", "quick").replace("demo__echo", echo);
+            let answer = post(http, url, Some(session), JSON_POST, request).await;
+            assert_eq!(
+                answer.body["result"]["content"][0]["text"], "quick",
+                "{answer:?}"
+            );
+            (answer.headers[CONTENT_TYPE] == "application/json").then_some(())
+        },
+    )
+    .await;
+}

@@ -61,6 +61,7 @@ use crate::{
     downstream::{
         hibernation::Hibernation,
         prebuilt,
+        quick_call::{self, Quick, QuickCalls},
         request_streams::RequestStreams,
         tasks::{self, TaskToolsListed},
     },
@@ -87,6 +88,8 @@ pub struct ResumableSessions {
     hibernation: Arc<Hibernation>,
     /// For the requests answered before rmcp's handler.
     gateway: Weak<Gateway>,
+    /// Calls answered before rmcp's handler, until answered or handed over.
+    quick_calls: Arc<QuickCalls>,
 }
 
 impl ResumableSessions {
@@ -105,6 +108,7 @@ impl ResumableSessions {
             activity: Arc::default(),
             hibernation,
             gateway: Arc::downgrade(gateway),
+            quick_calls: Arc::default(),
         }
     }
 
@@ -188,12 +192,32 @@ impl ResumableSessions {
         id: &SessionId,
         request: &JsonRpcRequest<ClientRequest>,
     ) -> Option<Bytes> {
-        if !answer_slot::is_open() {
-            return None;
-        }
+        answer_slot::deadline()?;
         let gateway = self.gateway.upgrade()?;
         let state = self.hibernation.awake(id)?;
         prebuilt::tools_list(&gateway, &state, request).await
+    }
+}
+
+impl ResumableSessions {
+    /// Offers `request` to the quick path (`downstream/quick_call.rs`),
+    /// when the route can take its answer.
+    async fn quick_call(
+        &self,
+        id: &SessionId,
+        request: &mut JsonRpcRequest<ClientRequest>,
+    ) -> Quick {
+        if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
+            return Quick::Declined;
+        }
+        let Some(deadline) = answer_slot::deadline() else {
+            return Quick::Declined;
+        };
+        let (Some(gateway), Some(state)) = (self.gateway.upgrade(), self.hibernation.awake(id))
+        else {
+            return Quick::Declined;
+        };
+        quick_call::offer(&gateway, &state, &self.quick_calls, id, request, deadline).await
     }
 }
 
@@ -261,24 +285,39 @@ impl SessionManager for ResumableSessions {
     async fn create_stream(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
+        mut message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        if let ClientJsonRpcMessage::Request(request) = &message {
+        let mut handed_over = None;
+        if let ClientJsonRpcMessage::Request(request) = &mut message {
             if let Some(answer) = self.prebuilt_answer(id, request).await {
                 answer_slot::fill(answer);
                 return Ok(futures::stream::empty().left_stream());
             }
+            match self.quick_call(id, request).await {
+                Quick::Answered(answer) => {
+                    answer_slot::fill(answer);
+                    return Ok(futures::stream::empty().left_stream());
+                }
+                Quick::HandedOver(pending) => handed_over = Some(pending),
+                Quick::Declined => {}
+            }
         }
         // Open before rmcp sees the request: its handler may relay a
         // related message at once.
-        let related = match &message {
-            ClientJsonRpcMessage::Request(request) => {
+        let related = match (&message, &handed_over) {
+            (ClientJsonRpcMessage::Request(request), Some(pending)) => Some(
+                self.request_streams
+                    .adopt(id, request.id.clone(), pending.queue().clone()),
+            ),
+            (ClientJsonRpcMessage::Request(request), None) => {
                 Some(self.request_streams.open(id, request.id.clone()))
             }
             _ => None,
         };
         let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
+        // rmcp has the request queued now: a cancel of it may follow.
+        drop(handed_over);
         let open = self.activity.stream_opened(id);
         Ok(counted(self.streams.recorded(id, stream, related), open).right_stream())
     }
@@ -288,6 +327,7 @@ impl SessionManager for ResumableSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.quick_calls.before(id, &message).await;
         Ok(self.sessions.accept_message(id, message).await?)
     }
 

@@ -1,0 +1,535 @@
+//! `tools/call` answered before rmcp's handler when the answer is quick.
+//!
+//! Through rmcp's server a call goes from the route to the session's worker
+//! task, to its service loop, to a task spawned for the handler, and its
+//! answer back the same way into an SSE stream: a cross-thread wake-up at
+//! each hop, which on the benchmark's two cores cost more than everything
+//! else the gateway does for a call (BENCHMARKS.md). Here the session layer
+//! (`http/resumable`, where the prebuilt `tools/list` is answered too)
+//! starts the call itself, with the work the handler does (`call.rs`),
+//! admitted and observed the same way, and waits for it until the route's
+//! hold deadline (`http/one_write.rs`). An answer by then goes back whole,
+//! as `application/json`.
+//!
+//! Otherwise the call is handed over: it goes on running, moved with its
+//! request into rmcp ([`HandedOver`], a request extension), and rmcp's
+//! handler awaits it instead of calling again. From then on rmcp owns the
+//! request as if it had just arrived, with its stream, priming event,
+//! resumption and cancellation. A call is handed over when
+//! - the deadline passes (a slow tool);
+//! - the upstream sends something for the request's own stream (a log
+//!   message, a server request): the relay asks for the handover and waits
+//!   until rmcp's handler holds the call ([`Handoff`]), so rmcp knows the
+//!   request the message is routed by;
+//! - the client cancels it: the cancel waits for the same handover
+//!   ([`QuickCalls`]), so it reaches rmcp after the request it names.
+//!
+//! A call that would have something on its stream from the start (a
+//! progress token, a task) and a session not initialized or asleep go to
+//! rmcp as before.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard, PoisonError,
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use rmcp::{
+    model::{
+        CallToolRequest, CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest,
+        JsonRpcRequest, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+    },
+    ErrorData,
+};
+use tokio::{sync::Notify, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    admission::admit_and_observe,
+    call::{call_tool, ToolCall},
+    observe::RequestOrigin,
+    request_streams::RelatedQueue,
+    tasks::TaskAugmentation,
+    SessionState,
+};
+use crate::{gateway::Gateway, upstream::Caller};
+
+/// The longest a message for a quick call's stream waits for the handover;
+/// past it (rmcp never took the request: its session ended) it goes the
+/// way it would without a stream.
+const HANDOVER_WAIT: Duration = Duration::from_secs(5);
+
+type Answer = Result<CallToolResult, ErrorData>;
+type Work = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// A quick call's way to rmcp: asked for by whoever has something for the
+/// request's stream, settled once rmcp's handler holds the call, or once
+/// nobody ever will (answered, dropped).
+#[derive(Default)]
+pub struct Handoff {
+    asked: AtomicBool,
+    ask: Notify,
+    settled: AtomicBool,
+    settle: Notify,
+}
+
+impl Handoff {
+    /// Asks for the call to go to rmcp, and waits until it has (bounded):
+    /// what is sent for the request afterwards is routed onto its stream.
+    pub(crate) async fn hand_over(&self) {
+        self.asked.store(true, Ordering::Release);
+        self.ask.notify_one();
+        if tokio::time::timeout(HANDOVER_WAIT, self.settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a quick call was not handed over in time");
+        }
+    }
+
+    async fn asked(&self) {
+        if !self.asked.load(Ordering::Acquire) {
+            // `notify_one` keeps a permit for a waiter yet to come.
+            self.ask.notified().await;
+        }
+    }
+
+    fn settle(&self) {
+        self.settled.store(true, Ordering::Release);
+        self.settle.notify_waiters();
+    }
+
+    async fn settled(&self) {
+        loop {
+            let notified = self.settle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.settled.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Quick calls not yet handed over, by HTTP session and request id, for
+/// the client's cancellations.
+#[derive(Default)]
+pub(crate) struct QuickCalls {
+    pending: Mutex<PendingCalls>,
+}
+
+/// By HTTP session id, then request id.
+type PendingCalls = HashMap<Arc<str>, HashMap<RequestId, Arc<Handoff>>>;
+
+impl QuickCalls {
+    fn pending(&self) -> MutexGuard<'_, PendingCalls> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Before `message` goes to rmcp: if it cancels a quick call of
+    /// `session`, that call is handed over first, so rmcp knows the request
+    /// the cancel names.
+    pub(crate) async fn before(&self, session: &str, message: &ClientJsonRpcMessage) {
+        let ClientJsonRpcMessage::Notification(notification) = message else {
+            return;
+        };
+        let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+        else {
+            return;
+        };
+        let Some(request) = &cancelled.params.request_id else {
+            return;
+        };
+        let handoff = self
+            .pending()
+            .get(session)
+            .and_then(|requests| requests.get(request))
+            .cloned();
+        if let Some(handoff) = handoff {
+            handoff.hand_over().await;
+        }
+    }
+}
+
+/// A quick call's place in [`QuickCalls`] and the end of its stream's
+/// queue. Dropped once rmcp has the request (or the call is over); a call
+/// never handed over closes its queue and settles its handoff then.
+pub(crate) struct Pending {
+    calls: Arc<QuickCalls>,
+    session: Arc<str>,
+    request: RequestId,
+    handoff: Arc<Handoff>,
+    queue: Arc<RelatedQueue>,
+    handed_over: bool,
+}
+
+impl Pending {
+    fn new(calls: &Arc<QuickCalls>, session: &Arc<str>, request: &RequestId) -> Self {
+        let handoff = Arc::new(Handoff::default());
+        calls
+            .pending()
+            .entry(session.clone())
+            .or_default()
+            .insert(request.clone(), handoff.clone());
+        Self {
+            calls: calls.clone(),
+            session: session.clone(),
+            request: request.clone(),
+            handoff,
+            queue: Arc::default(),
+            handed_over: false,
+        }
+    }
+
+    /// The queue of messages for the request's stream, which its stream
+    /// takes over with the request.
+    pub(crate) fn queue(&self) -> &Arc<RelatedQueue> {
+        &self.queue
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        {
+            let mut pending = self.calls.pending();
+            if let Some(requests) = pending.get_mut(&self.session) {
+                // A client may reuse an answered request's id.
+                if requests
+                    .get(&self.request)
+                    .is_some_and(|kept| Arc::ptr_eq(kept, &self.handoff))
+                {
+                    requests.remove(&self.request);
+                }
+                if requests.is_empty() {
+                    pending.remove(&self.session);
+                }
+            }
+        }
+        if !self.handed_over {
+            // What comes for the request now goes the `GET` stream's way.
+            self.queue.close();
+            self.handoff.settle();
+        }
+    }
+}
+
+/// A quick call still running, handed to rmcp with its request; rmcp's
+/// handler [`take`](Self::take)s it.
+#[derive(Clone)]
+pub(crate) struct HandedOver(Arc<Parcel>);
+
+struct Parcel {
+    call: Mutex<Option<RunningCall>>,
+    handoff: Arc<Handoff>,
+}
+
+impl Drop for Parcel {
+    /// Nobody will take the call (its session ended first).
+    fn drop(&mut self) {
+        self.handoff.settle();
+    }
+}
+
+impl HandedOver {
+    /// The call, once; rmcp knows its request from now on.
+    pub(crate) fn take(&self) -> Option<RunningCall> {
+        let call = self
+            .0
+            .call
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.0.handoff.settle();
+        call
+    }
+}
+
+/// A call started by the quick path, admitted and observed.
+pub(crate) struct RunningCall {
+    work: Work,
+    cancel: CancellationToken,
+}
+
+impl RunningCall {
+    /// Its answer; `cancelled` (rmcp's token for the request) cancels it.
+    pub(crate) async fn finish(mut self, cancelled: &CancellationToken) -> Answer {
+        tokio::select! {
+            answer = &mut self.work => answer,
+            _ = cancelled.cancelled() => {
+                self.cancel.cancel();
+                self.work.await
+            }
+        }
+    }
+}
+
+/// What became of a request offered to the quick path.
+pub(crate) enum Quick {
+    /// Answered: the whole JSON-RPC response.
+    Answered(Bytes),
+    /// Still running, now in the request's extensions ([`HandedOver`]);
+    /// keep [`Pending`] until rmcp has the request.
+    HandedOver(Pending),
+    /// Not a quick call: rmcp's, as before.
+    Declined,
+}
+
+/// Offers `request` of `state`'s session (HTTP session `session`) to the
+/// quick path, waiting for its answer until `deadline`.
+pub(crate) async fn offer(
+    gateway: &Arc<Gateway>,
+    state: &Arc<SessionState>,
+    calls: &Arc<QuickCalls>,
+    session: &Arc<str>,
+    request: &mut JsonRpcRequest<ClientRequest>,
+    deadline: Instant,
+) -> Quick {
+    let ClientRequest::CallToolRequest(call) = &mut request.request else {
+        return Quick::Declined;
+    };
+    let parts = call.extensions.get::<axum::http::request::Parts>();
+    if parts.is_some_and(|parts| parts.extensions.get::<TaskAugmentation>().is_some()) {
+        return Quick::Declined;
+    }
+    let meta = client_meta(call).cloned().unwrap_or_default();
+    if meta.get_progress_token().is_some() || state.is_asleep() {
+        return Quick::Declined;
+    }
+    let Some(peer) = state.peer() else {
+        return Quick::Declined;
+    };
+    let headers = parts.map(|parts| parts.headers.clone());
+    let mut pending = Pending::new(calls, session, &request.id);
+    let cancel = CancellationToken::new();
+    let call = ToolCall {
+        params: call.params.clone(),
+        meta,
+        caller: Caller {
+            session: state.key,
+            peer,
+            request_id: Some(request.id.clone()),
+            progress_token: None,
+            profile: state.profile(),
+            log_level: state.log_level.clone(),
+            request_stream: Some(pending.queue.clone()),
+            handoff: Some(pending.handoff.clone()),
+        },
+        cancel: cancel.clone(),
+    };
+    let mut work: Work = Box::pin(observed(gateway.clone(), state.clone(), call, headers));
+    let why = tokio::select! {
+        answer = &mut work => return Quick::Answered(json_rpc_answer(&request.id, answer)),
+        _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
+        _ = pending.handoff.asked() => "something is due on its stream",
+    };
+    tracing::debug!(id = ?request.id, why, "handing a quick call over to rmcp");
+    let ClientRequest::CallToolRequest(call) = &mut request.request else {
+        unreachable!("matched above");
+    };
+    call.extensions.insert(HandedOver(Arc::new(Parcel {
+        call: Mutex::new(Some(RunningCall { work, cancel })),
+        handoff: pending.handoff.clone(),
+    })));
+    pending.handed_over = true;
+    Quick::HandedOver(pending)
+}
+
+/// The call, admitted and observed as rmcp's handler does it.
+async fn observed(
+    gateway: Arc<Gateway>,
+    state: Arc<SessionState>,
+    call: ToolCall,
+    headers: Option<axum::http::HeaderMap>,
+) -> Answer {
+    let limit = gateway.config().limits.max_concurrent_requests;
+    let tool = call.params.name.to_string();
+    let meta = call.meta.clone();
+    let origin = RequestOrigin {
+        headers: headers.as_ref(),
+        meta: Some(&meta.0),
+    };
+    let work = call_tool(&gateway, &state, call);
+    admit_and_observe(
+        &state.requests,
+        limit,
+        "tools/call",
+        Some(&tool),
+        origin,
+        work,
+    )
+    .await
+}
+
+/// The `_meta` the client sent with `call` (rmcp keeps it in the params or
+/// in the request's extensions).
+fn client_meta(call: &CallToolRequest) -> Option<&RequestMetaObject> {
+    call.params
+        .meta
+        .as_ref()
+        .or_else(|| call.extensions.get::<RequestMetaObject>())
+}
+
+/// The JSON-RPC response carrying `answer` to request `id`.
+fn json_rpc_answer(id: &RequestId, answer: Answer) -> Bytes {
+    let message = match answer {
+        Ok(result) => {
+            ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id.clone())
+        }
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
+    };
+    match serde_json::to_vec(&message) {
+        Ok(json) => json.into(),
+        Err(error) => {
+            let error = ErrorData::internal_error(
+                format!("the answer could not be written: {error}"),
+                None,
+            );
+            serde_json::to_vec(&ServerJsonRpcMessage::error(error, Some(id.clone())))
+                .unwrap_or_default()
+                .into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use rmcp::model::{
+        CancelledNotification, CancelledNotificationParam, JsonRpcNotification, ServerNotification,
+        ToolListChangedNotification,
+    };
+
+    use super::*;
+
+    fn cancel_of(request: RequestId) -> ClientJsonRpcMessage {
+        let notification =
+            CancelledNotification::new(CancelledNotificationParam::new(Some(request), None));
+        ClientJsonRpcMessage::Notification(JsonRpcNotification {
+            jsonrpc: Default::default(),
+            notification: notification.into(),
+        })
+    }
+
+    fn message() -> ServerNotification {
+        ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
+    }
+
+    #[tokio::test]
+    async fn a_cancel_of_a_quick_call_waits_for_its_handover() {
+        let calls = Arc::new(QuickCalls::default());
+        let session: Arc<str> = Arc::from("s1");
+        let pending = Pending::new(&calls, &session, &RequestId::Number(7));
+        let handoff = pending.handoff.clone();
+
+        // Other sessions' and requests' cancels, and other messages, pass.
+        calls
+            .before("s2", &cancel_of(RequestId::Number(7)))
+            .now_or_never()
+            .expect("passes");
+        calls
+            .before("s1", &cancel_of(RequestId::Number(8)))
+            .now_or_never()
+            .expect("passes");
+
+        let cancel_7 = cancel_of(RequestId::Number(7));
+        let mut cancel = Box::pin(calls.before("s1", &cancel_7));
+        assert!(
+            cancel.as_mut().now_or_never().is_none(),
+            "waits for the handover"
+        );
+        handoff
+            .asked()
+            .now_or_never()
+            .expect("the handover was asked for");
+        // Handed over: rmcp's handler takes the call.
+        let handed = HandedOver(Arc::new(Parcel {
+            call: Mutex::new(Some(RunningCall {
+                work: Box::pin(async { Ok(CallToolResult::success(vec![])) }),
+                cancel: CancellationToken::new(),
+            })),
+            handoff: handoff.clone(),
+        }));
+        assert!(handed.take().is_some());
+        assert!(handed.take().is_none(), "taken once");
+        cancel
+            .now_or_never()
+            .expect("the cancel goes on once rmcp has the call");
+        drop(pending);
+        assert!(calls.pending().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_answered_quickly_lets_late_messages_go_their_own_way() {
+        let calls = Arc::new(QuickCalls::default());
+        let session: Arc<str> = Arc::from("s1");
+        let pending = Pending::new(&calls, &session, &RequestId::Number(1));
+        let (handoff, queue) = (pending.handoff.clone(), pending.queue.clone());
+        assert!(queue.push(message()).is_none(), "queued while pending");
+        drop(pending);
+        assert!(calls.pending().is_empty());
+        handoff
+            .hand_over()
+            .now_or_never()
+            .expect("nothing to wait for once answered");
+        assert!(
+            queue.push(message()).is_some(),
+            "given back, for the GET stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_nobody_takes_settles_its_handoff() {
+        let handoff = Arc::new(Handoff::default());
+        let handed = HandedOver(Arc::new(Parcel {
+            call: Mutex::new(None),
+            handoff: handoff.clone(),
+        }));
+        let mut waiting = Box::pin(handoff.hand_over());
+        assert!(waiting.as_mut().now_or_never().is_none());
+        drop(handed);
+        waiting
+            .now_or_never()
+            .expect("settled when the call was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_handed_over_call_is_cancelled_by_rmcps_token() {
+        let cancel = CancellationToken::new();
+        let call = RunningCall {
+            work: Box::pin({
+                let cancel = cancel.clone();
+                async move {
+                    cancel.cancelled().await;
+                    Err(ErrorData::internal_error("cancelled", None))
+                }
+            }),
+            cancel,
+        };
+        let rmcp_token = CancellationToken::new();
+        rmcp_token.cancel();
+        let answer = call.finish(&rmcp_token).now_or_never().expect("done");
+        assert_eq!(answer.unwrap_err().message, "cancelled");
+    }
+
+    #[test]
+    fn answers_are_rmcps_json_rpc_responses() {
+        let id = RequestId::String("a \"quoted\" id".into());
+        let result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("hi")]);
+        let ours: serde_json::Value =
+            serde_json::from_slice(&json_rpc_answer(&id, Ok(result.clone()))).unwrap();
+        let rmcp = ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id.clone());
+        assert_eq!(ours, serde_json::to_value(&rmcp).unwrap());
+        let error = ErrorData::invalid_params("no such tool", None);
+        let ours: serde_json::Value =
+            serde_json::from_slice(&json_rpc_answer(&id, Err(error.clone()))).unwrap();
+        assert_eq!(ours["error"]["message"], "no such tool");
+        assert_eq!(ours["id"], "a \"quoted\" id");
+    }
+}
