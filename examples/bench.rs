@@ -93,6 +93,10 @@ struct Cli {
     /// Load generator worker threads (1 = current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// The gateway's tokio worker threads (`TOKIO_WORKER_THREADS` for the
+    /// junction process only); default: the gateway's own (one per CPU).
+    #[arg(long)]
+    gateway_threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -235,6 +239,8 @@ async fn load_only(addr: SocketAddr, op: Op, c: usize, duration: Duration) -> i3
 /// What the run found, for the summary.
 struct Ctx {
     junction: PathBuf,
+    /// `TOKIO_WORKER_THREADS` for the gateway, when set.
+    gateway_threads: Option<String>,
     me: PathBuf,
     dir: PathBuf,
     duration: Duration,
@@ -282,6 +288,7 @@ async fn bench(cli: Cli) -> i32 {
     }
     let mut ctx = Ctx {
         junction,
+        gateway_threads: cli.gateway_threads.map(|n| n.clamp(1, 64).to_string()),
         me,
         dir: dir.clone(),
         duration: Duration::from_secs_f64(cli.duration.clamp(0.2, 120.0)),
@@ -293,8 +300,13 @@ async fn bench(cli: Cli) -> i32 {
     };
     print_machine();
     println!(
-        "{} x {:?} per side (alternating), warm-up {:?}, load generator threads {}, client ACKs {} (nagle: delayed)\n",
-        ctx.reps, ctx.duration, ctx.warmup, cli.threads, cli.ack
+        "{} x {:?} per side (alternating), warm-up {:?}, load generator threads {}, gateway worker threads {}, client ACKs {} (nagle: delayed)\n",
+        ctx.reps,
+        ctx.duration,
+        ctx.warmup,
+        cli.threads,
+        ctx.gateway_threads.as_deref().unwrap_or("default"),
+        cli.ack
     );
     header(&mut ctx);
     let started = Instant::now();
@@ -645,11 +657,17 @@ fn start_fixture(ctx: &Ctx, tools: usize) -> Result<Proc, String> {
 
 async fn start_junction(ctx: &Ctx, config: &Path) -> Result<Proc, String> {
     let config = config.to_str().ok_or("non-UTF-8 temp path")?;
-    let proc = Proc::start(
+    let env: Vec<(&str, &str)> = ctx
+        .gateway_threads
+        .iter()
+        .map(|threads| ("TOKIO_WORKER_THREADS", threads.as_str()))
+        .collect();
+    let proc = Proc::start_with_env(
         "junction",
         &ctx.junction,
         &["--config", config, "--listen", "127.0.0.1:0"],
         "junction listening on ",
+        &env,
     )?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

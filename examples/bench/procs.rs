@@ -28,8 +28,20 @@ impl Proc {
     /// Starts `program args`, waits for a stderr line containing `marker`
     /// followed by an address, and returns it with that address.
     pub fn start(name: &str, program: &Path, args: &[&str], marker: &str) -> Result<Proc, String> {
+        Self::start_with_env(name, program, args, marker, &[])
+    }
+
+    /// [`Proc::start`] with `env` added to the child's environment.
+    pub fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        marker: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Proc, String> {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
