@@ -1,13 +1,15 @@
 //! An answer made before rmcp's handler, handed back to the route.
 //!
-//! Some requests are answered from bytes already made
-//! (`downstream/prebuilt.rs`), at the point where rmcp hands a session's
-//! request to the session layer (`http/resumable`): rmcp has checked Host,
-//! Origin, headers and session by then, and it calls that layer inside the
-//! POST's own future. The route opens a slot around rmcp's `handle`
-//! ([`around`]); the session layer puts the answer in it ([`fill`]) and
-//! gives rmcp an empty stream; the route then sends the answer as
-//! `application/json` in place of rmcp's empty SSE response.
+//! Some requests are answered at the point where rmcp hands a session's
+//! request to the session layer (`http/resumable`): a `tools/list` from
+//! bytes already made (`downstream/prebuilt.rs`), a `tools/call` whose
+//! answer comes quickly (`downstream/quick_call.rs`). rmcp has checked
+//! Host, Origin, headers and session by then, and it calls that layer
+//! inside the POST's own future. The route opens a slot around rmcp's
+//! `handle` ([`around`]), with the deadline until which an answer may be
+//! waited for ([`deadline`]); the session layer puts the answer in it
+//! ([`fill`]) and gives rmcp an empty stream; the route then sends the
+//! answer as `application/json` in place of rmcp's empty SSE response.
 
 use std::{cell::RefCell, future::Future};
 

@@ -197,9 +197,7 @@ impl ResumableSessions {
         let state = self.hibernation.awake(id)?;
         prebuilt::tools_list(&gateway, &state, request).await
     }
-}
 
-impl ResumableSessions {
     /// Offers `request` to the quick path (`downstream/quick_call.rs`),
     /// when the route can take its answer.
     async fn quick_call(
