@@ -27,13 +27,14 @@ use rmcp::{
 use super::{admission::admit_and_observe, observe::RequestOrigin, SessionState};
 use crate::gateway::Gateway;
 
-/// The whole JSON-RPC answer to `request` if it is a `tools/list` this
-/// module answers for `state`'s session; `None` sends it to rmcp.
+/// The whole JSON-RPC answer to `request`, in pieces to be sent in order,
+/// if it is a `tools/list` this module answers for `state`'s session;
+/// `None` sends it to rmcp.
 pub(crate) async fn tools_list(
     gateway: &Gateway,
     state: &Arc<SessionState>,
     request: &JsonRpcRequest<ClientRequest>,
-) -> Option<Bytes> {
+) -> Option<Vec<Bytes>> {
     let ClientRequest::ListToolsRequest(list) = &request.request else {
         return None;
     };
@@ -65,23 +66,20 @@ pub(crate) async fn tools_list(
     })
     .await;
     Some(match answer {
-        Ok(page) => json_rpc_answer(&request.id, "result", &page),
-        Err(error) => json_rpc_answer(&request.id, "error", &serde_json::to_vec(&error).ok()?),
+        Ok(page) => json_rpc_answer(&request.id, "result", page),
+        Err(error) => {
+            let error = serde_json::to_vec(&error).ok()?;
+            json_rpc_answer(&request.id, "error", error.into())
+        }
     })
 }
 
-/// `{"jsonrpc":"2.0","id":<id>,"<kind>":<value>}`, `value` already JSON.
-fn json_rpc_answer(id: &RequestId, kind: &str, value: &[u8]) -> Bytes {
+/// `{"jsonrpc":"2.0","id":<id>,"<kind>":<value>}`, `value` already JSON, as
+/// head, value and tail: the page is shared, not copied.
+fn json_rpc_answer(id: &RequestId, kind: &str, value: Bytes) -> Vec<Bytes> {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned());
-    let mut answer = Vec::with_capacity(value.len() + id.len() + kind.len() + 32);
-    answer.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    answer.extend_from_slice(id.as_bytes());
-    answer.extend_from_slice(b",\"");
-    answer.extend_from_slice(kind.as_bytes());
-    answer.extend_from_slice(b"\":");
-    answer.extend_from_slice(value);
-    answer.push(b'}');
-    answer.into()
+    let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"{kind}\":");
+    vec![head.into(), value, Bytes::from_static(b"}")]
 }
 
 #[cfg(test)]
@@ -99,8 +97,10 @@ mod tests {
             RequestId::Number(7),
             RequestId::String("a \"quoted\" id".into()),
         ] {
-            let ours: Value =
-                serde_json::from_slice(&json_rpc_answer(&id, "result", &page)).unwrap();
+            let ours: Value = serde_json::from_slice(
+                &json_rpc_answer(&id, "result", page.clone().into()).concat(),
+            )
+            .unwrap();
             let rmcp =
                 ServerJsonRpcMessage::response(ServerResult::ListToolsResult(result.clone()), id);
             assert_eq!(ours, serde_json::to_value(&rmcp).unwrap());

@@ -15,6 +15,8 @@ use std::{cell::RefCell, future::Future};
 
 use tokio::time::Instant;
 
+use super::whole_body::WholeBody;
+
 use axum::{
     body::{Body, Bytes},
     http::{header, HeaderValue},
@@ -26,7 +28,7 @@ tokio::task_local! {
 }
 
 struct Slot {
-    answer: RefCell<Option<Bytes>>,
+    answer: RefCell<Option<Vec<Bytes>>>,
     /// Until when an answer may be waited for before the response starts
     /// (`one_write::HOLD` after the request came in).
     deadline: Instant,
@@ -46,8 +48,9 @@ pub async fn around(deadline: Instant, handle: impl Future<Output = Response>) -
         })
         .await;
     match answer {
-        Some(answer) => {
-            let mut response = Response::new(Body::from(answer));
+        Some(pieces) => {
+            let body: WholeBody = pieces.into_iter().collect();
+            let mut response = Response::new(Body::new(body));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -64,8 +67,10 @@ pub fn deadline() -> Option<Instant> {
     SLOT.try_with(|slot| slot.deadline).ok()
 }
 
-/// Puts `answer` in this request's slot; `false` when there is none.
-pub fn fill(answer: Bytes) -> bool {
+/// Puts `answer`, the JSON-RPC answer in pieces that go out in order
+/// (not joined: see `whole_body.rs`), in this request's slot; `false`
+/// when there is none.
+pub fn fill(answer: Vec<Bytes>) -> bool {
     SLOT.try_with(|slot| *slot.answer.borrow_mut() = Some(answer))
         .is_ok()
 }
@@ -79,7 +84,10 @@ mod tests {
         let until = Instant::now();
         let response = around(until, async {
             assert_eq!(deadline(), Some(until));
-            assert!(fill(Bytes::from_static(b"{\"jsonrpc\":\"2.0\"}")));
+            assert!(fill(vec![
+                Bytes::from_static(b"{\"jsonrpc\":"),
+                Bytes::from_static(b"\"2.0\"}")
+            ]));
             Response::new(Body::from("rmcp's"))
         })
         .await;
@@ -93,7 +101,7 @@ mod tests {
     #[tokio::test]
     async fn an_empty_slot_keeps_the_response_and_none_is_open_outside() {
         assert_eq!(deadline(), None);
-        assert!(!fill(Bytes::new()));
+        assert!(!fill(vec![Bytes::new()]));
         let response = around(Instant::now(), async {
             Response::new(Body::from("rmcp's"))
         })

@@ -35,6 +35,7 @@ mod json_guard;
 mod one_write;
 mod resumable;
 mod status_page;
+mod whole_body;
 
 /// Builds the app. Cancelling `shutdown` ends every MCP session and stream.
 pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {

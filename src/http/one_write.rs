@@ -13,20 +13,13 @@
 //! resumption works the same; a client only learns a slow request's
 //! priming event id [`HOLD`] later.
 
-use std::{
-    collections::VecDeque,
-    pin::Pin,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::time::Duration;
 
-use axum::{
-    body::{Body, Bytes},
-    http::header,
-    response::Response,
-};
+use axum::{body::Body, http::header, response::Response};
 use futures::{stream, StreamExt};
 use tokio::time::Instant;
+
+use super::whole_body::WholeBody;
 
 /// How long a POST's answer stream may be held back to go out in one write.
 /// Short enough that nobody waits on it for a slow request's first event,
@@ -45,63 +38,22 @@ pub async fn gather_quick_answer(response: Response, deadline: Instant) -> Respo
     }
     let (parts, body) = response.into_parts();
     let mut frames = body.into_data_stream();
-    let mut gathered = Gathered::default();
+    let mut gathered = WholeBody::default();
     loop {
         match tokio::time::timeout_at(deadline, frames.next()).await {
             Ok(Some(Ok(data))) => gathered.push(data),
             Ok(None) => return Response::from_parts(parts, Body::new(gathered)),
             // An error ends the body either way; hand it on as it came.
             Ok(Some(Err(error))) => {
-                let so_far = stream::iter(gathered.frames.into_iter().map(Ok));
+                let so_far = stream::iter(gathered.into_frames().into_iter().map(Ok));
                 let body = so_far.chain(stream::once(async { Err(error) }));
                 return Response::from_parts(parts, Body::from_stream(body));
             }
             Err(_slow) => {
-                let so_far = stream::iter(gathered.frames.into_iter().map(Ok));
+                let so_far = stream::iter(gathered.into_frames().into_iter().map(Ok));
                 return Response::from_parts(parts, Body::from_stream(so_far.chain(frames)));
             }
         }
-    }
-}
-
-/// A whole body already in hand, kept as the frames it came in (an answer
-/// of a few hundred kilobytes is not copied to join it to its priming
-/// event): its exact size gives it a `Content-Length`, and hyper writes
-/// the head and every frame in one go.
-#[derive(Default)]
-struct Gathered {
-    frames: VecDeque<Bytes>,
-    len: u64,
-}
-
-impl Gathered {
-    fn push(&mut self, data: Bytes) {
-        self.len += data.len() as u64;
-        self.frames.push_back(data);
-    }
-}
-
-impl http_body::Body for Gathered {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let next = self.frames.pop_front();
-        if let Some(data) = &next {
-            self.len -= data.len() as u64;
-        }
-        Poll::Ready(next.map(|data| Ok(http_body::Frame::data(data))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.frames.is_empty()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.len)
     }
 }
 

@@ -191,7 +191,7 @@ impl ResumableSessions {
         &self,
         id: &SessionId,
         request: &JsonRpcRequest<ClientRequest>,
-    ) -> Option<Bytes> {
+    ) -> Option<Vec<Bytes>> {
         answer_slot::deadline()?;
         let gateway = self.gateway.upgrade()?;
         let state = self.hibernation.awake(id)?;
@@ -293,7 +293,7 @@ impl SessionManager for ResumableSessions {
             }
             match self.quick_call(id, request).await {
                 Quick::Answered(answer) => {
-                    answer_slot::fill(answer);
+                    answer_slot::fill(vec![answer]);
                     return Ok(futures::stream::empty().left_stream());
                 }
                 Quick::HandedOver(pending) => handed_over = Some(pending),
