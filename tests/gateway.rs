@@ -1209,3 +1209,44 @@ async fn a_cancel_reaches_the_upstream_while_the_call_is_quick() {
     }
     panic!("no cancel reached the upstream in 3 attempts");
 }
+
+/// Progress an upstream sends before a quick answer hands the call to rmcp
+/// first: every notification rides the call's own stream, with the
+/// client's token, ahead of the answer (this client opens no `GET`
+/// stream, so nothing sent anywhere else would reach it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_before_a_quick_answer_rides_the_calls_stream() {
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": "fast", "method": "tools/call",
+        "params": {
+            "name": "demo__slow",
+            "arguments": {"steps": 3, "delay_ms": 1},
+            "_meta": {"progressToken": "mine"},
+        },
+    });
+    let mut response = post_streaming(&http, &mcp, &session, call.to_string()).await;
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "{response:?}"
+    );
+    let mut buffer = String::new();
+    for step in 1..=3 {
+        let progress = next_message(&mut response, &mut buffer).await;
+        assert_eq!(progress["method"], "notifications/progress", "{progress}");
+        assert_eq!(progress["params"]["progressToken"], "mine", "{progress}");
+        assert_eq!(
+            progress["params"]["progress"].as_f64(),
+            Some(f64::from(step)),
+            "{progress}"
+        );
+    }
+    let answer = next_message(&mut response, &mut buffer).await;
+    assert_eq!(answer["id"], "fast", "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "done after 3 steps",
+        "{answer}"
+    );
+}

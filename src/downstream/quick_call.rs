@@ -17,16 +17,15 @@
 //! request as if it had just arrived, with its stream, priming event,
 //! resumption and cancellation. A call is handed over when
 //! - the deadline passes (a slow tool);
-//! - the upstream sends something for the request's own stream (a log
-//!   message, a server request): the relay asks for the handover and waits
-//!   until rmcp's handler holds the call ([`Handoff`]), so rmcp knows the
-//!   request the message is routed by;
+//! - the upstream sends something for the request's own stream (progress,
+//!   a log message, a server request): the relay asks for the handover and
+//!   waits until rmcp's handler holds the call ([`Handoff`]), so rmcp knows
+//!   the request (and its progress token) the message is routed by;
 //! - the client cancels it: the cancel waits for the same handover
 //!   ([`QuickCalls`]), so it reaches rmcp after the request it names.
 //!
-//! A call that would have something on its stream from the start (a
-//! progress token, a task) and a session not initialized or asleep go to
-//! rmcp as before.
+//! A task-augmented call (its answer is a task, its messages are routed by
+//! it) and a session not initialized or asleep go to rmcp as before.
 
 use std::{
     collections::HashMap,
@@ -299,7 +298,8 @@ pub(crate) async fn offer(
         return Quick::Declined;
     }
     let meta = client_meta(call).cloned().unwrap_or_default();
-    if meta.get_progress_token().is_some() || state.is_asleep() {
+    let progress_token = meta.get_progress_token();
+    if state.is_asleep() {
         return Quick::Declined;
     }
     let Some(peer) = state.peer() else {
@@ -315,7 +315,7 @@ pub(crate) async fn offer(
             session: state.key,
             peer,
             request_id: Some(request.id.clone()),
-            progress_token: None,
+            progress_token,
             profile: state.profile(),
             log_level: state.log_level.clone(),
             request_stream: Some(pending.queue.clone()),

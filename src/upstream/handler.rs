@@ -241,6 +241,9 @@ impl ClientHandler for UpstreamHandler {
         };
         params.progress_token = token;
         metrics().count_relayed("progress");
+        // rmcp routes progress to the stream of the request that registered
+        // the token.
+        caller.on_its_stream().await;
         if let Err(error) = caller.peer.notify_progress(params).await {
             tracing::debug!(%error, "could not relay progress");
         }
