@@ -1069,27 +1069,50 @@ async fn post_streaming(
     .unwrap_or_else(|error| panic!("POST failed: {error}"))
 }
 
-/// The next JSON-RPC message on an SSE body; priming events are skipped.
-async fn next_message(response: &mut reqwest::Response, buffer: &mut String) -> Value {
-    loop {
-        while let Some(at) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..at + 2).collect();
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
-            let data = data.join("\n");
-            if !data.trim().is_empty() {
-                return serde_json::from_str(&data)
-                    .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"));
-            }
+/// A POST's answer that must be an SSE stream, read a message at a time.
+struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    /// POSTs `body` on `session`; the answer must be `text/event-stream`.
+    async fn open(http: &reqwest::Client, mcp: &str, session: &str, body: String) -> Self {
+        let response = post_streaming(http, mcp, session, body).await;
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "{response:?}"
+        );
+        EventStream {
+            response,
+            buffer: String::new(),
         }
-        let chunk = within("the next event", response.chunk())
-            .await
-            .unwrap_or_else(|error| panic!("reading the stream: {error}"))
-            .unwrap_or_else(|| panic!("the stream ended with {buffer:?} unread"));
-        buffer.push_str(&String::from_utf8_lossy(&chunk).replace('\r', ""));
+    }
+
+    /// The next JSON-RPC message; priming events are skipped.
+    async fn next(&mut self) -> Value {
+        loop {
+            while let Some(at) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..at + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                let data = data.join("\n");
+                if !data.trim().is_empty() {
+                    return serde_json::from_str(&data)
+                        .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"));
+                }
+            }
+            let chunk = within("the next event", self.response.chunk())
+                .await
+                .unwrap_or_else(|error| panic!("reading the stream: {error}"))
+                .unwrap_or_else(|| panic!("the stream ended with {:?} unread", self.buffer));
+            self.buffer
+                .push_str(&String::from_utf8_lossy(&chunk).replace('\r', ""));
+        }
     }
 }
 
@@ -1121,14 +1144,8 @@ async fn a_quick_call_is_handed_over_when_its_upstream_asks_the_client() {
         "jsonrpc": "2.0", "id": "ask", "method": "tools/call",
         "params": {"name": "demo__ask_model", "arguments": {"prompt": "hello"}},
     });
-    let mut response = post_streaming(&http, &mcp, &session, call.to_string()).await;
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/event-stream",
-        "{response:?}"
-    );
-    let mut buffer = String::new();
-    let request = next_message(&mut response, &mut buffer).await;
+    let mut stream = EventStream::open(&http, &mcp, &session, call.to_string()).await;
+    let request = stream.next().await;
     assert_eq!(request["method"], "sampling/createMessage", "{request}");
     let reply = json!({
         "jsonrpc": "2.0", "id": request["id"],
@@ -1146,7 +1163,7 @@ async fn a_quick_call_is_handed_over_when_its_upstream_asks_the_client() {
     )
     .await;
     assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
-    let result = next_message(&mut response, &mut buffer).await;
+    let result = stream.next().await;
     assert_eq!(result["id"], "ask", "{result}");
     assert_eq!(
         result["result"]["content"][0]["text"], "test-model said: hi there",
@@ -1226,15 +1243,9 @@ async fn progress_before_a_quick_answer_rides_the_calls_stream() {
             "_meta": {"progressToken": "mine"},
         },
     });
-    let mut response = post_streaming(&http, &mcp, &session, call.to_string()).await;
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/event-stream",
-        "{response:?}"
-    );
-    let mut buffer = String::new();
+    let mut stream = EventStream::open(&http, &mcp, &session, call.to_string()).await;
     for step in 1..=3 {
-        let progress = next_message(&mut response, &mut buffer).await;
+        let progress = stream.next().await;
         assert_eq!(progress["method"], "notifications/progress", "{progress}");
         assert_eq!(progress["params"]["progressToken"], "mine", "{progress}");
         assert_eq!(
@@ -1243,7 +1254,7 @@ async fn progress_before_a_quick_answer_rides_the_calls_stream() {
             "{progress}"
         );
     }
-    let answer = next_message(&mut response, &mut buffer).await;
+    let answer = stream.next().await;
     assert_eq!(answer["id"], "fast", "{answer}");
     assert_eq!(
         answer["result"]["content"][0]["text"], "done after 3 steps",
