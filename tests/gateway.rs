@@ -1261,3 +1261,60 @@ async fn progress_before_a_quick_answer_rides_the_calls_stream() {
         "{answer}"
     );
 }
+
+/// `prompts/list`, `resources/list` and `resources/templates/list` are
+/// answered from their prebuilt pages too: plain JSON, the request's own
+/// id, the mount's namespaced names; a cursor still goes the usual way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_list_is_answered_from_its_prebuilt_page() {
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
+    // Known to the prebuilt path once rmcp has handled `initialized`.
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+    let lists = [
+        ("prompts/list", "prompts", "name", "demo__"),
+        ("resources/list", "resources", "uri", "demo+"),
+        (
+            "resources/templates/list",
+            "resourceTemplates",
+            "uriTemplate",
+            "demo+",
+        ),
+    ];
+    for (method, field, key, prefix) in lists {
+        let request = json!({"jsonrpc": "2.0", "id": method, "method": method});
+        let answer = raw::post(
+            &http,
+            &mcp,
+            Some(&session),
+            raw::JSON_POST,
+            request.to_string(),
+        )
+        .await;
+        assert_eq!(
+            answer.headers["content-type"], "application/json",
+            "{method}: {answer:?}"
+        );
+        assert_eq!(answer.body["id"], method, "{answer:?}");
+        let items = answer.body["result"][field]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method}: no {field}: {answer:?}"));
+        assert!(!items.is_empty(), "{method}: {answer:?}");
+        for item in items {
+            let name = item[key].as_str().unwrap_or_default();
+            assert!(name.starts_with(prefix), "{method}: {name:?} in {answer:?}");
+        }
+
+        let request = json!({
+            "jsonrpc": "2.0", "id": 2, "method": method, "params": {"cursor": "bogus"},
+        });
+        let answer = raw::post(
+            &http,
+            &mcp,
+            Some(&session),
+            raw::JSON_POST,
+            request.to_string(),
+        )
+        .await;
+        assert_eq!(answer.body["error"]["code"], -32602, "{method}: {answer:?}");
+    }
+}

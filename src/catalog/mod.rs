@@ -18,7 +18,10 @@ use std::{
 
 use bytes::Bytes;
 
-use rmcp::model::{ListToolsResult, Prompt, Resource, ResourceTemplate, Tool};
+use rmcp::model::{
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, Prompt,
+    Resource, ResourceTemplate, Tool,
+};
 use serde_json::Value;
 
 pub use page::{page, PageError, PAGE_SIZE};
@@ -73,9 +76,31 @@ pub struct MergedCatalog {
     prompt_routes: HashMap<String, Route>,
     resource_routes: HashMap<String, Route>,
     template_routes: HashMap<String, Route>,
-    /// The first page of `tools` as a `tools/list` result in JSON, made on
-    /// first use: every client lists it, and the catalog never changes.
-    first_tools_page: OnceLock<Option<Bytes>>,
+    /// The first page of each list as its `*/list` result in JSON, made on
+    /// first use (by [`Listing`]): every client lists them, and the catalog
+    /// never changes.
+    first_pages: [OnceLock<Option<Bytes>>; 4],
+}
+
+/// The four lists a client reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
+}
+
+impl Listing {
+    /// The method that lists it.
+    pub fn method(self) -> &'static str {
+        match self {
+            Listing::Tools => "tools/list",
+            Listing::Prompts => "prompts/list",
+            Listing::Resources => "resources/list",
+            Listing::ResourceTemplates => "resources/templates/list",
+        }
+    }
 }
 
 impl MergedCatalog {
@@ -158,13 +183,47 @@ impl MergedCatalog {
         Ok(result)
     }
 
-    /// The first page of `tools`, serialized once for this catalog
+    /// The page of `prompts` that starts at `cursor`.
+    pub fn prompts_page(&self, cursor: Option<&str>) -> Result<ListPromptsResult, PageError> {
+        let (items, next) = page(&self.prompts, self.generation, cursor, PAGE_SIZE)?;
+        let mut result = ListPromptsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    /// The page of `resources` that starts at `cursor`.
+    pub fn resources_page(&self, cursor: Option<&str>) -> Result<ListResourcesResult, PageError> {
+        let (items, next) = page(&self.resources, self.generation, cursor, PAGE_SIZE)?;
+        let mut result = ListResourcesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    /// The page of resource `templates` that starts at `cursor`.
+    pub fn templates_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<ListResourceTemplatesResult, PageError> {
+        let (items, next) = page(&self.templates, self.generation, cursor, PAGE_SIZE)?;
+        let mut result = ListResourceTemplatesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    /// The first page of `listing`, serialized once for this catalog
     /// (`downstream/prebuilt.rs` answers with it).
-    pub fn first_tools_page_json(&self) -> Option<Bytes> {
-        self.first_tools_page
+    pub fn first_page_json(&self, listing: Listing) -> Option<Bytes> {
+        self.first_pages[listing as usize]
             .get_or_init(|| {
-                let first = self.tools_page(None).ok()?;
-                serde_json::to_vec(&first).ok().map(Bytes::from)
+                let json = match listing {
+                    Listing::Tools => serde_json::to_vec(&self.tools_page(None).ok()?),
+                    Listing::Prompts => serde_json::to_vec(&self.prompts_page(None).ok()?),
+                    Listing::Resources => serde_json::to_vec(&self.resources_page(None).ok()?),
+                    Listing::ResourceTemplates => {
+                        serde_json::to_vec(&self.templates_page(None).ok()?)
+                    }
+                };
+                json.ok().map(Bytes::from)
             })
             .clone()
     }

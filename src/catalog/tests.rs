@@ -118,14 +118,31 @@ fn a_pass_through_name_can_collide_with_a_qualified_one() {
 }
 
 #[test]
-fn the_prebuilt_first_page_is_the_typed_first_page_serialized_once() {
+fn each_prebuilt_first_page_is_the_typed_first_page_serialized_once() {
     let (merged, _) = merge(&[
-        view("a", "a", &["one", "two"], &[]),
+        view("a", "a", &["one", "two"], &["file:///x"]),
         view("b", "b", &["three"], &[]),
     ]);
-    let prebuilt = merged.first_tools_page_json().expect("serialized");
+    let prebuilt = merged.first_page_json(Listing::Tools).expect("serialized");
     let typed = serde_json::to_vec(&merged.tools_page(None).unwrap()).unwrap();
     assert_eq!(&prebuilt[..], &typed[..]);
-    let again = merged.first_tools_page_json().expect("serialized");
+    let again = merged.first_page_json(Listing::Tools).expect("serialized");
     assert_eq!(prebuilt.as_ptr(), again.as_ptr(), "made once, then shared");
+    for (listing, typed) in [
+        (
+            Listing::Prompts,
+            serde_json::to_vec(&merged.prompts_page(None).unwrap()),
+        ),
+        (
+            Listing::Resources,
+            serde_json::to_vec(&merged.resources_page(None).unwrap()),
+        ),
+        (
+            Listing::ResourceTemplates,
+            serde_json::to_vec(&merged.templates_page(None).unwrap()),
+        ),
+    ] {
+        let prebuilt = merged.first_page_json(listing).expect("serialized");
+        assert_eq!(&prebuilt[..], &typed.unwrap()[..], "{listing:?}");
+    }
 }

@@ -30,7 +30,7 @@ use super::{
     quick_call, DownstreamSession, RouteError, SessionState,
 };
 use crate::{
-    catalog::{self, MergedCatalog, PageError},
+    catalog::{MergedCatalog, PageError},
     config::Isolation,
     gateway::{Gateway, Mount},
     naming::MountName,
@@ -168,17 +168,6 @@ fn cached_page<R>(
     page(cursor).map_err(|error| ErrorData::invalid_params(error.to_string(), None))
 }
 
-/// One page of a merged list, under the gateway's own cursor.
-fn page_of<T: Clone>(
-    catalog: &MergedCatalog,
-    items: &[T],
-    request: &Option<PaginatedRequestParams>,
-) -> Result<(Vec<T>, Option<String>), ErrorData> {
-    cached_page(request, |cursor| {
-        catalog::page(items, catalog.generation, cursor, catalog::PAGE_SIZE)
-    })
-}
-
 /// One page of the tools `catalog` lists.
 fn tools_page(
     catalog: &MergedCatalog,
@@ -299,10 +288,7 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<ListPromptsResult, ErrorData> {
         self.handle("prompts/list", None, &context, async {
             let catalog = self.catalog().await;
-            let (items, next) = page_of(&catalog, &catalog.prompts, &request)?;
-            let mut result = ListPromptsResult::with_all_items(items);
-            result.next_cursor = next;
-            Ok(result)
+            cached_page(&request, |cursor| catalog.prompts_page(cursor))
         })
         .await
     }
@@ -314,10 +300,7 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<ListResourcesResult, ErrorData> {
         self.handle("resources/list", None, &context, async {
             let catalog = self.catalog().await;
-            let (items, next) = page_of(&catalog, &catalog.resources, &request)?;
-            let mut result = ListResourcesResult::with_all_items(items);
-            result.next_cursor = next;
-            Ok(result)
+            cached_page(&request, |cursor| catalog.resources_page(cursor))
         })
         .await
     }
@@ -329,10 +312,7 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.handle("resources/templates/list", None, &context, async {
             let catalog = self.catalog().await;
-            let (items, next) = page_of(&catalog, &catalog.templates, &request)?;
-            let mut result = ListResourceTemplatesResult::with_all_items(items);
-            result.next_cursor = next;
-            Ok(result)
+            cached_page(&request, |cursor| catalog.templates_page(cursor))
         })
         .await
     }

@@ -1,20 +1,21 @@
-//! `tools/list` answered from JSON made once per catalog.
+//! Lists answered from JSON made once per catalog.
 //!
-//! rmcp has a handler return a typed `ListToolsResult`, then serializes it
-//! for every request: for a catalog of 1,000 tools that clone and that
-//! serialization were most of the gateway's CPU per listing. A catalog
-//! never changes (a change makes a new one), so its first page is
-//! serialized once (`MergedCatalog::first_tools_page_json`) and
-//! [`tools_list`] answers a cursor-less `tools/list` with it, the
-//! request's id put around it.
+//! rmcp has a handler return a typed result (`ListToolsResult` and the
+//! like), then serializes it for every request: for a catalog of 1,000
+//! tools that clone and that serialization were most of the gateway's CPU
+//! per listing. A catalog never changes (a change makes a new one), so the
+//! first page of each list is serialized once
+//! (`MergedCatalog::first_page_json`) and [`list`] answers a cursor-less
+//! `tools/list`, `prompts/list`, `resources/list` or
+//! `resources/templates/list` with it, the request's id put around it.
 //!
 //! It runs where rmcp hands a session's request to the HTTP session layer
 //! (`http/resumable`), after rmcp has checked Host, Origin, headers and
 //! the session, and it admits and observes the request as the handler
 //! does (`max_concurrent_requests`, span, metrics, cache hits). Everything
 //! else goes to rmcp's handler as before: later pages, a session asleep
-//! or not yet initialized, and a catalog with task tools (their
-//! `execution` is listed the custom way, `tasks.rs`).
+//! or not yet initialized, and the tools of a catalog with task tools
+//! (their `execution` is listed the custom way, `tasks.rs`).
 
 use std::sync::Arc;
 
@@ -25,43 +26,53 @@ use rmcp::{
 };
 
 use super::{admission::admit_and_observe, observe::RequestOrigin, SessionState};
-use crate::gateway::Gateway;
+use crate::{catalog::Listing, gateway::Gateway};
 
 /// The whole JSON-RPC answer to `request`, in pieces to be sent in order,
-/// if it is a `tools/list` this module answers for `state`'s session;
+/// if it is a cursor-less list this module answers for `state`'s session;
 /// `None` sends it to rmcp.
-pub(crate) async fn tools_list(
+pub(crate) async fn list(
     gateway: &Gateway,
     state: &Arc<SessionState>,
     request: &JsonRpcRequest<ClientRequest>,
 ) -> Option<Vec<Bytes>> {
-    let ClientRequest::ListToolsRequest(list) = &request.request else {
-        return None;
+    let (listing, params, extensions) = match &request.request {
+        ClientRequest::ListToolsRequest(list) => (Listing::Tools, &list.params, &list.extensions),
+        ClientRequest::ListPromptsRequest(list) => {
+            (Listing::Prompts, &list.params, &list.extensions)
+        }
+        ClientRequest::ListResourcesRequest(list) => {
+            (Listing::Resources, &list.params, &list.extensions)
+        }
+        ClientRequest::ListResourceTemplatesRequest(list) => {
+            (Listing::ResourceTemplates, &list.params, &list.extensions)
+        }
+        _ => return None,
     };
-    let params = list.params.as_ref();
+    let params = params.as_ref();
     if params.is_some_and(|params| params.cursor.is_some()) || state.is_asleep() {
         return None;
     }
     gateway.prepare(state.profile()).await;
     let catalog = state.catalog(gateway);
-    if !catalog.tool_execution.is_empty() {
+    if listing == Listing::Tools && !catalog.tool_execution.is_empty() {
         return None;
     }
     let origin = RequestOrigin {
-        headers: list
-            .extensions
+        headers: extensions
             .get::<axum::http::request::Parts>()
             .map(|parts| &parts.headers),
         meta: params
             .and_then(|params| params.meta.as_ref())
-            .or_else(|| list.extensions.get::<RequestMetaObject>())
+            .or_else(|| extensions.get::<RequestMetaObject>())
             .map(|meta| &meta.0),
     };
     let limit = gateway.config().limits.max_concurrent_requests;
-    let answer = admit_and_observe(&state.requests, limit, "tools/list", None, origin, async {
+    let method = listing.method();
+    let answer = admit_and_observe(&state.requests, limit, method, None, origin, async {
         crate::telemetry::metrics().cache_hits.inc();
-        catalog.first_tools_page_json().ok_or_else(|| {
-            ErrorData::internal_error("the tools list could not be serialized", None)
+        catalog.first_page_json(listing).ok_or_else(|| {
+            ErrorData::internal_error(format!("the {method} page could not be serialized"), None)
         })
     })
     .await;

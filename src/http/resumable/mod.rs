@@ -195,7 +195,7 @@ impl ResumableSessions {
         answer_slot::deadline()?;
         let gateway = self.gateway.upgrade()?;
         let state = self.hibernation.awake(id)?;
-        prebuilt::tools_list(&gateway, &state, request).await
+        prebuilt::list(&gateway, &state, request).await
     }
 
     /// Offers `request` to the quick path (`downstream/quick_call.rs`),
