@@ -27,24 +27,23 @@ use crate::{gateway::Gateway, rewrite, upstream::Caller};
 /// A client's `tools/call`, and where what it causes downstream goes.
 pub(crate) struct ToolCall {
     pub params: CallToolRequestParams,
-    /// The `_meta` the client sent with it.
-    pub meta: RequestMetaObject,
     pub caller: Caller,
     /// Fires when the client cancels the call.
     pub cancel: CancellationToken,
 }
 
-/// The answer to `call` in `state`'s session: the upstream's result,
-/// qualified, or the gateway's failure as the client should see it (a tool
-/// error for a dead mount, a JSON-RPC error for an unknown tool).
+/// The answer to `call` in `state`'s session, `meta` being the `_meta` the
+/// client sent with it: the upstream's result, qualified, or the gateway's
+/// failure as the client should see it (a tool error for a dead mount, a
+/// JSON-RPC error for an unknown tool).
 pub(crate) async fn call_tool(
     gateway: &Arc<Gateway>,
     state: &Arc<SessionState>,
     call: ToolCall,
+    meta: &RequestMetaObject,
 ) -> Result<CallToolResult, ErrorData> {
     let ToolCall {
         mut params,
-        meta,
         caller,
         cancel,
     } = call;
@@ -57,7 +56,7 @@ pub(crate) async fn call_tool(
             .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
         let (mount, upstream) = connect(gateway, state, &route.mount).await?;
         params.name = route.original.to_string().into();
-        params.meta = forwarded_meta(&meta);
+        params.meta = forwarded_meta(meta);
         let limit = mount.request_limit(Some(&route.original));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let response = upstream

@@ -338,11 +338,10 @@ impl ServerHandler for DownstreamSession {
         self.handle("tools/call", Some(&tool_name), &context, async {
             let call = ToolCall {
                 params: request.clone(),
-                meta: context.meta.clone(),
                 caller: self.caller(&context),
                 cancel: context.ct.clone(),
             };
-            call_tool(&self.gateway, &self.state(), call)
+            call_tool(&self.gateway, &self.state(), call, &context.meta)
                 .await
                 .map(CallToolResponse::Complete)
         })

@@ -14,9 +14,9 @@ use std::{cell::RefCell, future::Future, time::Instant};
 
 use rmcp::{
     model::{
-        CallToolResponse, CallToolResult, CompleteResult, GetPromptResponse, InitializeResult,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        MetaObject, ReadResourceResponse,
+        CallToolResponse, CallToolResult, CompleteResult, Extensions, GetPromptResponse,
+        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, MetaObject, ReadResourceResponse, RequestMetaObject,
     },
     service::RequestContext,
     ErrorData, RoleServer,
@@ -96,6 +96,16 @@ impl<'a> RequestOrigin<'a> {
             meta: Some(&context.meta.0),
         }
     }
+}
+
+/// The `_meta` a client sent with a request that reaches the session layer
+/// before rmcp's handler: rmcp keeps it in the params or in the request's
+/// extensions (where the handler's `context.meta` comes from).
+pub(crate) fn sent_meta<'a>(
+    params_meta: Option<&'a RequestMetaObject>,
+    extensions: &'a Extensions,
+) -> Option<&'a RequestMetaObject> {
+    params_meta.or_else(|| extensions.get::<RequestMetaObject>())
 }
 
 /// Runs one downstream request's `work` inside its span, then counts and

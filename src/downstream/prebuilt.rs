@@ -21,11 +21,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rmcp::{
-    model::{ClientRequest, JsonRpcRequest, RequestId, RequestMetaObject},
+    model::{ClientRequest, JsonRpcRequest, RequestId},
     ErrorData,
 };
 
-use super::{admission::admit_and_observe, observe::RequestOrigin, SessionState};
+use super::{
+    admission::admit_and_observe,
+    observe::{sent_meta, RequestOrigin},
+    SessionState,
+};
 use crate::{catalog::Listing, gateway::Gateway};
 
 /// The whole JSON-RPC answer to `request`, in pieces to be sent in order,
@@ -62,9 +66,7 @@ pub(crate) async fn list(
         headers: extensions
             .get::<axum::http::request::Parts>()
             .map(|parts| &parts.headers),
-        meta: params
-            .and_then(|params| params.meta.as_ref())
-            .or_else(|| extensions.get::<RequestMetaObject>())
+        meta: sent_meta(params.and_then(|params| params.meta.as_ref()), extensions)
             .map(|meta| &meta.0),
     };
     let limit = gateway.config().limits.max_concurrent_requests;

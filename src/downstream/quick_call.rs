@@ -41,8 +41,8 @@ use std::{
 use bytes::Bytes;
 use rmcp::{
     model::{
-        CallToolRequest, CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest,
-        JsonRpcRequest, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+        CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest,
+        RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
     },
     ErrorData,
 };
@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     admission::admit_and_observe,
     call::{call_tool, ToolCall},
-    observe::RequestOrigin,
+    observe::{sent_meta, RequestOrigin},
     request_streams::RelatedQueue,
     tasks::TaskAugmentation,
     SessionState,
@@ -294,28 +294,27 @@ pub(crate) async fn offer(
         return Quick::Declined;
     };
     let parts = call.extensions.get::<axum::http::request::Parts>();
-    if parts.is_some_and(|parts| parts.extensions.get::<TaskAugmentation>().is_some()) {
-        return Quick::Declined;
-    }
-    let meta = client_meta(call).cloned().unwrap_or_default();
-    let progress_token = meta.get_progress_token();
-    if state.is_asleep() {
+    if state.is_asleep()
+        || parts.is_some_and(|parts| parts.extensions.get::<TaskAugmentation>().is_some())
+    {
         return Quick::Declined;
     }
     let Some(peer) = state.peer() else {
         return Quick::Declined;
     };
+    let meta = sent_meta(call.params.meta.as_ref(), &call.extensions)
+        .cloned()
+        .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
     let mut pending = Pending::new(calls, session, &request.id);
     let cancel = CancellationToken::new();
-    let call = ToolCall {
+    let tool_call = ToolCall {
         params: call.params.clone(),
-        meta,
         caller: Caller {
             session: state.key,
             peer,
             request_id: Some(request.id.clone()),
-            progress_token,
+            progress_token: meta.get_progress_token(),
             profile: state.profile(),
             log_level: state.log_level.clone(),
             request_stream: Some(pending.queue.clone()),
@@ -323,16 +322,14 @@ pub(crate) async fn offer(
         },
         cancel: cancel.clone(),
     };
-    let mut work: Work = Box::pin(observed(gateway.clone(), state.clone(), call, headers));
+    let observed = observed(gateway.clone(), state.clone(), tool_call, meta, headers);
+    let mut work: Work = Box::pin(observed);
     let why = tokio::select! {
         answer = &mut work => return Quick::Answered(json_rpc_answer(&request.id, answer)),
         _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
         _ = pending.handoff.asked() => "something is due on its stream",
     };
     tracing::debug!(id = ?request.id, why, "handing a quick call over to rmcp");
-    let ClientRequest::CallToolRequest(call) = &mut request.request else {
-        unreachable!("matched above");
-    };
     call.extensions.insert(HandedOver(Arc::new(Parcel {
         call: Mutex::new(Some(RunningCall { work, cancel })),
         handoff: pending.handoff.clone(),
@@ -341,21 +338,22 @@ pub(crate) async fn offer(
     Quick::HandedOver(pending)
 }
 
-/// The call, admitted and observed as rmcp's handler does it.
+/// The call, admitted and observed as rmcp's handler does it; `meta` and
+/// `headers` are the client's.
 async fn observed(
     gateway: Arc<Gateway>,
     state: Arc<SessionState>,
     call: ToolCall,
+    meta: RequestMetaObject,
     headers: Option<axum::http::HeaderMap>,
 ) -> Answer {
     let limit = gateway.config().limits.max_concurrent_requests;
     let tool = call.params.name.to_string();
-    let meta = call.meta.clone();
     let origin = RequestOrigin {
         headers: headers.as_ref(),
         meta: Some(&meta.0),
     };
-    let work = call_tool(&gateway, &state, call);
+    let work = call_tool(&gateway, &state, call, &meta);
     admit_and_observe(
         &state.requests,
         limit,
@@ -365,15 +363,6 @@ async fn observed(
         work,
     )
     .await
-}
-
-/// The `_meta` the client sent with `call` (rmcp keeps it in the params or
-/// in the request's extensions).
-fn client_meta(call: &CallToolRequest) -> Option<&RequestMetaObject> {
-    call.params
-        .meta
-        .as_ref()
-        .or_else(|| call.extensions.get::<RequestMetaObject>())
 }
 
 /// The JSON-RPC response carrying `answer` to request `id`.
