@@ -269,10 +269,11 @@ impl RunningCall {
     }
 }
 
-/// What became of a request offered to the quick path.
+/// What became of a request offered to the session layer's early answers
+/// (the quick path, or a prebuilt list).
 pub(crate) enum Quick {
-    /// Answered: the whole JSON-RPC response.
-    Answered(Bytes),
+    /// Answered: the whole JSON-RPC response, in pieces sent in order.
+    Answered(Vec<Bytes>),
     /// Still running, now in the request's extensions ([`HandedOver`]);
     /// keep [`Pending`] until rmcp has the request.
     HandedOver(Pending),
@@ -325,7 +326,7 @@ pub(crate) async fn offer(
     let observed = observed(gateway.clone(), state.clone(), tool_call, meta, headers);
     let mut work: Work = Box::pin(observed);
     let why = tokio::select! {
-        answer = &mut work => return Quick::Answered(json_rpc_answer(&request.id, answer)),
+        answer = &mut work => return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]),
         _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
         _ = pending.handoff.asked() => "something is due on its stream",
     };

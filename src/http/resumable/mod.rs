@@ -40,7 +40,6 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use rmcp::{
     model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage},
@@ -185,29 +184,15 @@ async fn release_freed_memory() {
 }
 
 impl ResumableSessions {
-    /// The answer to `request` made without rmcp's handler
-    /// (`downstream/prebuilt.rs`), when the route can send it.
-    async fn prebuilt_answer(
-        &self,
-        id: &SessionId,
-        request: &JsonRpcRequest<ClientRequest>,
-    ) -> Option<Vec<Bytes>> {
-        answer_slot::deadline()?;
-        let gateway = self.gateway.upgrade()?;
-        let state = self.hibernation.awake(id)?;
-        prebuilt::list(&gateway, &state, request).await
-    }
-
-    /// Offers `request` to the quick path (`downstream/quick_call.rs`),
-    /// when the route can take its answer.
-    async fn quick_call(
+    /// What becomes of `request` before rmcp's handler, when the route can
+    /// take an answer and the session is awake: a list answered from its
+    /// prebuilt page (`downstream/prebuilt.rs`), or a call answered or
+    /// handed over by the quick path (`downstream/quick_call.rs`).
+    async fn before_handler(
         &self,
         id: &SessionId,
         request: &mut JsonRpcRequest<ClientRequest>,
     ) -> Quick {
-        if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
-            return Quick::Declined;
-        }
         let Some(deadline) = answer_slot::deadline() else {
             return Quick::Declined;
         };
@@ -215,6 +200,9 @@ impl ResumableSessions {
         else {
             return Quick::Declined;
         };
+        if let Some(answer) = prebuilt::list(&gateway, &state, request).await {
+            return Quick::Answered(answer);
+        }
         quick_call::offer(&gateway, &state, &self.quick_calls, id, request, deadline).await
     }
 }
@@ -287,13 +275,9 @@ impl SessionManager for ResumableSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let mut handed_over = None;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
-            if let Some(answer) = self.prebuilt_answer(id, request).await {
-                answer_slot::fill(answer);
-                return Ok(futures::stream::empty().left_stream());
-            }
-            match self.quick_call(id, request).await {
+            match self.before_handler(id, request).await {
                 Quick::Answered(answer) => {
-                    answer_slot::fill(vec![answer]);
+                    answer_slot::fill(answer);
                     return Ok(futures::stream::empty().left_stream());
                 }
                 Quick::HandedOver(pending) => handed_over = Some(pending),
