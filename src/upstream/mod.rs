@@ -6,6 +6,7 @@
 //! [`discovery`] reads the upstream's lists. Nothing here knows about
 //! downstream sessions: events go out through [`UpstreamEvents`].
 
+mod bounded_map;
 pub mod child;
 pub mod connect;
 pub mod direct_call;
@@ -314,6 +315,11 @@ impl UpstreamSession {
             }
         };
         cancel_guard.id = None;
+        if let Err(ServiceError::McpError(error)) = &answer {
+            // A later `notifications/elicitation/complete` for one of the
+            // elicitations this error asks for belongs to this caller.
+            inflight.elicitations_required(error);
+        }
         if let Err(ServiceError::TransportSend(error)) = &answer {
             if http_client::means_session_gone(error) {
                 // The connection cannot serve another request: end it, so

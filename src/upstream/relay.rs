@@ -37,7 +37,7 @@ use rmcp::{
     Peer, RoleServer,
 };
 
-use super::ClientProfile;
+use super::{bounded_map::BoundedMap, ClientProfile};
 use crate::downstream::{quick_call::Handoff, request_streams::RelatedQueue};
 
 /// The downstream end of a request: where messages it causes must go.
@@ -169,6 +169,11 @@ pub struct TaskOwner {
 
 /// Bound on the tasks remembered per upstream session (oldest go first).
 const TASKS_MAX: usize = 1024;
+/// Bound on the URL elicitations remembered per upstream session.
+const ELICITATIONS_MAX: usize = 1024;
+/// The JSON-RPC error of a request that needs URL elicitations first
+/// (2025-11-25); its `data.elicitations` lists them.
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 
 #[derive(Default)]
 pub struct Relay {
@@ -176,9 +181,9 @@ pub struct Relay {
     inflight: Mutex<HashMap<RequestId, Inflight>>,
     /// URL-mode elicitation id → the caller it was relayed to, so the
     /// upstream's `notifications/elicitation/complete` reaches only it.
-    elicitations: Mutex<HashMap<String, Caller>>,
-    /// Upstream task id → its owner, in creation order.
-    tasks: Mutex<(HashMap<String, TaskOwner>, VecDeque<String>)>,
+    elicitations: Mutex<BoundedMap<Caller, ELICITATIONS_MAX>>,
+    /// Upstream task id → its owner.
+    tasks: Mutex<BoundedMap<TaskOwner, TASKS_MAX>>,
     /// Status notifications of tasks no session is known to own yet: a
     /// server may announce a task before it answers the request that
     /// created it. Kept for [`LINGER`], at most [`RECENT_MAX`].
@@ -271,7 +276,6 @@ impl Relay {
         inflight.or_else(|| {
             // A task's progress after its `CreateTaskResult`.
             lock(&self.tasks)
-                .0
                 .values()
                 .find_map(|owner| match &owner.progress {
                     Some((upstream, caller)) if upstream == token => Some(caller.clone()),
@@ -400,7 +404,6 @@ impl Relay {
         upstream_token: ProgressToken,
     ) -> (TaskOwner, Vec<CustomNotification>) {
         let mut tasks = lock(&self.tasks);
-        let (owners, order) = &mut *tasks;
         let progress = caller.progress_token.is_some().then(|| {
             (
                 upstream_token,
@@ -416,17 +419,7 @@ impl Relay {
             task_id,
             progress,
         };
-        if owners
-            .insert(upstream_id.to_owned(), owner.clone())
-            .is_none()
-        {
-            order.push_back(upstream_id.to_owned());
-        }
-        while order.len() > TASKS_MAX {
-            if let Some(oldest) = order.pop_front() {
-                owners.remove(&oldest);
-            }
-        }
+        tasks.insert(upstream_id.to_owned(), owner.clone());
         // Taken under the tasks lock: a status arriving from now on finds
         // the owner, so none is parked after this.
         let mut early = lock(&self.early_statuses);
@@ -450,7 +443,7 @@ impl Relay {
         notification: &CustomNotification,
     ) -> Option<TaskOwner> {
         let tasks = lock(&self.tasks);
-        if let Some(owner) = tasks.0.get(upstream_id) {
+        if let Some(owner) = tasks.get(upstream_id) {
             return Some(owner.clone());
         }
         let mut early = lock(&self.early_statuses);
@@ -464,13 +457,13 @@ impl Relay {
     }
 
     pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
-        lock(&self.tasks).0.get(upstream_id).cloned()
+        lock(&self.tasks).get(upstream_id).cloned()
     }
 
     /// The task ended: its creating request's progress token means nothing
     /// any more.
     pub fn task_ended(&self, upstream_id: &str) {
-        if let Some(owner) = lock(&self.tasks).0.get_mut(upstream_id) {
+        if let Some(owner) = lock(&self.tasks).get_mut(upstream_id) {
             owner.progress = None;
         }
     }
@@ -504,6 +497,39 @@ impl InflightGuard {
     pub async fn progressed(&self) {
         self.progressed.notified().await
     }
+
+    /// The request was answered with `error`: if that is a -32042, each
+    /// URL elicitation its data lists is remembered as this request's
+    /// caller's, like one sent as `elicitation/create`.
+    pub fn elicitations_required(&self, error: &rmcp::ErrorData) {
+        if error.code.0 != URL_ELICITATION_REQUIRED {
+            return;
+        }
+        let ids = required_elicitation_ids(error.data.as_ref());
+        if ids.is_empty() {
+            return;
+        }
+        let Some(caller) = lock(&self.relay.inflight)
+            .get(&self.id)
+            .map(|inflight| inflight.caller.session_only())
+        else {
+            return;
+        };
+        for id in ids {
+            self.relay.remember_elicitation(id, caller.clone());
+        }
+    }
+}
+
+/// The ids of the URL elicitations a -32042 error's data lists.
+fn required_elicitation_ids(data: Option<&serde_json::Value>) -> Vec<String> {
+    data.and_then(|data| data.get("elicitations"))
+        .and_then(|list| list.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|elicitation| elicitation.get("elicitationId")?.as_str())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Drop for InflightGuard {
@@ -564,5 +590,20 @@ mod tests {
         assert!(!setting.admits(LoggingLevel::Info));
         assert!(setting.admits(LoggingLevel::Warning));
         assert!(setting.admits(LoggingLevel::Emergency));
+    }
+
+    #[test]
+    fn a_url_elicitation_required_error_names_its_elicitations() {
+        let data = serde_json::json!({
+            "elicitations": [
+                { "mode": "url", "elicitationId": "e1", "url": "https://a.example", "message": "m" },
+                { "mode": "url", "url": "https://no-id.example" },
+                { "mode": "url", "elicitationId": "e2", "url": "https://b.example", "message": "m" }
+            ]
+        });
+        assert_eq!(required_elicitation_ids(Some(&data)), ["e1", "e2"]);
+        assert!(required_elicitation_ids(Some(&serde_json::json!({ "uri": "x" }))).is_empty());
+        assert!(required_elicitation_ids(Some(&serde_json::json!("text"))).is_empty());
+        assert!(required_elicitation_ids(None).is_empty());
     }
 }
