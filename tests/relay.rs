@@ -349,3 +349,41 @@ async fn each_session_gets_log_messages_at_its_own_level() {
     close(quiet).await;
     close(chatty).await;
 }
+
+/// `_meta` keys the gateway knows nothing of pass through both ways: the
+/// client's reach the upstream, the upstream's reach the client, over a
+/// stdio and a Streamable HTTP upstream, shared and per-session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_meta_keys_pass_through_both_ways() {
+    let demo = DemoHttp::start().await;
+    let config = format!(
+        "{}{}{}",
+        config(),
+        http_mount("hshared", &demo.mcp_url(), "isolation = \"shared\""),
+        http_mount("hprivate", &demo.mcp_url(), "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    for mount in ["shared", "private", "hshared", "hprivate"] {
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert("x-custom".into(), json!({"kept": [1, "two"]}));
+        let mut params = CallToolRequestParams::new(format!("{mount}__meta"));
+        params.meta = Some(rmcp::model::RequestMetaObject(meta));
+        let result = within(&format!("{mount}__meta"), client.peer().call_tool(params))
+            .await
+            .expect("call");
+        let seen: Value = serde_json::from_str(ok_text(&result)).expect("meta as JSON");
+        assert_eq!(
+            seen["x-custom"],
+            json!({"kept": [1, "two"]}),
+            "{mount}: {seen}"
+        );
+        let answered = result.meta.as_ref().map(|meta| meta.0.get("x-demo"));
+        assert_eq!(
+            answered,
+            Some(Some(&json!({"from": "the server"}))),
+            "{mount}: {result:?}"
+        );
+    }
+    close(client).await;
+}

@@ -333,7 +333,7 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Return this request's `_meta`, as JSON text (shows what reached the server)."
+        description = "Return this request's `_meta`, as JSON text (shows what reached the server); the result's own `_meta` carries a key of the server's (`x-demo`)."
     )]
     async fn meta(&self, context: RequestContext<RoleServer>) -> CallToolResult {
         let mut shown = serde_json::Map::from_iter(context.meta.0 .0.clone());
@@ -345,7 +345,11 @@ impl DemoServer {
                 }
             }
         }
-        text_result(serde_json::Value::Object(shown).to_string())
+        let mut result = text_result(serde_json::Value::Object(shown).to_string());
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert("x-demo".into(), serde_json::json!({ "from": "the server" }));
+        result.meta = Some(meta);
+        result
     }
 
     #[tool(description = "How many Streamable HTTP sessions this process has open (0 over stdio).")]
