@@ -624,12 +624,22 @@ async fn list_changed_reaches_the_right_sessions() {
     let before = tool_names(&a).await;
     assert!(!has(&before, "private__bonus") && !has(&before, "shared__bonus"));
 
-    // A's own per-session upstream changes its list: A is told and sees it.
+    // A's own per-session upstream changes its lists: A is told and sees it.
     let toggled = call(&a, "private__toggle_bonus", Value::Null).await;
     assert_eq!(ok_text(&toggled), "bonus on");
-    eventually("A to be told its tool list changed", OP_TIMEOUT, || async {
-        (a.service().tool_list_changes() > 0).then_some(())
+    eventually("A to be told its lists changed", OP_TIMEOUT, || async {
+        told_of_every_list_change(&a).then_some(())
     })
+    .await;
+    eventually(
+        "A to see the bonus prompt and resource",
+        OP_TIMEOUT,
+        || async {
+            has_bonus_prompt_and_resource(&a, "private")
+                .await
+                .then_some(())
+        },
+    )
     .await;
     eventually("A to list private__bonus", OP_TIMEOUT, || async {
         has(&tool_names(&a).await, "private__bonus").then_some(())
@@ -641,9 +651,15 @@ async fn list_changed_reaches_the_right_sessions() {
     );
     // B's per-session upstream did not change.
     assert!(!has(&tool_names(&b).await, "private__bonus"));
+    assert!(!has_bonus_prompt_and_resource(&b, "private").await);
+    let b_told = b.service();
     assert_eq!(
-        b.service().tool_list_changes(),
-        0,
+        (
+            b_told.tool_list_changes(),
+            b_told.prompt_list_changes(),
+            b_told.resource_list_changes()
+        ),
+        (0, 0, 0),
         "B was told of A's change"
     );
     let not_enabled = call(&b, "private__bonus", Value::Null).await;
@@ -652,9 +668,19 @@ async fn list_changed_reaches_the_right_sessions() {
     // The shared upstream changes its list: every session sees it.
     let toggled = call(&a, "shared__toggle_bonus", Value::Null).await;
     assert_eq!(ok_text(&toggled), "bonus on");
-    eventually("B to be told the tool list changed", OP_TIMEOUT, || async {
-        (b.service().tool_list_changes() > 0).then_some(())
+    eventually("B to be told the lists changed", OP_TIMEOUT, || async {
+        told_of_every_list_change(&b).then_some(())
     })
+    .await;
+    eventually(
+        "B to see the bonus prompt and resource",
+        OP_TIMEOUT,
+        || async {
+            has_bonus_prompt_and_resource(&b, "shared")
+                .await
+                .then_some(())
+        },
+    )
     .await;
     for (client, who) in [(&a, "A"), (&b, "B")] {
         eventually(
@@ -673,6 +699,39 @@ async fn list_changed_reaches_the_right_sessions() {
     assert!(!has(&tool_names(&b).await, "private__bonus"));
     close(a).await;
     close(b).await;
+}
+
+fn told_of_every_list_change(client: &Client) -> bool {
+    let told = client.service();
+    told.tool_list_changes() > 0
+        && told.prompt_list_changes() > 0
+        && told.resource_list_changes() > 0
+}
+
+/// Whether `client` lists the demo's bonus prompt and resource under
+/// `mount`, and can get and read them.
+async fn has_bonus_prompt_and_resource(client: &Client, mount: &str) -> bool {
+    let prompt = format!("{mount}__bonus");
+    let uri = format!("{mount}+demo://bonus");
+    let prompts = within("prompts/list", client.list_all_prompts())
+        .await
+        .expect("prompts/list");
+    let resources = within("resources/list", client.list_all_resources())
+        .await
+        .expect("resources/list");
+    if !prompts.iter().any(|p| p.name == prompt) || !resources.iter().any(|r| r.uri == uri) {
+        return false;
+    }
+    let got = within(
+        &format!("prompts/get {prompt}"),
+        client.get_prompt(GetPromptRequestParams::new(prompt.clone())),
+    )
+    .await
+    .expect("the bonus prompt");
+    assert!(format!("{got:?}").contains("bonus is here"), "{got:?}");
+    let contents = read(client, &uri).await.expect("the bonus resource");
+    assert_eq!(content_text(&contents.contents[0]), "bonus is here");
+    true
 }
 
 /// A per-session upstream is initialized with the capabilities its client

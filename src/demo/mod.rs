@@ -21,17 +21,19 @@ use std::{
 
 use rmcp::{
     handler::server::{
+        prompt::PromptContext,
         router::{prompt::PromptRouter, tool::ToolRouter},
         tool::schema_for_output,
         wrapper::Parameters,
     },
     model::{
-        CallToolResult, ContentBlock, ErrorData, GetPromptResult, Implementation,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-        Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
+        CallToolResult, ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse,
+        GetPromptResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, PromptMessage,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+        ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig,
     },
-    prompt, prompt_handler, prompt_router,
+    prompt, prompt_router,
     service::{RequestContext, ServerInitializeError},
     tool, tool_handler, tool_router,
     transport::streamable_http_server::{
@@ -45,6 +47,8 @@ use serde::{Deserialize, Serialize};
 const README_URI: &str = "demo://readme";
 const NOTES_PREFIX: &str = "demo://notes/";
 const NOTES_TEMPLATE: &str = "demo://notes/{key}";
+const BONUS_URI: &str = "demo://bonus";
+const BONUS: &str = "bonus";
 
 const README: &str = "\
 junction-demo is a tiny MCP server that ships inside Junction.
@@ -70,8 +74,9 @@ struct State {
     /// How many `slow` calls ended before finishing (cancelled by the
     /// client): lets tests see that a cancel reached this process.
     cancellations: AtomicU64,
-    /// Whether the `bonus` tool is listed; `toggle_bonus` flips it and
-    /// announces `tools/list_changed`, so tests can watch a list change.
+    /// Whether the `bonus` tool, prompt and resource are listed;
+    /// `toggle_bonus` flips it and announces all three lists changed, so
+    /// tests can watch each kind of list change.
     bonus: AtomicBool,
 }
 
@@ -230,11 +235,16 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Add or remove the `bonus` tool in this server process and announce tools/list_changed."
+        description = "Add or remove the `bonus` tool, prompt and resource (demo://bonus) in this server process and announce that the tool, prompt and resource lists changed."
     )]
     async fn toggle_bonus(&self, context: RequestContext<RoleServer>) -> CallToolResult {
         let enabled = !self.state.bonus.fetch_xor(true, Ordering::Relaxed);
-        if let Err(error) = context.peer.notify_tool_list_changed().await {
+        let announced = async {
+            context.peer.notify_tool_list_changed().await?;
+            context.peer.notify_prompt_list_changed().await?;
+            context.peer.notify_resource_list_changed().await
+        };
+        if let Err(error) = announced.await {
             return error_result(format!("could not announce the change: {error}"));
         }
         text_result(if enabled { "bonus on" } else { "bonus off" })
@@ -459,10 +469,17 @@ impl DemoServer {
             ),
         ])
     }
+
+    #[prompt(
+        name = "bonus",
+        description = "Only listed after toggle_bonus; says it is here."
+    )]
+    async fn bonus_prompt(&self) -> GetPromptResult {
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, "bonus is here")])
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
-#[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -471,7 +488,9 @@ impl ServerHandler for DemoServer {
                 .enable_tool_list_changed()
                 .enable_logging()
                 .enable_prompts()
+                .enable_prompts_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -508,7 +527,7 @@ impl ServerHandler for DemoServer {
             .tool_router
             .list_all()
             .into_iter()
-            .filter(|tool| bonus || tool.name != "bonus")
+            .filter(|tool| bonus || tool.name != BONUS)
             .filter(|tool| sampling || tool.name != "ask_model")
             .collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -526,16 +545,48 @@ impl ServerHandler for DemoServer {
         Ok(result)
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let bonus = self.state.bonus.load(Ordering::Relaxed);
+        let prompts = self
+            .prompt_router
+            .list_all()
+            .into_iter()
+            .filter(|prompt| bonus || prompt.name != BONUS)
+            .collect();
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name == BONUS && !self.state.bonus.load(Ordering::Relaxed) {
+            return Err(ErrorData::invalid_params(
+                "the bonus prompt is not enabled",
+                None,
+            ));
+        }
+        let prompt = PromptContext::new(self, request.name, request.arguments, context);
+        self.prompt_router.get_prompt(prompt).await
+    }
+
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(vec![Resource::new(
-            README_URI, "readme",
-        )
-        .with_description("What this demo server is and what it offers.")
-        .with_mime_type("text/plain")]))
+        let mut resources = vec![Resource::new(README_URI, "readme")
+            .with_description("What this demo server is and what it offers.")
+            .with_mime_type("text/plain")];
+        if self.state.bonus.load(Ordering::Relaxed) {
+            resources.push(Resource::new(BONUS_URI, BONUS).with_mime_type("text/plain"));
+        }
+        Ok(ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_resource_templates(
@@ -558,6 +609,8 @@ impl ServerHandler for DemoServer {
         let uri = request.uri;
         let text = if uri == README_URI {
             README.to_owned()
+        } else if uri == BONUS_URI && self.state.bonus.load(Ordering::Relaxed) {
+            "bonus is here".to_owned()
         } else if let Some(key) = uri.strip_prefix(NOTES_PREFIX).filter(|k| !k.is_empty()) {
             // An unset note is a valid, empty resource rather than "not
             // found": the template promises every key is readable.

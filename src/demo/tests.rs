@@ -95,6 +95,30 @@ async fn toggle_bonus_lists_the_bonus_tool() {
         .unwrap();
     let after = names(client.list_all_tools().await.unwrap());
     assert!(after.contains(&"bonus".to_owned()), "{after:?}");
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "bonus"), "{prompts:?}");
+    let resources = client.list_all_resources().await.unwrap();
+    assert!(
+        resources.iter().any(|r| r.uri == "demo://bonus"),
+        "{resources:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_bonus_prompt_and_resource_are_there_only_when_enabled() {
+    let client = connect().await;
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert!(!prompts.iter().any(|p| p.name == "bonus"), "{prompts:?}");
+    let prompt = || client.get_prompt(rmcp::model::GetPromptRequestParams::new("bonus"));
+    let read = || client.read_resource(rmcp::model::ReadResourceRequestParams::new("demo://bonus"));
+    assert!(prompt().await.is_err());
+    assert!(read().await.is_err());
+    client
+        .call_tool(CallToolRequestParams::new("toggle_bonus"))
+        .await
+        .unwrap();
+    assert!(prompt().await.is_ok());
+    assert!(read().await.is_ok());
 }
 
 #[tokio::test]

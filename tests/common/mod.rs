@@ -417,6 +417,8 @@ impl Gateway {
 pub struct TestClient {
     info: ClientConfig,
     tool_list_changes: Arc<AtomicUsize>,
+    prompt_list_changes: Arc<AtomicUsize>,
+    resource_list_changes: Arc<AtomicUsize>,
     sampling_requests: Arc<AtomicUsize>,
     /// `(progress token, progress)` of every progress notification.
     progress: Arc<Mutex<Vec<(ProgressToken, f64)>>>,
@@ -425,8 +427,28 @@ pub struct TestClient {
 }
 
 impl TestClient {
+    fn new(info: ClientConfig) -> Self {
+        Self {
+            info,
+            tool_list_changes: Arc::default(),
+            prompt_list_changes: Arc::default(),
+            resource_list_changes: Arc::default(),
+            sampling_requests: Arc::default(),
+            progress: Arc::default(),
+            logs: Arc::default(),
+        }
+    }
+
     pub fn tool_list_changes(&self) -> usize {
         self.tool_list_changes.load(Ordering::SeqCst)
+    }
+
+    pub fn prompt_list_changes(&self) -> usize {
+        self.prompt_list_changes.load(Ordering::SeqCst)
+    }
+
+    pub fn resource_list_changes(&self) -> usize {
+        self.resource_list_changes.load(Ordering::SeqCst)
     }
 
     pub fn sampling_requests(&self) -> usize {
@@ -479,6 +501,14 @@ impl ClientHandler for TestClient {
         self.tool_list_changes.fetch_add(1, Ordering::SeqCst);
     }
 
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.prompt_list_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.resource_list_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -525,13 +555,7 @@ pub async fn connect_with(url: &str, capabilities: ClientCapabilities) -> Client
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
     let info = ClientConfig::new(capabilities, Implementation::new("junction-tests", "0"))
         .with_protocol_version(ProtocolVersion::V_2025_11_25);
-    let handler = TestClient {
-        info,
-        tool_list_changes: Arc::default(),
-        sampling_requests: Arc::default(),
-        progress: Arc::default(),
-        logs: Arc::default(),
-    };
+    let handler = TestClient::new(info);
     let client = within(&format!("connecting to {url}"), handler.serve(transport))
         .await
         .unwrap_or_else(|error| panic!("cannot connect to {url}: {error}"));
@@ -682,13 +706,7 @@ pub async fn try_connect(url: &str) -> Result<Client, String> {
         Implementation::new("junction-tests", "0"),
     )
     .with_protocol_version(ProtocolVersion::V_2025_11_25);
-    let handler = TestClient {
-        info,
-        tool_list_changes: Arc::default(),
-        sampling_requests: Arc::default(),
-        progress: Arc::default(),
-        logs: Arc::default(),
-    };
+    let handler = TestClient::new(info);
     let client = match tokio::time::timeout(OP_TIMEOUT, handler.serve(transport)).await {
         Ok(Ok(client)) => client,
         Ok(Err(error)) => return Err(error.to_string()),
