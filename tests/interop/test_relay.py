@@ -304,6 +304,31 @@ async def test_capability_tools_complete_through_gateway(target: Target) -> None
             text = text_of(result)
             assert "User completed the URL elicitation flow" in text and elicitation_id in text, text
 
+            # ... and its error path: -32042 (URL elicitation required), whose
+            # data lists the prerequisite URL elicitation. The gateway passes
+            # code, message and data through unchanged: the message is what
+            # the TypeScript SDK's McpError writes ("MCP error <code>: " + the
+            # tool's message), the data exactly what the tool threw.
+            with pytest.raises(MCPError) as required:
+                await c.call_tool(
+                    f"{TOOL_PREFIX}trigger-url-elicitation",
+                    {"url": url, "elicitationId": f"junction-{uuid.uuid4()}", "errorPath": True},
+                )
+            error = required.value.error
+            assert error.code == -32042, dump(error)
+            assert error.message.endswith("This request requires browser-based authorization."), dump(error)
+            assert isinstance(error.data, dict) and set(error.data) == {"elicitations"}, dump(error)
+            listed = error.data["elicitations"]
+            assert isinstance(listed, list) and len(listed) == 1, dump(error)
+            prerequisite = listed[0]
+            assert set(prerequisite) == {"mode", "url", "message", "elicitationId"}, dump(error)
+            assert prerequisite["mode"] == "url" and prerequisite["url"] == "https://modelcontextprotocol.io", dump(error)
+            assert prerequisite["message"] == "Open this link to satisfy the prerequisite, then retry the request.", dump(error)
+            assert isinstance(prerequisite["elicitationId"], str) and prerequisite["elicitationId"], dump(error)
+            assert len([e for e in peer.elicitations if isinstance(e, types.ElicitRequestURLParams)]) == 1, (
+                f"the error path sent an elicitation/create too: {peer.elicitations}"
+            )
+
             # roots/list (a per-session upstream may already have asked right
             # after initialize; a shared one asks during this call)
             result = await c.call_tool(f"{TOOL_PREFIX}get-roots-list", {})
