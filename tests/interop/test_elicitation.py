@@ -18,7 +18,7 @@ cancel for an id not in flight vanishes silently, so each client's
 dispatcher is tapped: every notification it receives is recorded raw, as
 the gateway wrote it, before the SDK looks at it.
 
-What is asserted (ARCHITECTURE.md "Notification routing", src/upstream/
+What is asserted (ARCHITECTURE.md "Routing what upstreams send", src/upstream/
 handler.rs): a `notifications/elicitation/complete` is routed by its
 elicitation id alone, to the session the elicitation was relayed to (as an
 `elicitation/create`, or listed in a -32042 error's data) and to nobody
