@@ -415,3 +415,39 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
         "the session id {session} is in the log:\n{stderr}"
     );
 }
+
+/// rmcp logs the upstream session it fails to delete, id and all (here:
+/// the upstream is gone when the gateway shuts down). The gateway's log
+/// gets that line with the id's fingerprint instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcps_lines_show_upstream_session_ids_only_as_fingerprints() {
+    let mut demo = DemoHttp::start().await;
+    let config = format!(
+        "{SERVER_TOML}{}",
+        http_mount("remote", &demo.mcp_url(), "isolation = \"shared\"")
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let seen: Value = serde_json::from_str(ok_text(&call(&client, "remote__meta", json!({})).await))
+        .expect("meta as JSON");
+    let upstream_session = seen["http:mcp-session-id"]
+        .as_str()
+        .expect("the upstream's session id")
+        .to_owned();
+    close(client).await;
+
+    demo.proc.stop();
+    gateway.proc.stop();
+    let stderr = gateway.proc.stderr.text();
+    let fingerprint = junction::telemetry::redact::session_fingerprint(&upstream_session);
+    assert!(
+        stderr.lines().any(|line| line.contains("junction::rmcp")
+            && line.contains("fail to delete session")
+            && line.contains(&format!("session={fingerprint}"))),
+        "no fingerprinted line for the failed delete:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains(&upstream_session),
+        "the upstream session id {upstream_session} is in the log:\n{stderr}"
+    );
+}

@@ -347,9 +347,10 @@ impl DemoServer {
     )]
     async fn meta(&self, context: RequestContext<RoleServer>) -> CallToolResult {
         let mut shown = serde_json::Map::from_iter(context.meta.0 .0.clone());
-        // Over HTTP, also the trace headers the request came with.
+        // Over HTTP, also the trace headers and the session id the request
+        // came with (the id is this server's own, shown to its client).
         if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
-            for name in ["traceparent", "tracestate"] {
+            for name in ["traceparent", "tracestate", "mcp-session-id"] {
                 if let Some(value) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
                     shown.insert(format!("http:{name}"), value.into());
                 }

@@ -11,6 +11,7 @@
 pub mod context;
 pub mod metrics;
 pub mod redact;
+mod rmcp_events;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -84,10 +85,13 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
             None
         }
     });
+    // rmcp's lines that carry a session id reach the log and traces only
+    // as `rmcp_events` rewrites them.
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(fmt)
-        .with(otel)
+        .with(fmt.with_filter(rmcp_events::WithoutSessionIds))
+        .with(otel.map(|otel| otel.with_filter(rmcp_events::WithoutSessionIds)))
+        .with(rmcp_events::RewriteSessionIds)
         .try_init();
     telemetry
 }

@@ -1,0 +1,272 @@
+//! rmcp's own log lines, with the session ids in them fingerprinted.
+//!
+//! rmcp logs session ids as they are: the upstream session the gateway
+//! fails to delete (an ERROR whenever an upstream went away first), the
+//! downstream session it creates, or one it fails to close (in the message
+//! text). Either id is all it takes to act in that session, so neither may
+//! reach the log or a trace (see `redact.rs`). tracing cannot change an
+//! event on its way, so the lines that name a session are kept from the
+//! log and trace layers ([`WithoutSessionIds`]) and written again by
+//! [`RewriteSessionIds`], same level and text, with each id replaced by
+//! its fingerprint, under the target `junction::rmcp` (`origin` says
+//! where it came from). rmcp's spans that carry a session id are kept out
+//! of both layers, so no line inside one shows it either.
+//!
+//! The events seen are only those the configured filter lets through (for
+//! rmcp, `warn` and up by default).
+
+use std::fmt::{Debug, Write};
+
+use tracing::{field::Field, Event, Level, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Filter, Layer};
+
+use super::redact::session_fingerprint;
+
+/// Keeps rmcp's events and spans that carry a session id from a layer.
+pub struct WithoutSessionIds;
+
+impl<S: Subscriber> Filter<S> for WithoutSessionIds {
+    fn enabled(&self, metadata: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        !(metadata.is_span() && span_carries_a_session_id(metadata))
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
+        !names_a_session(event)
+    }
+}
+
+/// Writes each rmcp event that names a session again, fingerprinted.
+///
+/// It must be the outermost layer: a layer gets an event after every
+/// layer inside it, so the line written here does not interleave with the
+/// one being handled. It is written through the global dispatcher, which
+/// tracing allows from inside a layer only while no scoped dispatcher
+/// (`with_default`) exists, as in the gateway; otherwise the line is lost,
+/// never the id shown.
+pub struct RewriteSessionIds;
+
+impl<S: Subscriber> Layer<S> for RewriteSessionIds {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if !names_a_session(event) {
+            return;
+        }
+        let mut fields = RmcpFields::default();
+        event.record(&mut fields);
+        let line = fields.rewritten();
+        let origin = event.metadata().target();
+        match *event.metadata().level() {
+            Level::ERROR => {
+                tracing::error!(target: "junction::rmcp", origin = origin, "{line}")
+            }
+            Level::WARN => {
+                tracing::warn!(target: "junction::rmcp", origin = origin, "{line}")
+            }
+            Level::INFO => {
+                tracing::info!(target: "junction::rmcp", origin = origin, "{line}")
+            }
+            Level::DEBUG => {
+                tracing::debug!(target: "junction::rmcp", origin = origin, "{line}")
+            }
+            Level::TRACE => {
+                tracing::trace!(target: "junction::rmcp", origin = origin, "{line}")
+            }
+        }
+    }
+}
+
+fn is_rmcp(metadata: &Metadata<'_>) -> bool {
+    metadata.target() == "rmcp" || metadata.target().starts_with("rmcp::")
+}
+
+/// rmcp's session spans record the session id as `id`.
+fn span_carries_a_session_id(metadata: &Metadata<'_>) -> bool {
+    is_rmcp(metadata)
+        && (metadata.fields().field("session_id").is_some()
+            || metadata.fields().field("id").is_some())
+}
+
+/// An rmcp event with a `session_id` field, or a message that names a
+/// session (`"... session <id>: ..."`).
+fn names_a_session(event: &Event<'_>) -> bool {
+    let metadata = event.metadata();
+    if !is_rmcp(metadata) {
+        return false;
+    }
+    if metadata.fields().field("session_id").is_some() {
+        return true;
+    }
+    let mut fields = RmcpFields::default();
+    event.record(&mut fields);
+    fingerprint_session_ids(&fields.message).is_some()
+}
+
+/// What an rmcp event said, its session id apart.
+#[derive(Default)]
+struct RmcpFields {
+    message: String,
+    session_id: Option<String>,
+    /// The other fields, as ` name=value` pairs.
+    others: String,
+}
+
+impl RmcpFields {
+    fn rewritten(&self) -> String {
+        let mut line =
+            fingerprint_session_ids(&self.message).unwrap_or_else(|| self.message.clone());
+        if let Some(id) = &self.session_id {
+            let _ = write!(line, " session={}", session_fingerprint(id));
+        }
+        line.push_str(&self.others);
+        line
+    }
+}
+
+impl tracing::field::Visit for RmcpFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_owned(),
+            "session_id" => self.session_id = Some(value.to_owned()),
+            name => {
+                let _ = write!(self.others, " {name}={value:?}");
+            }
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            // `?id` of a string type: its Debug form is quoted.
+            "session_id" => {
+                self.session_id = Some(format!("{value:?}").trim_matches('"').to_owned())
+            }
+            name => {
+                let _ = write!(self.others, " {name}={value:?}");
+            }
+        }
+    }
+}
+
+/// Ids shorter than this after "session " are words, not ids ("session
+/// store load failed").
+const SHORTEST_ID: usize = 8;
+
+/// `message` with each id after "session " replaced by its fingerprint,
+/// or `None` if it names none.
+fn fingerprint_session_ids(message: &str) -> Option<String> {
+    const MARK: &str = "session ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    let mut found = false;
+    while let Some(at) = rest.find(MARK) {
+        let (before, after) = rest.split_at(at + MARK.len());
+        out.push_str(before);
+        let id_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(after.len());
+        if id_len >= SHORTEST_ID {
+            out.push_str(&session_fingerprint(&after[..id_len]));
+            found = true;
+        } else {
+            out.push_str(&after[..id_len]);
+        }
+        rest = &after[id_len..];
+    }
+    out.push_str(rest);
+    found.then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::span;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    #[test]
+    fn ids_in_messages_are_fingerprinted_and_words_are_not() {
+        let id = "0b5a7e52-5f47-4bd6-9d1e-2f3c1f0e9a11";
+        let message = format!("Failed to close session {id}: gone");
+        let rewritten = fingerprint_session_ids(&message).expect("an id");
+        assert_eq!(
+            rewritten,
+            format!("Failed to close session {}: gone", session_fingerprint(id))
+        );
+        assert_eq!(fingerprint_session_ids("session store load failed"), None);
+        assert_eq!(fingerprint_session_ids("no session here"), None);
+        let twice = format!("session {id} and session {id}");
+        let rewritten = fingerprint_session_ids(&twice).expect("ids");
+        assert!(!rewritten.contains(id), "{rewritten}");
+    }
+
+    /// What a layer behind [`WithoutSessionIds`] gets: event targets and
+    /// messages, and span names.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<String>>>);
+
+    impl<S: Subscriber> Layer<S> for Seen {
+        fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+            let mut fields = RmcpFields::default();
+            event.record(&mut fields);
+            let session = fields
+                .session_id
+                .map(|id| format!(" session_id={id:?}"))
+                .unwrap_or_default();
+            let line = format!(
+                "{}: {}{}{session}",
+                event.metadata().target(),
+                fields.message,
+                fields.others
+            );
+            self.0.lock().unwrap().push(line);
+        }
+
+        fn on_new_span(&self, attributes: &span::Attributes<'_>, _: &span::Id, _: Context<'_, S>) {
+            let name = attributes.metadata().name();
+            self.0.lock().unwrap().push(format!("span {name}"));
+        }
+    }
+
+    #[test]
+    fn rmcps_lines_and_spans_with_session_ids_are_kept_from_the_layer() {
+        let seen = Seen::default();
+        let subscriber =
+            tracing_subscriber::registry().with(seen.clone().with_filter(WithoutSessionIds));
+        let (upstream, downstream) = ("fe451486-55ae-4d56-9f3e-1c20588302f6", "d0c5e8f2a1b3");
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "rmcp::transport::streamable_http_client", session_id = upstream, "fail to delete session: gone");
+            tracing::error!(target: "rmcp::transport::streamable_http_server::tower", "Failed to close session {downstream}: closed");
+            tracing::warn!(target: "rmcp::service", "a line about no session");
+            tracing::warn!(target: "junction::x", session_id = "kept-as-is", "not rmcp's");
+            let _ = tracing::info_span!(target: "rmcp::transport", "streamable_http_session", id = downstream);
+            let _ = tracing::info_span!(target: "rmcp::service", "serve_inner");
+        });
+        let seen = seen.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                "rmcp::service: a line about no session",
+                "junction::x: not rmcp's session_id=\"kept-as-is\"",
+                "span serve_inner",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rewritten_line_has_fingerprints_for_ids() {
+        let id = "fe451486-55ae-4d56-9f3e-1c20588302f6";
+        let fields = RmcpFields {
+            message: format!("Failed to close session {id}: closed"),
+            session_id: Some(id.to_owned()),
+            others: " error=\"x\"".to_owned(),
+        };
+        let fingerprint = session_fingerprint(id);
+        assert_eq!(
+            fields.rewritten(),
+            format!(
+                "Failed to close session {fingerprint}: closed session={fingerprint} error=\"x\""
+            )
+        );
+    }
+}
