@@ -428,8 +428,9 @@ async fn rmcps_lines_show_upstream_session_ids_only_as_fingerprints() {
     );
     let mut gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let seen: Value = serde_json::from_str(ok_text(&call(&client, "remote__meta", json!({})).await))
-        .expect("meta as JSON");
+    let seen: Value =
+        serde_json::from_str(ok_text(&call(&client, "remote__meta", json!({})).await))
+            .expect("meta as JSON");
     let upstream_session = seen["http:mcp-session-id"]
         .as_str()
         .expect("the upstream's session id")

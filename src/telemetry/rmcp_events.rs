@@ -17,7 +17,7 @@
 
 use std::fmt::{Debug, Write};
 
-use tracing::{field::Field, Event, Level, Metadata, Subscriber};
+use tracing::{field::Field, subscriber::Interest, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 
 use super::redact::session_fingerprint;
@@ -28,6 +28,22 @@ pub struct WithoutSessionIds;
 impl<S: Subscriber> Filter<S> for WithoutSessionIds {
     fn enabled(&self, metadata: &Metadata<'_>, _: &Context<'_, S>) -> bool {
         !(metadata.is_span() && span_carries_a_session_id(metadata))
+    }
+
+    /// Decided once per callsite (the default asks again on every span
+    /// and event, on the hot path), except for rmcp's events, which
+    /// `event_enabled` looks at one by one.
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if !is_rmcp(metadata) {
+            Interest::always()
+        } else if metadata.is_span() {
+            match span_carries_a_session_id(metadata) {
+                true => Interest::never(),
+                false => Interest::always(),
+            }
+        } else {
+            Interest::sometimes()
+        }
     }
 
     fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
