@@ -37,7 +37,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from conftest import LOOPBACK_V4_HEX, Gateway, free_port, tcp_listeners, toml_str
-from test_relay import connect, dump, text_of, wait_until
+from test_relay import Target, connect, dump, text_of, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -68,21 +67,6 @@ COMBOS = [("stdio", "shared"), ("stdio", "per_session"), ("http", "shared"), ("h
 
 
 # ------------------------------------------------------------------ fixtures
-
-
-@dataclass
-class Target:
-    gateway: Gateway
-    transport: str  # "stdio" | "http"
-    isolation: str  # "shared" | "per_session"
-
-    @property
-    def url(self) -> str:
-        return self.gateway.mcp_url
-
-    @property
-    def shared(self) -> bool:
-        return self.isolation == "shared"
 
 
 @pytest.fixture
@@ -149,7 +133,8 @@ def target(request, start_elicit_http, start_gateway, monkeypatch) -> Target:
     monkeypatch.setenv("RUST_LOG", "info,junction=debug")
     transport, isolation = request.param
     url = start_elicit_http() if transport == "http" else None
-    return Target(start_gateway(mount_config(transport, isolation, url)), transport, isolation)
+    # The fixture's HTTP process is stopped by its own factory, not through the target.
+    return Target(start_gateway(mount_config(transport, isolation, url)), transport, isolation, None)
 
 
 # -------------------------------------------------------------------- client
