@@ -166,6 +166,12 @@ impl tracing::field::Visit for RmcpFields {
 /// store load failed").
 const SHORTEST_ID: usize = 8;
 
+/// Whether the token after "session " is an id: long enough and with a
+/// digit in it (rmcp's are UUIDs), not a word ("session restored").
+fn is_an_id(token: &str) -> bool {
+    token.len() >= SHORTEST_ID && token.bytes().any(|b| b.is_ascii_digit())
+}
+
 /// `message` with each id after "session " replaced by its fingerprint,
 /// or `None` if it names none.
 fn fingerprint_session_ids(message: &str) -> Option<String> {
@@ -179,7 +185,7 @@ fn fingerprint_session_ids(message: &str) -> Option<String> {
         let id_len = after
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
             .unwrap_or(after.len());
-        if id_len >= SHORTEST_ID {
+        if is_an_id(&after[..id_len]) {
             out.push_str(&session_fingerprint(&after[..id_len]));
             found = true;
         } else {
@@ -210,6 +216,10 @@ mod tests {
             format!("Failed to close session {}: gone", session_fingerprint(id))
         );
         assert_eq!(fingerprint_session_ids("session store load failed"), None);
+        assert_eq!(
+            fingerprint_session_ids("session restored from external store"),
+            None
+        );
         assert_eq!(fingerprint_session_ids("no session here"), None);
         let twice = format!("session {id} and session {id}");
         let rewritten = fingerprint_session_ids(&twice).expect("ids");
