@@ -1017,6 +1017,72 @@ async fn quick_answers_come_whole_and_slow_ones_stream() {
     assert_eq!(raw::sse_response(&rest)["id"], 2, "{rest:?}");
 }
 
+/// `prompts/get`, `resources/read` and `completion/complete` are answered
+/// before rmcp's handler too, like `tools/call` (`downstream/quick_call.rs`):
+/// plain JSON, the request's own id, names and URIs qualified as usual. An
+/// unknown name is still a JSON-RPC error, on the same path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routed_requests_are_answered_on_the_quick_path() {
+    let (_gateway, http, mcp, session) = demo_with_raw_session().await;
+    raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+    let post = |method: &'static str, params: Value| {
+        let request = json!({"jsonrpc": "2.0", "id": method, "method": method, "params": params});
+        raw::post(
+            &http,
+            &mcp,
+            Some(&session),
+            raw::JSON_POST,
+            request.to_string(),
+        )
+    };
+    let quick = |method: &str, answer: &raw::Answer| {
+        assert_eq!(
+            answer.headers["content-type"], "application/json",
+            "{method}: {answer:?}"
+        );
+        assert_eq!(answer.body["id"], method, "{answer:?}");
+    };
+
+    let prompt = post(
+        "prompts/get",
+        json!({"name": "demo__greet", "arguments": {"name": "Ada"}}),
+    )
+    .await;
+    quick("prompts/get", &prompt);
+    let messages = &prompt.body["result"]["messages"];
+    assert_eq!(
+        messages[0]["content"]["text"], "Say hello to Ada.",
+        "{prompt:?}"
+    );
+    assert_eq!(
+        messages[1]["content"]["resource"]["uri"], "demo+demo://readme",
+        "an embedded resource's URI is qualified: {prompt:?}"
+    );
+
+    let read = post("resources/read", json!({"uri": "demo+demo://readme"})).await;
+    quick("resources/read", &read);
+    assert_eq!(
+        read.body["result"]["contents"][0]["uri"], "demo+demo://readme",
+        "{read:?}"
+    );
+
+    let completion = post(
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "demo__greet"},
+               "argument": {"name": "name", "value": "A"}}),
+    )
+    .await;
+    quick("completion/complete", &completion);
+    assert!(
+        completion.body["result"]["completion"]["values"].is_array(),
+        "{completion:?}"
+    );
+
+    let unknown = post("prompts/get", json!({"name": "demo__nope"})).await;
+    quick("prompts/get", &unknown);
+    assert_eq!(unknown.body["error"]["code"], -32602, "{unknown:?}");
+}
+
 /// A cursor-less `tools/list` is answered from the catalog's page
 /// serialized once (`downstream/prebuilt.rs`): plain JSON, the request's
 /// own id, and a new page as soon as the catalog changes. A cursor still

@@ -11,14 +11,13 @@ use std::{borrow::Cow, sync::Arc};
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, ClientRequest, CompleteRequest,
-        CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, GetPromptRequest,
-        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
-        InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequest,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestMetaObject,
-        ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
-        SubscribeRequestParams, UnsubscribeRequestParams,
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ServerCapabilities,
+        ServerConfig, ServerResult, SetLevelRequestParams, SubscribeRequestParams,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext},
     transport::streamable_http_server::session::SessionRestoreMarker,
@@ -26,15 +25,15 @@ use rmcp::{
 };
 
 use super::{
-    call::{call_tool, ToolCall},
-    quick_call, DownstreamSession, RouteError, SessionState,
+    quick_call,
+    routed::{self, Routed, RoutedRequest},
+    DownstreamSession, RouteError, SessionState,
 };
 use crate::{
     catalog::{MergedCatalog, PageError},
     config::Isolation,
     gateway::{Gateway, Mount},
     naming::MountName,
-    rewrite,
     upstream::{Caller, ClientProfile, UpstreamSession},
 };
 
@@ -44,23 +43,6 @@ use crate::{
 const NEWEST_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 impl DownstreamSession {
-    /// Sends a request upstream for the client request of `context` (so
-    /// what the upstream says about it comes back to this client).
-    async fn send(
-        &self,
-        mount: &Mount,
-        upstream: &UpstreamSession,
-        request: ClientRequest,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, RouteError> {
-        // Calls, whose limit depends on the tool, go through `call.rs`.
-        let limit = mount.request_limit(None);
-        upstream
-            .request(request, self.caller(context), &context.ct, limit)
-            .await
-            .map_err(|error| RouteError::upstream(&mount.config, error))
-    }
-
     /// What the client is told at initialize: how names are formed for each
     /// mount, followed by that upstream's own instructions when known.
     fn instructions(&self) -> String {
@@ -107,6 +89,34 @@ impl DownstreamSession {
         self.state().catalog(&self.gateway)
     }
 
+    /// Answers a request routed to one mount: the quick path's, if it
+    /// started the request and handed it over (admitted and observed
+    /// there, only awaited here), else routed here.
+    async fn routed(
+        &self,
+        request: Routed,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        if let Some(running) = context
+            .extensions
+            .get::<quick_call::HandedOver>()
+            .and_then(quick_call::HandedOver::take)
+        {
+            return running.finish(&context.ct).await;
+        }
+        let method = request.method();
+        let tool = request.tool().map(str::to_owned);
+        self.handle(method, tool.as_deref(), context, async {
+            let routed = RoutedRequest {
+                request,
+                caller: self.caller(context),
+                cancel: context.ct.clone(),
+            };
+            routed::answer(&self.gateway, &self.state(), routed, &context.meta).await
+        })
+        .await
+    }
+
     /// The mount named `name` and this session's upstream for it.
     pub(super) async fn connect(
         &self,
@@ -142,11 +152,23 @@ pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObje
 }
 
 /// Whether the upstream declared a server capability at initialize.
-fn declares(upstream: &UpstreamSession, check: impl Fn(&ServerCapabilities) -> bool) -> bool {
+pub(super) fn declares(
+    upstream: &UpstreamSession,
+    check: impl Fn(&ServerCapabilities) -> bool,
+) -> bool {
     upstream
         .peer()
         .peer_info()
         .is_some_and(|info| check(&info.capabilities))
+}
+
+/// A request handed over by the quick path ended with a result of another
+/// method's type: it cannot happen (the handover rides on its request).
+fn answered_as_another_method() -> ErrorData {
+    ErrorData::internal_error(
+        "the request was answered with another method's result",
+        None,
+    )
 }
 
 /// An upstream answered with a result of the wrong type for the request.
@@ -322,30 +344,10 @@ impl ServerHandler for DownstreamSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // A call the quick path started and handed over: it was admitted
-        // and is observed there; here it is only awaited.
-        if let Some(call) = context
-            .extensions
-            .get::<quick_call::HandedOver>()
-            .and_then(quick_call::HandedOver::take)
-        {
-            return call
-                .finish(&context.ct)
-                .await
-                .map(CallToolResponse::Complete);
+        match self.routed(Routed::CallTool(request), &context).await? {
+            ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+            _ => Err(answered_as_another_method()),
         }
-        let tool_name = request.name.to_string();
-        self.handle("tools/call", Some(&tool_name), &context, async {
-            let call = ToolCall {
-                params: request.clone(),
-                caller: self.caller(&context),
-                cancel: context.ct.clone(),
-            };
-            call_tool(&self.gateway, &self.state(), call, &context.meta)
-                .await
-                .map(CallToolResponse::Complete)
-        })
-        .await
     }
 
     async fn get_prompt(
@@ -353,31 +355,10 @@ impl ServerHandler for DownstreamSession {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.handle("prompts/get", None, &context, async {
-            let answer = async {
-                let route = self
-                    .catalog()
-                    .await
-                    .resolve_prompt(&request.name)
-                    .ok_or_else(|| RouteError::UnknownPrompt(request.name.clone()))?;
-                let (mount, upstream) = self.connect(&route.mount).await?;
-                let mut params = request.clone();
-                params.name = route.original.to_string();
-                params.meta = forwarded_meta(&context.meta);
-                let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-                let response = self.send(&mount, &upstream, request, &context).await?;
-                match response {
-                    ServerResult::GetPromptResult(mut result) => {
-                        rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
-                        Ok(GetPromptResponse::Complete(result))
-                    }
-                    _ => Err(unexpected(&mount)),
-                }
-            }
-            .await;
-            answer.map_err(RouteError::into_mcp_error)
-        })
-        .await
+        match self.routed(Routed::GetPrompt(request), &context).await? {
+            ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
+            _ => Err(answered_as_another_method()),
+        }
     }
 
     async fn read_resource(
@@ -385,31 +366,10 @@ impl ServerHandler for DownstreamSession {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.handle("resources/read", None, &context, async {
-            let answer = async {
-                let route = self
-                    .catalog()
-                    .await
-                    .resolve_uri(&request.uri)
-                    .ok_or_else(|| RouteError::UnknownResource(request.uri.clone()))?;
-                let (mount, upstream) = self.connect(&route.mount).await?;
-                let mut params = request.clone();
-                params.uri = route.original.to_string();
-                params.meta = forwarded_meta(&context.meta);
-                let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
-                let response = self.send(&mount, &upstream, request, &context).await?;
-                match response {
-                    ServerResult::ReadResourceResult(mut result) => {
-                        rewrite::qualify_read_result(&mount.config.namespace, &mut result);
-                        Ok(ReadResourceResponse::Complete(result))
-                    }
-                    _ => Err(unexpected(&mount)),
-                }
-            }
-            .await;
-            answer.map_err(RouteError::into_mcp_error)
-        })
-        .await
+        match self.routed(Routed::ReadResource(request), &context).await? {
+            ServerResult::ReadResourceResult(result) => Ok(ReadResourceResponse::Complete(result)),
+            _ => Err(answered_as_another_method()),
+        }
     }
 
     async fn complete(
@@ -417,49 +377,10 @@ impl ServerHandler for DownstreamSession {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.handle("completion/complete", None, &context, async {
-            let answer = async {
-                let catalog = self.catalog().await;
-                let mut params = request.clone();
-                let route = match &mut params.r#ref {
-                    Reference::Prompt(prompt) => {
-                        let route = catalog
-                            .resolve_prompt(&prompt.name)
-                            .ok_or_else(|| RouteError::UnknownPrompt(prompt.name.clone()))?;
-                        prompt.name = route.original.to_string();
-                        route
-                    }
-                    Reference::Resource(resource) => {
-                        let route = catalog
-                            .resolve_uri(&resource.uri)
-                            .ok_or_else(|| RouteError::UnknownResource(resource.uri.clone()))?;
-                        resource.uri = route.original.to_string();
-                        route
-                    }
-                    _ => {
-                        return Err(RouteError::UnknownResource(
-                            "completion reference of an unknown kind".to_owned(),
-                        ))
-                    }
-                };
-                let (mount, upstream) = self.connect(&route.mount).await?;
-                if !declares(&upstream, |c| c.completions.is_some()) {
-                    // Offering no suggestions is the honest answer for a mount
-                    // that has no completions.
-                    return Ok(CompleteResult::default());
-                }
-                params.meta = forwarded_meta(&context.meta);
-                let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-                let response = self.send(&mount, &upstream, request, &context).await?;
-                match response {
-                    ServerResult::CompleteResult(result) => Ok(result),
-                    _ => Err(unexpected(&mount)),
-                }
-            }
-            .await;
-            answer.map_err(RouteError::into_mcp_error)
-        })
-        .await
+        match self.routed(Routed::Complete(request), &context).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            _ => Err(answered_as_another_method()),
+        }
     }
 
     async fn subscribe(

@@ -8,7 +8,6 @@
 //! client session it belonged to.
 
 mod admission;
-mod call;
 mod errors;
 mod handler;
 pub mod hibernation;
@@ -17,6 +16,7 @@ mod per_session;
 pub(crate) mod prebuilt;
 pub(crate) mod quick_call;
 pub mod request_streams;
+mod routed;
 pub mod tasks;
 
 use std::{

@@ -16,7 +16,7 @@ use rmcp::{
     model::{
         CallToolResponse, CallToolResult, CompleteResult, Extensions, GetPromptResponse,
         InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, MetaObject, ReadResourceResponse, RequestMetaObject,
+        ListToolsResult, MetaObject, ReadResourceResponse, RequestMetaObject, ServerResult,
     },
     service::RequestContext,
     ErrorData, RoleServer,
@@ -53,6 +53,12 @@ pub(crate) trait Outcome {
 impl Outcome for CallToolResult {
     fn is_tool_error(&self) -> bool {
         self.is_error == Some(true)
+    }
+}
+
+impl Outcome for ServerResult {
+    fn is_tool_error(&self) -> bool {
+        matches!(self, ServerResult::CallToolResult(result) if result.is_error == Some(true))
     }
 }
 

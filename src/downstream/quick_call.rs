@@ -1,4 +1,6 @@
-//! `tools/call` answered before rmcp's handler when the answer is quick.
+//! Routed requests (`tools/call`, `prompts/get`, `resources/read`,
+//! `completion/complete`) answered before rmcp's handler when the answer is
+//! quick; "call" below is any of them.
 //!
 //! Through rmcp's server a call goes from the route to the session's worker
 //! task, to its service loop, to a task spawned for the handler, and its
@@ -6,7 +8,7 @@
 //! each hop, which on the benchmark's two cores cost more than everything
 //! else the gateway does for a call (BENCHMARKS.md). Here the session layer
 //! (`http/resumable`, where the prebuilt `tools/list` is answered too)
-//! starts the call itself, with the work the handler does (`call.rs`),
+//! starts the call itself, with the work the handler does (`routed.rs`),
 //! admitted and observed the same way, and waits for it until the route's
 //! hold deadline (`http/one_write.rs`). An answer by then goes back whole,
 //! as `application/json`.
@@ -41,8 +43,8 @@ use std::{
 use bytes::Bytes;
 use rmcp::{
     model::{
-        CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest,
-        RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+        ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest, RequestId,
+        RequestMetaObject, ServerJsonRpcMessage, ServerResult,
     },
     ErrorData,
 };
@@ -51,9 +53,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     admission::admit_and_observe,
-    call::{call_tool, ToolCall},
     observe::{sent_meta, RequestOrigin},
     request_streams::RelatedQueue,
+    routed::{self, Routed, RoutedRequest},
     tasks::TaskAugmentation,
     SessionState,
 };
@@ -64,7 +66,7 @@ use crate::{gateway::Gateway, upstream::Caller};
 /// way it would without a stream.
 const HANDOVER_WAIT: Duration = Duration::from_secs(5);
 
-type Answer = Result<CallToolResult, ErrorData>;
+type Answer = Result<ServerResult, ErrorData>;
 type Work = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// A quick call's way to rmcp: asked for by whoever has something for the
@@ -291,10 +293,30 @@ pub(crate) async fn offer(
     request: &mut JsonRpcRequest<ClientRequest>,
     deadline: Instant,
 ) -> Quick {
-    let ClientRequest::CallToolRequest(call) = &mut request.request else {
-        return Quick::Declined;
+    let (routed, params_meta, extensions) = match &mut request.request {
+        ClientRequest::CallToolRequest(call) => {
+            let routed = Routed::CallTool(call.params.clone());
+            (routed, call.params.meta.as_ref(), &mut call.extensions)
+        }
+        ClientRequest::GetPromptRequest(get) => {
+            let routed = Routed::GetPrompt(get.params.clone());
+            (routed, get.params.meta.as_ref(), &mut get.extensions)
+        }
+        ClientRequest::ReadResourceRequest(read) => {
+            let routed = Routed::ReadResource(read.params.clone());
+            (routed, read.params.meta.as_ref(), &mut read.extensions)
+        }
+        ClientRequest::CompleteRequest(complete) => {
+            let routed = Routed::Complete(complete.params.clone());
+            (
+                routed,
+                complete.params.meta.as_ref(),
+                &mut complete.extensions,
+            )
+        }
+        _ => return Quick::Declined,
     };
-    let parts = call.extensions.get::<axum::http::request::Parts>();
+    let parts = extensions.get::<axum::http::request::Parts>();
     if state.is_asleep()
         || parts.is_some_and(|parts| parts.extensions.get::<TaskAugmentation>().is_some())
     {
@@ -303,14 +325,14 @@ pub(crate) async fn offer(
     let Some(peer) = state.peer() else {
         return Quick::Declined;
     };
-    let meta = sent_meta(call.params.meta.as_ref(), &call.extensions)
+    let meta = sent_meta(params_meta, extensions)
         .cloned()
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
     let mut pending = Pending::new(calls, session, &request.id);
     let cancel = CancellationToken::new();
-    let tool_call = ToolCall {
-        params: call.params.clone(),
+    let routed = RoutedRequest {
+        request: routed,
         caller: Caller {
             session: state.key,
             peer,
@@ -323,7 +345,7 @@ pub(crate) async fn offer(
         },
         cancel: cancel.clone(),
     };
-    let observed = observed(gateway.clone(), state.clone(), tool_call, meta, headers);
+    let observed = observed(gateway.clone(), state.clone(), routed, meta, headers);
     let mut work: Work = Box::pin(observed);
     let why = tokio::select! {
         answer = &mut work => return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]),
@@ -331,7 +353,7 @@ pub(crate) async fn offer(
         _ = pending.handoff.asked() => "something is due on its stream",
     };
     tracing::debug!(id = ?request.id, why, "handing a quick call over to rmcp");
-    call.extensions.insert(HandedOver(Arc::new(Parcel {
+    extensions.insert(HandedOver(Arc::new(Parcel {
         call: Mutex::new(Some(RunningCall { work, cancel })),
         handoff: pending.handoff.clone(),
     })));
@@ -344,22 +366,23 @@ pub(crate) async fn offer(
 async fn observed(
     gateway: Arc<Gateway>,
     state: Arc<SessionState>,
-    call: ToolCall,
+    call: RoutedRequest,
     meta: RequestMetaObject,
     headers: Option<axum::http::HeaderMap>,
 ) -> Answer {
     let limit = gateway.config().limits.max_concurrent_requests;
-    let tool = call.params.name.to_string();
+    let method = call.request.method();
+    let tool = call.request.tool().map(str::to_owned);
     let origin = RequestOrigin {
         headers: headers.as_ref(),
         meta: Some(&meta.0),
     };
-    let work = call_tool(&gateway, &state, call, &meta);
+    let work = routed::answer(&gateway, &state, call, &meta);
     admit_and_observe(
         &state.requests,
         limit,
-        "tools/call",
-        Some(&tool),
+        method,
+        tool.as_deref(),
         origin,
         work,
     )
@@ -369,9 +392,7 @@ async fn observed(
 /// The JSON-RPC response carrying `answer` to request `id`.
 fn json_rpc_answer(id: &RequestId, answer: Answer) -> Bytes {
     let message = match answer {
-        Ok(result) => {
-            ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id.clone())
-        }
+        Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
         Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
     };
     match serde_json::to_vec(&message) {
@@ -441,7 +462,11 @@ mod tests {
         // Handed over: rmcp's handler takes the call.
         let handed = HandedOver(Arc::new(Parcel {
             call: Mutex::new(Some(RunningCall {
-                work: Box::pin(async { Ok(CallToolResult::success(vec![])) }),
+                work: Box::pin(async {
+                    Ok(ServerResult::CallToolResult(
+                        rmcp::model::CallToolResult::success(vec![]),
+                    ))
+                }),
                 cancel: CancellationToken::new(),
             })),
             handoff: handoff.clone(),
@@ -509,16 +534,19 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_rmcps_json_rpc_responses() {
+    fn answers_are_json_rpc_responses_with_the_bare_result() {
+        use rmcp::model::{ReadResourceResult, ResourceContents};
         let id = RequestId::String("a \"quoted\" id".into());
-        let result = CallToolResult::success(vec![rmcp::model::ContentBlock::text("hi")]);
-        let ours: serde_json::Value =
-            serde_json::from_slice(&json_rpc_answer(&id, Ok(result.clone()))).unwrap();
-        let rmcp = ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id.clone());
-        assert_eq!(ours, serde_json::to_value(&rmcp).unwrap());
+        let read = ReadResourceResult::new(vec![ResourceContents::text("hi", "demo://x")]);
+        let answer = json_rpc_answer(&id, Ok(ServerResult::ReadResourceResult(read)));
+        let ours: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(ours["jsonrpc"], "2.0");
+        assert_eq!(ours["id"], "a \"quoted\" id");
+        assert_eq!(ours["result"]["contents"][0]["uri"], "demo://x", "{ours}");
+        assert_eq!(ours["result"]["contents"][0]["text"], "hi", "{ours}");
         let error = ErrorData::invalid_params("no such tool", None);
         let ours: serde_json::Value =
-            serde_json::from_slice(&json_rpc_answer(&id, Err(error.clone()))).unwrap();
+            serde_json::from_slice(&json_rpc_answer(&id, Err(error))).unwrap();
         assert_eq!(ours["error"]["message"], "no such tool");
         assert_eq!(ours["id"], "a \"quoted\" id");
     }

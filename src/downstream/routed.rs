@@ -1,0 +1,262 @@
+//! The requests routed to one mount: `tools/call`, `prompts/get`,
+//! `resources/read` and `completion/complete`. Each is resolved to its
+//! mount by name, URI or reference, sent upstream under the upstream's own
+//! name, and its answer qualified for the client.
+//!
+//! Two ways lead here: rmcp's handler (`handler.rs`) and the quick path
+//! that answers before rmcp's handler (`quick_call.rs`). Both run this same
+//! work inside the same admission and observation, so a request is routed,
+//! limited, timed out, relayed and rewritten the same whichever way it
+//! came.
+
+use std::sync::Arc;
+
+use rmcp::{
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, CompleteRequest,
+        CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
+        GetPromptResult, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult,
+        Reference, RequestMetaObject, ServerResult,
+    },
+    ErrorData,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    handler::{connect, declares, forwarded_meta, unexpected},
+    RouteError, SessionState,
+};
+use crate::{
+    gateway::{Gateway, Mount},
+    rewrite,
+    upstream::{Caller, UpstreamSession},
+};
+
+/// What a client asked of one mount.
+pub(crate) enum Routed {
+    CallTool(CallToolRequestParams),
+    GetPrompt(GetPromptRequestParams),
+    ReadResource(ReadResourceRequestParams),
+    Complete(CompleteRequestParams),
+}
+
+impl Routed {
+    /// The request's JSON-RPC method.
+    pub(crate) fn method(&self) -> &'static str {
+        match self {
+            Routed::CallTool(_) => "tools/call",
+            Routed::GetPrompt(_) => "prompts/get",
+            Routed::ReadResource(_) => "resources/read",
+            Routed::Complete(_) => "completion/complete",
+        }
+    }
+
+    /// The tool called, for a `tools/call`.
+    pub(crate) fn tool(&self) -> Option<&str> {
+        match self {
+            Routed::CallTool(params) => Some(&params.name),
+            _ => None,
+        }
+    }
+}
+
+/// A routed request, and where what it causes downstream goes.
+pub(crate) struct RoutedRequest {
+    pub request: Routed,
+    pub caller: Caller,
+    /// Fires when the client cancels the request.
+    pub cancel: CancellationToken,
+}
+
+/// The answer to `request` in `state`'s session, `meta` being the `_meta`
+/// the client sent with it: the upstream's result, qualified, or the
+/// gateway's failure as the client should see it.
+pub(crate) async fn answer(
+    gateway: &Arc<Gateway>,
+    state: &Arc<SessionState>,
+    request: RoutedRequest,
+    meta: &RequestMetaObject,
+) -> Result<ServerResult, ErrorData> {
+    let RoutedRequest {
+        request,
+        caller,
+        cancel,
+    } = request;
+    let to = Upstream {
+        gateway,
+        state,
+        caller,
+        cancel: &cancel,
+        meta,
+    };
+    match request {
+        Routed::CallTool(params) => to.call_tool(params).await.map(ServerResult::CallToolResult),
+        Routed::GetPrompt(params) => to
+            .get_prompt(params)
+            .await
+            .map(ServerResult::GetPromptResult)
+            .map_err(RouteError::into_mcp_error),
+        Routed::ReadResource(params) => to
+            .read_resource(params)
+            .await
+            .map(ServerResult::ReadResourceResult)
+            .map_err(RouteError::into_mcp_error),
+        Routed::Complete(params) => to
+            .complete(params)
+            .await
+            .map(ServerResult::CompleteResult)
+            .map_err(RouteError::into_mcp_error),
+    }
+}
+
+/// Everything a routed request needs on its way upstream.
+struct Upstream<'a> {
+    gateway: &'a Arc<Gateway>,
+    state: &'a Arc<SessionState>,
+    caller: Caller,
+    cancel: &'a CancellationToken,
+    meta: &'a RequestMetaObject,
+}
+
+impl Upstream<'_> {
+    /// The session's catalog, once its per-session mounts are discovered.
+    async fn catalog(&self) -> Arc<crate::catalog::MergedCatalog> {
+        self.gateway.prepare(self.state.profile()).await;
+        self.state.catalog(self.gateway)
+    }
+
+    /// Sends `request` on `upstream` for the client's request; a call's
+    /// limit depends on its tool.
+    async fn send(
+        self,
+        mount: &Mount,
+        upstream: &UpstreamSession,
+        request: ClientRequest,
+        tool: Option<&str>,
+    ) -> Result<ServerResult, RouteError> {
+        let limit = mount.request_limit(tool);
+        upstream
+            .request(request, self.caller, self.cancel, limit)
+            .await
+            .map_err(|error| RouteError::upstream(&mount.config, error))
+    }
+
+    /// A dead mount is a tool error, an unknown tool a JSON-RPC error.
+    async fn call_tool(
+        self,
+        mut params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ErrorData> {
+        let name = params.name.to_string();
+        let answer = async {
+            let route = self
+                .catalog()
+                .await
+                .resolve_tool(&name)
+                .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+            let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+            params.name = route.original.to_string().into();
+            params.meta = forwarded_meta(self.meta);
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            match self
+                .send(&mount, &upstream, request, Some(&route.original))
+                .await?
+            {
+                ServerResult::CallToolResult(mut result) => {
+                    rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
+                    Ok(result)
+                }
+                _ => Err(unexpected(&mount)),
+            }
+        }
+        .await;
+        answer.or_else(|error: RouteError| {
+            tracing::debug!(tool = %name, %error, "tools/call failed");
+            error.into_tool_answer()
+        })
+    }
+
+    async fn get_prompt(
+        self,
+        mut params: GetPromptRequestParams,
+    ) -> Result<GetPromptResult, RouteError> {
+        let route = self
+            .catalog()
+            .await
+            .resolve_prompt(&params.name)
+            .ok_or_else(|| RouteError::UnknownPrompt(params.name.clone()))?;
+        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        params.name = route.original.to_string();
+        params.meta = forwarded_meta(self.meta);
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        match self.send(&mount, &upstream, request, None).await? {
+            ServerResult::GetPromptResult(mut result) => {
+                rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
+                Ok(result)
+            }
+            _ => Err(unexpected(&mount)),
+        }
+    }
+
+    async fn read_resource(
+        self,
+        mut params: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResult, RouteError> {
+        let route = self
+            .catalog()
+            .await
+            .resolve_uri(&params.uri)
+            .ok_or_else(|| RouteError::UnknownResource(params.uri.clone()))?;
+        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        params.uri = route.original.to_string();
+        params.meta = forwarded_meta(self.meta);
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        match self.send(&mount, &upstream, request, None).await? {
+            ServerResult::ReadResourceResult(mut result) => {
+                rewrite::qualify_read_result(&mount.config.namespace, &mut result);
+                Ok(result)
+            }
+            _ => Err(unexpected(&mount)),
+        }
+    }
+
+    /// Routed by its reference: a prompt by name, a resource by URI.
+    async fn complete(
+        self,
+        mut params: CompleteRequestParams,
+    ) -> Result<CompleteResult, RouteError> {
+        let catalog = self.catalog().await;
+        let route = match &mut params.r#ref {
+            Reference::Prompt(prompt) => {
+                let route = catalog
+                    .resolve_prompt(&prompt.name)
+                    .ok_or_else(|| RouteError::UnknownPrompt(prompt.name.clone()))?;
+                prompt.name = route.original.to_string();
+                route
+            }
+            Reference::Resource(resource) => {
+                let route = catalog
+                    .resolve_uri(&resource.uri)
+                    .ok_or_else(|| RouteError::UnknownResource(resource.uri.clone()))?;
+                resource.uri = route.original.to_string();
+                route
+            }
+            _ => {
+                return Err(RouteError::UnknownResource(
+                    "completion reference of an unknown kind".to_owned(),
+                ))
+            }
+        };
+        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        if !declares(&upstream, |c| c.completions.is_some()) {
+            // Offering no suggestions is the honest answer for a mount
+            // that has no completions.
+            return Ok(CompleteResult::default());
+        }
+        params.meta = forwarded_meta(self.meta);
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+        match self.send(&mount, &upstream, request, None).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            _ => Err(unexpected(&mount)),
+        }
+    }
+}
