@@ -85,8 +85,7 @@ impl DownstreamSession {
     /// The session's catalog, after making sure its per-session mounts
     /// were discovered for this client's profile.
     pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
-        self.gateway.prepare(self.state().profile()).await;
-        self.state().catalog(&self.gateway)
+        self.state().ready_catalog(&self.gateway).await
     }
 
     /// Answers a request routed to one mount: the quick path's, if it

@@ -223,6 +223,13 @@ impl SessionState {
         self.profile.get().copied().unwrap_or_default()
     }
 
+    /// [`Self::catalog`], once the per-session mounts know their lists for
+    /// this session's profile: what a request routes and lists by.
+    pub(crate) async fn ready_catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
+        gateway.prepare(self.profile()).await;
+        self.catalog(gateway)
+    }
+
     /// The catalog this session sees: the one shared by every session with
     /// its profile, unless its own per-session upstreams announced lists.
     pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {

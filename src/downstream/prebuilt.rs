@@ -57,8 +57,7 @@ pub(crate) async fn list(
     if params.is_some_and(|params| params.cursor.is_some()) || state.is_asleep() {
         return None;
     }
-    gateway.prepare(state.profile()).await;
-    let catalog = state.catalog(gateway);
+    let catalog = state.ready_catalog(gateway).await;
     if listing == Listing::Tools && !catalog.tool_execution.is_empty() {
         return None;
     }

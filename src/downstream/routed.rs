@@ -89,24 +89,22 @@ pub(crate) async fn answer(
         cancel: &cancel,
         meta,
     };
-    match request {
-        Routed::CallTool(params) => to.call_tool(params).await.map(ServerResult::CallToolResult),
+    let answer = match request {
+        // A call's failures are mostly tool errors, decided in `call_tool`.
+        Routed::CallTool(params) => {
+            return to.call_tool(params).await.map(ServerResult::CallToolResult)
+        }
         Routed::GetPrompt(params) => to
             .get_prompt(params)
             .await
-            .map(ServerResult::GetPromptResult)
-            .map_err(RouteError::into_mcp_error),
+            .map(ServerResult::GetPromptResult),
         Routed::ReadResource(params) => to
             .read_resource(params)
             .await
-            .map(ServerResult::ReadResourceResult)
-            .map_err(RouteError::into_mcp_error),
-        Routed::Complete(params) => to
-            .complete(params)
-            .await
-            .map(ServerResult::CompleteResult)
-            .map_err(RouteError::into_mcp_error),
-    }
+            .map(ServerResult::ReadResourceResult),
+        Routed::Complete(params) => to.complete(params).await.map(ServerResult::CompleteResult),
+    };
+    answer.map_err(RouteError::into_mcp_error)
 }
 
 /// Everything a routed request needs on its way upstream.
@@ -119,12 +117,6 @@ struct Upstream<'a> {
 }
 
 impl Upstream<'_> {
-    /// The session's catalog, once its per-session mounts are discovered.
-    async fn catalog(&self) -> Arc<crate::catalog::MergedCatalog> {
-        self.gateway.prepare(self.state.profile()).await;
-        self.state.catalog(self.gateway)
-    }
-
     /// Sends `request` on `upstream` for the client's request; a call's
     /// limit depends on its tool.
     async fn send(
@@ -149,7 +141,8 @@ impl Upstream<'_> {
         let name = params.name.to_string();
         let answer = async {
             let route = self
-                .catalog()
+                .state
+                .ready_catalog(self.gateway)
                 .await
                 .resolve_tool(&name)
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
@@ -180,7 +173,8 @@ impl Upstream<'_> {
         mut params: GetPromptRequestParams,
     ) -> Result<GetPromptResult, RouteError> {
         let route = self
-            .catalog()
+            .state
+            .ready_catalog(self.gateway)
             .await
             .resolve_prompt(&params.name)
             .ok_or_else(|| RouteError::UnknownPrompt(params.name.clone()))?;
@@ -202,7 +196,8 @@ impl Upstream<'_> {
         mut params: ReadResourceRequestParams,
     ) -> Result<ReadResourceResult, RouteError> {
         let route = self
-            .catalog()
+            .state
+            .ready_catalog(self.gateway)
             .await
             .resolve_uri(&params.uri)
             .ok_or_else(|| RouteError::UnknownResource(params.uri.clone()))?;
@@ -224,7 +219,7 @@ impl Upstream<'_> {
         self,
         mut params: CompleteRequestParams,
     ) -> Result<CompleteResult, RouteError> {
-        let catalog = self.catalog().await;
+        let catalog = self.state.ready_catalog(self.gateway).await;
         let route = match &mut params.r#ref {
             Reference::Prompt(prompt) => {
                 let route = catalog
