@@ -47,7 +47,7 @@ impl<S: Subscriber> Filter<S> for WithoutSessionIds {
     }
 
     fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
-        !names_a_session(event)
+        rewritten(event).is_none()
     }
 }
 
@@ -63,12 +63,9 @@ pub struct RewriteSessionIds;
 
 impl<S: Subscriber> Layer<S> for RewriteSessionIds {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        if !names_a_session(event) {
+        let Some(line) = rewritten(event) else {
             return;
-        }
-        let mut fields = RmcpFields::default();
-        event.record(&mut fields);
-        let line = fields.rewritten();
+        };
         let origin = event.metadata().target();
         match *event.metadata().level() {
             Level::ERROR => {
@@ -101,19 +98,20 @@ fn span_carries_a_session_id(metadata: &Metadata<'_>) -> bool {
             || metadata.fields().field("id").is_some())
 }
 
-/// An rmcp event with a `session_id` field, or a message that names a
-/// session (`"... session <id>: ..."`).
-fn names_a_session(event: &Event<'_>) -> bool {
-    let metadata = event.metadata();
-    if !is_rmcp(metadata) {
-        return false;
-    }
-    if metadata.fields().field("session_id").is_some() {
-        return true;
+/// The line to write instead of `event`, if it is rmcp's and names a
+/// session: by a `session_id` field, or in its message
+/// (`"... session <id>: ..."`).
+fn rewritten(event: &Event<'_>) -> Option<String> {
+    if !is_rmcp(event.metadata()) {
+        return None;
     }
     let mut fields = RmcpFields::default();
     event.record(&mut fields);
-    fingerprint_session_ids(&fields.message).is_some()
+    let message = fingerprint_session_ids(&fields.message);
+    if fields.session_id.is_none() && message.is_none() {
+        return None;
+    }
+    Some(fields.rewritten(message))
 }
 
 /// What an rmcp event said, its session id apart.
@@ -126,9 +124,9 @@ struct RmcpFields {
 }
 
 impl RmcpFields {
-    fn rewritten(&self) -> String {
-        let mut line =
-            fingerprint_session_ids(&self.message).unwrap_or_else(|| self.message.clone());
+    /// The line, given its message with ids fingerprinted (if it had any).
+    fn rewritten(&self, message: Option<String>) -> String {
+        let mut line = message.unwrap_or_else(|| self.message.clone());
         if let Some(id) = &self.session_id {
             let _ = write!(line, " session={}", session_fingerprint(id));
         }
@@ -289,7 +287,7 @@ mod tests {
         };
         let fingerprint = session_fingerprint(id);
         assert_eq!(
-            fields.rewritten(),
+            fields.rewritten(fingerprint_session_ids(&fields.message)),
             format!(
                 "Failed to close session {fingerprint}: closed session={fingerprint} error=\"x\""
             )
