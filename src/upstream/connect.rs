@@ -198,6 +198,7 @@ async fn start(
                 inject,
                 handler.relay().clone(),
                 StreamableHttpResponseLimits::default(),
+                timeouts.connect,
             ));
             let (client, standalone) = TracingHttpClient::new(client, raw.clone(), direct.clone());
             let transport = OrderedTransport::new(

@@ -33,10 +33,11 @@ use std::{
 };
 
 use arc_swap::ArcSwapOption;
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::{stream::BoxStream, StreamExt, TryStreamExt};
 use reqwest::{
-    header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE},
-    StatusCode,
+    header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE},
+    Method, StatusCode,
 };
 use rmcp::{
     model::{
@@ -59,8 +60,11 @@ use super::{
     ordered::says_session_is_gone,
     ordered::waits_for_relay,
     raw_post::{bounded_events, content_type, read_bounded, with_session},
+    same_task_http::{self, SameTaskClient, SameTaskError},
     Relay,
 };
+
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// How often a broken answer stream is resumed before the request fails.
 const MAX_RESUMES: usize = 3;
@@ -88,11 +92,54 @@ pub struct SessionPost {
     pub headers: HashMap<HeaderName, HeaderValue>,
 }
 
+/// A session's posts, ready to go.
+struct ReadySession {
+    post: SessionPost,
+    /// For a plain-`http` upstream: its connections, and the headers only
+    /// it needs written out.
+    same_task: Option<SameTaskPosts>,
+}
+
+struct SameTaskPosts {
+    client: SameTaskClient,
+    /// The URL's `/path?query`.
+    origin_form: String,
+    authorization: Option<HeaderValue>,
+    session_header: Option<HeaderValue>,
+}
+
+impl SameTaskPosts {
+    fn new(post: &SessionPost, connect_timeout: Duration) -> Option<Self> {
+        if !same_task_http::suits(&post.url) {
+            return None;
+        }
+        let mut origin_form = post.url.path().to_owned();
+        if let Some(query) = post.url.query() {
+            origin_form.push('?');
+            origin_form.push_str(query);
+        }
+        let header = |value: &str| HeaderValue::from_str(value).ok();
+        Some(Self {
+            client: SameTaskClient::new(&post.url, connect_timeout)?,
+            origin_form,
+            authorization: match &post.auth_header {
+                Some(token) => Some(header(&format!("Bearer {token}"))?),
+                None => None,
+            },
+            session_header: match &post.session_id {
+                Some(id) => Some(header(id)?),
+                None => None,
+            },
+        })
+    }
+}
+
 /// The direct path of one upstream session.
 pub struct DirectCalls {
     client: reqwest::Client,
     /// `None` until the session is initialized.
-    session: ArcSwapOption<SessionPost>,
+    session: ArcSwapOption<ReadySession>,
+    connect_timeout: Duration,
     /// Into rmcp's service loop (see the module doc).
     inject: mpsc::Sender<ServerJsonRpcMessage>,
     relay: Arc<Relay>,
@@ -104,7 +151,7 @@ pub struct DirectCalls {
 pub struct DirectRequest {
     pub id: RequestId,
     pub progress_token: ProgressToken,
-    post: Arc<SessionPost>,
+    post: Arc<ReadySession>,
 }
 
 impl DirectCalls {
@@ -113,10 +160,12 @@ impl DirectCalls {
         inject: mpsc::Sender<ServerJsonRpcMessage>,
         relay: Arc<Relay>,
         limits: StreamableHttpResponseLimits,
+        connect_timeout: Duration,
     ) -> Self {
         Self {
             client,
             session: ArcSwapOption::empty(),
+            connect_timeout,
             inject,
             relay,
             next_id: AtomicU64::new(1),
@@ -126,7 +175,9 @@ impl DirectCalls {
 
     /// Records how rmcp posts on the session (see [`SessionPost`]).
     pub fn session_ready(&self, post: SessionPost) {
-        self.session.store(Some(Arc::new(post)));
+        let same_task = SameTaskPosts::new(&post, self.connect_timeout);
+        self.session
+            .store(Some(Arc::new(ReadySession { post, same_task })));
     }
 
     /// Ids for `request` if it goes the direct way: a `tools/call` on an
@@ -162,35 +213,24 @@ impl DirectCalls {
         let body = serde_json::to_vec(&message).map_err(|error| {
             ServiceError::McpError(ErrorData::internal_error(error.to_string(), None))
         })?;
-        let post = &direct.post;
-        let mut builder = self
-            .client
-            .post(post.url.clone())
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
-        builder = with_session_headers(builder, post);
-        for (name, value) in trace {
-            builder = builder.header(name, value);
-        }
-        let response = builder.send().await.map_err(client_error)?;
-        let status = response.status();
+        let session = &direct.post;
+        let reply = self.send(session, Method::POST, Some(body), trace).await?;
+        let status = reply.status;
         if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
             return Err(transport(unexpected(
                 "the upstream accepted the request without answering it".into(),
             )));
         }
-        if status == StatusCode::NOT_FOUND && post.session_id.is_some() {
+        if status == StatusCode::NOT_FOUND && session.post.session_id.is_some() {
             return Err(transport(HttpError::SessionExpired));
         }
-        let content_type = content_type(&response);
-        if status.is_success() && content_type.starts_with("text/event-stream") {
-            return self.read_stream(&direct, response).await;
+        if status.is_success() && reply.content_type.starts_with("text/event-stream") {
+            return self.read_stream(&direct, reply).await;
         }
-        if content_type.starts_with("application/json") {
-            let body = read_bounded(response, self.limits.max_json_response_size)
+        if reply.content_type.starts_with("application/json") {
+            let body = read_bounded(reply.body, self.limits.max_json_response_size)
                 .await
-                .map_err(transport)?;
+                .map_err(|error| transport(unexpected(error.to_string())))?;
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
@@ -200,7 +240,8 @@ impl DirectCalls {
             };
         }
         Err(transport(unexpected(format!(
-            "HTTP {status} with content type {content_type:?}"
+            "HTTP {status} with content type {:?}",
+            reply.content_type
         ))))
     }
 
@@ -208,14 +249,14 @@ impl DirectCalls {
     async fn read_stream(
         &self,
         direct: &DirectRequest,
-        response: reqwest::Response,
+        reply: Reply,
     ) -> Result<ServerResult, ServiceError> {
-        let mut response = response;
+        let mut reply = reply;
         let mut last_event_id: Option<String> = None;
         let mut retry = DEFAULT_RETRY;
         let mut resumes = 0;
         loop {
-            let bytes = bounded_events(response.bytes_stream(), self.limits.max_sse_event_size);
+            let bytes = bounded_events(reply.body, self.limits.max_sse_event_size);
             let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
             let broke = loop {
                 match events.next().await {
@@ -254,34 +295,104 @@ impl DirectCalls {
             resumes += 1;
             tracing::debug!(resumes, "resuming an upstream answer stream");
             tokio::time::sleep(retry).await;
-            response = self.resume(&direct.post, event_id).await?;
+            reply = self.resume(&direct.post, event_id).await?;
         }
     }
 
     /// `GET` with `Last-Event-ID`: the rest of a broken answer stream.
     async fn resume(
         &self,
-        post: &SessionPost,
+        session: &ReadySession,
         last_event_id: String,
-    ) -> Result<reqwest::Response, ServiceError> {
-        let builder = self
-            .client
-            .get(post.url.clone())
-            .header(ACCEPT, "text/event-stream")
-            .header("last-event-id", last_event_id);
-        let response = with_session_headers(builder, post)
-            .send()
-            .await
-            .map_err(client_error)?;
-        match response.status() {
-            status if status.is_success() => Ok(response),
-            StatusCode::NOT_FOUND if post.session_id.is_some() => {
+    ) -> Result<Reply, ServiceError> {
+        let last_event_id = HeaderValue::from_str(&last_event_id)
+            .map_err(|_| transport(unexpected("an SSE event id that is no header value".into())))?;
+        let headers = vec![(HeaderName::from_static("last-event-id"), last_event_id)];
+        let reply = self.send(session, Method::GET, None, headers).await?;
+        match reply.status {
+            status if status.is_success() => Ok(reply),
+            StatusCode::NOT_FOUND if session.post.session_id.is_some() => {
                 Err(transport(HttpError::SessionExpired))
             }
             status => Err(transport(unexpected(format!(
                 "HTTP {status} resuming the answer stream"
             )))),
         }
+    }
+
+    /// Sends one request on the session: a `POST` of `body`, or a `GET`
+    /// for the answer stream. A plain-`http` upstream is reached on the
+    /// caller's task ([`SameTaskClient`]), any other through reqwest.
+    async fn send(
+        &self,
+        session: &ReadySession,
+        method: Method,
+        body: Option<Vec<u8>>,
+        extra: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Reply, ServiceError> {
+        let accept = match body {
+            Some(_) => HeaderValue::from_static("application/json, text/event-stream"),
+            None => HeaderValue::from_static("text/event-stream"),
+        };
+        let post = &session.post;
+        if let Some(same_task) = &session.same_task {
+            let mut request = axum::http::Request::builder()
+                .method(method)
+                .uri(same_task.origin_form.as_str())
+                .header(ACCEPT, accept);
+            let headers = request
+                .headers_mut()
+                .expect("a request built from valid parts");
+            for (name, value) in &post.headers {
+                headers.insert(name, value.clone());
+            }
+            if let Some(value) = &same_task.authorization {
+                headers.insert(AUTHORIZATION, value.clone());
+            }
+            if let Some(session) = &same_task.session_header {
+                headers.insert(MCP_SESSION_ID, session.clone());
+            }
+            for (name, value) in extra {
+                headers.insert(name, value);
+            }
+            if body.is_some() {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+            let request = request
+                .body(http_body_util::Full::new(Bytes::from(
+                    body.unwrap_or_default(),
+                )))
+                .map_err(|error| {
+                    transport(unexpected(format!("cannot build the request: {error}")))
+                })?;
+            let response = same_task
+                .client
+                .send(request)
+                .await
+                .map_err(same_task_error)?;
+            return Ok(Reply {
+                status: response.status(),
+                content_type: content_type(response.headers()),
+                body: response.into_body().map_err(BodyError::from).boxed(),
+            });
+        }
+        let mut builder = self
+            .client
+            .request(method, post.url.clone())
+            .header(ACCEPT, accept);
+        if let Some(body) = body {
+            builder = builder.header(CONTENT_TYPE, "application/json").body(body);
+        }
+        builder = with_session_headers(builder, post);
+        for (name, value) in extra {
+            builder = builder.header(name, value);
+        }
+        let response = builder.send().await.map_err(client_error)?;
+        Ok(Reply {
+            status: response.status(),
+            content_type: content_type(response.headers()),
+            body: response.bytes_stream().map_err(BodyError::from).boxed(),
+        })
     }
 
     /// One message of the answer: the answer itself (`Some`), or anything
@@ -400,6 +511,23 @@ fn read_as_rmcp(bytes: &[u8]) -> Result<ServerResult, ServiceError> {
     }
 }
 
+/// An answer's head and body, whichever client read it.
+struct Reply {
+    status: StatusCode,
+    /// Lowercase, empty if none.
+    content_type: String,
+    body: BoxStream<'static, Result<Bytes, BodyError>>,
+}
+
+/// Why an answer's body stopped early.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error(transparent)]
+    Reqwest(#[from] reqwest::Error),
+    #[error(transparent)]
+    SameTask(#[from] SameTaskError),
+}
+
 fn with_session_headers(
     builder: reqwest::RequestBuilder,
     post: &SessionPost,
@@ -430,9 +558,128 @@ fn transport(error: HttpError) -> ServiceError {
     ))
 }
 
+/// A failed same-task exchange, reported the same way.
+fn same_task_error(error: SameTaskError) -> ServiceError {
+    ServiceError::TransportSend(DynamicTransportError::from_parts(
+        "junction-direct-call",
+        std::any::TypeId::of::<DirectCalls>(),
+        Box::new(error),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    use rmcp::model::{CallToolRequest, CallToolRequestParams};
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpListener,
+    };
+
     use super::*;
+
+    /// An upstream whose answer stream breaks after its first event, and
+    /// which answers the resuming `GET` with the answer; returns its URL
+    /// and the text of every request it read.
+    async fn breaking_upstream() -> (reqwest::Url, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let requests = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let requests = requests.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 8192];
+                    let read = stream.read(&mut buffer).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                    let event = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+                    let reply = if request.starts_with("POST") {
+                        // The priming event, then the connection drops.
+                        format!("{head}{}", event("id: e1\nretry: 10\ndata: \n\n"))
+                    } else {
+                        let answer = r#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"resumed"}]}}"#;
+                        format!(
+                            "{head}{}0\r\n\r\n",
+                            event(&format!("id: e2\ndata: {answer}\n\n"))
+                        )
+                    };
+                    requests.lock().unwrap().push(request);
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        (url.parse().unwrap(), seen)
+    }
+
+    /// A call on a session of the upstream at `url`, through the caller's
+    /// own connections (`same_task`) or reqwest's.
+    async fn call_through(url: reqwest::Url, same_task: bool) -> CallToolResult {
+        let (inject, _injected) = mpsc::channel(INJECT_CAPACITY);
+        let calls = DirectCalls::new(
+            reqwest::Client::new(),
+            inject,
+            Arc::new(Relay::default()),
+            StreamableHttpResponseLimits::default(),
+            Duration::from_secs(5),
+        );
+        calls.session_ready(SessionPost {
+            url,
+            session_id: Some("session-1".into()),
+            auth_header: None,
+            headers: HashMap::new(),
+        });
+        if !same_task {
+            let ready = calls.session.load_full().unwrap();
+            assert!(ready.same_task.is_some(), "an http upstream");
+            let post = SessionPost {
+                url: ready.post.url.clone(),
+                session_id: ready.post.session_id.clone(),
+                auth_header: None,
+                headers: HashMap::new(),
+            };
+            calls.session.store(Some(Arc::new(ReadySession {
+                post,
+                same_task: None,
+            })));
+        }
+        let mut request =
+            ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t")));
+        let prepared = calls
+            .prepare(&mut request)
+            .expect("a call on a ready session");
+        match calls.call(prepared, request).await {
+            Ok(ServerResult::CallToolResult(result)) => result,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_answer_stream_is_resumed_after_its_last_event() {
+        for same_task in [true, false] {
+            let (url, seen) = breaking_upstream().await;
+            let result = call_through(url, same_task).await;
+            let text = result.content[0].as_text().expect("a text answer");
+            assert_eq!(text.text, "resumed");
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 2, "{seen:?}");
+            let resume = seen[1].to_ascii_lowercase();
+            assert!(resume.starts_with("get /mcp "), "{resume}");
+            for header in [
+                "last-event-id: e1",
+                "mcp-session-id: session-1",
+                "accept: text/event-stream",
+            ] {
+                assert!(
+                    resume.contains(header),
+                    "{header} missing (same task: {same_task}): {resume}"
+                );
+            }
+            let post = seen[0].to_ascii_lowercase();
+            assert!(post.contains("mcp-session-id: session-1"), "{post}");
+            assert!(post.contains("\"id\":\"junction-1\""), "{post}");
+        }
+    }
 
     fn junction_1() -> RequestId {
         RequestId::String("junction-1".into())

@@ -29,6 +29,7 @@ use super::{
     direct_call::{DirectCalls, SessionPost},
     raw::RawAnswers,
     raw_post::RawPost,
+    same_task_http::SameTaskError,
 };
 
 #[derive(Clone)]
@@ -264,6 +265,9 @@ impl StreamableHttpClient for TracingHttpClient {
 /// handles it.)
 pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> bool {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
+    if let Some(error) = error.error.downcast_ref::<SameTaskError>() {
+        return error.is_connect();
+    }
     let Some(error) = error
         .error
         .downcast_ref::<StreamableHttpError<reqwest::Error>>()

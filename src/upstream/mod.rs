@@ -19,6 +19,7 @@ pub mod profile;
 pub mod raw;
 mod raw_post;
 pub mod relay;
+pub mod same_task_http;
 
 use std::{
     sync::{Arc, Mutex},

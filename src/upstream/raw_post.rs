@@ -67,7 +67,7 @@ impl RawPost<'_> {
             .get("mcp-session-id")
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
-        let content_type = content_type(&response);
+        let content_type = content_type(response.headers());
         if status.is_success() && content_type.starts_with("text/event-stream") {
             let raw = self.raw.clone();
             let bytes = bounded_events(response.bytes_stream(), self.limits.max_sse_event_size);
@@ -82,7 +82,12 @@ impl RawPost<'_> {
             return Ok(StreamableHttpPostResponse::Sse(events.boxed(), session));
         }
         if content_type.starts_with("application/json") {
-            let body = read_bounded(response, self.limits.max_json_response_size).await?;
+            let body = read_bounded(response.bytes_stream(), self.limits.max_json_response_size)
+                .await
+                .map_err(|error| match error {
+                    BoundedError::Http(error) => StreamableHttpError::Client(error),
+                    too_large => unexpected(too_large.to_string()),
+                })?;
             if status.is_success() {
                 self.raw.offer(&body);
             }
@@ -122,9 +127,8 @@ pub(super) fn with_session(
 }
 
 /// The answer's `Content-Type`, lowercase (empty if none).
-pub(super) fn content_type(response: &reqwest::Response) -> String {
-    response
-        .headers()
+pub(super) fn content_type(headers: &reqwest::header::HeaderMap) -> String {
+    headers
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default()
@@ -135,49 +139,53 @@ fn unexpected(message: String) -> StreamableHttpError<reqwest::Error> {
     StreamableHttpError::UnexpectedServerResponse(Cow::Owned(message))
 }
 
+/// Why a bounded body read stopped.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BoundedError<E: std::error::Error + 'static> {
+    #[error(transparent)]
+    Http(E),
+    #[error("answer larger than {0} bytes")]
+    AnswerTooLarge(usize),
+    #[error("an SSE event exceeded {0} bytes")]
+    EventTooLarge(usize),
+}
+
 /// The whole body, or an error past `limit` bytes.
-pub(super) async fn read_bounded(
-    response: reqwest::Response,
-    limit: usize,
-) -> Result<Vec<u8>, StreamableHttpError<reqwest::Error>> {
+pub(super) async fn read_bounded<S, E>(chunks: S, limit: usize) -> Result<Vec<u8>, BoundedError<E>>
+where
+    S: futures::Stream<Item = Result<Bytes, E>>,
+    E: std::error::Error + 'static,
+{
     let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
+    let mut chunks = std::pin::pin!(chunks);
     while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(StreamableHttpError::Client)?;
+        let chunk = chunk.map_err(BoundedError::Http)?;
         if body.len() + chunk.len() > limit {
-            return Err(unexpected(format!("answer larger than {limit} bytes")));
+            return Err(BoundedError::AnswerTooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
 }
 
-/// Why an SSE answer's bytes stopped.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum EventBytesError {
-    #[error(transparent)]
-    Http(#[from] reqwest::Error),
-    #[error("an SSE event exceeded {0} bytes")]
-    TooLarge(usize),
-}
-
 /// Passes an SSE byte stream through, failing it once `limit` bytes go by
 /// without the blank line that ends an event.
-pub(super) fn bounded_events<S>(
+pub(super) fn bounded_events<S, E>(
     bytes: S,
     limit: usize,
-) -> impl futures::Stream<Item = Result<Bytes, EventBytesError>> + Send + 'static
+) -> impl futures::Stream<Item = Result<Bytes, BoundedError<E>>> + Send + 'static
 where
-    S: futures::Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static,
+    S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + 'static,
 {
     let mut scanner = EventScanner::default();
-    bytes.map_err(EventBytesError::from).and_then(move |chunk| {
+    bytes.map_err(BoundedError::Http).and_then(move |chunk| {
         let within = scanner.feed(&chunk, limit);
         async move {
             if within {
                 Ok(chunk)
             } else {
-                Err(EventBytesError::TooLarge(limit))
+                Err(BoundedError::EventTooLarge(limit))
             }
         }
     })

@@ -1,0 +1,520 @@
+//! HTTP/1.1 exchanges with a plain-`http` upstream, run on the caller's
+//! own task.
+//!
+//! reqwest (through hyper-util's pool) drives every connection from a task
+//! of its own: a request is handed to that task and its answer, then each
+//! chunk of its body, handed back, a wake-up of another task (often on the
+//! other worker thread) each way. On the gateway's hot path that costs as
+//! much as the exchange itself (BENCHMARKS.md). Here the same hyper
+//! connection is driven by whoever is waiting for the answer: the caller's
+//! future polls the connection while it waits for the head and while it
+//! reads the body, and a connection whose body was read to the end goes
+//! back to a small pool of idle ones. A connection dropped mid-answer (the
+//! caller gave up) is closed, never reused.
+//!
+//! Only what reqwest would do for these upstreams is done: no TLS (an
+//! `https` upstream keeps reqwest), no proxy (with a proxy configured in
+//! the environment every upstream keeps reqwest), no redirects.
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{
+    body::{Body, Incoming},
+    client::conn::http1,
+    header::HOST,
+    http::{HeaderValue, Request, Response},
+};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Idle connections kept per upstream session; more are closed after use.
+const MAX_IDLE: usize = 256;
+/// An idle connection older than this is closed rather than reused (servers
+/// close idle keep-alive connections on their own schedule).
+const IDLE_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SameTaskError {
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(std::io::Error),
+    #[error("cannot connect to the upstream within {0:?}")]
+    ConnectTimeout(Duration),
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the upstream closed the connection before answering")]
+    Closed,
+}
+
+impl SameTaskError {
+    /// Whether the upstream could not be reached at all (as reqwest's
+    /// `is_connect`): the session is gone with it.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::ConnectTimeout(_))
+    }
+}
+
+/// Whether an upstream at `url` can be reached this way: plain `http`, and
+/// no proxy in the environment (reqwest would use it).
+pub fn suits(url: &reqwest::Url) -> bool {
+    const PROXY_VARIABLES: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
+    url.scheme() == "http"
+        && url.host_str().is_some()
+        && PROXY_VARIABLES
+            .iter()
+            .all(|name| std::env::var_os(name).is_none_or(|value| value.is_empty()))
+}
+
+/// Connections to one upstream address, driven by their callers.
+pub struct SameTaskClient {
+    /// `host:port`, as dialled.
+    address: String,
+    host: HeaderValue,
+    connect_timeout: Duration,
+    idle: Arc<Mutex<VecDeque<Idle>>>,
+}
+
+/// A connection at rest in the pool.
+struct Idle {
+    connection: Connection,
+    since: Instant,
+}
+
+/// Both halves of one hyper HTTP/1.1 connection.
+struct Connection {
+    send: http1::SendRequest<Full<Bytes>>,
+    /// Reads and writes the socket whenever it is polled; `None` once it
+    /// has ended.
+    driver: Option<Driver>,
+}
+
+type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
+
+/// Polls `work` with the connection's `driver` polled alongside it, until
+/// `work` is done or the connection ends (`driver` is then `None`).
+fn poll_driven<T>(
+    driver: &mut Option<Driver>,
+    cx: &mut Context<'_>,
+    mut work: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<Result<T, SameTaskError>> {
+    if let Poll::Ready(done) = work(cx) {
+        return Poll::Ready(Ok(done));
+    }
+    let Some(running) = driver.as_mut() else {
+        return Poll::Ready(Err(SameTaskError::Closed));
+    };
+    let ended = match running.as_mut().poll(cx) {
+        Poll::Ready(result) => {
+            *driver = None;
+            Some(result)
+        }
+        Poll::Pending => None,
+    };
+    // The driver may have just delivered what `work` waits for.
+    if let Poll::Ready(done) = work(cx) {
+        return Poll::Ready(Ok(done));
+    }
+    match ended {
+        None => Poll::Pending,
+        Some(result) => Poll::Ready(Err(result.err().map_or(SameTaskError::Closed, Into::into))),
+    }
+}
+
+impl Connection {
+    /// Whether the connection can take a request now, without waiting.
+    fn is_usable(&mut self) -> bool {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        // Polling the driver lets it notice a close by the server while idle.
+        let send = &mut self.send;
+        matches!(
+            poll_driven(&mut self.driver, &mut cx, |cx| send.poll_ready(cx)),
+            Poll::Ready(Ok(Ok(())))
+        )
+    }
+}
+
+impl SameTaskClient {
+    pub fn new(url: &reqwest::Url, connect_timeout: Duration) -> Option<Self> {
+        let host = url.host_str()?;
+        let port = url.port_or_known_default()?;
+        let address = match url.host()? {
+            url::Host::Ipv6(ip) => format!("[{ip}]:{port}"),
+            _ => format!("{host}:{port}"),
+        };
+        let host = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        Some(Self {
+            address,
+            host: HeaderValue::from_str(&host).ok()?,
+            connect_timeout,
+            idle: Arc::default(),
+        })
+    }
+
+    /// Sends `request` (its URI in origin form, `/path?query`; `Host` is
+    /// added) and returns the answer's head; its body is read by polling
+    /// [`SameTaskBody`], which drives the connection.
+    pub async fn send(
+        &self,
+        mut request: Request<Full<Bytes>>,
+    ) -> Result<Response<SameTaskBody>, SameTaskError> {
+        request.headers_mut().insert(HOST, self.host.clone());
+        let request = match self.reused() {
+            Some(mut connection) => match try_send(&mut connection, request).await {
+                Ok(head) => return Ok(self.with_body(connection, head)),
+                // Never written: the connection had ended under us.
+                Err(Unsent::Again(request)) => *request,
+                Err(Unsent::Failed(error)) => return Err(error),
+            },
+            None => request,
+        };
+        let mut connection = self.dial().await?;
+        match try_send(&mut connection, request).await {
+            Ok(head) => Ok(self.with_body(connection, head)),
+            Err(Unsent::Again(_)) => Err(SameTaskError::Closed),
+            Err(Unsent::Failed(error)) => Err(error),
+        }
+    }
+
+    fn with_body(
+        &self,
+        connection: Connection,
+        head: Response<Incoming>,
+    ) -> Response<SameTaskBody> {
+        head.map(|body| SameTaskBody {
+            body,
+            connection: Some(connection),
+            idle: self.idle.clone(),
+        })
+    }
+
+    /// The most recently used idle connection that is still open.
+    fn reused(&self) -> Option<Connection> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(mut candidate) = idle.pop_back() {
+            if candidate.since.elapsed() < IDLE_LIFETIME && candidate.connection.is_usable() {
+                return Some(candidate.connection);
+            }
+        }
+        None
+    }
+
+    async fn dial(&self) -> Result<Connection, SameTaskError> {
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.address))
+            .await
+            .map_err(|_| SameTaskError::ConnectTimeout(self.connect_timeout))?
+            .map_err(SameTaskError::Connect)?;
+        // Each message is written whole; Nagle would only hold it back.
+        let _ = stream.set_nodelay(true);
+        let (send, driver) = http1::handshake(TokioIo::new(stream)).await?;
+        Ok(Connection {
+            send,
+            driver: Some(Box::pin(driver)),
+        })
+    }
+}
+
+enum Unsent {
+    /// The connection could not take it; the request comes back.
+    Again(Box<Request<Full<Bytes>>>),
+    Failed(SameTaskError),
+}
+
+/// Sends `request` on `connection`, driving it until the answer's head.
+async fn try_send(
+    connection: &mut Connection,
+    request: Request<Full<Bytes>>,
+) -> Result<Response<Incoming>, Unsent> {
+    let Connection { send, driver } = connection;
+    let ready = std::future::poll_fn(|cx| poll_driven(driver, cx, |cx| send.poll_ready(cx))).await;
+    if !matches!(ready, Ok(Ok(()))) {
+        return Err(Unsent::Again(Box::new(request)));
+    }
+    let mut answer = std::pin::pin!(send.try_send_request(request));
+    let answer =
+        std::future::poll_fn(|cx| poll_driven(driver, cx, |cx| answer.as_mut().poll(cx))).await;
+    match answer {
+        Ok(Ok(head)) => Ok(head),
+        Ok(Err(mut error)) => match error.take_message() {
+            Some(request) => Err(Unsent::Again(Box::new(request))),
+            None => Err(Unsent::Failed(error.into_error().into())),
+        },
+        Err(error) => Err(Unsent::Failed(error)),
+    }
+}
+
+/// An answer's body; reading it drives its connection, and reading it to
+/// the end puts the connection back in the pool.
+pub struct SameTaskBody {
+    body: Incoming,
+    connection: Option<Connection>,
+    idle: Arc<Mutex<VecDeque<Idle>>>,
+}
+
+impl SameTaskBody {
+    fn release(&mut self) {
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        if connection.driver.is_none() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // The least recently used are at the front; expired, they go.
+        while idle
+            .front()
+            .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
+        {
+            idle.pop_front();
+        }
+        if idle.len() < MAX_IDLE {
+            idle.push_back(Idle {
+                connection,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+impl futures::Stream for SameTaskBody {
+    type Item = Result<Bytes, SameTaskError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            let body = &mut this.body;
+            let frame = match this.connection.as_mut() {
+                Some(connection) => {
+                    match poll_driven(&mut connection.driver, cx, |cx| {
+                        Pin::new(&mut *body).poll_frame(cx)
+                    }) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(frame)) => frame,
+                        Poll::Ready(Err(error)) => {
+                            this.connection = None;
+                            return Poll::Ready(Some(Err(error)));
+                        }
+                    }
+                }
+                None => match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(frame) => frame,
+                },
+            };
+            match frame {
+                None => {
+                    this.release();
+                    return Poll::Ready(None);
+                }
+                Some(Err(error)) => {
+                    this.connection = None;
+                    return Poll::Ready(Some(Err(error.into())));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if this.body.is_end_stream() {
+                            this.release();
+                        }
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    // Trailers: nothing to pass on.
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpListener,
+    };
+
+    use super::*;
+
+    /// How a test server answers each request on a connection.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// `Content-Length` body "ok", connection kept.
+        Whole,
+        /// A chunked body "hello world" in two chunks, connection kept.
+        Chunked,
+        /// "ok", then the server closes the connection when told to.
+        ThenClose,
+        /// Promises 10 bytes, sends 5, then waits.
+        Partial,
+    }
+
+    /// A server on 127.0.0.1 answering every request with `answer`;
+    /// returns its URL and the number of connections it accepted.
+    async fn server(answer: Answer) -> (reqwest::Url, Arc<AtomicUsize>) {
+        let (url, accepted, _closed) = server_telling_closes(answer).await;
+        (url, accepted)
+    }
+
+    /// [`server`], closing a connection (`ThenClose`) once `close` is
+    /// notified and saying so on the receiver.
+    async fn server_telling_closes(
+        answer: Answer,
+    ) -> (
+        reqwest::Url,
+        Arc<AtomicUsize>,
+        (
+            Arc<tokio::sync::Notify>,
+            tokio::sync::mpsc::UnboundedReceiver<()>,
+        ),
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let (closes, closed) = tokio::sync::mpsc::unbounded_channel();
+        let close = Arc::new(tokio::sync::Notify::new());
+        let told = close.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let closes = closes.clone();
+                let told = told.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 4096];
+                    loop {
+                        // Every test request is small and has no body.
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                        let reply: &[u8] = match answer {
+                            Answer::Whole | Answer::ThenClose => {
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                            }
+                            Answer::Chunked => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+                            Answer::Partial => b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n12345",
+                        };
+                        if stream.write_all(reply).await.is_err() {
+                            return;
+                        }
+                        if matches!(answer, Answer::ThenClose) {
+                            told.notified().await;
+                            drop(stream);
+                            let _ = closes.send(());
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url.parse().unwrap(), accepted, (close, closed))
+    }
+
+    fn get() -> Request<Full<Bytes>> {
+        Request::get("/mcp").body(Full::default()).unwrap()
+    }
+
+    async fn body_of(client: &SameTaskClient) -> Result<String, SameTaskError> {
+        let answer = client.send(get()).await?;
+        let mut body = answer.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.next().await {
+            text.extend_from_slice(&chunk?);
+        }
+        Ok(String::from_utf8(text).unwrap())
+    }
+
+    fn client(url: &reqwest::Url) -> SameTaskClient {
+        SameTaskClient::new(url, Duration::from_secs(5)).expect("an http URL")
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_once_its_answer_is_read() {
+        let (url, accepted) = server(Answer::Whole).await;
+        let client = client(&url);
+        for _ in 0..3 {
+            assert_eq!(body_of(&client).await.unwrap(), "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_read_whole_and_its_connection_reused() {
+        let (url, accepted) = server(Answer::Chunked).await;
+        let client = client(&url);
+        assert_eq!(body_of(&client).await.unwrap(), "hello world");
+        assert_eq!(body_of(&client).await.unwrap(), "hello world");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_not_reused() {
+        let (url, accepted, (close, mut closed)) = server_telling_closes(Answer::ThenClose).await;
+        let client = client(&url);
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(
+            client.idle.lock().unwrap().len(),
+            1,
+            "kept after its answer"
+        );
+        close.notify_one();
+        closed.recv().await.unwrap();
+        // The pooled connection has ended; the request goes on a new one.
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_answer_left_unread_closes_its_connection() {
+        let (url, accepted) = server(Answer::Partial).await;
+        let client = client(&url);
+        let answer = client.send(get()).await.unwrap();
+        let mut body = answer.into_body();
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"12345");
+        drop(body);
+        let answer = client.send(get()).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "a connection with an answer half read was reused"
+        );
+        assert!(client.idle.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_upstream_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: reqwest::Url = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        let error = body_of(&client(&url)).await.unwrap_err();
+        assert!(error.is_connect(), "{error:?}");
+    }
+
+    #[test]
+    fn only_plain_http_is_reached_this_way() {
+        let https: reqwest::Url = "https://example.com/mcp".parse().unwrap();
+        assert!(!suits(&https));
+        let host = client(&"http://localhost:8080/mcp".parse().unwrap());
+        assert_eq!(host.address, "localhost:8080");
+        assert_eq!(host.host, "localhost:8080");
+        let default_port = client(&"http://[::1]/mcp".parse().unwrap());
+        assert_eq!(default_port.address, "[::1]:80");
+        assert_eq!(default_port.host, "[::1]");
+    }
+}
