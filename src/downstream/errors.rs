@@ -76,7 +76,7 @@ impl RouteError {
             RequestError::Service(ServiceError::TransportSend(error)) => {
                 RouteError::UpstreamFailed {
                     mount,
-                    cause: format!("the request could not be sent upstream: {}", error.error),
+                    cause: format!("the exchange with the upstream failed: {}", error.error),
                 }
             }
             timeout @ (RequestError::Idle(_) | RequestError::Ceiling(_)) => RouteError::TimedOut {

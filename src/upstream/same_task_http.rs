@@ -50,9 +50,19 @@ pub enum SameTaskError {
     #[error("cannot connect to the upstream within {0:?}")]
     ConnectTimeout(Duration),
     #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
+    Http(hyper::Error),
     #[error("the upstream closed the connection before answering")]
     Closed,
+}
+
+impl From<hyper::Error> for SameTaskError {
+    fn from(error: hyper::Error) -> Self {
+        if error.is_incomplete_message() || error.is_closed() {
+            Self::Closed
+        } else {
+            Self::Http(error)
+        }
+    }
 }
 
 impl SameTaskError {
@@ -359,6 +369,8 @@ mod tests {
         ThenClose,
         /// Promises 10 bytes, sends 5, then waits.
         Partial,
+        /// Closes the connection without answering.
+        Nothing,
     }
 
     /// A server on 127.0.0.1 answering every request with `answer`;
@@ -401,6 +413,7 @@ mod tests {
                             Ok(_) => {}
                         }
                         let reply: &[u8] = match answer {
+                            Answer::Nothing => return,
                             Answer::Whole | Answer::ThenClose => {
                                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
                             }
@@ -493,6 +506,19 @@ mod tests {
             "a connection with an answer half read was reused"
         );
         assert!(client.idle.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_unanswered_fails_and_is_not_sent_again() {
+        let (url, accepted) = server(Answer::Nothing).await;
+        let error = body_of(&client(&url)).await.unwrap_err();
+        assert!(matches!(error, SameTaskError::Closed), "{error:?}");
+        assert!(!error.is_connect());
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "a request the upstream may have acted on was sent again"
+        );
     }
 
     #[tokio::test]
