@@ -17,7 +17,12 @@
 //! The middleware tries [`check_shape`]'s typed read first (the read rmcp
 //! makes next, so a body it passes is one rmcp takes) and runs
 //! [`classify`] only on a body it refuses, to tell a parse error from an
-//! invalid request: a valid body costs one parse here.
+//! invalid request: a valid body costs one parse here. The most frequent
+//! body, a `tools/call`, is told by a plain struct read
+//! ([`is_plain_tool_call`]) instead of rmcp's untagged one, which buffers
+//! every value and tries each kind of message in turn; it says yes only to
+//! bodies rmcp's read takes as a `tools/call` (a test holds it to that over
+//! the fuzz corpus), and anything else goes the typed way.
 //!
 //! [`classify`] and [`check_shape`] are the whole decision, pure functions
 //! of the bytes (the fuzz target `jsonrpc_message` calls them);
@@ -71,6 +76,9 @@ pub enum ShapeRejection {
 /// can read; if not, why, in JSON-RPC's terms.
 pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
     use rmcp::model::{ClientRequest, JsonRpcMessage};
+    if is_plain_tool_call(body) {
+        return Ok(());
+    }
     let typed = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
         // rmcp reads a known method whose params do not fit as a custom
         // request (and would then answer "method not found").
@@ -145,6 +153,36 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
                 .to_owned(),
         ),
     }
+}
+
+/// Whether `body` is a well-formed `tools/call` request, by a plain struct
+/// read. Every field is read with the type rmcp reads it with; unknown
+/// fields are ignored, as rmcp does; a duplicate field, or anything else
+/// odd, is a no (and the body goes the typed way).
+fn is_plain_tool_call(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    enum ToolsCall {
+        #[serde(rename = "tools/call")]
+        ToolsCall,
+    }
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)] // read to be checked, not used
+    struct ToolCall {
+        jsonrpc: rmcp::model::JsonRpcVersion2_0,
+        id: rmcp::model::RequestId,
+        method: ToolsCall,
+        params: rmcp::model::CallToolRequestParams,
+        // rmcp takes a message by the keys it has: with either of these,
+        // even `null`, it is no request.
+        #[serde(default, deserialize_with = "present")]
+        result: bool,
+        #[serde(default, deserialize_with = "present")]
+        error: bool,
+    }
+    fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| true)
+    }
+    serde_json::from_slice::<ToolCall>(body).is_ok_and(|call| !call.result && !call.error)
 }
 
 /// For a method of the handshake-era protocol that rmcp reads into typed
@@ -527,5 +565,89 @@ mod shape_tests {
                 other => panic!("{body}: got {other:?}"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod plain_tool_call_tests {
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+
+    use super::*;
+
+    /// What rmcp's own read makes of `body`: a `tools/call` request or not.
+    fn rmcp_reads_a_tool_call(body: &[u8]) -> bool {
+        matches!(
+            serde_json::from_slice::<ClientJsonRpcMessage>(body),
+            Ok(JsonRpcMessage::Request(request))
+                if matches!(request.request, ClientRequest::CallToolRequest(_))
+        )
+    }
+
+    /// Bodies around the shortcut's edges, then the fuzz corpus.
+    fn bodies() -> Vec<Vec<u8>> {
+        let mut bodies: Vec<Vec<u8>> = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__echo","arguments":{"x":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":"r","method":"tools/call","params":{"name":"t","_meta":{"progressToken":7}}}"#,
+            r#"{"id":1,"params":{"name":"t"},"method":"tools/call","jsonrpc":"2.0","extra":true}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":{"ttl":1000}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[]}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"Tools/Call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}} x"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"},"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        ]
+        .iter()
+        .map(|body| body.as_bytes().to_vec())
+        .collect();
+        let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/jsonrpc_message");
+        for entry in std::fs::read_dir(corpus).expect("the fuzz corpus") {
+            bodies.push(std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        bodies
+    }
+
+    #[test]
+    fn the_shortcut_passes_only_what_rmcp_reads_as_a_tool_call() {
+        let mut taken = 0;
+        for body in bodies() {
+            if is_plain_tool_call(&body) {
+                taken += 1;
+                assert!(
+                    rmcp_reads_a_tool_call(&body),
+                    "rmcp does not read it as a tools/call: {}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
+        assert!(taken >= 6, "the shortcut took only {taken} bodies");
+    }
+
+    #[test]
+    fn check_shape_decides_as_before_with_the_shortcut() {
+        for body in bodies() {
+            if is_plain_tool_call(&body) {
+                assert_eq!(check_shape(&body), Ok(()));
+            }
+        }
+        // A body the shortcut refuses is still read the typed way.
+        let unfitting =
+            br#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"arguments":{}}}"#;
+        assert!(!is_plain_tool_call(unfitting));
+        assert!(matches!(
+            check_shape(unfitting),
+            Err(ShapeRejection::Params { .. })
+        ));
     }
 }
