@@ -76,12 +76,18 @@ impl SameTaskError {
 /// Whether an upstream at `url` can be reached this way: plain `http`, and
 /// no proxy in the environment (reqwest would use it).
 pub fn suits(url: &reqwest::Url) -> bool {
+    suits_in(url, |name| std::env::var_os(name))
+}
+
+/// [`suits`], with the environment read through `variable`.
+fn suits_in(url: &reqwest::Url, variable: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+    // The variables reqwest (hyper-util's proxy matcher) reads for `http`.
     const PROXY_VARIABLES: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
     url.scheme() == "http"
         && url.host_str().is_some()
         && PROXY_VARIABLES
             .iter()
-            .all(|name| std::env::var_os(name).is_none_or(|value| value.is_empty()))
+            .all(|name| variable(name).is_none_or(|value| value.is_empty()))
 }
 
 /// Connections to one upstream address, driven by their callers.
@@ -533,9 +539,18 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_is_reached_this_way() {
+    fn only_plain_http_without_a_proxy_is_reached_this_way() {
+        let no_variables = |_: &str| None;
         let https: reqwest::Url = "https://example.com/mcp".parse().unwrap();
-        assert!(!suits(&https));
+        assert!(!suits_in(&https, no_variables));
+        let http: reqwest::Url = "http://example.com/mcp".parse().unwrap();
+        assert!(suits_in(&http, no_variables));
+        for proxy in ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"] {
+            let set = |name: &str| (name == proxy).then(|| "http://proxy:3128".into());
+            assert!(!suits_in(&http, set), "{proxy} set: reqwest must proxy it");
+            let empty = |name: &str| (name == proxy).then(std::ffi::OsString::new);
+            assert!(suits_in(&http, empty), "{proxy} empty means no proxy");
+        }
         let host = client(&"http://localhost:8080/mcp".parse().unwrap());
         assert_eq!(host.address, "localhost:8080");
         assert_eq!(host.host, "localhost:8080");
