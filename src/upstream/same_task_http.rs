@@ -218,13 +218,17 @@ impl SameTaskClient {
 
     /// The most recently used idle connection that is still open.
     fn reused(&self) -> Option<Connection> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(mut candidate) = idle.pop_back() {
+        loop {
+            // Looked at (and a dead one closed) outside the lock.
+            let mut candidate = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_back()?;
             if candidate.since.elapsed() < IDLE_LIFETIME && candidate.connection.is_usable() {
                 return Some(candidate.connection);
             }
         }
-        None
     }
 
     async fn dial(&self) -> Result<Connection, SameTaskError> {
