@@ -49,15 +49,30 @@ pub enum SameTaskError {
     Connect(std::io::Error),
     #[error("cannot connect to the upstream within {0:?}")]
     ConnectTimeout(Duration),
-    #[error("HTTP: {0}")]
+    /// hyper's own text is terse ("connection error"): its cause follows.
+    #[error("HTTP: {0}{cause}", cause = cause(.0))]
     Http(hyper::Error),
     #[error("the upstream closed the connection before answering")]
     Closed,
 }
 
+fn cause(error: &hyper::Error) -> String {
+    std::error::Error::source(error)
+        .map(|source| format!(": {source}"))
+        .unwrap_or_default()
+}
+
 impl From<hyper::Error> for SameTaskError {
     fn from(error: hyper::Error) -> Self {
-        if error.is_incomplete_message() || error.is_closed() {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+        let io_kind = std::error::Error::source(&error)
+            .and_then(|source| source.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind);
+        let closed = matches!(
+            io_kind,
+            Some(BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof)
+        );
+        if closed || error.is_incomplete_message() || error.is_closed() {
             Self::Closed
         } else {
             Self::Http(error)
@@ -381,6 +396,8 @@ mod tests {
         Partial,
         /// Closes the connection without answering.
         Nothing,
+        /// Resets the connection (RST) without answering.
+        Reset,
     }
 
     /// A server on 127.0.0.1 answering every request with `answer`;
@@ -424,6 +441,10 @@ mod tests {
                         }
                         let reply: &[u8] = match answer {
                             Answer::Nothing => return,
+                            Answer::Reset => {
+                                let _ = stream.set_linger(Some(Duration::ZERO));
+                                return;
+                            }
                             Answer::Whole | Answer::ThenClose => {
                                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
                             }
@@ -529,6 +550,13 @@ mod tests {
             1,
             "a request the upstream may have acted on was sent again"
         );
+    }
+
+    #[tokio::test]
+    async fn a_reset_connection_is_a_close_not_an_http_error() {
+        let (url, _) = server(Answer::Reset).await;
+        let error = body_of(&client(&url)).await.unwrap_err();
+        assert!(matches!(error, SameTaskError::Closed), "{error:?}");
     }
 
     #[tokio::test]
