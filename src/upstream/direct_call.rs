@@ -36,7 +36,7 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use futures::{stream::BoxStream, StreamExt, TryStreamExt};
 use reqwest::{
-    header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE},
+    header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE},
     Method, StatusCode,
 };
 use rmcp::{
@@ -59,7 +59,7 @@ use super::{
     http_client::trace_headers,
     ordered::says_session_is_gone,
     ordered::waits_for_relay,
-    raw_post::{bounded_events, content_type, read_bounded, with_session},
+    raw_post::{bounded_events, content_type, read_bounded},
     same_task_http::{self, SameTaskClient, SameTaskError},
     Relay,
 };
@@ -95,41 +95,47 @@ pub struct SessionPost {
 /// A session's posts, ready to go.
 struct ReadySession {
     post: SessionPost,
-    /// For a plain-`http` upstream: its connections, and the headers only
-    /// it needs written out.
-    same_task: Option<SameTaskPosts>,
+    /// What every request on the session carries (configured headers,
+    /// protocol version, bearer token, session id), built once for both
+    /// clients.
+    headers: HeaderMap,
+    /// For a plain-`http` upstream: its connections, and the URL's
+    /// `/path?query`.
+    same_task: Option<(SameTaskClient, String)>,
 }
 
-struct SameTaskPosts {
-    client: SameTaskClient,
-    /// The URL's `/path?query`.
-    origin_form: String,
-    authorization: Option<HeaderValue>,
-    session_header: Option<HeaderValue>,
-}
-
-impl SameTaskPosts {
-    fn new(post: &SessionPost, connect_timeout: Duration) -> Option<Self> {
-        if !same_task_http::suits(&post.url) {
-            return None;
+impl ReadySession {
+    /// `None` if the token or session id cannot be a header value (rmcp
+    /// itself could not have sent them).
+    fn new(post: SessionPost, connect_timeout: Duration) -> Option<Self> {
+        let mut headers: HeaderMap = post
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        if let Some(token) = &post.auth_header {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
         }
-        let mut origin_form = post.url.path().to_owned();
-        if let Some(query) = post.url.query() {
-            origin_form.push('?');
-            origin_form.push_str(query);
+        if let Some(id) = &post.session_id {
+            headers.insert(MCP_SESSION_ID, HeaderValue::from_str(id).ok()?);
         }
-        let header = |value: &str| HeaderValue::from_str(value).ok();
+        let same_task = same_task_http::suits(&post.url)
+            .then(|| SameTaskClient::new(&post.url, connect_timeout))
+            .flatten()
+            .map(|client| {
+                let mut origin_form = post.url.path().to_owned();
+                if let Some(query) = post.url.query() {
+                    origin_form.push('?');
+                    origin_form.push_str(query);
+                }
+                (client, origin_form)
+            });
         Some(Self {
-            client: SameTaskClient::new(&post.url, connect_timeout)?,
-            origin_form,
-            authorization: match &post.auth_header {
-                Some(token) => Some(header(&format!("Bearer {token}"))?),
-                None => None,
-            },
-            session_header: match &post.session_id {
-                Some(id) => Some(header(id)?),
-                None => None,
-            },
+            post,
+            headers,
+            same_task,
         })
     }
 }
@@ -175,9 +181,9 @@ impl DirectCalls {
 
     /// Records how rmcp posts on the session (see [`SessionPost`]).
     pub fn session_ready(&self, post: SessionPost) {
-        let same_task = SameTaskPosts::new(&post, self.connect_timeout);
+        // A session whose posts cannot be written keeps rmcp's path.
         self.session
-            .store(Some(Arc::new(ReadySession { post, same_task })));
+            .store(ReadySession::new(post, self.connect_timeout).map(Arc::new));
     }
 
     /// Ids for `request` if it goes the direct way: a `tools/call` on an
@@ -334,42 +340,24 @@ impl DirectCalls {
             Some(_) => HeaderValue::from_static("application/json, text/event-stream"),
             None => HeaderValue::from_static("text/event-stream"),
         };
-        let post = &session.post;
-        if let Some(same_task) = &session.same_task {
+        let mut headers = session.headers.clone();
+        headers.insert(ACCEPT, accept);
+        if body.is_some() {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        headers.extend(extra);
+        if let Some((client, origin_form)) = &session.same_task {
             let mut request = axum::http::Request::builder()
                 .method(method)
-                .uri(same_task.origin_form.as_str())
-                .header(ACCEPT, accept);
-            let headers = request
-                .headers_mut()
-                .expect("a request built from valid parts");
-            for (name, value) in &post.headers {
-                headers.insert(name, value.clone());
-            }
-            if let Some(value) = &same_task.authorization {
-                headers.insert(AUTHORIZATION, value.clone());
-            }
-            if let Some(session) = &same_task.session_header {
-                headers.insert(MCP_SESSION_ID, session.clone());
-            }
-            for (name, value) in extra {
-                headers.insert(name, value);
-            }
-            if body.is_some() {
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            }
-            let request = request
+                .uri(origin_form.as_str())
                 .body(http_body_util::Full::new(Bytes::from(
                     body.unwrap_or_default(),
                 )))
                 .map_err(|error| {
                     transport(unexpected(format!("cannot build the request: {error}")))
                 })?;
-            let response = same_task
-                .client
-                .send(request)
-                .await
-                .map_err(same_task_error)?;
+            *request.headers_mut() = headers;
+            let response = client.send(request).await.map_err(transport)?;
             return Ok(Reply {
                 status: response.status(),
                 content_type: content_type(response.headers()),
@@ -378,14 +366,10 @@ impl DirectCalls {
         }
         let mut builder = self
             .client
-            .request(method, post.url.clone())
-            .header(ACCEPT, accept);
+            .request(method, session.post.url.clone())
+            .headers(headers);
         if let Some(body) = body {
-            builder = builder.header(CONTENT_TYPE, "application/json").body(body);
-        }
-        builder = with_session_headers(builder, post);
-        for (name, value) in extra {
-            builder = builder.header(name, value);
+            builder = builder.body(body);
         }
         let response = builder.send().await.map_err(client_error)?;
         Ok(Reply {
@@ -528,18 +512,6 @@ enum BodyError {
     SameTask(#[from] SameTaskError),
 }
 
-fn with_session_headers(
-    builder: reqwest::RequestBuilder,
-    post: &SessionPost,
-) -> reqwest::RequestBuilder {
-    with_session(
-        builder,
-        post.session_id.as_deref(),
-        post.auth_header.as_deref(),
-        &post.headers,
-    )
-}
-
 fn unexpected(message: String) -> HttpError {
     StreamableHttpError::UnexpectedServerResponse(Cow::Owned(message))
 }
@@ -549,17 +521,8 @@ fn client_error(error: reqwest::Error) -> ServiceError {
 }
 
 /// As rmcp reports a failed send, so `http_client::means_session_gone`
-/// reads both alike.
-fn transport(error: HttpError) -> ServiceError {
-    ServiceError::TransportSend(DynamicTransportError::from_parts(
-        "junction-direct-call",
-        std::any::TypeId::of::<DirectCalls>(),
-        Box::new(error),
-    ))
-}
-
-/// A failed same-task exchange, reported the same way.
-fn same_task_error(error: SameTaskError) -> ServiceError {
+/// reads both clients' failures alike.
+fn transport(error: impl std::error::Error + Send + Sync + 'static) -> ServiceError {
     ServiceError::TransportSend(DynamicTransportError::from_parts(
         "junction-direct-call",
         std::any::TypeId::of::<DirectCalls>(),
@@ -626,8 +589,11 @@ mod tests {
         calls.session_ready(SessionPost {
             url,
             session_id: Some("session-1".into()),
-            auth_header: None,
-            headers: HashMap::new(),
+            auth_header: Some("token-1".into()),
+            headers: HashMap::from([(
+                HeaderName::from_static("x-configured"),
+                HeaderValue::from_static("yes"),
+            )]),
         });
         if !same_task {
             let ready = calls.session.load_full().unwrap();
@@ -635,13 +601,12 @@ mod tests {
             let post = SessionPost {
                 url: ready.post.url.clone(),
                 session_id: ready.post.session_id.clone(),
-                auth_header: None,
-                headers: HashMap::new(),
+                auth_header: ready.post.auth_header.clone(),
+                headers: ready.post.headers.clone(),
             };
-            calls.session.store(Some(Arc::new(ReadySession {
-                post,
-                same_task: None,
-            })));
+            let mut reqwest_only = ReadySession::new(post, Duration::from_secs(5)).unwrap();
+            reqwest_only.same_task = None;
+            calls.session.store(Some(Arc::new(reqwest_only)));
         }
         let mut request =
             ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t")));
@@ -677,6 +642,14 @@ mod tests {
             }
             let post = seen[0].to_ascii_lowercase();
             assert!(post.contains("mcp-session-id: session-1"), "{post}");
+            for request in [&post, &resume] {
+                for header in ["authorization: bearer token-1", "x-configured: yes"] {
+                    assert!(
+                        request.contains(header),
+                        "{header} missing (same task: {same_task}): {request}"
+                    );
+                }
+            }
             assert!(post.contains("\"id\":\"junction-1\""), "{post}");
         }
     }
