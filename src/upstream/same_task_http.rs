@@ -10,7 +10,11 @@
 //! future polls the connection while it waits for the head and while it
 //! reads the body, and a connection whose body was read to the end goes
 //! back to a small pool of idle ones. A connection dropped mid-answer (the
-//! caller gave up) is closed, never reused.
+//! caller gave up) is closed, never reused. A connection is registered
+//! with the I/O driver of the runtime that dialled it, so the pool keeps
+//! each runtime's connections apart (the gateway serves on several, see
+//! `http/lanes.rs`): a caller only reuses what its own runtime dialled,
+//! and waiting on it never needs another thread to turn a driver.
 //!
 //! Only what reqwest would do for these upstreams is done: no TLS (an
 //! `https` upstream keeps reqwest), no proxy (with a proxy configured in
@@ -36,7 +40,8 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-/// Idle connections kept per upstream session; more are closed after use.
+/// Idle connections kept per upstream session and runtime; more are closed
+/// after use.
 const MAX_IDLE: usize = 256;
 /// An idle connection older than this is closed rather than reused (servers
 /// close idle keep-alive connections on their own schedule).
@@ -111,7 +116,54 @@ pub struct SameTaskClient {
     address: String,
     host: HeaderValue,
     connect_timeout: Duration,
-    idle: Arc<Mutex<VecDeque<Idle>>>,
+    idle: Arc<Pool>,
+}
+
+/// Idle connections, most recently used last, apart per runtime (rarely
+/// more than one per serving thread: a short list beats a map).
+#[derive(Default)]
+struct Pool(Mutex<Vec<(tokio::runtime::Id, VecDeque<Idle>)>>);
+
+impl Pool {
+    /// Idle connections, all runtimes together.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        runtimes.iter().map(|(_, idle)| idle.len()).sum()
+    }
+
+    fn take(&self, runtime: tokio::runtime::Id) -> Option<Idle> {
+        let mut runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (_, idle) = runtimes.iter_mut().find(|(id, _)| *id == runtime)?;
+        idle.pop_back()
+    }
+
+    fn put(&self, connection: Connection) {
+        let mut runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let idle = match runtimes
+            .iter()
+            .position(|(id, _)| *id == connection.runtime)
+        {
+            Some(index) => &mut runtimes[index].1,
+            None => {
+                runtimes.push((connection.runtime, VecDeque::new()));
+                &mut runtimes.last_mut().expect("just pushed").1
+            }
+        };
+        // The least recently used are at the front; expired, they go.
+        while idle
+            .front()
+            .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
+        {
+            idle.pop_front();
+        }
+        if idle.len() < MAX_IDLE {
+            idle.push_back(Idle {
+                connection,
+                since: Instant::now(),
+            });
+        }
+    }
 }
 
 /// A connection at rest in the pool.
@@ -126,6 +178,8 @@ struct Connection {
     /// Reads and writes the socket whenever it is polled; `None` once it
     /// has ended.
     driver: Option<Driver>,
+    /// The runtime whose I/O driver watches the socket.
+    runtime: tokio::runtime::Id,
 }
 
 type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
@@ -233,13 +287,10 @@ impl SameTaskClient {
 
     /// The most recently used idle connection that is still open.
     fn reused(&self) -> Option<Connection> {
+        let runtime = tokio::runtime::Handle::current().id();
         loop {
             // Looked at (and a dead one closed) outside the lock.
-            let mut candidate = self
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop_back()?;
+            let mut candidate = self.idle.take(runtime)?;
             if candidate.since.elapsed() < IDLE_LIFETIME && candidate.connection.is_usable() {
                 return Some(candidate.connection);
             }
@@ -257,6 +308,7 @@ impl SameTaskClient {
         Ok(Connection {
             send,
             driver: Some(Box::pin(driver)),
+            runtime: tokio::runtime::Handle::current().id(),
         })
     }
 }
@@ -272,7 +324,7 @@ async fn try_send(
     connection: &mut Connection,
     request: Request<Full<Bytes>>,
 ) -> Result<Response<Incoming>, Unsent> {
-    let Connection { send, driver } = connection;
+    let Connection { send, driver, .. } = connection;
     let ready = std::future::poll_fn(|cx| poll_driven(driver, cx, |cx| send.poll_ready(cx))).await;
     if !matches!(ready, Ok(Ok(()))) {
         return Err(Unsent::Again(Box::new(request)));
@@ -295,7 +347,7 @@ async fn try_send(
 pub struct SameTaskBody {
     body: Incoming,
     connection: Option<Connection>,
-    idle: Arc<Mutex<VecDeque<Idle>>>,
+    idle: Arc<Pool>,
 }
 
 impl SameTaskBody {
@@ -303,22 +355,8 @@ impl SameTaskBody {
         let Some(connection) = self.connection.take() else {
             return;
         };
-        if connection.driver.is_none() {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        // The least recently used are at the front; expired, they go.
-        while idle
-            .front()
-            .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
-        {
-            idle.pop_front();
-        }
-        if idle.len() < MAX_IDLE {
-            idle.push_back(Idle {
-                connection,
-                since: Instant::now(),
-            });
+        if connection.driver.is_some() {
+            self.idle.put(connection);
         }
     }
 }
@@ -496,6 +534,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_is_reused_only_on_the_runtime_that_dialled_it() {
+        let (url, accepted) = server(Answer::Whole).await;
+        let client = Arc::new(client(&url));
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        // Another runtime on another thread, as a second serving lane.
+        let elsewhere = client.clone();
+        let other = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
+                assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
+            });
+            // Its connection ends with its runtime; the pool must not
+            // offer it to anyone else.
+        });
+        tokio::task::spawn_blocking(move || other.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "one dialled per runtime"
+        );
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "this runtime's reused");
+    }
+
+    #[tokio::test]
     async fn a_chunked_answer_is_read_whole_and_its_connection_reused() {
         let (url, accepted) = server(Answer::Chunked).await;
         let client = client(&url);
@@ -509,11 +578,7 @@ mod tests {
         let (url, accepted, (close, mut closed)) = server_telling_closes(Answer::ThenClose).await;
         let client = client(&url);
         assert_eq!(body_of(&client).await.unwrap(), "ok");
-        assert_eq!(
-            client.idle.lock().unwrap().len(),
-            1,
-            "kept after its answer"
-        );
+        assert_eq!(client.idle.len(), 1, "kept after its answer");
         close.notify_one();
         closed.recv().await.unwrap();
         // The pooled connection has ended; the request goes on a new one.
@@ -536,7 +601,7 @@ mod tests {
             2,
             "a connection with an answer half read was reused"
         );
-        assert!(client.idle.lock().unwrap().is_empty());
+        assert!(client.idle.len() == 0);
     }
 
     #[tokio::test]
