@@ -235,11 +235,19 @@ async fn serve(
         overrides,
         stop_watching.clone(),
     ));
-    junction::http::serve(listener, gateway.clone(), shutdown_signal()).await?;
+    let lanes = junction::http::serve(
+        listener,
+        gateway.clone(),
+        shutdown_signal(),
+        junction::http::lanes::count(),
+    )
+    .await?;
     tracing::info!("shutting down");
     stop_watching.cancel();
     let _ = watcher.await;
     gateway.shutdown().await;
+    // Only now: the sessions just shut down ran on the lanes.
+    lanes.close().await;
     Ok(())
 }
 

@@ -1443,3 +1443,54 @@ async fn every_list_is_answered_from_its_prebuilt_page() {
         assert_eq!(answer.body["error"]["code"], -32602, "{method}: {answer:?}");
     }
 }
+
+/// Names of the gateway's threads that serve the MCP endpoint.
+fn lane_threads(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the gateway's threads");
+    let mut lanes: Vec<String> = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| name.starts_with("junction-lane-"))
+        .collect();
+    lanes.sort();
+    lanes
+}
+
+/// The endpoint is served by `TOKIO_WORKER_THREADS` lanes; sessions spread
+/// over them keep per-session upstreams of their own, and a shared one is
+/// reached from every lane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_is_served_by_as_many_lanes_as_asked() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::launch(&config, "toml", &[("TOKIO_WORKER_THREADS", "3")]).await;
+    gateway.wait_ready().await;
+    assert_eq!(
+        lane_threads(gateway.proc.pid()),
+        ["junction-lane-0", "junction-lane-1", "junction-lane-2"]
+    );
+    // Each client session has a connection of its own, handed to the lane
+    // with the fewest open (`lane_dispatch`'s unit tests check the spread).
+    let (a, b, c) = tokio::join!(gateway.connect(), gateway.connect(), gateway.connect());
+    let private = tokio::join!(
+        call_pid(&a, "private__pid"),
+        call_pid(&b, "private__pid"),
+        call_pid(&c, "private__pid"),
+    );
+    let shared = tokio::join!(
+        call_pid(&a, "shared__pid"),
+        call_pid(&b, "shared__pid"),
+        call_pid(&c, "shared__pid"),
+    );
+    let mut children = vec![private.0, private.1, private.2];
+    children.sort_unstable();
+    children.dedup();
+    assert_eq!(children.len(), 3, "per-session children {private:?}");
+    assert!(shared.0 == shared.1 && shared.1 == shared.2, "{shared:?}");
+    for client in [a, b, c] {
+        close(client).await;
+    }
+}

@@ -27,11 +27,14 @@ use crate::{
     downstream::{hibernation::HibernationStore, DownstreamSession},
     gateway::Gateway,
 };
+use lanes::Lanes;
 
 pub mod admin;
 mod admission;
 mod answer_slot;
 mod json_guard;
+mod lane_dispatch;
+pub mod lanes;
 mod one_write;
 mod resumable;
 mod status_page;
@@ -136,14 +139,19 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     }
 }
 
-/// Serves until `shutdown` resolves, then stops accepting, ends the MCP
-/// sessions, and waits for open requests to finish. With `[admin] listen`
-/// set, `/metrics` and `/status` are served on that address instead.
+/// Serves on `lanes` serving threads (see [`lanes`]) until `shutdown`
+/// resolves, then stops accepting, ends the MCP sessions, and waits for
+/// open requests to finish. With `[admin] listen` set, `/metrics` and
+/// `/status` are served on that address instead.
+///
+/// The lanes come back still running what they started: close them once
+/// the gateway has shut its sessions down.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+    lanes: usize,
+) -> std::io::Result<Lanes> {
     let admin_listener = match gateway.config().admin.listen {
         Some(address) if gateway.config().admin.enabled => {
             let listener = tokio::net::TcpListener::bind(address).await?;
@@ -157,10 +165,9 @@ pub async fn serve(
     };
     let sessions_token = CancellationToken::new();
     let app = router(gateway.clone(), sessions_token.clone());
-    let drained = gateway.clone();
     let stopped = sessions_token.clone();
     let admin = admin_listener.map(|listener| {
-        let app = admin::router(gateway);
+        let app = admin::router(gateway.clone());
         let stopped = stopped.clone();
         tokio::spawn(async move {
             axum::serve(listener.tap_io(no_delay), app)
@@ -168,21 +175,38 @@ pub async fn serve(
                 .await
         })
     });
-    let served = axum::serve(listener.tap_io(no_delay), app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // New work is refused from here; requests in flight get the
-            // grace period to be answered.
-            drained.drain().await;
-            // Long-lived SSE streams would hold graceful shutdown open.
-            sessions_token.cancel();
-        })
-        .await;
+    let stop_accepting = CancellationToken::new();
+    let lane_listeners = lane_dispatch::split(listener, lanes, no_delay, stop_accepting.clone())?;
+    let mut lanes = Lanes::start(
+        lane_listeners
+            .into_iter()
+            .map(|listener| {
+                let app = app.clone();
+                let stop_accepting = stop_accepting.clone();
+                move || async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stop_accepting.cancelled_owned())
+                        .await
+                }
+            })
+            .collect(),
+    )?;
+    tokio::select! {
+        () = shutdown => {}
+        // Lanes serve until told to stop; one that ended on its own failed.
+        () = lanes.one_ended() => {}
+    }
+    // New work is refused from here; requests in flight get the grace
+    // period to be answered.
+    gateway.drain().await;
+    // Long-lived SSE streams would hold graceful shutdown open.
+    sessions_token.cancel();
+    stop_accepting.cancel();
+    let served = lanes.served().await;
     if let Some(admin) = admin {
-        stopped.cancel();
         let _ = admin.await;
     }
-    served
+    served.map(|()| lanes)
 }
 
 /// `[limits] max_body_size` as it is now.
