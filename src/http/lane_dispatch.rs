@@ -211,6 +211,16 @@ mod tests {
 
     fn keep(_: &mut TcpStream) {}
 
+    /// `count` lane listeners on a fresh loopback port, and what stops
+    /// their acceptor.
+    async fn lanes(count: usize) -> (SocketAddr, CancellationToken, Vec<LaneListener>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let listeners = split(listener, count, keep, stop.clone()).unwrap();
+        (address, stop, listeners)
+    }
+
     /// Connects, and takes the connection from whichever lane it was
     /// handed to; the acceptor counts a connection as it hands it over, so
     /// the next connect does not race the count.
@@ -240,10 +250,7 @@ mod tests {
 
     #[tokio::test]
     async fn connections_go_to_the_lane_with_the_fewest_open() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let mut listeners = split(listener, 3, keep, stop.clone()).unwrap();
+        let (address, stop, mut listeners) = lanes(3).await;
         let mut held = Vec::new();
         for _ in 0..6 {
             held.push(connect(address, &mut listeners).await);
@@ -264,10 +271,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_serves_what_it_was_handed() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let mut listeners = split(listener, 1, keep, stop.clone()).unwrap();
+        let (address, stop, mut listeners) = lanes(1).await;
         let mut client = TcpStream::connect(address).await.unwrap();
         let (mut served, peer) = listeners[0].accept().await;
         assert_eq!(peer, client.local_addr().unwrap());
@@ -280,5 +284,19 @@ mod tests {
         drop(served);
         assert_eq!(listeners[0].open.load(Ordering::SeqCst), 0);
         stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn once_stopped_the_port_is_closed() {
+        let (address, stop, _listeners) = lanes(2).await;
+        stop.cancel();
+        // The acceptor drops the listening socket when it sees the stop.
+        for _ in 0..500 {
+            if TcpStream::connect(address).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{address} still accepts connections after the stop");
     }
 }
