@@ -635,6 +635,48 @@ mod tests {
         assert!(error.is_connect(), "{error:?}");
     }
 
+    /// A loopback listener whose accept queue is full: the kernel drops
+    /// further SYNs, so a connect to it hangs (retrying after 1 s, 3 s…)
+    /// without leaving 127.0.0.1. Returns the listener and the
+    /// connections that fill it, to be kept alive.
+    async fn unanswering_listener() -> (tokio::net::TcpListener, Vec<TcpStream>) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut filling = Vec::new();
+        // Never accepted: they sit in the queue until it is full, then
+        // connects stop completing.
+        for _ in 0..8 {
+            match tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(address))
+                .await
+            {
+                Ok(Ok(stream)) => filling.push(stream),
+                Ok(Err(error)) => panic!("cannot fill the accept queue: {error}"),
+                Err(_) => return (listener, filling),
+            }
+        }
+        panic!("the accept queue of {address} never filled");
+    }
+
+    #[tokio::test]
+    async fn a_connect_that_hangs_ends_at_the_connect_timeout() {
+        let (listener, _filling) = unanswering_listener().await;
+        let url: reqwest::Url = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let client = SameTaskClient::new(&url, Duration::from_millis(200)).unwrap();
+        let error = body_of(&client).await.unwrap_err();
+        assert!(
+            matches!(error, SameTaskError::ConnectTimeout(limit) if limit == Duration::from_millis(200)),
+            "{error:?}"
+        );
+        assert!(
+            error.is_connect(),
+            "a connect timeout means the session is gone"
+        );
+    }
+
     #[test]
     fn only_plain_http_without_a_proxy_is_reached_this_way() {
         let no_variables = |_: &str| None;
