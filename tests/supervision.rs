@@ -398,3 +398,51 @@ async fn a_silent_upstream_fails_at_the_initialize_timeout() {
         "{mount}"
     );
 }
+
+/// A loopback listener whose accept queue is full: the kernel drops
+/// further SYNs, so a connect to it hangs without leaving 127.0.0.1.
+/// Returns the listener and the connections that fill it, to be kept.
+async fn unanswering_listener() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("address"))
+        .expect("bind");
+    let listener = socket.listen(0).expect("listen");
+    let address = listener.local_addr().expect("address");
+    let mut filling = Vec::new();
+    for _ in 0..8 {
+        let connect = tokio::net::TcpStream::connect(address);
+        match tokio::time::timeout(Duration::from_millis(300), connect).await {
+            Ok(Ok(stream)) => filling.push(stream),
+            Ok(Err(error)) => panic!("cannot fill the accept queue: {error}"),
+            Err(_) => return (listener, filling),
+        }
+    }
+    panic!("the accept queue of {address} never filled");
+}
+
+/// An HTTP upstream whose host takes no connection fails its start at the
+/// mount's connect timeout, well inside its initialize timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
+    let (listener, _filling) = unanswering_listener().await;
+    let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.unreachable]\nurl = \"{url}\"\ntimeouts = {{ connect = \"300ms\", initialize = \"60s\" }}\n"
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    let mount = eventually("the first start to fail", OP_TIMEOUT, || async {
+        let body = readyz(&gateway).await;
+        let mount = readyz_mount(&body, "unreachable").clone();
+        (mount["state"] != "starting").then_some(mount)
+    })
+    .await;
+    let error = mount["last_error"].as_str().unwrap_or("");
+    // The cause is named: reqwest's own text stops at "error sending
+    // request"; a start that waited for the initialize timeout would not
+    // have failed within this test's wait.
+    assert!(
+        error.contains("tcp connect error") && error.contains("deadline has elapsed"),
+        "{mount}"
+    );
+}
