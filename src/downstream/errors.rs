@@ -76,7 +76,10 @@ impl RouteError {
             RequestError::Service(ServiceError::TransportSend(error)) => {
                 RouteError::UpstreamFailed {
                     mount,
-                    cause: format!("the exchange with the upstream failed: {}", error.error),
+                    cause: format!(
+                        "the exchange with the upstream failed: {}",
+                        crate::upstream::http_client::with_causes(&*error.error)
+                    ),
                 }
             }
             timeout @ (RequestError::Idle(_) | RequestError::Ceiling(_)) => RouteError::TimedOut {

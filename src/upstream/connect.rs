@@ -20,7 +20,7 @@ use rmcp::{
     service::ClientInitializeError,
     transport::{
         streamable_http_client::{
-            StreamableHttpClientTransportConfig, StreamableHttpError, StreamableHttpResponseLimits,
+            StreamableHttpClientTransportConfig, StreamableHttpResponseLimits,
         },
         StreamableHttpClientTransport,
     },
@@ -31,7 +31,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use super::{
     child::ChildTransport,
     direct_call::{DirectCalls, INJECT_CAPACITY},
-    http_client::TracingHttpClient,
+    http_client::{self, TracingHttpClient},
     ordered::OrderedTransport,
     process_group::ProcessGroupGuard,
     raw::RawAnswers,
@@ -230,34 +230,13 @@ fn initialize_error(error: ClientInitializeError) -> UpstreamError {
         // rmcp's text for these names the transport's Rust type; the cause
         // is what an operator needs.
         ClientInitializeError::TransportError { error, .. } => {
-            format!("cannot reach the server: {}", with_causes(&*error.error))
+            format!(
+                "cannot reach the server: {}",
+                http_client::with_causes(&*error.error)
+            )
         }
         other => other.to_string(),
     })
-}
-
-/// `error` and each of its causes, as `error: cause: cause`. reqwest's
-/// own text ("error sending request for url (…)") leaves out why, such
-/// as a connect timeout or a refused connection.
-fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    // rmcp's client error holds reqwest's without naming it its source.
-    let mut cause = match error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
-        Some(StreamableHttpError::Client(client)) => {
-            Some(client as &(dyn std::error::Error + 'static))
-        }
-        _ => error.source(),
-    };
-    while let Some(source) = cause {
-        let said = source.to_string();
-        // Some errors repeat their cause in their own text.
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = source.source();
-    }
-    text
 }
 
 /// The client identity and capabilities a session declares upstream.

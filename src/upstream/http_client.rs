@@ -281,6 +281,30 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
     }
 }
 
+/// `error` and each of its causes, as `error: cause: cause`. reqwest's
+/// own text ("error sending request for url (…)") leaves out why, such
+/// as a connect timeout or a refused connection.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    // rmcp's client error holds reqwest's without naming it its source.
+    let mut cause = match error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(client)) => {
+            Some(client as &(dyn std::error::Error + 'static))
+        }
+        _ => error.source(),
+    };
+    while let Some(source) = cause {
+        let said = source.to_string();
+        // Some errors repeat their cause in their own text.
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = source.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +325,32 @@ mod tests {
                 HeaderValue::from_static(parent)
             )]
         );
+    }
+
+    #[tokio::test]
+    async fn a_failed_post_is_told_with_its_cause() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        drop(listener);
+        let refused = reqwest::Client::new().post(&url).send().await.unwrap_err();
+        let error: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(StreamableHttpError::Client(refused));
+        let text = with_causes(&*error);
+        assert!(
+            text.starts_with("Client error: error sending request"),
+            "{text}"
+        );
+        // What reqwest's own text leaves out.
+        assert!(text.contains(": tcp connect error"), "{text}");
+        assert_eq!(text.matches("error sending request").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn an_error_is_followed_by_each_of_its_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot start")]
+        struct Outer(#[source] std::io::Error);
+        let error = Outer(std::io::Error::other("no such file"));
+        assert_eq!(with_causes(&error), "cannot start: no such file");
     }
 }
