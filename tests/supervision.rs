@@ -54,6 +54,17 @@ async fn wait_state(gateway: &Gateway, name: &str, state: &str) -> Value {
     .await
 }
 
+/// Waits until mount `name`'s first start has ended, either way; returns
+/// the mount.
+async fn first_start_ended(gateway: &Gateway, name: &str) -> Value {
+    eventually("the first start to end", OP_TIMEOUT, || async {
+        let body = readyz(gateway).await;
+        let mount = readyz_mount(&body, name).clone();
+        (mount["state"] != "starting").then_some(mount)
+    })
+    .await
+}
+
 /// Starts a 10 s `slow` call (a progress notification every 100 ms) on a
 /// fresh task and returns once its first progress arrived, i.e. once the
 /// upstream is running it. The task yields the result and how long it took.
@@ -384,12 +395,7 @@ async fn a_silent_upstream_fails_at_the_initialize_timeout() {
         "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 60\"]\ntimeouts = {{ initialize = \"300ms\" }}\n"
     );
     let gateway = Gateway::launch(&config, "toml", &[]).await;
-    let mount = eventually("the first start to fail", OP_TIMEOUT, || async {
-        let body = readyz(&gateway).await;
-        let mount = readyz_mount(&body, "mute").clone();
-        (mount["state"] != "starting").then_some(mount)
-    })
-    .await;
+    let mount = first_start_ended(&gateway, "mute").await;
     assert!(
         mount["last_error"]
             .as_str()
@@ -431,12 +437,7 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
         "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.unreachable]\nurl = \"{url}\"\ntimeouts = {{ connect = \"300ms\", initialize = \"60s\" }}\n"
     );
     let gateway = Gateway::launch(&config, "toml", &[]).await;
-    let mount = eventually("the first start to fail", OP_TIMEOUT, || async {
-        let body = readyz(&gateway).await;
-        let mount = readyz_mount(&body, "unreachable").clone();
-        (mount["state"] != "starting").then_some(mount)
-    })
-    .await;
+    let mount = first_start_ended(&gateway, "unreachable").await;
     let error = mount["last_error"].as_str().unwrap_or("");
     // The cause is named: reqwest's own text stops at "error sending
     // request"; a start that waited for the initialize timeout would not
