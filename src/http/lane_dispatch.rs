@@ -204,7 +204,6 @@ impl AsyncWrite for LaneStream {
 #[cfg(test)]
 mod tests {
     use axum::serve::Listener;
-    use futures::FutureExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -229,22 +228,18 @@ mod tests {
         listeners: &mut [LaneListener],
     ) -> (TcpStream, usize, LaneStream) {
         let client = TcpStream::connect(address).await.unwrap();
-        let wait = async {
-            loop {
-                for (lane, listener) in listeners.iter_mut().enumerate() {
-                    // `accept` waits on a channel: dropping it unfinished
-                    // loses nothing.
-                    if let Some((served, peer)) = listener.accept().now_or_never() {
-                        assert_eq!(peer, client.local_addr().unwrap());
-                        return (lane, served);
-                    }
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-        };
-        let (lane, served) = tokio::time::timeout(std::time::Duration::from_secs(5), wait)
-            .await
-            .expect("handed to a lane");
+        // Whichever lane's `accept` ends first; the others wait on their
+        // channel and lose nothing when dropped.
+        let accepts = listeners
+            .iter_mut()
+            .map(|listener| Box::pin(listener.accept()));
+        let ((served, peer), lane, _) = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            futures::future::select_all(accepts),
+        )
+        .await
+        .expect("handed to a lane");
+        assert_eq!(peer, client.local_addr().unwrap());
         (client, lane, served)
     }
 

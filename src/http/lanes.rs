@@ -153,10 +153,7 @@ impl Drop for Report {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    };
+    use tokio::sync::oneshot;
 
     use super::*;
 
@@ -188,37 +185,29 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_keeps_its_tasks_running_until_closed() {
-        let ticks = Arc::new(AtomicUsize::new(0));
-        let (spawned, started) = tokio::sync::oneshot::channel();
-        let counted = ticks.clone();
+        // A task the lane starts answers pings until it is dropped.
+        let (pings, mut pinged) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
         let mut lanes = Lanes::start(vec![move || async move {
             tokio::spawn(async move {
-                let _ = spawned.send(());
-                loop {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                while let Some(pong) = pinged.recv().await {
+                    let _ = pong.send(());
                 }
             });
             Ok(())
         }])
         .unwrap();
         lanes.served().await.unwrap();
-        started.await.unwrap();
         // Still served after the lane stopped serving.
-        let before = ticks.load(Ordering::SeqCst);
-        for _ in 0..2_000 {
-            if ticks.load(Ordering::SeqCst) > before {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert!(ticks.load(Ordering::SeqCst) > before);
+        let (pong, ponged) = oneshot::channel();
+        pings.send(pong).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), ponged)
+            .await
+            .expect("an answer within 5 s")
+            .expect("the task answers");
         lanes.close().await;
-        let after = ticks.load(Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(
-            ticks.load(Ordering::SeqCst),
-            after,
+        // Its runtime is gone, and the task with it.
+        assert!(
+            pings.send(oneshot::channel().0).is_err(),
             "closed lanes run nothing"
         );
     }
