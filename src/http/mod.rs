@@ -165,17 +165,16 @@ pub async fn serve(
     };
     let sessions_token = CancellationToken::new();
     let app = router(gateway.clone(), sessions_token.clone());
-    let stopped = sessions_token.clone();
+    let stop_accepting = CancellationToken::new();
     let admin = admin_listener.map(|listener| {
         let app = admin::router(gateway.clone());
-        let stopped = stopped.clone();
+        let stopped = stop_accepting.clone().cancelled_owned();
         tokio::spawn(async move {
             axum::serve(listener.tap_io(no_delay), app)
-                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .with_graceful_shutdown(stopped)
                 .await
         })
     });
-    let stop_accepting = CancellationToken::new();
     let lane_listeners = lane_dispatch::split(listener, lanes, no_delay, stop_accepting.clone())?;
     let mut lanes = Lanes::start(
         lane_listeners
