@@ -10,7 +10,9 @@
 //! future polls the connection while it waits for the head and while it
 //! reads the body, and a connection whose body was read to the end goes
 //! back to a small pool of idle ones. A connection dropped mid-answer (the
-//! caller gave up) is closed, never reused. A connection is registered
+//! caller gave up) is closed, never reused, and idle ones are looked over
+//! every few seconds so that one the server closed is let go of (its
+//! socket closed) without waiting for the next request. A connection is registered
 //! with the I/O driver of the runtime that dialled it, so the pool keeps
 //! each runtime's connections apart (the gateway serves on several, see
 //! `http/lanes.rs`): a caller only reuses what its own runtime dialled,
@@ -46,6 +48,10 @@ const MAX_IDLE: usize = 256;
 /// An idle connection older than this is closed rather than reused (servers
 /// close idle keep-alive connections on their own schedule).
 const IDLE_LIFETIME: Duration = Duration::from_secs(60);
+/// How often idle connections are looked over while there are any, so
+/// that one the server closed (Node and uvicorn close idle keep-alive
+/// connections after 5 s) is let go of without waiting for a request.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -121,47 +127,144 @@ pub struct SameTaskClient {
 
 /// Idle connections, most recently used last, apart per runtime (rarely
 /// more than one per serving thread: a short list beats a map).
-#[derive(Default)]
-struct Pool(Mutex<Vec<(tokio::runtime::Id, VecDeque<Idle>)>>);
+struct Pool {
+    runtimes: Mutex<Vec<RuntimeIdle>>,
+    /// How long a runtime's idle connections go unlooked-at while it has
+    /// any (see [`SWEEP_EVERY`]).
+    sweep_every: Duration,
+}
+
+/// One runtime's idle connections.
+struct RuntimeIdle {
+    runtime: tokio::runtime::Id,
+    idle: VecDeque<Idle>,
+    /// Whether a [`sweep_while_idle`] task runs for them on their runtime.
+    swept: bool,
+}
 
 impl Pool {
+    fn new(sweep_every: Duration) -> Self {
+        Self {
+            runtimes: Mutex::default(),
+            sweep_every,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<RuntimeIdle>> {
+        self.runtimes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Idle connections, all runtimes together.
     #[cfg(test)]
     fn len(&self) -> usize {
-        let runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        runtimes.iter().map(|(_, idle)| idle.len()).sum()
+        self.lock().iter().map(|entry| entry.idle.len()).sum()
+    }
+
+    /// Whether a sweep task runs for some runtime's idle connections.
+    #[cfg(test)]
+    fn is_swept(&self) -> bool {
+        self.lock().iter().any(|entry| entry.swept)
     }
 
     fn take(&self, runtime: tokio::runtime::Id) -> Option<Idle> {
-        let mut runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let (_, idle) = runtimes.iter_mut().find(|(id, _)| *id == runtime)?;
-        idle.pop_back()
+        let mut runtimes = self.lock();
+        let entry = runtimes.iter_mut().find(|entry| entry.runtime == runtime)?;
+        entry.idle.pop_back()
     }
 
-    fn put(&self, connection: Connection) {
-        let mut runtimes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let idle = match runtimes
-            .iter()
-            .position(|(id, _)| *id == connection.runtime)
-        {
-            Some(index) => &mut runtimes[index].1,
-            None => {
-                runtimes.push((connection.runtime, VecDeque::new()));
-                &mut runtimes.last_mut().expect("just pushed").1
+    fn put(self: &Arc<Self>, connection: Connection) {
+        let runtime = connection.runtime;
+        // A sweep must run where the connections' sockets are watched.
+        let on_its_runtime =
+            tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() == runtime);
+        let start_sweep = {
+            let mut runtimes = self.lock();
+            let entry = match runtimes.iter().position(|entry| entry.runtime == runtime) {
+                Some(index) => &mut runtimes[index],
+                None => {
+                    runtimes.push(RuntimeIdle {
+                        runtime,
+                        idle: VecDeque::new(),
+                        swept: false,
+                    });
+                    runtimes.last_mut().expect("just pushed")
+                }
+            };
+            // The least recently used are at the front; expired, they go.
+            while entry
+                .idle
+                .front()
+                .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
+            {
+                entry.idle.pop_front();
             }
+            if entry.idle.len() < MAX_IDLE {
+                entry.idle.push_back(Idle {
+                    connection,
+                    since: Instant::now(),
+                });
+            }
+            let start_sweep = on_its_runtime && !entry.swept;
+            entry.swept |= start_sweep;
+            start_sweep
         };
-        // The least recently used are at the front; expired, they go.
-        while idle
-            .front()
-            .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
-        {
-            idle.pop_front();
+        if start_sweep {
+            tokio::spawn(sweep_while_idle(
+                Arc::downgrade(self),
+                runtime,
+                self.sweep_every,
+            ));
         }
-        if idle.len() < MAX_IDLE {
-            idle.push_back(Idle {
-                connection,
-                since: Instant::now(),
-            });
+    }
+
+    /// Lets go of `runtime`'s idle connections that expired or that the
+    /// server closed; whether any are left to look at later.
+    fn sweep(&self, runtime: tokio::runtime::Id) -> bool {
+        let Some(mut idle) = self.take_all(runtime) else {
+            return false;
+        };
+        // Looked at (and the dead closed) outside the lock. On a lane no
+        // caller runs meanwhile (one thread, nothing here awaits); on a
+        // multi-threaded runtime one that does finds fewer idle and dials.
+        idle.retain_mut(|kept| {
+            kept.since.elapsed() < IDLE_LIFETIME
+                && kept.connection.is_open()
+                && kept.connection.is_usable()
+        });
+        let mut runtimes = self.lock();
+        let Some(entry) = runtimes.iter_mut().find(|entry| entry.runtime == runtime) else {
+            return false;
+        };
+        // Put back before any put meanwhile (from another thread): older.
+        idle.append(&mut entry.idle);
+        entry.idle = idle;
+        entry.swept = !entry.idle.is_empty();
+        entry.swept
+    }
+
+    fn take_all(&self, runtime: tokio::runtime::Id) -> Option<VecDeque<Idle>> {
+        let mut runtimes = self.lock();
+        let entry = runtimes.iter_mut().find(|entry| entry.runtime == runtime)?;
+        Some(std::mem::take(&mut entry.idle))
+    }
+}
+
+/// Looks over `runtime`'s idle connections every `sweep_every` until none
+/// are left or the pool is gone. Without it a connection the server
+/// closed while idle would hold its socket (in CLOSE_WAIT) until the next
+/// request to that upstream, however long that takes.
+async fn sweep_while_idle(
+    pool: std::sync::Weak<Pool>,
+    runtime: tokio::runtime::Id,
+    every: Duration,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        if !pool.sweep(runtime) {
+            return;
         }
     }
 }
@@ -226,6 +329,22 @@ impl Connection {
             Poll::Ready(Ok(Ok(())))
         )
     }
+
+    /// Whether the server has not closed the connection, as far as its
+    /// driver can read now. [`Self::is_usable`] polls the driver only when
+    /// `poll_ready` is not ready, which for an idle connection is only
+    /// after the driver has read the close; on the request path that is
+    /// found cheaper by sending (an unsent request comes back).
+    fn is_open(&mut self) -> bool {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        if let Some(driver) = self.driver.as_mut() {
+            if driver.as_mut().poll(&mut cx).is_ready() {
+                self.driver = None;
+            }
+        }
+        self.driver.is_some()
+    }
 }
 
 impl SameTaskClient {
@@ -244,8 +363,15 @@ impl SameTaskClient {
             address,
             host: HeaderValue::from_str(&host).ok()?,
             connect_timeout,
-            idle: Arc::default(),
+            idle: Arc::new(Pool::new(SWEEP_EVERY)),
         })
+    }
+
+    /// This client, its idle connections looked over `every` so often.
+    #[cfg(test)]
+    fn sweeping_every(mut self, every: Duration) -> Self {
+        self.idle = Arc::new(Pool::new(every));
+        self
     }
 
     /// Sends `request` (its URI in origin form, `/path?query`; `Host` is
@@ -584,6 +710,47 @@ mod tests {
         // The pooled connection has ended; the request goes on a new one.
         assert_eq!(body_of(&client).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// Waits, 10 ms at a time for at most 5 s, until `done` holds.
+    async fn until(mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..500 {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        done()
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_server_closed_is_let_go_without_a_request() {
+        let (url, _accepted, (close, mut closed)) = server_telling_closes(Answer::ThenClose).await;
+        let client = client(&url).sweeping_every(Duration::from_millis(20));
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert!(client.idle.is_swept(), "idle connections are looked over");
+        close.notify_one();
+        closed.recv().await.unwrap();
+        assert!(
+            until(|| client.idle.len() == 0).await,
+            "the closed connection is let go"
+        );
+        assert!(
+            until(|| !client.idle.is_swept()).await,
+            "looking over ends with nothing idle"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_sweep_keeps_an_open_idle_connection_for_the_next_request() {
+        let (url, accepted) = server(Answer::Whole).await;
+        let client = client(&url);
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        let runtime = tokio::runtime::Handle::current().id();
+        assert!(client.idle.sweep(runtime), "still something to look at");
+        assert_eq!(client.idle.len(), 1);
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused");
     }
 
     #[tokio::test]
