@@ -1,0 +1,101 @@
+"""Junction's connections to a real HTTP upstream,
+@modelcontextprotocol/server-everything (`streamableHttp`, Node), seen from
+the gateway's open sockets (`/proc/PID/fd` and `/proc/net/tcp`).
+
+Node closes an idle keep-alive connection after 5 s. The gateway must let go
+of its end then (close the socket), not keep it in CLOSE_WAIT until the next
+request to that upstream.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import Gateway, everything_http_config
+
+pytestmark = pytest.mark.anyio
+
+MOUNT = "everything"
+CALL_TIMEOUT_S = 30.0
+CONCURRENT_CALLS = 8
+SERVER_CLOSE_WAIT_S = 30.0  # until the server has closed some idle connection (Node: 5 s)
+LET_GO_WITHIN_S = 15.0  # then, until the gateway holds none in CLOSE_WAIT (its sweep: every 5 s)
+
+TCP_STATES = {"01": "ESTABLISHED", "08": "CLOSE_WAIT"}
+
+
+def sockets_to(pid: int, port: int) -> dict[int, str]:
+    """The TCP sockets process `pid` holds open to 127.0.0.1:`port`: inode -> state name."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[len("socket:[") : -1]))
+    found: dict[int, str] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) < 10:
+                continue
+            remote_port = int(cols[2].rpartition(":")[2], 16)
+            inode = int(cols[9])
+            if remote_port == port and inode in inodes:
+                found[inode] = TCP_STATES.get(cols[3], cols[3])
+    return found
+
+
+async def wait_for(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await anyio.sleep(0.2)
+    return condition()
+
+
+async def test_idle_connections_the_upstream_closed_are_let_go(start_everything_http, start_gateway) -> None:
+    upstream = start_everything_http()
+    gw: Gateway = start_gateway(everything_http_config(upstream.mcp_url, "shared", MOUNT))
+    pid = gw.proc.pid
+
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        async with Client(gw.mcp_url, mode="auto", read_timeout_seconds=CALL_TIMEOUT_S) as client:
+            # Calls at once, so that the gateway holds several connections.
+            async with anyio.create_task_group() as calls:
+                for n in range(CONCURRENT_CALLS):
+                    calls.start_soon(client.call_tool, f"{MOUNT}__echo", {"message": f"call {n}"})
+
+    after_calls = sockets_to(pid, upstream.port)
+    assert len(after_calls) >= 2, f"the gateway's sockets to the upstream after the calls: {after_calls}"
+
+    # The upstream closes idle connections on its own schedule; the gateway
+    # sees that as some socket of after_calls no longer ESTABLISHED.
+    def server_closed_some() -> bool:
+        now = sockets_to(pid, upstream.port)
+        return any(now.get(inode) != "ESTABLISHED" for inode in after_calls)
+
+    assert await wait_for(server_closed_some, SERVER_CLOSE_WAIT_S), (
+        f"the upstream closed none of the gateway's idle connections in {SERVER_CLOSE_WAIT_S}s: "
+        f"{sockets_to(pid, upstream.port)}"
+    )
+
+    def none_in_close_wait() -> bool:
+        return "CLOSE_WAIT" not in sockets_to(pid, upstream.port).values()
+
+    assert await wait_for(none_in_close_wait, LET_GO_WITHIN_S), (
+        f"the gateway still holds connections the upstream closed, {LET_GO_WITHIN_S}s on: "
+        f"{sockets_to(pid, upstream.port)}"
+    )
