@@ -256,17 +256,10 @@ impl ClientHandler for UpstreamHandler {
     ) {
         let _relayed = RelayedOnDrop(&self.relay);
         let related_task = related_task(&context.meta.0);
-        let attributed = match self
+        let attributed = self
             .relay
             .attribute_notification(&context.extensions, related_task)
-        {
-            Ok(caller) => Ok(caller),
-            Err(_) => {
-                self.relay.settle().await;
-                self.relay
-                    .attribute_notification(&context.extensions, related_task)
-            }
-        };
+            .await;
         match attributed {
             Ok(caller) if !caller.log_level.admits(params.level) => {
                 tracing::debug!(level = ?params.level, "log message below the client's level");

@@ -332,33 +332,45 @@ impl Relay {
         }
     }
 
-    /// Like [`Self::attribute`], for a notification (a log message): when
-    /// nothing is in flight, a request that just ended claims it if it was
-    /// the only session to finish one within [`LINGER`].
-    pub fn attribute_notification(
+    /// Like [`Self::attribute`], for a notification (a log message). A
+    /// request still being sent may be the one it belongs to (the upstream
+    /// can log before rmcp has told us the request's id), so that is waited
+    /// for first (bounded, [`Self::settle`]). Only when nothing is in
+    /// flight then does a request that just ended claim the message, and
+    /// only if it was the one session to finish one within [`LINGER`]:
+    /// claiming it before settling gave one session's message to the
+    /// session whose request had ended just before.
+    pub async fn attribute_notification(
         &self,
         extensions: &Extensions,
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
+        if let Ok(caller) = self.attribute(extensions, related_task) {
+            return Ok(caller);
+        }
+        self.settle().await;
         match self.attribute(extensions, related_task) {
-            Err(Unattributed::Nobody) => {
-                let recent = lock(&self.recent);
-                let now = Instant::now();
-                let mut sessions: Vec<&Caller> = Vec::new();
-                for (ended, caller) in recent.iter() {
-                    if now.duration_since(*ended) <= LINGER
-                        && !sessions.iter().any(|c| c.session == caller.session)
-                    {
-                        sessions.push(caller);
-                    }
-                }
-                match sessions.as_slice() {
-                    [only] => Ok((*only).clone()),
-                    [] => Err(Unattributed::Nobody),
-                    many => Err(Unattributed::Ambiguous(many.len())),
-                }
-            }
+            Err(Unattributed::Nobody) => self.recently_ended(),
             other => other,
+        }
+    }
+
+    /// The one session whose request ended within [`LINGER`].
+    fn recently_ended(&self) -> Result<Caller, Unattributed> {
+        let recent = lock(&self.recent);
+        let now = Instant::now();
+        let mut sessions: Vec<&Caller> = Vec::new();
+        for (ended, caller) in recent.iter() {
+            if now.duration_since(*ended) <= LINGER
+                && !sessions.iter().any(|c| c.session == caller.session)
+            {
+                sessions.push(caller);
+            }
+        }
+        match sessions.as_slice() {
+            [only] => Ok((*only).clone()),
+            [] => Err(Unattributed::Nobody),
+            many => Err(Unattributed::Ambiguous(many.len())),
         }
     }
 
@@ -576,6 +588,63 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server handler that offers nothing: a peer to build callers on.
+    struct Nothing;
+    impl rmcp::ServerHandler for Nothing {}
+
+    /// A caller from downstream session `session`, and the service its
+    /// peer sends to (kept alive by the test).
+    fn caller(session: u64) -> (Caller, rmcp::service::RunningService<RoleServer, Nothing>) {
+        let (transport, _other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let caller = Caller {
+            session,
+            peer: service.peer().clone(),
+            request_id: None,
+            progress_token: None,
+            profile: ClientProfile::default(),
+            log_level: LogLevelSetting::new(),
+            request_stream: None,
+            handoff: None,
+        };
+        (caller, service)
+    }
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(rmcp::model::NumberOrString::Number(n))
+    }
+
+    #[tokio::test]
+    async fn a_log_message_waits_for_a_request_being_sent_before_one_just_ended_claims_it() {
+        let relay = Arc::new(Relay::default());
+        let (quiet, _quiet_peer) = caller(1);
+        let (chatty, _chatty_peer) = caller(2);
+        drop(relay.register(RequestId::Number(1), token(1), quiet));
+        // chatty's request is on its way: the upstream logs for it before
+        // its id is registered.
+        let sending = relay.sending();
+        let extensions = Extensions::new();
+        let attribution = relay.attribute_notification(&extensions, None);
+        tokio::pin!(attribution);
+        assert!(
+            futures::poll!(&mut attribution).is_pending(),
+            "not given to the session whose request just ended"
+        );
+        let _inflight = relay.register(RequestId::Number(2), token(2), chatty);
+        drop(sending);
+        assert_eq!(attribution.await.ok().map(|caller| caller.session), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_late_log_message_goes_to_the_one_session_whose_request_just_ended() {
+        let relay = Arc::new(Relay::default());
+        let (only, _peer) = caller(1);
+        drop(relay.register(RequestId::Number(1), token(1), only));
+        let extensions = Extensions::new();
+        let attributed = relay.attribute_notification(&extensions, None).await;
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+    }
 
     #[test]
     fn log_levels_filter_by_severity() {
