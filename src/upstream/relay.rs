@@ -13,6 +13,13 @@
 //! 3. the single downstream session with requests in flight;
 //! 4. the owner, for a per-session upstream (it has exactly one session).
 //!
+//! A message that finds no caller waits (bounded) for requests still being
+//! sent to be registered, then is looked up again: rmcp learns a request's
+//! id only as it sends it, and the upstream may answer at once. A log
+//! message that still finds nothing goes to the one session whose request
+//! ended within [`LINGER`] (servers need not order a log line before the
+//! answer), never before that wait.
+//!
 //! A message that names a task in its related-task `_meta` goes to the
 //! session that created the task (a request of that session in flight on
 //! this upstream, if exactly one is, else the session itself) before rules
