@@ -173,10 +173,10 @@ impl Pool {
     }
 
     fn put(self: &Arc<Self>, connection: Connection) {
-        let runtime = connection.runtime;
-        // A sweep must run where the connections' sockets are watched.
-        let on_its_runtime =
-            tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() == runtime);
+        // Its runtime, which is not always the caller's: a quick call
+        // handed over to rmcp finishes on its session's lane.
+        let home = connection.runtime.clone();
+        let runtime = home.id();
         let start_sweep = {
             let mut runtimes = self.lock();
             let entry = match runtimes.iter().position(|entry| entry.runtime == runtime) {
@@ -204,12 +204,14 @@ impl Pool {
                     since: Instant::now(),
                 });
             }
-            let start_sweep = on_its_runtime && !entry.swept;
-            entry.swept |= start_sweep;
+            let start_sweep = !entry.swept;
+            entry.swept = true;
             start_sweep
         };
         if start_sweep {
-            tokio::spawn(sweep_while_idle(
+            // On the runtime whose I/O driver watches the sockets (a
+            // runtime shut down, at exit, drops the task).
+            home.spawn(sweep_while_idle(
                 Arc::downgrade(self),
                 runtime,
                 self.sweep_every,
@@ -282,7 +284,7 @@ struct Connection {
     /// has ended.
     driver: Option<Driver>,
     /// The runtime whose I/O driver watches the socket.
-    runtime: tokio::runtime::Id,
+    runtime: tokio::runtime::Handle,
 }
 
 type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
@@ -434,7 +436,7 @@ impl SameTaskClient {
         Ok(Connection {
             send,
             driver: Some(Box::pin(driver)),
-            runtime: tokio::runtime::Handle::current().id(),
+            runtime: tokio::runtime::Handle::current(),
         })
     }
 }
@@ -738,6 +740,45 @@ mod tests {
         assert!(
             until(|| !client.idle.is_swept()).await,
             "looking over ends with nothing idle"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_finished_on_another_runtime_is_swept_on_its_own() {
+        let (url, _accepted, (close, mut closed)) = server_telling_closes(Answer::ThenClose).await;
+        let client = Arc::new(client(&url).sweeping_every(Duration::from_millis(20)));
+        // Its own runtime, on a thread of its own that runs until told to
+        // stop, dials and gets the answer's head, as a lane would; the body
+        // is read here, as when a quick call is handed over to rmcp.
+        let (heads, head) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let dialling = client.clone();
+        let home = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let _ = heads.send(dialling.send(get()).await.unwrap());
+                let _ = stopped.await;
+            });
+        });
+        let mut body = head.await.unwrap().into_body();
+        while let Some(chunk) = body.next().await {
+            chunk.unwrap();
+        }
+        drop(body);
+        assert_eq!(client.idle.len(), 1, "pooled");
+        close.notify_one();
+        closed.recv().await.unwrap();
+        let let_go = until(|| client.idle.len() == 0).await;
+        let _ = stop.send(());
+        tokio::task::spawn_blocking(move || home.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            let_go,
+            "let go of by a sweep on the runtime that dialled it"
         );
     }
 

@@ -354,21 +354,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tcp_listeners(port: int) -> list[str]:
-    """Local addresses (hex, as in /proc/net/tcp{,6}) listening on `port`."""
-    found: list[str] = []
+def tcp_sockets() -> Iterator[list[str]]:
+    """The columns of every row of /proc/net/tcp and /proc/net/tcp6 (local
+    and remote address at 1 and 2, state at 3, inode at 9)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
-            cols = row.split()
-            if len(cols) < 4 or cols[3] != "0A":  # 0A = LISTEN
-                continue
-            addr, _, hex_port = cols[1].rpartition(":")
-            if int(hex_port, 16) == port:
-                found.append(addr)
+            yield row.split()
+
+
+def tcp_listeners(port: int) -> list[str]:
+    """Local addresses (hex, as in /proc/net/tcp{,6}) listening on `port`."""
+    found: list[str] = []
+    for cols in tcp_sockets():
+        if len(cols) < 4 or cols[3] != "0A":  # 0A = LISTEN
+            continue
+        addr, _, hex_port = cols[1].rpartition(":")
+        if int(hex_port, 16) == port:
+            found.append(addr)
     return found
 
 

@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import Gateway, everything_http_config
+from conftest import Gateway, everything_http_config, tcp_sockets
 
 pytestmark = pytest.mark.anyio
 
@@ -41,19 +41,13 @@ def sockets_to(pid: int, port: int) -> dict[int, str]:
         if target.startswith("socket:["):
             inodes.add(int(target[len("socket:[") : -1]))
     found: dict[int, str] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
+    for cols in tcp_sockets():
+        if len(cols) < 10:
             continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) < 10:
-                continue
-            remote_port = int(cols[2].rpartition(":")[2], 16)
-            inode = int(cols[9])
-            if remote_port == port and inode in inodes:
-                found[inode] = TCP_STATES.get(cols[3], cols[3])
+        remote_port = int(cols[2].rpartition(":")[2], 16)
+        inode = int(cols[9])
+        if remote_port == port and inode in inodes:
+            found[inode] = TCP_STATES.get(cols[3], cols[3])
     return found
 
 
