@@ -173,11 +173,8 @@ impl Pool {
     }
 
     fn put(self: &Arc<Self>, connection: Connection) {
-        // Its runtime, which is not always the caller's: a quick call
-        // handed over to rmcp finishes on its session's lane.
-        let home = connection.runtime.clone();
-        let runtime = home.id();
-        let start_sweep = {
+        let runtime = connection.runtime.id();
+        let start_sweep_on = {
             let mut runtimes = self.lock();
             let entry = match runtimes.iter().position(|entry| entry.runtime == runtime) {
                 Some(index) => &mut runtimes[index],
@@ -190,6 +187,11 @@ impl Pool {
                     runtimes.last_mut().expect("just pushed")
                 }
             };
+            // The sweep runs where the connection's socket is watched, which
+            // is not always the caller's runtime: a quick call handed over
+            // to rmcp finishes on its session's lane.
+            let start_sweep_on = (!entry.swept).then(|| connection.runtime.clone());
+            entry.swept = true;
             // The least recently used are at the front; expired, they go.
             while entry
                 .idle
@@ -204,13 +206,10 @@ impl Pool {
                     since: Instant::now(),
                 });
             }
-            let start_sweep = !entry.swept;
-            entry.swept = true;
-            start_sweep
+            start_sweep_on
         };
-        if start_sweep {
-            // On the runtime whose I/O driver watches the sockets (a
-            // runtime shut down, at exit, drops the task).
+        // A runtime shut down (at exit) drops the task.
+        if let Some(home) = start_sweep_on {
             home.spawn(sweep_while_idle(
                 Arc::downgrade(self),
                 runtime,
