@@ -650,6 +650,23 @@ mod tests {
         SameTaskClient::new(url, Duration::from_secs(5)).expect("an http URL")
     }
 
+    /// Runs `work` on a current-thread runtime of its own, on a thread of
+    /// its own (as a serving lane), until it is done; the runtime ends then.
+    fn on_another_lane<Work, Done>(work: Work) -> std::thread::JoinHandle<Done::Output>
+    where
+        Work: FnOnce() -> Done + Send + 'static,
+        Done: Future,
+        Done::Output: Send + 'static,
+    {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(work())
+        })
+    }
+
     #[tokio::test]
     async fn a_connection_is_reused_once_its_answer_is_read() {
         let (url, accepted) = server(Answer::Whole).await;
@@ -667,17 +684,11 @@ mod tests {
         assert_eq!(body_of(&client).await.unwrap(), "ok");
         // Another runtime on another thread, as a second serving lane.
         let elsewhere = client.clone();
-        let other = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
-                assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
-            });
-            // Its connection ends with its runtime; the pool must not
-            // offer it to anyone else.
+        // Its connection ends with its runtime; the pool must not offer it
+        // to anyone else.
+        let other = on_another_lane(|| async move {
+            assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
+            assert_eq!(body_of(&elsewhere).await.unwrap(), "ok");
         });
         tokio::task::spawn_blocking(move || other.join().unwrap())
             .await
@@ -752,15 +763,9 @@ mod tests {
         let (heads, head) = tokio::sync::oneshot::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let dialling = client.clone();
-        let home = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let _ = heads.send(dialling.send(get()).await.unwrap());
-                let _ = stopped.await;
-            });
+        let home = on_another_lane(|| async move {
+            let _ = heads.send(dialling.send(get()).await.unwrap());
+            let _ = stopped.await;
         });
         let mut body = head.await.unwrap().into_body();
         while let Some(chunk) = body.next().await {
