@@ -370,7 +370,8 @@ impl UpstreamHandler {
     /// `notifications/tasks/status`: to the session that created the task,
     /// under its id there. One that arrives before the task's creation is
     /// answered waits (briefly) for it; a task no session here created is
-    /// nobody's.
+    /// nobody's. One that ends the task follows the progress and logs that
+    /// arrived before it.
     async fn relay_task_status(&self, notification: CustomNotification) {
         let upstream_id = notification
             .params
@@ -390,6 +391,11 @@ impl UpstreamHandler {
             Some("completed" | "failed" | "cancelled")
         );
         if terminal {
+            // Progress the upstream sent before ending the task goes first:
+            // rmcp hands each notification to a task of its own, so this
+            // one can run before the last progress is relayed, which would
+            // then find no task to reach its client through.
+            self.relay.drain().await;
             self.relay.task_ended(upstream_id);
         }
         match self.relay.task_status_owner(upstream_id, &notification) {
