@@ -441,9 +441,10 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
     let error = mount["last_error"].as_str().unwrap_or("");
     // The cause is named: reqwest's own text stops at "error sending
     // request"; a start that waited for the initialize timeout would not
-    // have failed within this test's wait.
-    assert!(
-        error.contains("tcp connect error") && error.contains("deadline has elapsed"),
-        "{mount}"
-    );
+    // have failed within this test's wait. reqwest sets the connect
+    // timeout twice, on hyper-util's connector and around it, and words it
+    // after whichever timer fires first (the outer one under load).
+    let connect_timed_out = error.contains("tcp connect error: deadline has elapsed")
+        || error.contains("(Connect): operation timed out");
+    assert!(connect_timed_out, "{mount}");
 }
