@@ -422,12 +422,14 @@ impl DirectCalls {
             }
             _ => {}
         }
-        if counted {
-            self.relay.notification_arrived();
+        let arrival = counted.then(|| self.relay.notification_arrived());
+        if let (Some(arrival), JsonRpcMessage::Notification(notification)) = (arrival, &mut message)
+        {
+            notification.notification.extensions_mut().insert(arrival);
         }
         if self.inject.send(message).await.is_err() && counted {
             // The session's loop has stopped: nothing will relay it.
-            self.relay.notification_relayed();
+            self.relay.notification_relayed(arrival);
         }
     }
 }

@@ -22,7 +22,7 @@ use rmcp::{
     ClientHandler, ErrorData, RoleClient,
 };
 
-use super::relay::{related_task, set_related_task, Caller, Relay, TaskOwner};
+use super::relay::{related_task, set_related_task, Arrival, Caller, Relay, TaskOwner};
 use crate::telemetry::metrics;
 
 /// Which list an upstream said has changed.
@@ -221,9 +221,9 @@ impl ClientHandler for UpstreamHandler {
     async fn on_progress(
         &self,
         mut params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
-        let _relayed = RelayedOnDrop(&self.relay);
+        let relayed = RelayedOnDrop(&self.relay, context.extensions.get().copied());
         // The upstream token is the one rmcp chose; the client knows its own.
         let found = match self.relay.progress(&params.progress_token) {
             Some(caller) => Some(caller),
@@ -244,6 +244,7 @@ impl ClientHandler for UpstreamHandler {
         // rmcp routes progress to the stream of the request that registered
         // the token.
         caller.on_its_stream().await;
+        relayed.my_turn().await;
         if let Err(error) = caller.peer.notify_progress(params).await {
             tracing::debug!(%error, "could not relay progress");
         }
@@ -254,7 +255,7 @@ impl ClientHandler for UpstreamHandler {
         params: LoggingMessageNotificationParam,
         context: NotificationContext<RoleClient>,
     ) {
-        let _relayed = RelayedOnDrop(&self.relay);
+        let relayed = RelayedOnDrop(&self.relay, context.extensions.get().copied());
         let related_task = related_task(&context.meta.0);
         let attributed = self
             .relay
@@ -269,6 +270,7 @@ impl ClientHandler for UpstreamHandler {
                 // On the stream of the request it came with, if that is
                 // still open; else on the session's `GET` stream.
                 caller.on_its_stream().await;
+                relayed.my_turn().await;
                 let message =
                     ServerNotification::LoggingMessageNotification(Notification::new(params));
                 let unsent = match &caller.request_stream {
@@ -345,11 +347,21 @@ impl ClientHandler for UpstreamHandler {
 
 /// Marks a notification counted by `OrderedTransport` as handled, on every
 /// path out of its handler.
-struct RelayedOnDrop<'a>(&'a Relay);
+struct RelayedOnDrop<'a>(&'a Relay, Option<Arrival>);
+
+impl RelayedOnDrop<'_> {
+    /// Waits until the notifications that arrived before this one have
+    /// been relayed (see `Relay::wait_turn`).
+    async fn my_turn(&self) {
+        if let Some(arrival) = self.1 {
+            self.0.wait_turn(arrival).await;
+        }
+    }
+}
 
 impl Drop for RelayedOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.notification_relayed();
+        self.0.notification_relayed(self.1);
     }
 }
 

@@ -21,7 +21,7 @@
 use std::{future::Future, sync::Arc};
 
 use rmcp::{
-    model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification},
+    model::{GetExtensions, JsonRpcMessage, ServerJsonRpcMessage, ServerNotification},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
     RoleClient,
@@ -129,9 +129,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             }
             _ => {}
         }
-        if let Some(JsonRpcMessage::Notification(notification)) = &message {
+        let mut message = message;
+        if let Some(JsonRpcMessage::Notification(notification)) = &mut message {
             if waits_for_relay(&notification.notification) {
-                self.relay.notification_arrived();
+                let arrival = self.relay.notification_arrived();
+                notification.notification.extensions_mut().insert(arrival);
             }
         }
         message

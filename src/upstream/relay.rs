@@ -30,7 +30,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{
-        atomic::{AtomicU8, AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -182,6 +182,11 @@ const ELICITATIONS_MAX: usize = 1024;
 /// (2025-11-25); its `data.elicitations` lists them.
 pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 
+/// A progress or log notification's place in its upstream's wire order,
+/// carried in its extensions from the transport to the handler.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrival(u64);
+
 #[derive(Default)]
 pub struct Relay {
     /// Upstream request id → the request in flight.
@@ -204,6 +209,11 @@ pub struct Relay {
     /// Progress and log notifications received but not yet relayed.
     pending_notifications: AtomicUsize,
     relayed: Notify,
+    /// The number the next progress or log notification to arrive gets.
+    arrivals: AtomicU64,
+    /// The arrival whose turn it is to be relayed: every one before it has
+    /// been (or was given up on, [`TURN_LIMIT`]).
+    turn: AtomicU64,
     /// Requests handed to rmcp whose id is not registered yet: rmcp picks
     /// the id while sending, so the upstream can answer (with a sampling
     /// request, progress) before the request is in `inflight`.
@@ -220,6 +230,11 @@ const RECENT_MAX: usize = 64;
 /// Bound on how long an answer waits for earlier notifications to be
 /// relayed; a stuck client stream must not hold every answer.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// Bound on how long a notification waits for the ones that arrived
+/// before it to be relayed; one stuck on a slow client must not hold the
+/// rest for long.
+pub const TURN_LIMIT: Duration = Duration::from_secs(1);
 
 /// Bound on how long a message that found no caller waits for requests
 /// being sent to be registered. Registration follows the send within
@@ -381,16 +396,42 @@ impl Relay {
         }
     }
 
-    /// A progress or log notification arrived (called in wire order).
-    pub fn notification_arrived(&self) {
+    /// A progress or log notification arrived (called in wire order): it
+    /// is pending until relayed, and gets its place in the order.
+    pub fn notification_arrived(&self) -> Arrival {
         self.pending_notifications.fetch_add(1, Ordering::AcqRel);
+        Arrival(self.arrivals.fetch_add(1, Ordering::AcqRel))
     }
 
-    /// A notification counted by `notification_arrived` has been handled.
-    pub fn notification_relayed(&self) {
+    /// A notification counted by `notification_arrived` has been handled;
+    /// the next one's turn comes.
+    pub fn notification_relayed(&self, arrival: Option<Arrival>) {
+        if let Some(Arrival(place)) = arrival {
+            self.turn.fetch_max(place + 1, Ordering::AcqRel);
+        }
         let before = self.pending_notifications.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "more notifications relayed than arrived");
         self.relayed.notify_waiters();
+    }
+
+    /// Waits (bounded, [`TURN_LIMIT`]) until every progress or log
+    /// notification that arrived before `arrival` has been relayed. rmcp
+    /// hands each notification to a task of its own; without this they
+    /// reach the client in whatever order those tasks run, progress 2
+    /// before progress 1.
+    pub async fn wait_turn(&self, arrival: Arrival) {
+        let deadline = tokio::time::Instant::now() + TURN_LIMIT;
+        loop {
+            // Created before the check, so a relay in between still wakes.
+            let woken = self.relayed.notified();
+            if self.turn.load(Ordering::Acquire) >= arrival.0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                tracing::debug!("relaying a notification before an earlier one");
+                return;
+            }
+        }
     }
 
     /// Waits (bounded) until every notification that arrived so far has
@@ -651,6 +692,42 @@ mod tests {
         let extensions = Extensions::new();
         let attributed = relay.attribute_notification(&extensions, None).await;
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_waits_for_the_ones_that_arrived_before_it() {
+        let relay = Relay::default();
+        let first = relay.notification_arrived();
+        let second = relay.notification_arrived();
+        let second_turn = relay.wait_turn(second);
+        tokio::pin!(second_turn);
+        assert!(futures::poll!(&mut second_turn).is_pending());
+        relay.wait_turn(first).await;
+        relay.notification_relayed(Some(first));
+        // Woken by the relay, not by its time running out (paused time
+        // would run out the shorter timer here first).
+        tokio::time::timeout(TURN_LIMIT / 2, second_turn)
+            .await
+            .expect("its turn once the first is relayed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_whose_predecessor_never_goes_waits_only_so_long() {
+        let relay = Relay::default();
+        let _lost = relay.notification_arrived();
+        let next = relay.notification_arrived();
+        let started = tokio::time::Instant::now();
+        relay.wait_turn(next).await;
+        assert!(started.elapsed() >= TURN_LIMIT);
+        relay.notification_relayed(Some(next));
+        let after = relay.notification_arrived();
+        let started = tokio::time::Instant::now();
+        relay.wait_turn(after).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the lost one holds no later one"
+        );
     }
 
     #[test]
