@@ -192,14 +192,7 @@ impl Pool {
             // to rmcp finishes on its session's lane.
             let start_sweep_on = (!entry.swept).then(|| connection.runtime.clone());
             entry.swept = true;
-            // The least recently used are at the front; expired, they go.
-            while entry
-                .idle
-                .front()
-                .is_some_and(|oldest| oldest.since.elapsed() >= IDLE_LIFETIME)
-            {
-                entry.idle.pop_front();
-            }
+            // Expired ones are let go of by the sweep, not here.
             if entry.idle.len() < MAX_IDLE {
                 entry.idle.push_back(Idle {
                     connection,
