@@ -10,7 +10,6 @@ request to that upstream.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import anyio
@@ -18,6 +17,7 @@ import pytest
 from mcp import Client
 
 from conftest import Gateway, everything_http_config, tcp_sockets
+from test_relay import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -51,15 +51,6 @@ def sockets_to(pid: int, port: int) -> dict[int, str]:
     return found
 
 
-async def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await anyio.sleep(0.2)
-    return condition()
-
-
 async def test_idle_connections_the_upstream_closed_are_let_go(start_everything_http, start_gateway) -> None:
     upstream = start_everything_http()
     gw: Gateway = start_gateway(everything_http_config(upstream.mcp_url, "shared", MOUNT))
@@ -81,7 +72,7 @@ async def test_idle_connections_the_upstream_closed_are_let_go(start_everything_
         now = sockets_to(pid, upstream.port)
         return any(now.get(inode) != "ESTABLISHED" for inode in after_calls)
 
-    assert await wait_for(server_closed_some, SERVER_CLOSE_WAIT_S), (
+    assert await wait_until(server_closed_some, SERVER_CLOSE_WAIT_S), (
         f"the upstream closed none of the gateway's idle connections in {SERVER_CLOSE_WAIT_S}s: "
         f"{sockets_to(pid, upstream.port)}"
     )
@@ -89,7 +80,7 @@ async def test_idle_connections_the_upstream_closed_are_let_go(start_everything_
     def none_in_close_wait() -> bool:
         return "CLOSE_WAIT" not in sockets_to(pid, upstream.port).values()
 
-    assert await wait_for(none_in_close_wait, LET_GO_WITHIN_S), (
+    assert await wait_until(none_in_close_wait, LET_GO_WITHIN_S), (
         f"the gateway still holds connections the upstream closed, {LET_GO_WITHIN_S}s on: "
         f"{sockets_to(pid, upstream.port)}"
     )
