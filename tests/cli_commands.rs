@@ -162,19 +162,13 @@ fn marked_processes(marker: &str) -> Vec<u32> {
 /// were sent SIGKILL, which a process acts on once it is next scheduled,
 /// so on a loaded machine one may still be running for a moment: waited
 /// for, up to 5 s (a process nobody killed would live on far longer).
-fn assert_no_marked_processes(marker: &str) {
-    let mut left = marked_processes(marker);
-    for _ in 0..250 {
-        if left.is_empty() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        left = marked_processes(marker);
-    }
-    assert!(
-        left.is_empty(),
-        "upstream processes outlived the command by 5 s: {left:?}"
-    );
+async fn assert_no_marked_processes(marker: &str) {
+    eventually(
+        "the upstreams to be gone after the command",
+        Duration::from_secs(5),
+        || async { marked_processes(marker).is_empty().then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -294,7 +288,7 @@ async fn check_connect_lists_counts_and_names_then_stops_every_upstream() {
     let (_dir, path) = config_file(&config);
     let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
     run.expect_code(0);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
 
     for mount in ["alpha", "beta"] {
         let status = run.stdout_line(&format!("{mount}: "));
@@ -328,7 +322,7 @@ async fn check_connect_names_a_mount_that_fails_and_exits_1() {
     let (_dir, path) = config_file(&config);
     let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
     run.expect_code(1);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
     assert!(run.stdout_line("alpha: ").starts_with("alpha: ready: "));
     let broken = run.stdout_line("broken: ");
     assert!(
@@ -356,7 +350,7 @@ async fn check_connect_gives_up_on_a_silent_upstream_and_stops_it() {
     )
     .await;
     run.expect_code(1);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
     let mute = run.stdout_line("mute: ");
     assert!(
         mute.starts_with("mute: failed: no answer within 1s"),
@@ -380,7 +374,7 @@ async fn check_connect_stops_an_upstream_that_never_initializes() {
     )
     .await;
     run.expect_code(1);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
     let hung = run.stdout_line("hung: ");
     assert!(
         hung.starts_with("hung: failed: no answer within 1s"),
@@ -406,7 +400,7 @@ async fn tools_prints_the_merged_catalog_as_text_and_json() {
 
     let text = junction(&["tools", "--config", &path], &[]).await;
     text.expect_code(0);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
     let echo = text.stdout_line("demo__echo ");
     assert!(echo.ends_with("Return the message unchanged."), "{echo:?}");
     let text_names: Vec<&str> = text
@@ -420,7 +414,7 @@ async fn tools_prints_the_merged_catalog_as_text_and_json() {
 
     let json = junction(&["tools", "--config", &path, "--json"], &[]).await;
     json.expect_code(0);
-    assert_no_marked_processes(&marker);
+    assert_no_marked_processes(&marker).await;
     let tools: Vec<Value> = serde_json::from_str(&json.stdout)
         .unwrap_or_else(|error| panic!("not a JSON array: {error}\n{}", json.stdout));
     let json_names: Vec<&str> = tools
