@@ -35,7 +35,7 @@ use super::{
     ordered::OrderedTransport,
     process_group::ProcessGroupGuard,
     raw::RawAnswers,
-    UpstreamHandler, UpstreamSession,
+    same_task_http, UpstreamHandler, UpstreamSession,
 };
 use crate::config::{MountConfig, Timeouts, UpstreamTransport};
 use tokio_util::sync::CancellationToken;
@@ -184,6 +184,10 @@ async fn start(
             let client = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(timeouts.connect)
+                // reqwest keeps idle connections 90 s; Node and uvicorn
+                // close them after 5 s, and a request written just then
+                // fails (see `same_task_http::DEFAULT_IDLE_LIFETIME`).
+                .pool_idle_timeout(same_task_http::DEFAULT_IDLE_LIFETIME)
                 .build()
                 .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());

@@ -45,9 +45,18 @@ use tokio::net::TcpStream;
 /// Idle connections kept per upstream session and runtime; more are closed
 /// after use.
 const MAX_IDLE: usize = 256;
-/// An idle connection older than this is closed rather than reused (servers
-/// close idle keep-alive connections on their own schedule).
-const IDLE_LIFETIME: Duration = Duration::from_secs(60);
+/// How long an idle connection is reused when the server did not say
+/// (`Keep-Alive: timeout=N`): under the 5 s after which Node and uvicorn
+/// close one. A request written as the server closes its connection fails
+/// (it may have been read: a `tools/call` is not resent), so a connection
+/// is given up on before the server would.
+pub const DEFAULT_IDLE_LIFETIME: Duration = Duration::from_secs(4);
+/// How much sooner than the server's announced keep-alive timeout an idle
+/// connection is given up on: the server's clock started when it wrote the
+/// answer, ours when we read it to the end.
+const KEEP_ALIVE_MARGIN: Duration = Duration::from_secs(1);
+/// The longest an idle connection is reused, whatever the server says.
+const MAX_IDLE_LIFETIME: Duration = Duration::from_secs(60);
 /// How often idle connections are looked over while there are any, so
 /// that one the server closed (Node and uvicorn close idle keep-alive
 /// connections after 5 s) is let go of without waiting for a request.
@@ -122,6 +131,9 @@ pub struct SameTaskClient {
     address: String,
     host: HeaderValue,
     connect_timeout: Duration,
+    /// How long a connection rests in the pool when the server did not
+    /// say ([`DEFAULT_IDLE_LIFETIME`]).
+    idle_lifetime: Duration,
     idle: Arc<Pool>,
 }
 
@@ -195,8 +207,8 @@ impl Pool {
             // Expired ones are let go of by the sweep, not here.
             if entry.idle.len() < MAX_IDLE {
                 entry.idle.push_back(Idle {
+                    expires: Instant::now() + connection.idle_lifetime,
                     connection,
-                    since: Instant::now(),
                 });
             }
             start_sweep_on
@@ -221,7 +233,7 @@ impl Pool {
         // caller runs meanwhile (one thread, nothing here awaits); on a
         // multi-threaded runtime one that does finds fewer idle and dials.
         idle.retain_mut(|kept| {
-            kept.since.elapsed() < IDLE_LIFETIME
+            Instant::now() < kept.expires
                 && kept.connection.is_open()
                 && kept.connection.is_usable()
         });
@@ -266,7 +278,8 @@ async fn sweep_while_idle(
 /// A connection at rest in the pool.
 struct Idle {
     connection: Connection,
-    since: Instant,
+    /// When it is given up on rather than reused.
+    expires: Instant,
 }
 
 /// Both halves of one hyper HTTP/1.1 connection.
@@ -277,6 +290,8 @@ struct Connection {
     driver: Option<Driver>,
     /// The runtime whose I/O driver watches the socket.
     runtime: tokio::runtime::Handle,
+    /// How long it may rest in the pool after its last answer.
+    idle_lifetime: Duration,
 }
 
 type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
@@ -357,8 +372,17 @@ impl SameTaskClient {
             address,
             host: HeaderValue::from_str(&host).ok()?,
             connect_timeout,
+            idle_lifetime: DEFAULT_IDLE_LIFETIME,
             idle: Arc::new(Pool::new(SWEEP_EVERY)),
         })
+    }
+
+    /// This client, resting connections `lifetime` long when the server
+    /// does not say.
+    #[cfg(test)]
+    fn idle_for(mut self, lifetime: Duration) -> Self {
+        self.idle_lifetime = lifetime;
+        self
     }
 
     /// This client, its idle connections looked over `every` so often.
@@ -395,9 +419,10 @@ impl SameTaskClient {
 
     fn with_body(
         &self,
-        connection: Connection,
+        mut connection: Connection,
         head: Response<Incoming>,
     ) -> Response<SameTaskBody> {
+        connection.idle_lifetime = idle_lifetime(head.headers(), self.idle_lifetime);
         head.map(|body| SameTaskBody {
             body,
             connection: Some(connection),
@@ -411,7 +436,7 @@ impl SameTaskClient {
         loop {
             // Looked at (and a dead one closed) outside the lock.
             let mut candidate = self.idle.take(runtime)?;
-            if candidate.since.elapsed() < IDLE_LIFETIME && candidate.connection.is_usable() {
+            if Instant::now() < candidate.expires && candidate.connection.is_usable() {
                 return Some(candidate.connection);
             }
         }
@@ -429,8 +454,33 @@ impl SameTaskClient {
             send,
             driver: Some(Box::pin(driver)),
             runtime: tokio::runtime::Handle::current(),
+            idle_lifetime: self.idle_lifetime,
         })
     }
+}
+
+/// How long a connection may rest in the pool after an answer with
+/// `headers`: [`KEEP_ALIVE_MARGIN`] less than the `timeout` of a
+/// `Keep-Alive` header (RFC 7230's hint, which Node sends), `otherwise`
+/// without one; never more than [`MAX_IDLE_LIFETIME`].
+fn idle_lifetime(headers: &hyper::HeaderMap, otherwise: Duration) -> Duration {
+    let announced = headers
+        .get_all("keep-alive")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|parameter| {
+            let (name, seconds) = parameter.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("timeout")
+                .then(|| seconds.trim().parse::<u64>().ok())?
+        })
+        .min();
+    match announced {
+        Some(seconds) => Duration::from_secs(seconds).saturating_sub(KEEP_ALIVE_MARGIN),
+        None => otherwise,
+    }
+    .min(MAX_IDLE_LIFETIME)
 }
 
 enum Unsent {
@@ -475,7 +525,9 @@ impl SameTaskBody {
         let Some(connection) = self.connection.take() else {
             return;
         };
-        if connection.driver.is_some() {
+        // One the server keeps open for under a second is not worth
+        // keeping (see `idle_lifetime`).
+        if connection.driver.is_some() && !connection.idle_lifetime.is_zero() {
             self.idle.put(connection);
         }
     }
@@ -556,6 +608,13 @@ mod tests {
         Nothing,
         /// Resets the connection (RST) without answering.
         Reset,
+        /// "ok" to a connection's first request; the next one arrives as
+        /// the server closes the connection (its keep-alive timeout): no
+        /// answer.
+        FirstOnly,
+        /// "ok" with `Keep-Alive: timeout=1`: the server keeps an idle
+        /// connection for at most a second.
+        BriefKeepAlive,
     }
 
     /// A server on 127.0.0.1 answering every request with `answer`;
@@ -591,20 +650,26 @@ mod tests {
                 let told = told.clone();
                 tokio::spawn(async move {
                     let mut buffer = vec![0; 4096];
+                    let mut answered = 0;
                     loop {
                         // Every test request is small and has no body.
                         match stream.read(&mut buffer).await {
                             Ok(0) | Err(_) => return,
                             Ok(_) => {}
                         }
+                        answered += 1;
                         let reply: &[u8] = match answer {
                             Answer::Nothing => return,
+                            Answer::FirstOnly if answered > 1 => return,
                             Answer::Reset => {
                                 let _ = stream.set_linger(Some(Duration::ZERO));
                                 return;
                             }
-                            Answer::Whole | Answer::ThenClose => {
+                            Answer::Whole | Answer::ThenClose | Answer::FirstOnly => {
                                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                            }
+                            Answer::BriefKeepAlive => {
+                                b"HTTP/1.1 200 OK\r\nkeep-alive: timeout=1\r\ncontent-length: 2\r\n\r\nok"
                             }
                             Answer::Chunked => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
                             Answer::Partial => b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n12345",
@@ -715,6 +780,67 @@ mod tests {
         // The pooled connection has ended; the request goes on a new one.
         assert_eq!(body_of(&client).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_on_a_connection_the_server_is_closing_fails() {
+        // The race that idle lifetimes keep away from: what a request
+        // meets when it is written just as the server gives up on its
+        // idle connection. It is not sent again (it may have been read).
+        let (url, accepted) = server(Answer::FirstOnly).await;
+        let client = client(&url);
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert!(matches!(body_of(&client).await, Err(SameTaskError::Closed)));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_its_lifetime_is_not_reused() {
+        let (url, accepted) = server(Answer::FirstOnly).await;
+        let client = client(&url).idle_for(Duration::from_millis(50));
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        // The test is about time passing: no condition to wait for.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Given up on before the server would: the request goes on a new
+        // connection instead of meeting the close.
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_keeps_briefly_is_not_pooled() {
+        let (url, accepted) = server(Answer::BriefKeepAlive).await;
+        let client = client(&url);
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(client.idle.len(), 0, "closed after its answer");
+        assert_eq!(body_of(&client).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_idle_lifetime_comes_under_the_servers_keep_alive_timeout() {
+        let otherwise = Duration::from_secs(4);
+        let lifetime = |values: &[&str]| {
+            let mut headers = hyper::HeaderMap::new();
+            for value in values {
+                headers.append("keep-alive", HeaderValue::from_str(value).unwrap());
+            }
+            idle_lifetime(&headers, otherwise)
+        };
+        assert_eq!(lifetime(&[]), otherwise);
+        assert_eq!(lifetime(&["timeout=5"]), Duration::from_secs(4));
+        assert_eq!(
+            lifetime(&["max=100, Timeout = 30"]),
+            Duration::from_secs(29)
+        );
+        assert_eq!(
+            lifetime(&["timeout=30", "timeout=10"]),
+            Duration::from_secs(9)
+        );
+        assert_eq!(lifetime(&["timeout=1"]), Duration::ZERO);
+        assert_eq!(lifetime(&["timeout=0"]), Duration::ZERO);
+        assert_eq!(lifetime(&["timeout=86400"]), MAX_IDLE_LIFETIME);
+        assert_eq!(lifetime(&["timeout=soon", "max=5"]), otherwise);
     }
 
     /// Waits, 10 ms at a time for at most 5 s, until `done` holds.
