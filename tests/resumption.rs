@@ -828,3 +828,60 @@ async fn a_calls_log_messages_ride_its_own_stream() {
     );
     session.assert_working().await;
 }
+
+/// A client gone before its call's answer, while the gateway still holds
+/// the call as a quick one (it waits ~20 ms to send a quick answer whole,
+/// as JSON), has not cancelled it either: the call runs to its end
+/// upstream, as one on rmcp's stream does. The request is written whole on
+/// a raw connection that is closed at once, well within those 20 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_a_quick_answer_has_not_cancelled_the_call() {
+    use tokio::io::AsyncWriteExt;
+
+    let session = Session::start().await;
+    let mcp = session.gateway.mcp_url();
+    raw::wait_until_calls_are_quick(&session.http, &mcp, &session.id, "demo__echo").await;
+    let answered_before = calls_answered(&session).await;
+
+    let body = tool_call("gone", "demo__slow", json!({"steps": 2, "delay_ms": 100})).to_string();
+    let path = reqwest::Url::parse(&mcp)
+        .expect("the MCP URL")
+        .path()
+        .to_owned();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: {ACCEPT_BOTH}\r\nmcp-session-id: {id}\r\nmcp-protocol-version: {VERSION}\r\n\
+         content-length: {length}\r\n\r\n{body}",
+        addr = session.gateway.addr,
+        id = session.id,
+        length = body.len(),
+    );
+    let mut connection = within(
+        "connect",
+        tokio::net::TcpStream::connect(session.gateway.addr),
+    )
+    .await
+    .expect("connect to the gateway");
+    within("write the call", connection.write_all(request.as_bytes()))
+        .await
+        .expect("write the call");
+    // Gone while the gateway waits for the answer: after it has read the
+    // request, before the 20 ms are up (or, on a slow day, after: then the
+    // call is on rmcp's stream, which must not cancel it either).
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(connection);
+
+    eventually("the abandoned call to end", OP_TIMEOUT, || async {
+        (calls_answered(&session).await > answered_before).then_some(())
+    })
+    .await;
+    let events = session
+        .call("count", "demo__cancellations", json!({}))
+        .await;
+    let answers = sort_out(&events).responses;
+    assert_eq!(
+        answers[0]["result"]["content"][0]["text"], "0",
+        "the upstream saw the call cancelled: {events:#?}"
+    );
+    session.assert_working().await;
+}

@@ -26,6 +26,11 @@
 //! - the client cancels it: the cancel waits for the same handover
 //!   ([`QuickCalls`]), so it reaches rmcp after the request it names.
 //!
+//! A call whose client goes away before its answer (hyper drops the
+//! request) runs on to its end: disconnection is not a cancel (transports,
+//! 2025-11-25), nor is it on rmcp's path. Only the client's own cancel
+//! still stops it ([`Waiting`]).
+//!
 //! A task-augmented call (its answer is a task, its messages are routed by
 //! it) and a session not initialized or asleep go to rmcp as before.
 
@@ -35,7 +40,7 @@ use std::{
     pin::Pin,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Mutex, MutexGuard, PoisonError,
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
     },
     time::Duration,
 };
@@ -78,6 +83,10 @@ pub struct Handoff {
     ask: Notify,
     settled: AtomicBool,
     settle: Notify,
+    /// Set once the call runs on with nobody waiting for its answer (its
+    /// client went away): rmcp never saw the request, so the client's
+    /// cancel of it is carried out here.
+    abandoned: OnceLock<CancellationToken>,
 }
 
 impl Handoff {
@@ -153,8 +162,12 @@ impl QuickCalls {
             .get(session)
             .and_then(|requests| requests.get(request))
             .cloned();
-        if let Some(handoff) = handoff {
-            handoff.hand_over().await;
+        let Some(handoff) = handoff else {
+            return;
+        };
+        match handoff.abandoned.get() {
+            Some(cancel) => cancel.cancel(),
+            None => handoff.hand_over().await,
         }
     }
 }
@@ -193,6 +206,41 @@ impl Pending {
     /// takes over with the request.
     pub(crate) fn queue(&self) -> &Arc<RelatedQueue> {
         &self.queue
+    }
+
+    /// Nobody waits for the call's answer any more; it stays known until it
+    /// ends, so that the client's cancel (`cancel`) still reaches it.
+    fn abandon(&self, cancel: &CancellationToken) {
+        let _ = self.handoff.abandoned.set(cancel.clone());
+        // What comes for the request now goes the `GET` stream's way.
+        self.queue.close();
+        self.handoff.settle();
+    }
+}
+
+/// A quick call waiting for its answer in the request's future. Dropped
+/// before it has one (the client went away), it runs on, on a task of its
+/// own, to its end (bounded as every upstream request is).
+struct Waiting {
+    work: Option<Work>,
+    pending: Option<Pending>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let (Some(work), Some(pending)) = (self.work.take(), self.pending.take()) else {
+            return;
+        };
+        tracing::debug!(id = ?pending.request, "the client went away before a quick answer; the call runs on");
+        pending.abandon(&self.cancel);
+        // No runtime only when the process is going down with it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _answer = work.await;
+                drop(pending);
+            });
+        }
     }
 }
 
@@ -329,7 +377,7 @@ pub(crate) async fn offer(
         .cloned()
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
-    let mut pending = Pending::new(calls, session, &request.id);
+    let pending = Pending::new(calls, session, &request.id);
     let cancel = CancellationToken::new();
     let routed = RoutedRequest {
         request: routed,
@@ -346,16 +394,31 @@ pub(crate) async fn offer(
         cancel: cancel.clone(),
     };
     let observed = observed(gateway.clone(), state.clone(), routed, meta, headers);
-    let mut work: Work = Box::pin(observed);
+    let handoff = pending.handoff.clone();
+    let mut waiting = Waiting {
+        work: Some(Box::pin(observed)),
+        pending: Some(pending),
+        cancel,
+    };
+    let work = waiting.work.as_mut().expect("just set");
     let why = tokio::select! {
-        answer = &mut work => return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]),
+        answer = work => {
+            waiting.work = None;
+            return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]);
+        }
         _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
-        _ = pending.handoff.asked() => "something is due on its stream",
+        _ = handoff.asked() => "something is due on its stream",
     };
     tracing::debug!(id = ?request.id, why, "handing a quick call over to rmcp");
+    let (Some(work), Some(mut pending)) = (waiting.work.take(), waiting.pending.take()) else {
+        unreachable!("taken only here");
+    };
     extensions.insert(HandedOver(Arc::new(Parcel {
-        call: Mutex::new(Some(RunningCall { work, cancel })),
-        handoff: pending.handoff.clone(),
+        call: Mutex::new(Some(RunningCall {
+            work,
+            cancel: waiting.cancel.clone(),
+        })),
+        handoff,
     })));
     pending.handed_over = true;
     Quick::HandedOver(pending)
@@ -497,6 +560,52 @@ mod tests {
             queue.push(message()).is_some(),
             "given back, for the GET stream"
         );
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_client_went_away_runs_to_its_end_and_can_be_cancelled() {
+        let calls = Arc::new(QuickCalls::default());
+        let session: Arc<str> = Arc::from("s1");
+        let pending = Pending::new(&calls, &session, &RequestId::Number(3));
+        let (handoff, queue) = (pending.handoff.clone(), pending.queue.clone());
+        let cancel = CancellationToken::new();
+        let (ended, end) = tokio::sync::oneshot::channel();
+        let waiting = Waiting {
+            work: Some(Box::pin({
+                let cancel = cancel.clone();
+                async move {
+                    cancel.cancelled().await;
+                    let _ = ended.send(());
+                    Err(ErrorData::internal_error("cancelled", None))
+                }
+            })),
+            pending: Some(pending),
+            cancel: cancel.clone(),
+        };
+        // hyper drops the request's future when its client goes away.
+        drop(waiting);
+        assert!(!cancel.is_cancelled(), "going away is not a cancel");
+        handoff
+            .hand_over()
+            .now_or_never()
+            .expect("nothing to wait for: nobody will take the call");
+        assert!(
+            queue.push(message()).is_some(),
+            "given back, for the GET stream"
+        );
+        assert!(!calls.pending().is_empty(), "known until it ends");
+        calls
+            .before("s1", &cancel_of(RequestId::Number(3)))
+            .now_or_never()
+            .expect("no handover to wait for");
+        end.await.expect("the call ran on, to the client's cancel");
+        for _ in 0..100 {
+            if calls.pending().is_empty() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("an ended call stays known");
     }
 
     #[tokio::test]
