@@ -826,3 +826,162 @@ async fn session_flood_beyond_max_sessions_is_refused() {
     assert_session_refused(&answer);
     hostile.assert_unharmed().await;
 }
+
+// Slow and silent clients ([server] request_read_timeout): a request's head,
+// then its body, must arrive within it, and a connection idle that long
+// between requests is closed; without a deadline such clients hold a
+// socket and a task each for ever (slowloris).
+
+/// The `request_read_timeout` the slow-client tests configure.
+const READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn slow_client_gateway() -> Hostile {
+    let mut hostile = Hostile::start_with(&format!(
+        "request_read_timeout = \"{}ms\"\n",
+        READ_TIMEOUT.as_millis()
+    ))
+    .await;
+    // The gateway closes this client's idle connections too, as the
+    // `Hostile` checks reuse one: the closing and a reuse could cross.
+    hostile.http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("a reqwest client");
+    hostile
+}
+
+/// Reads `stream` until the gateway closes it (EOF or reset), for at most
+/// 10 s; returns what it sent and how long that took.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    within("the gateway to close the connection", async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => received.extend_from_slice(&buffer[..read]),
+            }
+        }
+    })
+    .await;
+    (
+        String::from_utf8_lossy(&received).into_owned(),
+        started.elapsed(),
+    )
+}
+
+async fn connect_to(hostile: &Hostile) -> tokio::net::TcpStream {
+    within(
+        "connect",
+        tokio::net::TcpStream::connect(hostile.gateway.addr),
+    )
+    .await
+    .expect("connect to the gateway")
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_at_the_read_timeout() {
+    let mut hostile = slow_client_gateway().await;
+    let mut silent = connect_to(&hostile).await;
+    let (received, after) = read_until_closed(&mut silent).await;
+    assert_eq!(received, "", "nothing to answer");
+    assert!(after >= READ_TIMEOUT / 2, "closed after {after:?}");
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test]
+async fn a_connection_idle_after_a_request_is_closed_at_the_read_timeout() {
+    let mut hostile = slow_client_gateway().await;
+    let mut idle = connect_to(&hostile).await;
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nhost: {}\r\n\r\n",
+        hostile.gateway.addr
+    );
+    idle.write_all(request.as_bytes())
+        .await
+        .expect("write the request");
+    let (received, _) = read_until_closed(&mut idle).await;
+    assert!(received.starts_with("HTTP/1.1 200 "), "{received}");
+    assert!(
+        received.ends_with("ok\n"),
+        "answered, then closed: {received}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test]
+async fn a_request_head_sent_a_byte_at_a_time_is_cut_off() {
+    let mut hostile = slow_client_gateway().await;
+    let mut trickle = connect_to(&hostile).await;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\nx-padding: ",
+        hostile.gateway.addr
+    );
+    trickle
+        .write_all(head.as_bytes())
+        .await
+        .expect("write the start of the head");
+    let (mut reader, mut writer) = trickle.into_split();
+    // One byte every 100 ms, each well within the deadline, never the end
+    // of the head, for longer than the reader waits: only a deadline on
+    // the whole head stops it.
+    let writing = tokio::spawn(async move {
+        for _ in 0..(OP_TIMEOUT.as_millis() / 100 + 50) {
+            if writer.write_all(b"a").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Held open until the test ends: a close would end the head too.
+        std::future::pending::<()>().await;
+    });
+    let mut received = Vec::new();
+    within("the gateway to cut the trickle off", async {
+        let mut buffer = [0u8; 1024];
+        loop {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => received.extend_from_slice(&buffer[..read]),
+            }
+        }
+    })
+    .await;
+    writing.abort();
+    let received = String::from_utf8_lossy(&received);
+    assert!(
+        received.is_empty() || received.starts_with("HTTP/1.1 408 "),
+        "{received}"
+    );
+    hostile.assert_unharmed().await;
+}
+
+#[tokio::test]
+async fn a_body_sent_too_slowly_is_a_request_timeout() {
+    let mut hostile = slow_client_gateway().await;
+    let mut slow = connect_to(&hostile).await;
+    let body = echo_request("7", "slowly");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\n\
+         mcp-protocol-version: {VERSION}\r\ncontent-length: {length}\r\n\r\n",
+        addr = hostile.gateway.addr,
+        session = hostile.session,
+        length = body.len(),
+    );
+    slow.write_all(head.as_bytes())
+        .await
+        .expect("write the head");
+    slow.write_all(&body.as_bytes()[..10])
+        .await
+        .expect("write the start of the body");
+    let (received, after) = read_until_closed(&mut slow).await;
+    assert!(after >= READ_TIMEOUT / 2, "answered after {after:?}");
+    assert!(received.starts_with("HTTP/1.1 408 "), "{received}");
+    let json = received.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: Value = serde_json::from_str(json).expect("a JSON body");
+    assert_eq!(answer["error"]["code"], INVALID_REQUEST, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("request_read_timeout"), "{answer}");
+    hostile.assert_unharmed().await;
+}

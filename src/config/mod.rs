@@ -54,6 +54,10 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long open requests and sessions get to finish
     /// before upstreams are closed and children killed anyway.
     pub shutdown_grace: Duration,
+    /// How long a client has to send a request's head, then its body; a
+    /// connection idle between requests this long is closed. Bounds what a
+    /// slow or silent client holds (slowloris).
+    pub request_read_timeout: Duration,
 }
 
 /// The `[timeouts]` table: gateway-wide defaults, each overridable in a
@@ -234,6 +238,12 @@ pub mod defaults {
     /// Long enough for a typical tool call to finish; short enough for an
     /// orchestrator's own kill timeout (Kubernetes: 30 s).
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+    /// Far longer than any client on a working network needs to send a
+    /// request, and longer than the 90 s reqwest's and Go's clients keep
+    /// an idle connection: a client's request is never written on a
+    /// connection just as the gateway closes it for idleness (hyper's one
+    /// deadline covers both the idle wait and the head).
+    pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(120);
 
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
     /// `npx` fetching a package on first start can take this long.

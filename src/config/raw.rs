@@ -21,6 +21,7 @@ pub struct RawServer {
     pub session_idle_timeout: Option<String>,
     pub session_hibernate_after: Option<String>,
     pub shutdown_grace: Option<String>,
+    pub request_read_timeout: Option<String>,
 }
 
 /// One `[mounts.NAME]` table.

@@ -373,6 +373,10 @@ fn telemetry_and_admin_have_defaults_and_checks() {
 fn timeouts_supervision_and_limits_have_documented_defaults() {
     let config = parse("junction.toml", "[mounts.a]\ncommand = \"x\"\n").unwrap();
     assert_eq!(config.server.shutdown_grace, defaults::SHUTDOWN_GRACE);
+    assert_eq!(
+        config.server.request_read_timeout,
+        defaults::REQUEST_READ_TIMEOUT
+    );
     assert_eq!(config.timeouts.connect, defaults::CONNECT_TIMEOUT);
     assert_eq!(config.timeouts.initialize, defaults::INITIALIZE_TIMEOUT);
     assert_eq!(config.timeouts.request, defaults::REQUEST_TIMEOUT);
@@ -435,6 +439,7 @@ fn bad_timeouts_and_limits_are_all_reported() {
         r#"
         [server]
         shutdown_grace = "0s"
+        request_read_timeout = "a while"
         [timeouts]
         connect = "fast"
         request = "2h"
@@ -453,6 +458,7 @@ fn bad_timeouts_and_limits_are_all_reported() {
     );
     let expected = [
         "server.shutdown_grace: must be longer than zero",
+        "server.request_read_timeout: \"a while\" is not a duration",
         "timeouts.connect: \"fast\" is not a duration",
         "timeouts.request: is longer than request_ceiling (1h)",
         "supervision.crash_loop_restarts: must be at least 1",

@@ -327,6 +327,12 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         defaults::SHUTDOWN_GRACE,
         problems,
     );
+    let request_read_timeout = duration_or(
+        "server.request_read_timeout",
+        raw.request_read_timeout,
+        defaults::REQUEST_READ_TIMEOUT,
+        problems,
+    );
     if problems.len() != before {
         return None;
     }
@@ -339,6 +345,7 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         session_idle_timeout: session_idle_timeout?,
         session_hibernate_after: session_hibernate_after?,
         shutdown_grace: shutdown_grace?,
+        request_read_timeout: request_read_timeout?,
     })
 }
 

@@ -29,7 +29,8 @@
 //! [`check_json_body`] is the axum middleware around them and owns the size
 //! limit, read live through its [`BodyLimit`] state. The fuzz crate
 //! compiles this file by path, so it uses nothing from the rest of the
-//! crate.
+//! crate. The middleware also bounds the body's size and the time it takes
+//! to arrive ([`BodyRules`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -47,6 +48,16 @@ use serde_json::{json, Value};
 /// The largest POST body accepted now, in bytes (`[limits] max_body_size`,
 /// which a reload may change).
 pub type BodyLimit = Arc<dyn Fn() -> usize + Send + Sync>;
+
+/// What a POST body must keep to: its size limit, and the time it has to
+/// arrive once its request's head has (`[server] request_read_timeout`):
+/// a client sending it a byte at a time would otherwise hold the request,
+/// its admission and its buffer for ever.
+#[derive(Clone)]
+pub struct BodyRules {
+    pub limit: BodyLimit,
+    pub read_timeout: Duration,
+}
 
 /// After refusing an oversized body, how much more of it is read and
 /// dropped, and for how long, so that the client gets to read the 413
@@ -321,28 +332,38 @@ impl<'de> Visitor<'de> for ScanVisitor {
 }
 
 pub async fn check_json_body(
-    State(limit): State<BodyLimit>,
+    State(rules): State<BodyRules>,
     request: Request,
     next: Next,
 ) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    let limit = limit();
+    let limit = (rules.limit)();
     let (parts, body) = request.into_parts();
-    let Some(bytes) = read_body(body, limit).await else {
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            axum::Json(json!({
-                "jsonrpc": "2.0",
-                "id": null,
-                "error": {
-                    "code": INVALID_REQUEST,
-                    "message": format!("request body exceeds {limit} bytes (max_body_size)"),
-                },
-            })),
-        )
-            .into_response();
+    let bytes = match read_body(body, limit, rules.read_timeout).await {
+        BodyRead::Whole(bytes) => bytes,
+        BodyRead::TooLarge => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                INVALID_REQUEST,
+                format!("request body exceeds {limit} bytes (max_body_size)"),
+            )
+        }
+        BodyRead::TooSlow => {
+            // Unread, the rest of the body makes hyper close the
+            // connection after this answer.
+            return rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                Value::Null,
+                INVALID_REQUEST,
+                format!(
+                    "request body not received within {:?} (request_read_timeout)",
+                    rules.read_timeout
+                ),
+            );
+        }
     };
     // One typed read decides for every well-formed message (it is the read
     // rmcp makes next); only a body it refuses is looked at more closely.
@@ -372,16 +393,37 @@ pub async fn check_json_body(
     next.run(request).await
 }
 
-/// The whole body if it is at most `limit` bytes; otherwise `None`, after
-/// reading and dropping the rest of it (bounded by [`DRAIN_BYTES`] and
-/// [`DRAIN_TIME`]).
-async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
+/// What became of reading a POST body.
+enum BodyRead {
+    Whole(Bytes),
+    /// Over the limit; the rest was read and dropped (bounded by
+    /// [`DRAIN_BYTES`] and [`DRAIN_TIME`]).
+    TooLarge,
+    /// Not all there by the deadline.
+    TooSlow,
+}
+
+/// The whole body if it is at most `limit` bytes and arrives within
+/// `read_timeout`.
+async fn read_body(body: Body, limit: usize, read_timeout: Duration) -> BodyRead {
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
+    // Polled only while a chunk is not there yet: a body that came with
+    // its head (nearly every one) never arms a timer.
+    let deadline = tokio::time::sleep(read_timeout);
+    let mut deadline = std::pin::pin!(deadline);
+    loop {
+        let chunk = tokio::select! {
+            biased;
+            chunk = stream.next() => chunk,
+            () = &mut deadline => return BodyRead::TooSlow,
+        };
+        let Some(chunk) = chunk else {
+            break;
+        };
         let Ok(chunk) = chunk else {
             // The client went away mid-body: nothing to answer.
-            return Some(Bytes::new());
+            return BodyRead::Whole(Bytes::new());
         };
         if bytes.len() + chunk.len() > limit {
             let drain = async {
@@ -394,11 +436,11 @@ async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
                 }
             };
             let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
-            return None;
+            return BodyRead::TooLarge;
         }
         bytes.extend_from_slice(&chunk);
     }
-    Some(Bytes::from(bytes))
+    BodyRead::Whole(Bytes::from(bytes))
 }
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Response {

@@ -32,6 +32,7 @@ use lanes::Lanes;
 pub mod admin;
 mod admission;
 mod answer_slot;
+mod connections;
 mod json_guard;
 mod lane_dispatch;
 pub mod lanes;
@@ -118,7 +119,10 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             }),
         )
         .layer(axum::middleware::from_fn_with_state(
-            body_limit(&gateway),
+            json_guard::BodyRules {
+                limit: body_limit(&gateway),
+                read_timeout: gateway.config().server.request_read_timeout,
+            },
             json_guard::check_json_body,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -166,14 +170,16 @@ pub async fn serve(
     let sessions_token = CancellationToken::new();
     let app = router(gateway.clone(), sessions_token.clone());
     let stop_accepting = CancellationToken::new();
+    let read_timeout = gateway.config().server.request_read_timeout;
     let admin = admin_listener.map(|listener| {
         let app = admin::router(gateway.clone());
         let stopped = stop_accepting.clone().cancelled_owned();
-        tokio::spawn(async move {
-            axum::serve(listener.tap_io(no_delay), app)
-                .with_graceful_shutdown(stopped)
-                .await
-        })
+        tokio::spawn(connections::serve(
+            listener.tap_io(no_delay),
+            app,
+            read_timeout,
+            stopped,
+        ))
     });
     let lane_listeners = lane_dispatch::split(listener, lanes, no_delay, stop_accepting.clone())?;
     let mut lanes = Lanes::start(
@@ -183,9 +189,9 @@ pub async fn serve(
                 let app = app.clone();
                 let stop_accepting = stop_accepting.clone();
                 move || async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stop_accepting.cancelled_owned())
-                        .await
+                    let stopped = stop_accepting.cancelled_owned();
+                    connections::serve(listener, app, read_timeout, stopped).await;
+                    Ok(())
                 }
             })
             .collect(),
