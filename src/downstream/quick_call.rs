@@ -222,14 +222,32 @@ impl Pending {
 /// before it has one (the client went away), it runs on, on a task of its
 /// own, to its end (bounded as every upstream request is).
 struct Waiting {
-    work: Option<Work>,
-    pending: Option<Pending>,
+    /// Until answered or handed over.
+    call: Option<(Work, Pending)>,
     cancel: CancellationToken,
+}
+
+impl Waiting {
+    fn work(&mut self) -> &mut Work {
+        &mut self.call.as_mut().expect("waiting until answered").0
+    }
+
+    /// Answered: nothing runs on.
+    fn answered(mut self) {
+        self.call = None;
+    }
+
+    /// Moved to rmcp's handler, with its request.
+    fn hand_over(mut self) -> (RunningCall, Pending) {
+        let (work, pending) = self.call.take().expect("waiting until handed over");
+        let cancel = self.cancel.clone();
+        (RunningCall { work, cancel }, pending)
+    }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let (Some(work), Some(pending)) = (self.work.take(), self.pending.take()) else {
+        let Some((work, pending)) = self.call.take() else {
             return;
         };
         tracing::debug!(id = ?pending.request, "the client went away before a quick answer; the call runs on");
@@ -396,28 +414,21 @@ pub(crate) async fn offer(
     let observed = observed(gateway.clone(), state.clone(), routed, meta, headers);
     let handoff = pending.handoff.clone();
     let mut waiting = Waiting {
-        work: Some(Box::pin(observed)),
-        pending: Some(pending),
+        call: Some((Box::pin(observed), pending)),
         cancel,
     };
-    let work = waiting.work.as_mut().expect("just set");
     let why = tokio::select! {
-        answer = work => {
-            waiting.work = None;
+        answer = waiting.work() => {
+            waiting.answered();
             return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]);
         }
         _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
         _ = handoff.asked() => "something is due on its stream",
     };
     tracing::debug!(id = ?request.id, why, "handing a quick call over to rmcp");
-    let (Some(work), Some(mut pending)) = (waiting.work.take(), waiting.pending.take()) else {
-        unreachable!("taken only here");
-    };
+    let (call, mut pending) = waiting.hand_over();
     extensions.insert(HandedOver(Arc::new(Parcel {
-        call: Mutex::new(Some(RunningCall {
-            work,
-            cancel: waiting.cancel.clone(),
-        })),
+        call: Mutex::new(Some(call)),
         handoff,
     })));
     pending.handed_over = true;
@@ -570,16 +581,16 @@ mod tests {
         let (handoff, queue) = (pending.handoff.clone(), pending.queue.clone());
         let cancel = CancellationToken::new();
         let (ended, end) = tokio::sync::oneshot::channel();
+        let work: Work = Box::pin({
+            let cancel = cancel.clone();
+            async move {
+                cancel.cancelled().await;
+                let _ = ended.send(());
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+        });
         let waiting = Waiting {
-            work: Some(Box::pin({
-                let cancel = cancel.clone();
-                async move {
-                    cancel.cancelled().await;
-                    let _ = ended.send(());
-                    Err(ErrorData::internal_error("cancelled", None))
-                }
-            })),
-            pending: Some(pending),
+            call: Some((work, pending)),
             cancel: cancel.clone(),
         };
         // hyper drops the request's future when its client goes away.
