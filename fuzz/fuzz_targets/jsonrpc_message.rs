@@ -128,7 +128,11 @@ fuzz_target!(|body: &[u8]| {
     let JsonRpcMessage::Request(request) = &message else {
         return;
     };
-    context::adopt_parent(&tracing::Span::none(), &request.request.get_meta().0, None);
+    context::adopt_parent(
+        &tracing::Span::none(),
+        Some(&request.request.get_meta().0),
+        None,
+    );
     let (merged, views) = catalog();
     match &request.request {
         ClientRequest::CallToolRequest(call) => {

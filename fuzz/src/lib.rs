@@ -25,6 +25,7 @@ pub fn view(mount: MountName, namespace: Namespace, names: &[String]) -> MountVi
                 .iter()
                 .map(|name| Tool::new(name.clone(), "", Arc::new(Default::default())))
                 .collect(),
+            tool_execution: Default::default(),
             prompts: names
                 .iter()
                 .map(|name| Prompt::new(name.clone(), None::<String>, None))

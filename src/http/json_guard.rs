@@ -57,6 +57,9 @@ pub type BodyLimit = Arc<dyn Fn() -> usize + Send + Sync>;
 pub struct BodyRules {
     pub limit: BodyLimit,
     pub read_timeout: Duration,
+    /// What the rest of the gateway notes from a body that passed, as
+    /// request extensions (this file uses nothing from the crate).
+    pub annotate: fn(&[u8], &mut axum::http::Extensions),
 }
 
 /// After refusing an oversized body, how much more of it is read and
@@ -383,11 +386,7 @@ pub async fn check_json_body(
         }
     }
     let mut parts = parts;
-    // rmcp's model has no place for a `tools/call`'s `task` (2025-11-25);
-    // it reaches the session as a request extension instead.
-    if let Some(task) = crate::downstream::tasks::task_augmentation(&bytes) {
-        parts.extensions.insert(task);
-    }
+    (rules.annotate)(&bytes, &mut parts.extensions);
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
     next.run(request).await

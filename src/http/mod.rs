@@ -122,6 +122,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             json_guard::BodyRules {
                 limit: body_limit(&gateway),
                 read_timeout: gateway.config().server.request_read_timeout,
+                annotate: note_task_augmentation,
             },
             json_guard::check_json_body,
         ))
@@ -224,6 +225,14 @@ fn body_limit(gateway: &Arc<Gateway>) -> json_guard::BodyLimit {
                 gateway.config().limits.max_body_size
             })
     })
+}
+
+/// rmcp's model has no place for a `tools/call`'s `task` (2025-11-25); it
+/// reaches the session as a request extension instead.
+fn note_task_augmentation(body: &[u8], extensions: &mut axum::http::Extensions) {
+    if let Some(task) = crate::downstream::tasks::task_augmentation(body) {
+        extensions.insert(task);
+    }
 }
 
 /// rmcp answers a session DELETE with 202; the Python SDK treats anything
