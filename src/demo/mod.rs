@@ -675,11 +675,14 @@ pub async fn run_http(
         app = app.layer(axum::middleware::from_fn(unknown_session_is_bad_request));
     }
     tracing::info!(%addr, "demo server listening on http://{addr}/mcp");
-    axum::serve(
+    // Served as the gateway serves, slow and silent clients let go of alike.
+    crate::http::serve_connections(
         axum::serve::ListenerExt::tap_io(listener, crate::http::no_delay),
         app,
+        crate::config::defaults::REQUEST_READ_TIMEOUT,
+        std::future::pending(),
     )
-    .await?;
+    .await;
     Ok(())
 }
 

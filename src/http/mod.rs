@@ -27,6 +27,7 @@ use crate::{
     downstream::{hibernation::HibernationStore, DownstreamSession},
     gateway::Gateway,
 };
+pub use connections::serve as serve_connections;
 use lanes::Lanes;
 
 pub mod admin;
