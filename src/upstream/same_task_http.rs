@@ -28,7 +28,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -41,6 +41,9 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+// tokio's clock (std's outside tests) so that a test can move it past an
+// idle connection's expiry instead of sleeping.
+use tokio::time::Instant;
 
 /// Idle connections kept per upstream session and runtime; more are closed
 /// after use.
@@ -799,8 +802,10 @@ mod tests {
         let (url, accepted) = server(Answer::FirstOnly).await;
         let client = client(&url).idle_for(Duration::from_millis(50));
         assert_eq!(body_of(&client).await.unwrap(), "ok");
-        // The test is about time passing: no condition to wait for.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Past its lifetime, without waiting for it.
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        tokio::time::resume();
         // Given up on before the server would: the request goes on a new
         // connection instead of meeting the close.
         assert_eq!(body_of(&client).await.unwrap(), "ok");
