@@ -33,6 +33,10 @@ pub async fn serve<L: Listener>(
     read_timeout: Duration,
     stop: impl Future<Output = ()>,
 ) {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
     let connections = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -40,10 +44,6 @@ pub async fn serve<L: Listener>(
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
         };
-        let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(read_timeout);
         let connection =
             builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let connection = connections.watch(connection);
