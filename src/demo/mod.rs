@@ -39,7 +39,7 @@ use rmcp::{
     transport::streamable_http_server::{
         session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
     },
-    RoleServer, ServerHandler, ServiceExt,
+    Peer, RoleServer, ServerHandler, ServiceExt,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,8 @@ Tools: echo, add, counter, remember, recall, pid, links, fail.
 State (the counter and the remembered notes) lives in the server process:
 a shared mount keeps one process for every client, a per-session mount
 starts a fresh process for each client session.
-Read demo://notes/<key> to see what was remembered under <key>.
+Read demo://notes/<key> to see what was remembered under <key>;
+subscribe to it to be told (resources/updated) when it changes.
 ";
 
 /// Process-wide state. Every clone of [`DemoServer`] (for example one per
@@ -78,6 +79,14 @@ struct State {
     /// `toggle_bonus` flips it and announces all three lists changed, so
     /// tests can watch each kind of list change.
     bonus: AtomicBool,
+    /// Resource subscriptions: URI → the sessions subscribed to it (by
+    /// [`DemoServer::session`]) and where to tell them. `remember` tells
+    /// the subscribers of the note it changed; the `subscriptions` tool
+    /// lets tests see what a gateway holds here.
+    subscriptions: Mutex<HashMap<String, HashMap<u64, Peer<RoleServer>>>>,
+    /// Numbers the Streamable HTTP sessions, so each one's subscriptions
+    /// are its own.
+    next_session: AtomicU64,
 }
 
 impl State {
@@ -91,12 +100,21 @@ impl State {
         // still safe to use and the demo should keep serving.
         self.notes.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn subscriptions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u64, Peer<RoleServer>>>> {
+        // As with the notes: every access is one insert, remove or read.
+        self.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The demo MCP server. Cheap to clone; clones share their state.
 #[derive(Debug, Clone)]
 pub struct DemoServer {
     state: Arc<State>,
+    /// Which session of this process this clone serves (0 over stdio).
+    session: u64,
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
 }
@@ -205,6 +223,7 @@ impl DemoServer {
     pub fn new() -> Self {
         Self {
             state: Arc::default(),
+            session: 0,
             tool_router: Self::tool_router(),
             prompt_router: Self::prompt_router(),
         }
@@ -402,14 +421,51 @@ impl DemoServer {
         }
     }
 
-    #[tool(description = "Store a value under a key in this server process.")]
+    /// A clone for a new Streamable HTTP session: same process state, its
+    /// own subscriptions.
+    fn for_new_session(&self) -> Self {
+        let mut server = self.clone();
+        server.session = self.state.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        server
+    }
+
+    #[tool(
+        description = "Store a value under a key in this server process; subscribers of demo://notes/<key> are told."
+    )]
     async fn remember(
         &self,
         Parameters(RememberArgs { key, value }): Parameters<RememberArgs>,
     ) -> CallToolResult {
         let reply = format!("stored {key}");
-        self.state.notes().insert(key, value);
+        self.state.notes().insert(key.clone(), value);
+        let uri = format!("{NOTES_PREFIX}{key}");
+        let subscribers: Vec<_> = self
+            .state
+            .subscriptions()
+            .get(&uri)
+            .map(|sessions| sessions.values().cloned().collect())
+            .unwrap_or_default();
+        for peer in subscribers {
+            let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+            if let Err(error) = peer.notify_resource_updated(params).await {
+                tracing::debug!(%uri, %error, "could not tell a subscriber");
+            }
+        }
         text_result(reply)
+    }
+
+    #[tool(
+        description = "The resource URIs this process's clients are subscribed to, one line per session and URI, sorted."
+    )]
+    async fn subscriptions(&self) -> CallToolResult {
+        let mut lines: Vec<String> = self
+            .state
+            .subscriptions()
+            .iter()
+            .flat_map(|(uri, sessions)| std::iter::repeat_n(uri.clone(), sessions.len()))
+            .collect();
+        lines.sort();
+        text_result(lines.join("\n"))
     }
 
     #[tool(description = "Return the value stored under a key in this server process.")]
@@ -492,6 +548,7 @@ impl ServerHandler for DemoServer {
                 .enable_prompts_list_changed()
                 .enable_resources()
                 .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -624,6 +681,41 @@ impl ServerHandler for DemoServer {
         };
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into())
     }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        if !uri.starts_with("demo://") {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                Some(serde_json::json!({ "uri": uri })),
+            ));
+        }
+        self.state
+            .subscriptions()
+            .entry(uri)
+            .or_default()
+            .insert(self.session, context.peer);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self.state.subscriptions();
+        if let Some(sessions) = subscriptions.get_mut(&request.uri) {
+            sessions.remove(&self.session);
+            if sessions.is_empty() {
+                subscriptions.remove(&request.uri);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Serve one [`DemoServer`] on stdin/stdout until stdin closes.
@@ -669,7 +761,7 @@ pub async fn run_http(
     let sessions = Arc::new(LocalSessionManager::default());
     let _ = server.state.http_sessions.set(sessions.clone());
     let service: StreamableHttpService<DemoServer, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
+        StreamableHttpService::new(move || Ok(server.for_new_session()), sessions, config);
     let mut app = axum::Router::new().nest_service("/mcp", service);
     if unknown_session_400 {
         app = app.layer(axum::middleware::from_fn(unknown_session_is_bad_request));

@@ -73,6 +73,7 @@ async fn lists_all_tools() {
             "roots",
             "sessions",
             "slow",
+            "subscriptions",
             "toggle_bonus"
         ]
     );
