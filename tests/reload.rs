@@ -8,7 +8,6 @@
 mod common;
 
 use std::{
-    path::Path,
     sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
@@ -21,14 +20,6 @@ use serde_json::{json, Value};
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a retired upstream's child may take to go away.
 const CHILD_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Replaces the config file atomically (write beside it, then rename), as
-/// editors and ConfigMap updates do, so the gateway never reads half a file.
-fn rewrite_config(path: &Path, toml: &str) {
-    let staged = path.with_extension("toml.staged");
-    std::fs::write(&staged, toml).expect("write staged config");
-    std::fs::rename(&staged, path).expect("replace config");
-}
 
 /// The gateway's log lines that contain every one of `needles`.
 fn log_lines(gateway: &Gateway, needles: &[&str]) -> Vec<String> {
@@ -61,16 +52,6 @@ fn has_prefix(names: &[String], prefix: &str) -> bool {
 
 fn slow_args(steps: u32, delay_ms: u64) -> Value {
     json!({"steps": steps, "delay_ms": delay_ms})
-}
-
-/// Sends SIGHUP to the gateway, by pid.
-fn hang_up(gateway: &Gateway) {
-    let pid = i32::try_from(gateway.proc.pid()).expect("pid fits in i32");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .expect("send SIGHUP to the gateway");
 }
 
 /// The config before the edit: an unchanged shared mount `keep`, an

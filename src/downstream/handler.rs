@@ -32,7 +32,7 @@ use super::{
 use crate::{
     catalog::{MergedCatalog, PageError},
     config::Isolation,
-    gateway::{Gateway, Mount},
+    gateway::{Gateway, Mount, SubscriptionError},
     naming::MountName,
     upstream::{Caller, ClientProfile, UpstreamSession},
 };
@@ -148,6 +148,18 @@ pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObje
     let mut meta = meta.clone();
     meta.0.remove("progressToken");
     (!meta.0.is_empty()).then_some(meta)
+}
+
+/// A shared upstream's subscription call failed (see
+/// `gateway::subscriptions`).
+fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
+    match error {
+        SubscriptionError::Upstream(error) => RouteError::upstream(&mount.config, error.into()),
+        timed_out @ SubscriptionError::TimedOut(_) => RouteError::TimedOut {
+            mount: mount.config.name.clone(),
+            cause: timed_out.to_string(),
+        },
+    }
 }
 
 /// Whether the upstream declared a server capability at initialize.
@@ -407,16 +419,26 @@ impl ServerHandler for DownstreamSession {
                         feature: "resource subscriptions",
                     });
                 }
-                let first = self.gateway.sessions().subscribe(self.state().key, &uri);
-                // A shared upstream is subscribed once, for all sessions; a
-                // per-session upstream belongs to this session alone.
-                if first || mount.config.isolation == Isolation::PerSession {
-                    let mut params = SubscribeRequestParams::new(route.original.to_string());
-                    params.meta = forwarded_meta(&context.meta);
-                    if let Err(error) = upstream.peer().subscribe(params).await {
-                        self.gateway.sessions().unsubscribe(self.state().key, &uri);
-                        return Err(RouteError::upstream(&mount.config, error.into()));
-                    }
+                let key = self.state().key;
+                let sessions = self.gateway.sessions();
+                let meta = forwarded_meta(&context.meta);
+                if mount.config.isolation == Isolation::Shared {
+                    // Subscribed once for every session: see
+                    // `gateway::subscriptions`.
+                    let timeout = mount.timeouts().request;
+                    return mount
+                        .subscriptions
+                        .subscribe(sessions, key, &uri, &route, &upstream, meta, timeout)
+                        .await
+                        .map_err(|error| subscription_failed(&mount, error));
+                }
+                // A per-session upstream belongs to this session alone.
+                sessions.subscribe(key, &uri, &route);
+                let mut params = SubscribeRequestParams::new(route.original.to_string());
+                params.meta = meta;
+                if let Err(error) = upstream.peer().subscribe(params).await {
+                    sessions.unsubscribe(key, &uri);
+                    return Err(RouteError::upstream(&mount.config, error.into()));
                 }
                 Ok(())
             }
@@ -440,17 +462,25 @@ impl ServerHandler for DownstreamSession {
                     .resolve_uri(&uri)
                     .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
                 let (mount, upstream) = self.connect(&route.mount).await?;
-                let last = self.gateway.sessions().unsubscribe(self.state().key, &uri);
-                if last || mount.config.isolation == Isolation::PerSession {
-                    let mut params = UnsubscribeRequestParams::new(route.original.to_string());
-                    params.meta = forwarded_meta(&context.meta);
-                    upstream
-                        .peer()
-                        .unsubscribe(params)
+                let key = self.state().key;
+                let sessions = self.gateway.sessions();
+                let meta = forwarded_meta(&context.meta);
+                if mount.config.isolation == Isolation::Shared {
+                    let timeout = mount.timeouts().request;
+                    return mount
+                        .subscriptions
+                        .unsubscribe(sessions, key, &uri, &upstream, meta, timeout)
                         .await
-                        .map_err(|error| RouteError::upstream(&mount.config, error.into()))?;
+                        .map_err(|error| subscription_failed(&mount, error));
                 }
-                Ok(())
+                sessions.unsubscribe(key, &uri);
+                let mut params = UnsubscribeRequestParams::new(route.original.to_string());
+                params.meta = meta;
+                upstream
+                    .peer()
+                    .unsubscribe(params)
+                    .await
+                    .map_err(|error| RouteError::upstream(&mount.config, error.into()))
             }
             .await;
             answer.map_err(RouteError::into_mcp_error)

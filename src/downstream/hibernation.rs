@@ -108,7 +108,7 @@ impl Drop for Sleeper {
     fn drop(&mut self) {
         if self.ticket.is_some() {
             if let Some(gateway) = self.gateway.upgrade() {
-                gateway.sessions().unregister(self.key);
+                gateway.session_ended(self.key);
             }
         }
     }

@@ -375,6 +375,19 @@ impl SessionState {
                 }
             }
         }
+        // So do the subscriptions this session made on an upstream of this
+        // mount that ended (or that a reload replaced).
+        if let Some(gateway) = self.gateway.upgrade() {
+            for uri in gateway
+                .sessions()
+                .subscriptions_on(self.key, &mount.config.name)
+            {
+                let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
+                if let Err(error) = session.peer().subscribe(params).await {
+                    tracing::warn!(mount = %mount.config.name, %uri, %error, "could not renew a subscription on a reopened upstream");
+                }
+            }
+        }
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
         let session = Arc::new(session);
         watch_per_session(mount, &session, permit);
@@ -410,7 +423,7 @@ impl Drop for SessionState {
             return;
         }
         if let Some(gateway) = self.gateway.upgrade() {
-            gateway.sessions().unregister(self.key);
+            gateway.session_ended(self.key);
             if let Some(id) = self.rmcp_id.get() {
                 gateway.hibernation().ended(id);
             }

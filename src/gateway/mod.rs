@@ -10,6 +10,7 @@
 mod mount;
 mod reload;
 mod sessions;
+mod subscriptions;
 mod supervisor;
 pub mod watch;
 
@@ -31,6 +32,7 @@ pub use mount::{
 };
 pub use reload::ReloadOutcome;
 pub use sessions::{notify_list_changed, SessionKey, SessionRegistry, SessionTicket};
+pub use subscriptions::SubscriptionError;
 pub use supervisor::{restart_delay, STABLE_AFTER};
 
 use crate::{
@@ -164,6 +166,40 @@ impl Gateway {
 
     pub fn sessions(&self) -> &SessionRegistry {
         &self.sessions
+    }
+
+    /// A downstream session ended: it is forgotten, and the shared
+    /// upstreams stop watching what only it was subscribed to.
+    pub fn session_ended(self: &Arc<Self>, key: SessionKey) {
+        let routes = self.sessions.unregister(key);
+        if routes.is_empty() {
+            return;
+        }
+        // Sessions end in drops; at the process's very end there may be no
+        // runtime left, and no upstream to tell either.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let gateway = self.clone();
+        runtime.spawn(async move {
+            for route in routes {
+                let Some(mount) = gateway.mount(&route.mount) else {
+                    continue;
+                };
+                // A per-session upstream ends with its session; a shared one
+                // that is not live holds nothing (its next session is
+                // subscribed to what is wanted then).
+                let shared = mount.config.isolation == crate::config::Isolation::Shared;
+                let Some(upstream) = mount.live_shared_session().filter(|_| shared) else {
+                    continue;
+                };
+                let timeout = mount.timeouts().request;
+                mount
+                    .subscriptions
+                    .release(&gateway.sessions, &route, &upstream, timeout)
+                    .await;
+            }
+        });
     }
 
     /// True once every mount's first start has finished, either way, and
@@ -473,32 +509,29 @@ impl UpstreamEvents for MountSessionEvents {
         }
     }
 
-    /// A restarted shared session knows nothing of the subscriptions the
-    /// old one held: subscribe it again to every URI of this mount that a
-    /// session is subscribed to.
-    fn session_restarted(&self, session: Arc<UpstreamSession>) {
-        let Some((gateway, _)) = self.shared_mount() else {
+    /// A new shared session (a restart, or the first start of a mount a
+    /// reload built while sessions were subscribed to it) knows nothing of
+    /// the subscriptions the one before held: subscribe it to every URI of
+    /// this mount that a session wants. Only the full-profile session of a
+    /// shared mount serves requests, so only it is subscribed.
+    fn session_started(&self, session: Arc<UpstreamSession>) {
+        if self.profile != ClientProfile::FULL {
+            return;
+        }
+        let Some((gateway, mount)) = self.shared_mount() else {
             return;
         };
-        let catalog = gateway.catalog(ClientProfile::FULL);
-        let originals: Vec<String> = gateway
-            .sessions
-            .subscribed_uris()
-            .iter()
-            .filter_map(|uri| catalog.resolve_uri(uri))
-            .filter(|route| route.mount == self.mount)
-            .map(|route| route.original.to_string())
-            .collect();
-        if originals.is_empty() {
+        // Found by name: a retired mount's last session is not this one's.
+        let current = mount.live_shared_session();
+        if !current.is_some_and(|live| Arc::ptr_eq(&live, &session)) {
             return;
         }
         tokio::spawn(async move {
-            for uri in originals {
-                let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
-                if let Err(error) = session.peer().subscribe(params).await {
-                    tracing::warn!(%uri, %error, "could not renew a subscription after a restart");
-                }
-            }
+            let timeout = mount.timeouts().request;
+            mount
+                .subscriptions
+                .renew(&gateway.sessions, &mount.config.name, &session, timeout)
+                .await;
         });
     }
 

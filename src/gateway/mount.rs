@@ -86,6 +86,8 @@ pub struct Mount {
     per_session_open: Arc<AtomicUsize>,
     /// Distinguishes this mount from a later one with the same name.
     id: u64,
+    /// What the shared session is subscribed to (`shared` mounts).
+    pub subscriptions: super::subscriptions::UpstreamSubscriptions,
 }
 
 /// What a [`ProfileSession`]'s supervisor says about its upstream session.
@@ -192,6 +194,7 @@ impl Mount {
             supervisors: TaskTracker::new(),
             per_session_open: Arc::new(AtomicUsize::new(0)),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
+            subscriptions: Default::default(),
         }
     }
 
@@ -330,6 +333,17 @@ impl Mount {
         self.session_for(&profile_session).await
     }
 
+    /// The full-profile session if it is live now, without waiting or
+    /// starting anything.
+    pub fn live_shared_session(&self) -> Option<Arc<UpstreamSession>> {
+        let profiles = lock(&self.profiles);
+        let slot = profiles.get(&ClientProfile::FULL)?.slot.borrow();
+        match &*slot {
+            SessionSlot::Live(session) if session.is_alive() => Some(session.clone()),
+            _ => None,
+        }
+    }
+
     /// The live session of a profile. While a start is running this waits
     /// for it (bounded by the mount's initialize and request timeouts);
     /// while the supervisor backs off after a failure it fails at once with
@@ -426,8 +440,9 @@ impl Mount {
         }
     }
 
-    pub(super) fn session_restarted(&self, profile: ClientProfile, session: Arc<UpstreamSession>) {
-        (self.events)(profile).session_restarted(session);
+    /// A profile's session is live (first start or restart).
+    pub(super) fn session_started(&self, profile: ClientProfile, session: Arc<UpstreamSession>) {
+        (self.events)(profile).session_started(session);
     }
 
     /// Reserves a slot for one more per-session upstream session, or says

@@ -2,9 +2,10 @@
 //! changes.
 //!
 //! A session registers its peer once initialized and unregisters when it
-//! ends. Resource subscriptions are kept here, by client-visible URI, so an
-//! update from a shared upstream reaches exactly the sessions subscribed to
-//! it and no other.
+//! ends. Resource subscriptions are kept here, by client-visible URI with
+//! the route to the upstream's own, so an update from a shared upstream
+//! reaches exactly the sessions subscribed to it and no other, and so
+//! `subscriptions.rs` can tell what a shared upstream must hold.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -19,7 +20,11 @@ use rmcp::{
     Peer, RoleServer,
 };
 
-use crate::upstream::{ClientProfile, ListKind};
+use crate::{
+    catalog::Route,
+    naming::MountName,
+    upstream::{ClientProfile, ListKind},
+};
 
 /// Identifies one downstream session inside this process.
 pub type SessionKey = u64;
@@ -38,7 +43,8 @@ struct SessionEntry {
     peer: Option<Peer<RoleServer>>,
     profile: ClientProfile,
     log_level: Option<LoggingLevel>,
-    subscriptions: HashSet<String>,
+    /// Client-visible URI → the mount and the upstream's own URI.
+    subscriptions: HashMap<String, Route>,
 }
 
 /// A place under `max_sessions`, held by a session from before it is
@@ -83,7 +89,7 @@ impl SessionRegistry {
                 peer: Some(peer),
                 profile,
                 log_level: None,
-                subscriptions: HashSet::new(),
+                subscriptions: HashMap::new(),
             },
         );
     }
@@ -95,10 +101,14 @@ impl SessionRegistry {
         }
     }
 
-    pub fn unregister(&self, key: SessionKey) {
-        if self.lock().remove(&key).is_some() {
-            crate::telemetry::metrics().downstream_sessions.dec();
-        }
+    /// The session ended; returns what it was subscribed to, so the
+    /// upstreams no one else wants it from can be told.
+    pub fn unregister(&self, key: SessionKey) -> Vec<Route> {
+        let Some(entry) = self.lock().remove(&key) else {
+            return Vec::new();
+        };
+        crate::telemetry::metrics().downstream_sessions.dec();
+        entry.subscriptions.into_values().collect()
     }
 
     pub fn len(&self) -> usize {
@@ -123,43 +133,61 @@ impl SessionRegistry {
             .unwrap_or(level)
     }
 
-    /// Records a subscription; returns whether this is the first session
-    /// subscribed to `uri` (so the upstream must be subscribed).
-    pub fn subscribe(&self, key: SessionKey, uri: &str) -> bool {
-        let mut sessions = self.lock();
-        let first = !sessions
-            .values()
-            .any(|entry| entry.subscriptions.contains(uri));
-        if let Some(entry) = sessions.get_mut(&key) {
-            entry.subscriptions.insert(uri.to_owned());
+    /// Records that session `key` is subscribed to `uri` (client-visible),
+    /// which `route` leads to.
+    pub fn subscribe(&self, key: SessionKey, uri: &str, route: &Route) {
+        if let Some(entry) = self.lock().get_mut(&key) {
+            entry.subscriptions.insert(uri.to_owned(), route.clone());
         }
-        first
     }
 
-    /// Drops a subscription; returns whether no session is subscribed to
-    /// `uri` any more (so the upstream can be unsubscribed).
-    pub fn unsubscribe(&self, key: SessionKey, uri: &str) -> bool {
-        let mut sessions = self.lock();
-        if let Some(entry) = sessions.get_mut(&key) {
-            entry.subscriptions.remove(uri);
-        }
-        !sessions
-            .values()
-            .any(|entry| entry.subscriptions.contains(uri))
+    /// Drops session `key`'s subscription to `uri`, if it had one.
+    pub fn unsubscribe(&self, key: SessionKey, uri: &str) -> Option<Route> {
+        self.lock()
+            .get_mut(&key)
+            .and_then(|entry| entry.subscriptions.remove(uri))
     }
 
-    /// Every URI (client-visible) some session is subscribed to.
-    pub fn subscribed_uris(&self) -> HashSet<String> {
+    /// Whether some session is subscribed to the upstream URI `original` of
+    /// `mount`.
+    pub fn wants(&self, mount: &MountName, original: &str) -> bool {
+        self.lock().values().any(|entry| {
+            entry
+                .subscriptions
+                .values()
+                .any(|route| route.mount == *mount && *route.original == *original)
+        })
+    }
+
+    /// The upstream URIs of `mount` some session is subscribed to.
+    pub fn wanted_on(&self, mount: &MountName) -> HashSet<String> {
         self.lock()
             .values()
-            .flat_map(|entry| entry.subscriptions.iter().cloned())
+            .flat_map(|entry| entry.subscriptions.values())
+            .filter(|route| route.mount == *mount)
+            .map(|route| route.original.to_string())
             .collect()
+    }
+
+    /// The upstream URIs of `mount` session `key` is subscribed to.
+    pub fn subscriptions_on(&self, key: SessionKey, mount: &MountName) -> Vec<String> {
+        self.lock()
+            .get(&key)
+            .map(|entry| {
+                entry
+                    .subscriptions
+                    .values()
+                    .filter(|route| route.mount == *mount)
+                    .map(|route| route.original.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn is_subscribed(&self, key: SessionKey, uri: &str) -> bool {
         self.lock()
             .get(&key)
-            .is_some_and(|entry| entry.subscriptions.contains(uri))
+            .is_some_and(|entry| entry.subscriptions.contains_key(uri))
     }
 
     /// Tells every session whose client profile passes `filter` that a list
@@ -182,7 +210,7 @@ impl SessionRegistry {
         let peers: Vec<_> = self
             .lock()
             .values()
-            .filter(|entry| entry.subscriptions.contains(uri))
+            .filter(|entry| entry.subscriptions.contains_key(uri))
             .filter_map(|entry| entry.peer.clone())
             .collect();
         for peer in peers {

@@ -72,9 +72,7 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                     mount.record_ready(attempt - 1);
                 }
                 profile_session.publish(SessionSlot::Live(session.clone()));
-                if attempt > 1 {
-                    mount.session_restarted(profile, session.clone());
-                }
+                mount.session_started(profile, session.clone());
                 tokio::select! {
                     _ = session.ended() => {}
                     _ = retired.cancelled() => {

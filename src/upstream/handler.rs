@@ -42,8 +42,9 @@ pub trait UpstreamEvents: Send + Sync + 'static {
     /// A (re)started session's lists were read and these kinds differ from
     /// what was known before (every kind on the first start).
     fn catalog_replaced(&self, _kinds: &[ListKind]) {}
-    /// A new session replaced one that ended (not called for the first).
-    fn session_restarted(&self, _session: Arc<super::UpstreamSession>) {}
+    /// The session is live: started for the first time, or replacing one
+    /// that ended.
+    fn session_started(&self, _session: Arc<super::UpstreamSession>) {}
 }
 
 #[derive(Clone)]

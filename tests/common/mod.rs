@@ -30,7 +30,7 @@ use rmcp::{
         CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
         CreateMessageRequestParams, CreateMessageResult, Implementation, JsonObject,
         ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-        ProtocolVersion, Root, SamplingMessage,
+        ProtocolVersion, ResourceUpdatedNotificationParam, Root, SamplingMessage,
     },
     service::{NotificationContext, RequestContext, RunningService},
     transport::StreamableHttpClientTransport,
@@ -424,6 +424,8 @@ pub struct TestClient {
     progress: Arc<Mutex<Vec<(ProgressToken, f64)>>>,
     /// `data` of every log message.
     logs: Arc<Mutex<Vec<Value>>>,
+    /// The URI of every `notifications/resources/updated`.
+    resource_updates: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestClient {
@@ -436,6 +438,7 @@ impl TestClient {
             sampling_requests: Arc::default(),
             progress: Arc::default(),
             logs: Arc::default(),
+            resource_updates: Arc::default(),
         }
     }
 
@@ -461,6 +464,10 @@ impl TestClient {
 
     pub fn logs(&self) -> Vec<Value> {
         self.logs.lock().unwrap().clone()
+    }
+
+    pub fn resource_updates(&self) -> Vec<String> {
+        self.resource_updates.lock().unwrap().clone()
     }
 }
 
@@ -526,6 +533,14 @@ impl ClientHandler for TestClient {
         _context: NotificationContext<RoleClient>,
     ) {
         self.logs.lock().unwrap().push(params.data);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.resource_updates.lock().unwrap().push(params.uri);
     }
 }
 
@@ -717,4 +732,22 @@ pub async fn try_connect(url: &str) -> Result<Client, String> {
         .set_response_cache_config(ClientCacheConfig::disabled())
         .await;
     Ok(client)
+}
+
+/// Replaces the config file atomically (write beside it, then rename), as
+/// editors and ConfigMap updates do, so the gateway never reads half a file.
+pub fn rewrite_config(path: &std::path::Path, toml: &str) {
+    let staged = path.with_extension("toml.staged");
+    std::fs::write(&staged, toml).expect("write staged config");
+    std::fs::rename(&staged, path).expect("replace config");
+}
+
+/// Sends SIGHUP to the gateway, by pid.
+pub fn hang_up(gateway: &Gateway) {
+    let pid = i32::try_from(gateway.proc.pid()).expect("pid fits in i32");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("send SIGHUP to the gateway");
 }

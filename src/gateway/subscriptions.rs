@@ -1,0 +1,197 @@
+//! The resource subscriptions a shared mount's upstream session holds, kept
+//! in step with what downstream sessions want.
+//!
+//! Sessions record what they are subscribed to in the [`SessionRegistry`]
+//! (by client-visible URI, with the route to the upstream's own). A shared
+//! upstream is subscribed once per URI however many sessions want it, and
+//! this is the one place that tells it: when the first session subscribes,
+//! when the last one goes (by unsubscribing or by ending), and whenever the
+//! mount has a new upstream session (a restart, or the first start of a
+//! mount a reload built), which holds nothing of what the one before held.
+//!
+//! One mount's changes are made one at a time, registry and upstream
+//! together, so a subscribe racing an unsubscribe cannot leave a session
+//! waiting for updates from an upstream that was told to stop. Upstream
+//! calls are bounded by the mount's request timeout, so a hung upstream
+//! holds the others up for that long at most.
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use rmcp::{
+    model::{RequestMetaObject, SubscribeRequestParams, UnsubscribeRequestParams},
+    ServiceError,
+};
+
+use super::{SessionKey, SessionRegistry};
+use crate::{catalog::Route, naming::MountName, upstream::UpstreamSession};
+
+/// What a shared mount's upstream session is subscribed to.
+#[derive(Default)]
+pub struct UpstreamSubscriptions {
+    /// Held across the upstream calls: see the module doc.
+    held: tokio::sync::Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    /// The upstream session `uris` are held on.
+    on: Weak<UpstreamSession>,
+    /// The upstream's own URIs.
+    uris: HashSet<String>,
+}
+
+impl Held {
+    /// The URIs held on `session`: none when they were held on another
+    /// one. `None` when `session` has ended: the request will fail, and
+    /// the mount's next session, which may already be live, must not lose
+    /// what it holds to a late caller of the old one.
+    fn on(&mut self, session: &Arc<UpstreamSession>) -> Option<&mut HashSet<String>> {
+        if !std::ptr::eq(self.on.as_ptr(), Arc::as_ptr(session)) {
+            if !session.is_alive() {
+                return None;
+            }
+            self.on = Arc::downgrade(session);
+            self.uris.clear();
+        }
+        Some(&mut self.uris)
+    }
+}
+
+/// Why an upstream subscription call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriptionError {
+    #[error(transparent)]
+    Upstream(#[from] ServiceError),
+    #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
+    TimedOut(Duration),
+}
+
+impl UpstreamSubscriptions {
+    /// Session `key` subscribes to `uri` (client-visible, leading to
+    /// `route`) on `upstream`; the upstream is told unless it already
+    /// holds the URI. On failure the session is not subscribed.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn subscribe(
+        &self,
+        registry: &SessionRegistry,
+        key: SessionKey,
+        uri: &str,
+        route: &Route,
+        upstream: &Arc<UpstreamSession>,
+        meta: Option<RequestMetaObject>,
+        timeout: Duration,
+    ) -> Result<(), SubscriptionError> {
+        let mut held = self.held.lock().await;
+        let Some(uris) = held.on(upstream) else {
+            return Err(ServiceError::TransportClosed.into());
+        };
+        registry.subscribe(key, uri, route);
+        if uris.contains(&*route.original) {
+            return Ok(());
+        }
+        let mut params = SubscribeRequestParams::new(route.original.to_string());
+        params.meta = meta;
+        match bounded(timeout, upstream.peer().subscribe(params)).await {
+            Ok(()) => {
+                uris.insert(route.original.to_string());
+                Ok(())
+            }
+            Err(error) => {
+                registry.unsubscribe(key, uri);
+                Err(error)
+            }
+        }
+    }
+
+    /// Session `key` unsubscribes from `uri`; the upstream is told when no
+    /// session wants the URI any more.
+    pub async fn unsubscribe(
+        &self,
+        registry: &SessionRegistry,
+        key: SessionKey,
+        uri: &str,
+        upstream: &Arc<UpstreamSession>,
+        meta: Option<RequestMetaObject>,
+        timeout: Duration,
+    ) -> Result<(), SubscriptionError> {
+        let mut held = self.held.lock().await;
+        let Some(route) = registry.unsubscribe(key, uri) else {
+            return Ok(());
+        };
+        let Some(uris) = held.on(upstream) else {
+            // Nothing is held on an ended session.
+            return Ok(());
+        };
+        if registry.wants(&route.mount, &route.original) || !uris.remove(&*route.original) {
+            return Ok(());
+        }
+        let mut params = UnsubscribeRequestParams::new(route.original.to_string());
+        params.meta = meta;
+        bounded(timeout, upstream.peer().unsubscribe(params)).await
+    }
+
+    /// A session subscribed to `original` ended (it is no longer in the
+    /// registry): the upstream is told if no other session wants it.
+    pub async fn release(
+        &self,
+        registry: &SessionRegistry,
+        route: &Route,
+        upstream: &Arc<UpstreamSession>,
+        timeout: Duration,
+    ) {
+        let mut held = self.held.lock().await;
+        let Some(uris) = held.on(upstream) else {
+            return;
+        };
+        if registry.wants(&route.mount, &route.original) || !uris.remove(&*route.original) {
+            return;
+        }
+        let params = UnsubscribeRequestParams::new(route.original.to_string());
+        if let Err(error) = bounded(timeout, upstream.peer().unsubscribe(params)).await {
+            tracing::debug!(mount = %route.mount, uri = %route.original, %error, "could not unsubscribe after the last subscriber ended");
+        }
+    }
+
+    /// `upstream` is the mount's new session: subscribes it to every URI
+    /// of `mount` a session wants.
+    pub async fn renew(
+        &self,
+        registry: &SessionRegistry,
+        mount: &MountName,
+        upstream: &Arc<UpstreamSession>,
+        timeout: Duration,
+    ) {
+        let mut held = self.held.lock().await;
+        let Some(uris) = held.on(upstream) else {
+            return;
+        };
+        for original in registry.wanted_on(mount) {
+            if uris.contains(&original) {
+                continue;
+            }
+            let params = SubscribeRequestParams::new(original.clone());
+            match bounded(timeout, upstream.peer().subscribe(params)).await {
+                Ok(()) => {
+                    uris.insert(original);
+                }
+                Err(error) => {
+                    tracing::warn!(%mount, uri = %original, %error, "could not renew a subscription on a new upstream session");
+                }
+            }
+        }
+    }
+}
+
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, SubscriptionError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(SubscriptionError::TimedOut(timeout)),
+    }
+}

@@ -1,0 +1,215 @@
+//! Resource subscriptions end to end, through the real gateway: what a
+//! shared upstream is subscribed to follows what the sessions want, through
+//! sessions ending, upstream restarts and reloads, and a per-session
+//! upstream reopened after its process died keeps its session's
+//! subscriptions.
+//!
+//! The demo server says what it holds (its `subscriptions` tool: one line
+//! per upstream session and URI) and tells its subscribers when a note
+//! changes (`remember` → `notifications/resources/updated`).
+
+// Subscriptions are the 2025-11-25 mechanism the gateway speaks; rmcp marks
+// them legacy (2026-07-28 replaces them with `subscriptions/listen`).
+#![allow(deprecated)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
+use serde_json::json;
+
+/// How long a restart, a reload or a notification may take to show.
+const SETTLE: Duration = Duration::from_secs(15);
+
+const NOTE: &str = "demo://notes/a";
+
+fn shared_config() -> String {
+    format!("{SERVER_TOML}{}", stdio_demo_mount("shared", ""))
+}
+
+async fn subscribe(client: &Client, uri: &str) {
+    within(
+        &format!("subscribing to {uri}"),
+        client.subscribe(SubscribeRequestParams::new(uri)),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("resources/subscribe {uri}: {error}"));
+}
+
+async fn unsubscribe(client: &Client, uri: &str) {
+    within(
+        &format!("unsubscribing from {uri}"),
+        client.unsubscribe(UnsubscribeRequestParams::new(uri)),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("resources/unsubscribe {uri}: {error}"));
+}
+
+/// What the mount's demo process is subscribed to, as its
+/// `subscriptions` tool says (`None` while the call fails, as it does
+/// while the upstream restarts).
+async fn held(client: &Client, mount: &str) -> Option<Vec<String>> {
+    let name = format!("{mount}__subscriptions");
+    let params = rmcp::model::CallToolRequestParams::new(name);
+    let result = within("tools/call subscriptions", client.call_tool(params))
+        .await
+        .ok()?;
+    if result.is_error == Some(true) {
+        return None;
+    }
+    Some(text(&result).lines().map(str::to_owned).collect())
+}
+
+async fn wait_until_held(client: &Client, mount: &str, expected: &[&str]) {
+    eventually(
+        &format!("{mount}'s upstream to hold {expected:?}"),
+        SETTLE,
+        || async { held(client, mount).await.filter(|uris| uris == expected) },
+    )
+    .await;
+}
+
+/// Changes note `a` through `mount` and waits until `client` is told
+/// about `uri` one more time than before.
+async fn remember_and_expect_update(writer: &Client, mount: &str, watcher: &Client, uri: &str) {
+    let updates_of = |client: &Client| {
+        client
+            .service()
+            .resource_updates()
+            .iter()
+            .filter(|seen| *seen == uri)
+            .count()
+    };
+    let before = updates_of(watcher);
+    ok_text(
+        &call(
+            writer,
+            &format!("{mount}__remember"),
+            json!({"key": "a", "value": "changed"}),
+        )
+        .await,
+    );
+    eventually(&format!("resources/updated for {uri}"), SETTLE, || async {
+        (updates_of(watcher) > before).then_some(())
+    })
+    .await;
+}
+
+/// Two sessions subscribed to one URI: the shared upstream is subscribed
+/// once, stays subscribed while either wants it, and is told to stop when
+/// the last one ends (DELETE) or unsubscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_upstream_holds_a_subscription_while_some_session_wants_it() {
+    let gateway = Gateway::start(&shared_config()).await;
+    let uri = format!("shared+{NOTE}");
+    let a = gateway.connect().await;
+    let b = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&a, &uri).await;
+    subscribe(&b, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    remember_and_expect_update(&observer, "shared", &a, &uri).await;
+    remember_and_expect_update(&observer, "shared", &b, &uri).await;
+    assert!(
+        observer.service().resource_updates().is_empty(),
+        "a session that never subscribed was told: {:?}",
+        observer.service().resource_updates()
+    );
+
+    // A ends; B still wants the note, so the upstream still tells.
+    close(a).await;
+    remember_and_expect_update(&observer, "shared", &b, &uri).await;
+    assert_eq!(held(&observer, "shared").await.unwrap(), [NOTE]);
+
+    // B, the last subscriber, ends: the upstream is told to stop.
+    close(b).await;
+    wait_until_held(&observer, "shared", &[]).await;
+
+    // Unsubscribing, too, lets go once no session wants it.
+    let c = gateway.connect().await;
+    subscribe(&c, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    unsubscribe(&c, &uri).await;
+    assert_eq!(
+        held(&observer, "shared").await.unwrap(),
+        Vec::<String>::new()
+    );
+    close(c).await;
+    close(observer).await;
+}
+
+/// A shared upstream that restarts (its process killed) and one that a
+/// reload replaces (its config changed) are each subscribed again to what
+/// the sessions want, and the sessions keep getting their updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_shared_upstream_is_subscribed_to_what_sessions_want() {
+    let gateway = Gateway::start(&shared_config()).await;
+    let uri = format!("shared+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+
+    // Restart: the process dies, the supervisor starts another.
+    let first = call_pid(&observer, "shared__pid").await;
+    kill(first);
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    let second = call_pid(&observer, "shared__pid").await;
+    assert_ne!(first, second, "the upstream was not restarted");
+    remember_and_expect_update(&observer, "shared", &subscriber, &uri).await;
+
+    // Reload: the mount's config changes, a new mount (and process)
+    // replaces it.
+    let changed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("shared", "env = { SUBSCRIPTION_TEST_MARK = \"2\" }")
+    );
+    rewrite_config(&gateway.config_path, &changed);
+    hang_up(&gateway);
+    eventually("the reload to replace the upstream", SETTLE, || async {
+        let params = rmcp::model::CallToolRequestParams::new("shared__pid");
+        let result = observer.call_tool(params).await.ok()?;
+        let pid: u32 = text(&result).parse().ok()?;
+        (pid != second).then_some(())
+    })
+    .await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    remember_and_expect_update(&observer, "shared", &subscriber, &uri).await;
+
+    close(subscriber).await;
+    close(observer).await;
+}
+
+/// A per-session upstream whose process died is reopened on the session's
+/// next call, subscribed again to what the session was subscribed to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_per_session_upstream_keeps_its_sessions_subscriptions() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let uri = format!("own+{NOTE}");
+    let client = gateway.connect().await;
+    subscribe(&client, &uri).await;
+    assert_eq!(held(&client, "own").await.unwrap(), [NOTE]);
+    remember_and_expect_update(&client, "own", &client, &uri).await;
+
+    let first = call_pid(&client, "own__pid").await;
+    kill(first);
+    wait_until_held(&client, "own", &[NOTE]).await;
+    assert_ne!(call_pid(&client, "own__pid").await, first);
+    remember_and_expect_update(&client, "own", &client, &uri).await;
+    close(client).await;
+}
+
+fn kill(pid: u32) {
+    let pid = i32::try_from(pid).expect("pid fits in i32");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the demo server");
+}
