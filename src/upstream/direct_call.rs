@@ -422,15 +422,20 @@ impl DirectCalls {
             }
             _ => {}
         }
+        // Room first, counted after: this future may be dropped while it
+        // waits (the call cancelled or timed out), and a notification
+        // counted but never handed over would hold every later answer on
+        // this session for the whole drain limit.
+        let Ok(room) = self.inject.reserve().await else {
+            // The session's loop has stopped: nothing will relay it.
+            return;
+        };
         let arrival = counted.then(|| self.relay.notification_arrived());
         if let (Some(arrival), JsonRpcMessage::Notification(notification)) = (arrival, &mut message)
         {
             notification.notification.extensions_mut().insert(arrival);
         }
-        if self.inject.send(message).await.is_err() && counted {
-            // The session's loop has stopped: nothing will relay it.
-            self.relay.notification_relayed(arrival);
-        }
+        room.send(message);
     }
 }
 
@@ -654,6 +659,80 @@ mod tests {
             }
             assert!(post.contains("\"id\":\"junction-1\""), "{post}");
         }
+    }
+
+    /// An upstream that answers a POST with `progress` progress
+    /// notifications and then nothing, holding the stream open.
+    async fn progress_then_silence(progress: usize) -> reqwest::Url {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buffer = vec![0; 8192];
+            let _ = stream.read(&mut buffer).await;
+            let mut reply = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_owned();
+            for step in 1..=progress {
+                let event = format!(
+                    r#"data: {{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"junction-1","progress":{step}}}}}"#
+                ) + "\n\n";
+                reply.push_str(&format!("{:x}\r\n{event}\r\n", event.len()));
+            }
+            let _ = stream.write_all(reply.as_bytes()).await;
+            // Bounded: the test is over long before.
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        });
+        url.parse().unwrap()
+    }
+
+    /// A call dropped while its notifications wait for room in rmcp's
+    /// queue leaves nothing counted that will never be relayed: the
+    /// session's next answer does not wait for it.
+    #[tokio::test]
+    async fn a_call_dropped_while_handing_over_a_notification_leaves_none_pending() {
+        let url = progress_then_silence(3).await;
+        // Room for one: the second notification waits, as it would behind
+        // a busy session loop.
+        let (inject, mut injected) = mpsc::channel(1);
+        let relay = Arc::new(Relay::default());
+        let calls = DirectCalls::new(
+            reqwest::Client::new(),
+            inject,
+            relay.clone(),
+            StreamableHttpResponseLimits::default(),
+            Duration::from_secs(5),
+        );
+        calls.session_ready(SessionPost {
+            url,
+            session_id: Some("session-1".into()),
+            auth_header: None,
+            headers: HashMap::new(),
+        });
+        let mut request =
+            ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t")));
+        let prepared = calls.prepare(&mut request).expect("a ready session");
+        let call = calls.call(prepared, request);
+        // The call is given up (a client's cancel, a timeout) while it waits.
+        let gave_up = tokio::time::timeout(Duration::from_millis(300), call).await;
+        assert!(gave_up.is_err(), "the upstream never answers");
+        // rmcp relays the one it was handed.
+        let Some(JsonRpcMessage::Notification(first)) = injected.recv().await else {
+            panic!("the first notification was handed over");
+        };
+        let arrival = first
+            .notification
+            .extensions()
+            .get::<super::super::relay::Arrival>()
+            .copied();
+        assert!(arrival.is_some(), "a counted notification");
+        relay.notification_relayed(arrival);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), relay.drain())
+                .await
+                .is_ok(),
+            "a notification never handed over is still waited for"
+        );
     }
 
     fn junction_1() -> RequestId {
