@@ -165,9 +165,14 @@ impl QuickCalls {
         let Some(handoff) = handoff else {
             return;
         };
-        match handoff.abandoned.get() {
-            Some(cancel) => cancel.cancel(),
-            None => handoff.hand_over().await,
+        if handoff.abandoned.get().is_none() {
+            handoff.hand_over().await;
+        }
+        // Abandoned before or while it was being handed over (its client
+        // went away meanwhile): rmcp never saw the request, so the cancel
+        // is carried out here.
+        if let Some(cancel) = handoff.abandoned.get() {
+            cancel.cancel();
         }
     }
 }
@@ -617,6 +622,36 @@ mod tests {
             tokio::task::yield_now().await;
         }
         panic!("an ended call stays known");
+    }
+
+    /// The client cancels and goes away at once: the cancel waits for the
+    /// handover, which the going away settles instead. It still cancels.
+    #[tokio::test]
+    async fn a_cancel_racing_its_clients_departure_still_cancels() {
+        let calls = Arc::new(QuickCalls::default());
+        let session: Arc<str> = Arc::from("s1");
+        let pending = Pending::new(&calls, &session, &RequestId::Number(3));
+        let cancel = CancellationToken::new();
+        let work: Work = Box::pin({
+            let cancel = cancel.clone();
+            async move {
+                cancel.cancelled().await;
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+        });
+        let waiting = Waiting {
+            call: Some((work, pending)),
+            cancel: cancel.clone(),
+        };
+        let cancelled = cancel_of(RequestId::Number(3));
+        let mut before = Box::pin(calls.before("s1", &cancelled));
+        assert!(
+            before.as_mut().now_or_never().is_none(),
+            "waits for the handover"
+        );
+        drop(waiting);
+        before.await;
+        assert!(cancel.is_cancelled(), "the client's cancel was lost");
     }
 
     #[tokio::test]
