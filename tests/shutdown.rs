@@ -84,3 +84,57 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
         .await;
     }
 }
+
+/// A client that stops reading a large answer cannot hold the gateway up:
+/// hyper has no write deadline, so its connection is closed a few seconds
+/// after serving stops, and the process exits on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_not_reading_its_answer_does_not_hold_up_shutdown() {
+    // 10 MiB: more than the gateway's send buffer (4 MiB at most on
+    // Linux) and the client's small receive buffer hold together.
+    const MESSAGE_BYTES: usize = 10 * 1024 * 1024;
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n[limits]\nmax_body_size = \"16MiB\"\n\n{}",
+        stdio_demo_mount("demo", ""),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("a small receive buffer");
+    let mut stalled = within("connecting", socket.connect(gateway.addr))
+        .await
+        .expect("connect to the gateway");
+    let body = raw::echo_request("1", &"x".repeat(MESSAGE_BYTES));
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\naccept: {}\r\nmcp-session-id: {session}\r\nmcp-protocol-version: {}\r\ncontent-length: {}\r\n\r\n",
+        gateway.addr,
+        raw::ACCEPT_BOTH,
+        raw::VERSION,
+        body.len()
+    );
+    use tokio::io::AsyncWriteExt;
+    within("sending the call", async {
+        stalled.write_all(head.as_bytes()).await?;
+        stalled.write_all(body.as_bytes()).await
+    })
+    .await
+    .expect("send the call");
+    // The answer is being written once the call is counted.
+    let metrics = gateway.url("/metrics");
+    eventually("the call to be answered", OP_TIMEOUT, || async {
+        let text = http.get(&metrics).send().await.ok()?.text().await.ok()?;
+        let series = r#"junction_requests_total{mount="demo",method="tools/call",outcome="ok"} 1"#;
+        text.lines().any(|line| line == series).then_some(())
+    })
+    .await;
+
+    signal(gateway.proc.pid(), "TERM");
+    // Grace (1 s), then the connections' close limit (5 s), with room.
+    let status = gateway.proc.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "gateway exited with {status}");
+    drop(stalled);
+}

@@ -12,7 +12,10 @@
 //! deadline is `json_guard`'s.)
 //!
 //! Stopping is graceful, as with `axum::serve`: no more accepts, idle
-//! connections closed, requests and streams in progress served to their end.
+//! connections closed, requests and streams in progress served to their
+//! end, but not for ever: hyper has no write deadline, so a client that
+//! stopped reading its answer would hold the process up until SIGKILL.
+//! Connections still open [`CLOSE_LIMIT`] after serving stops are closed.
 
 use std::{future::Future, time::Duration};
 
@@ -23,10 +26,17 @@ use hyper_util::{
     server::graceful::GracefulShutdown,
     service::TowerToHyperService,
 };
+use tokio_util::sync::CancellationToken;
+
+/// How long the open connections get to end once serving stops. The
+/// gateway's requests in flight had their grace period before that
+/// (`Gateway::drain`); what is left is mostly answers being written.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Serves `app` on what `listener` accepts until `stop` resolves, then
-/// waits for the open connections to end (gracefully). A request's head
-/// must arrive within `read_timeout` of the connection being ready for it.
+/// waits for the open connections to end (gracefully, for
+/// [`CLOSE_LIMIT`] at most). A request's head must arrive within
+/// `read_timeout` of the connection being ready for it.
 pub async fn serve<L: Listener>(
     mut listener: L,
     app: Router,
@@ -38,6 +48,7 @@ pub async fn serve<L: Listener>(
         .timer(TokioTimer::new())
         .header_read_timeout(read_timeout);
     let connections = GracefulShutdown::new();
+    let cut = CancellationToken::new();
     let mut stop = std::pin::pin!(stop);
     loop {
         let (io, _peer) = tokio::select! {
@@ -47,13 +58,27 @@ pub async fn serve<L: Listener>(
         let connection =
             builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let connection = connections.watch(connection);
+        let cut = cut.clone();
         tokio::spawn(async move {
-            // A client that went away or was too slow: nothing to answer.
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended");
+            tokio::select! {
+                ended = connection => {
+                    // A client that went away or was too slow: nothing to
+                    // answer.
+                    if let Err(error) = ended {
+                        tracing::debug!(%error, "connection ended");
+                    }
+                }
+                // Dropping the connection closes its socket.
+                () = cut.cancelled() => {}
             }
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    if tokio::time::timeout(CLOSE_LIMIT, connections.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(limit = ?CLOSE_LIMIT, "closing connections still open after serving stopped (clients not reading their answers)");
+        cut.cancel();
+    }
 }
