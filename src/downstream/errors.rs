@@ -32,6 +32,8 @@ pub enum RouteError {
     UnknownPrompt(String),
     #[error("unknown resource {0:?}")]
     UnknownResource(String),
+    #[error("unknown task {0:?}")]
+    UnknownTask(String),
     #[error("mount {mount} is unavailable: {cause}")]
     MountUnavailable { mount: MountName, cause: String },
     #[error("mount {mount} failed: {cause}")]
@@ -103,6 +105,9 @@ impl RouteError {
             }
             RouteError::UnknownResource(uri) => {
                 ErrorData::resource_not_found(message, Some(json!({ "uri": uri })))
+            }
+            RouteError::UnknownTask(id) => {
+                ErrorData::invalid_params(message, Some(json!({ "taskId": id })))
             }
             RouteError::MountUnavailable { mount, .. }
             | RouteError::UpstreamFailed { mount, .. } => {

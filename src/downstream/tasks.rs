@@ -10,7 +10,10 @@
 //! `tasks/list` asks each mount this session has tasks on and lists only
 //! this session's own, under the gateway's cursor. A task id this session
 //! did not create is unknown to it, so one client can never read or
-//! cancel another's task on a shared upstream.
+//! cancel another's task on a shared upstream. A task also belongs to the
+//! upstream session that created it: once that session has ended (a
+//! restart), the task is unknown too, since the next session may give its
+//! id to another client's task.
 //!
 //! rmcp models the later SEP-2663 tasks, not these: the HTTP edge keeps a
 //! `tools/call`'s `task` ([`task_augmentation`]), [`declare_tasks`] adds
@@ -19,7 +22,10 @@
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
 };
 
 use rmcp::model::{
@@ -32,7 +38,11 @@ use serde_json::{json, Map, Value};
 
 use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
 use crate::{
-    catalog, gateway::Mount, naming::MountName, rewrite, upstream::relay::set_related_task,
+    catalog,
+    gateway::Mount,
+    naming::MountName,
+    rewrite,
+    upstream::{relay::set_related_task, UpstreamSession},
 };
 
 /// The oldest protocol version with tasks.
@@ -186,11 +196,30 @@ pub(crate) fn with_execution(
 struct TaskHome {
     mount: MountName,
     upstream_id: String,
+    /// The upstream session that created it ([`UpstreamSession::id`]):
+    /// once that one has ended (a restart, a reopened per-session
+    /// upstream), the task is gone, and its id may name another session's
+    /// task in the next one.
+    upstream_session: u64,
+}
+
+impl TaskHome {
+    fn lives_on(&self, upstream: &UpstreamSession) -> bool {
+        self.upstream_session == upstream.id()
+    }
+
+    #[cfg(test)]
+    fn lives_on_session(&self, upstream_session: u64) -> bool {
+        self.upstream_session == upstream_session
+    }
 }
 
 /// At most this many tasks are remembered per session; the oldest go
 /// first (their ids become unknown to the session).
 const TASKS_PER_SESSION: usize = 1024;
+
+/// One session's tasks on one mount: upstream id → home and gateway id.
+type MountTasks = HashMap<String, (TaskHome, String)>;
 
 /// The tasks one session created, by the id the gateway gave each.
 #[derive(Debug, Default)]
@@ -208,12 +237,13 @@ impl TaskTable {
         lock(&self.0).by_id.is_empty()
     }
 
-    fn add(&self, mount: &MountName, upstream_id: &str) -> String {
+    fn add(&self, mount: &MountName, upstream_id: &str, upstream_session: u64) -> String {
         let id = format!("{mount}/{upstream_id}");
         let mut homes = lock(&self.0);
         let home = TaskHome {
             mount: mount.clone(),
             upstream_id: upstream_id.to_owned(),
+            upstream_session,
         };
         if homes.by_id.insert(id.clone(), home).is_none() {
             homes.order.push_back(id.clone());
@@ -237,16 +267,17 @@ impl TaskTable {
         }
     }
 
-    /// This session's tasks on each mount (upstream id → gateway id), by
-    /// mount name: `tasks/list` pages need the same order every time.
-    fn by_mount(&self) -> BTreeMap<String, (MountName, HashMap<String, String>)> {
-        let mut mounts: BTreeMap<String, (MountName, HashMap<String, String>)> = BTreeMap::new();
+    /// This session's tasks on each mount (upstream id → home and gateway
+    /// id), by mount name: `tasks/list` pages need the same order every
+    /// time.
+    fn by_mount(&self) -> BTreeMap<String, (MountName, MountTasks)> {
+        let mut mounts: BTreeMap<String, (MountName, MountTasks)> = BTreeMap::new();
         for (id, home) in lock(&self.0).by_id.iter() {
             mounts
                 .entry(home.mount.as_str().to_owned())
                 .or_insert_with(|| (home.mount.clone(), HashMap::new()))
                 .1
-                .insert(home.upstream_id.clone(), id.clone());
+                .insert(home.upstream_id.clone(), (home.clone(), id.clone()));
         }
         mounts
     }
@@ -269,10 +300,7 @@ fn rename_related_task(result: &mut Value, id: &str) {
 }
 
 fn unknown_task(id: &str) -> ErrorData {
-    ErrorData::invalid_params(
-        format!("unknown task {id:?}"),
-        Some(json!({ "taskId": id })),
-    )
+    RouteError::UnknownTask(id.to_owned()).into_mcp_error()
 }
 
 fn task_id_param(params: &Option<Value>) -> Result<String, ErrorData> {
@@ -330,7 +358,10 @@ impl DownstreamSession {
                     .map(str::to_owned);
                 match upstream_id {
                     Some(upstream_id) => {
-                        let id = self.state().tasks.add(&mount.config.name, &upstream_id);
+                        let id =
+                            self.state()
+                                .tasks
+                                .add(&mount.config.name, &upstream_id, upstream.id());
                         // Status notifications and in-task requests name
                         // the task: they go to this session.
                         let relay = upstream.relay();
@@ -373,6 +404,9 @@ impl DownstreamSession {
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
                 let (mount, upstream) = self.connect(&home.mount).await?;
+                if !home.lives_on(&upstream) {
+                    return Err(RouteError::UnknownTask(id.clone()));
+                }
                 let mut upstream_params = match params.clone() {
                     Some(Value::Object(params)) => params,
                     _ => Map::new(),
@@ -404,7 +438,7 @@ impl DownstreamSession {
                 let unknown_upstream = matches!(
                     &error,
                     RouteError::UpstreamError { error, .. } if error.code == ErrorCode::INVALID_PARAMS
-                );
+                ) || matches!(error, RouteError::UnknownTask(_));
                 if unknown_upstream && method == "tasks/get" {
                     // The upstream no longer knows it (its TTL ran out, or
                     // it restarted): neither does this session from now on.
@@ -427,7 +461,7 @@ impl DownstreamSession {
             let mut tasks = Vec::new();
             for (mount_name, ids) in self.state().tasks.by_mount().into_values() {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
-                let listed = match listed {
+                let (listed, upstream) = match listed {
                     Ok(listed) => listed,
                     Err(error) => {
                         tracing::debug!(mount = %mount_name, %error, "tasks/list failed upstream");
@@ -435,12 +469,14 @@ impl DownstreamSession {
                     }
                 };
                 for mut task in listed {
-                    let Some(id) = task
+                    let Some((_, id)) = task
                         .get("taskId")
                         .and_then(Value::as_str)
                         .and_then(|upstream_id| ids.get(upstream_id))
+                        .filter(|(home, _)| home.lives_on(&upstream))
                     else {
-                        // Another session's task on a shared upstream.
+                        // Another session's task on a shared upstream (or
+                        // one with an id this session's ended task had).
                         continue;
                     };
                     let id = id.clone();
@@ -463,12 +499,13 @@ impl DownstreamSession {
         .await
     }
 
-    /// Every task `mount`'s upstream lists for this session's connection.
+    /// Every task `mount`'s upstream lists for this session's connection,
+    /// and that upstream session.
     async fn list_mount_tasks(
         &self,
         mount: &MountName,
         context: &RequestContext<RoleServer>,
-    ) -> Result<Vec<Value>, RouteError> {
+    ) -> Result<(Vec<Value>, Arc<UpstreamSession>), RouteError> {
         let (mount, upstream) = self.connect(mount).await?;
         let mut tasks = Vec::new();
         let mut cursor: Option<String> = None;
@@ -496,7 +533,7 @@ impl DownstreamSession {
                 None => break,
             }
         }
-        Ok(tasks)
+        Ok((tasks, upstream))
     }
 }
 
@@ -548,18 +585,35 @@ mod tests {
         let b = TaskTable::default();
         let one = MountName::new("one").unwrap();
         let two = MountName::new("two").unwrap();
-        let first = a.add(&one, "1");
-        let second = a.add(&two, "1");
+        let first = a.add(&one, "1", 7);
+        let second = a.add(&two, "1", 8);
         assert_ne!(first, second, "the same upstream id on two mounts");
         assert_eq!(a.get(&first).unwrap().upstream_id, "1");
         assert_eq!(a.get(&second).unwrap().mount, two);
         assert!(b.get(&first).is_none(), "another session's table");
         let by_mount: Vec<_> = a.by_mount().into_values().collect();
         assert_eq!(by_mount[0].0, one, "in mount-name order");
-        assert_eq!(by_mount[0].1.get("1"), Some(&first));
-        assert_eq!(by_mount[1].1.get("1"), Some(&second));
+        assert_eq!(by_mount[0].1.get("1").map(|(_, id)| id), Some(&first));
+        assert_eq!(by_mount[1].1.get("1").map(|(_, id)| id), Some(&second));
         a.forget(&first);
         assert!(a.get(&first).is_none());
+    }
+
+    /// A task belongs to the upstream session that created it: after a
+    /// restart the same upstream id may name another session's task.
+    #[test]
+    fn a_task_lives_on_the_upstream_session_that_created_it() {
+        let table = TaskTable::default();
+        let mount = MountName::new("m").unwrap();
+        let id = table.add(&mount, "1", 7);
+        let home = table.get(&id).unwrap();
+        assert!(home.lives_on_session(7));
+        assert!(!home.lives_on_session(8), "a restarted upstream's task 1");
+        // The session's new task with the same upstream id, on the new
+        // upstream session, takes the id over.
+        assert_eq!(table.add(&mount, "1", 8), id);
+        assert!(table.get(&id).unwrap().lives_on_session(8));
+        assert_eq!(lock(&table.0).order.len(), 1);
     }
 
     #[test]
@@ -567,7 +621,7 @@ mod tests {
         let table = TaskTable::default();
         let mount = MountName::new("m").unwrap();
         let ids: Vec<String> = (0..TASKS_PER_SESSION + 2)
-            .map(|n| table.add(&mount, &n.to_string()))
+            .map(|n| table.add(&mount, &n.to_string(), 1))
             .collect();
         assert!(table.get(&ids[0]).is_none() && table.get(&ids[1]).is_none());
         assert!(table.get(&ids[2]).is_some() && table.get(ids.last().unwrap()).is_some());

@@ -96,7 +96,9 @@ pub async fn open(
     no_cache.enabled = false;
     no_cache.serve_stale_on_error = false;
     peer.set_response_cache_config(no_cache).await;
+    static NEXT_SESSION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     Ok(UpstreamSession {
+        id: NEXT_SESSION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         mount: mount.name.clone(),
         peer,
         service: Mutex::new(Some(service)),

@@ -51,6 +51,9 @@ use crate::naming::MountName;
 /// A live upstream session. Dropping it ends the session (the child process
 /// is killed); [`UpstreamSession::close`] ends it gracefully.
 pub struct UpstreamSession {
+    /// Unique among the sessions this process opened: what the upstream
+    /// said in one session (a task id) means nothing in the next.
+    id: u64,
     mount: MountName,
     peer: Peer<RoleClient>,
     /// Taken out by `close`; a std mutex because it is never held across an
@@ -121,6 +124,10 @@ impl From<ServiceError> for RequestError {
 }
 
 impl UpstreamSession {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn mount(&self) -> &MountName {
         &self.mount
     }
