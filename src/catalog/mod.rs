@@ -61,7 +61,7 @@ pub struct Collision {
 /// Every mount's lists merged, qualified and indexed.
 #[derive(Debug, Default)]
 pub struct MergedCatalog {
-    /// Changes whenever the content does; cursors carry it.
+    /// Unique to this build of the catalog; cursors carry it.
     pub generation: u64,
     pub tools: Vec<Tool>,
     /// Each listed tool's `execution`, by qualified name, where declared.

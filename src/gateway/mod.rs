@@ -53,8 +53,13 @@ pub struct Gateway {
     mounts: ArcSwap<Vec<Arc<Mount>>>,
     /// Merged catalogs by client profile, built on first use after a change.
     catalogs: Mutex<HashMap<ClientProfile, Arc<MergedCatalog>>>,
-    /// Bumped on every catalog change; cursors carry it.
+    /// The last generation given to a merged catalog: each build takes
+    /// the next one, so a cursor (which carries it) is good only for the
+    /// catalog that issued it, a session's own included.
     generation: AtomicU64,
+    /// The generation taken by the last change: a catalog built from
+    /// lists read before it is served once but not kept.
+    changed_at: AtomicU64,
     sessions: SessionRegistry,
     /// Idle downstream sessions asleep.
     hibernation: Arc<Hibernation>,
@@ -110,6 +115,7 @@ impl Gateway {
                 mounts: ArcSwap::from_pointee(mounts),
                 catalogs: Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(1),
+                changed_at: AtomicU64::new(0),
                 sessions: SessionRegistry::default(),
                 hibernation,
                 request_streams: Arc::default(),
@@ -264,10 +270,12 @@ impl Gateway {
             return catalog.clone();
         }
         let catalog = Arc::new(self.build_catalog(profile, &HashMap::new()));
-        lock(&self.catalogs)
-            .entry(profile)
-            .or_insert(catalog)
-            .clone()
+        let mut catalogs = lock(&self.catalogs);
+        if catalog.generation < self.changed_at.load(Ordering::Acquire) {
+            // A mount's lists changed while this was built from the old.
+            return catalog;
+        }
+        catalogs.entry(profile).or_insert(catalog).clone()
     }
 
     /// A merged catalog in which some mounts' catalogs are replaced, for a
@@ -280,16 +288,13 @@ impl Gateway {
         self.build_catalog(profile, overrides)
     }
 
-    /// The current catalog generation.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
     fn build_catalog(
         &self,
         profile: ClientProfile,
         overrides: &HashMap<MountName, Arc<MountCatalog>>,
     ) -> MergedCatalog {
+        // Taken before the mounts' lists are read (see `catalog`).
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let views: Vec<MountView> = self
             .mounts()
             .iter()
@@ -303,7 +308,7 @@ impl Gateway {
             })
             .collect();
         let (merged, collisions) =
-            MergedCatalog::build(self.generation(), &self.config().server.separator, &views);
+            MergedCatalog::build(generation, &self.config().server.separator, &views);
         for collision in collisions {
             tracing::warn!(
                 kind = collision.kind,
@@ -324,7 +329,8 @@ impl Gateway {
     /// Forgets every merged catalog after a mount's catalog changed.
     pub(crate) fn catalog_changed(&self) {
         let mut catalogs = lock(&self.catalogs);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let changed_at = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.changed_at.store(changed_at, Ordering::Release);
         catalogs.clear();
         drop(catalogs);
         if self
@@ -543,3 +549,6 @@ impl UpstreamEvents for MountSessionEvents {
         gateway.sessions.notify_resource_updated(&uri);
     }
 }
+
+#[cfg(test)]
+mod tests;

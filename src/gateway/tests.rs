@@ -1,0 +1,37 @@
+//! The gateway's merged catalogs: when one is kept and what its cursors
+//! are good for.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::config::{load, ConfigSource};
+
+fn gateway() -> Arc<Gateway> {
+    Gateway::new(load(&ConfigSource::Embedded).expect("the embedded config"))
+}
+
+#[tokio::test]
+async fn every_catalog_build_has_its_own_generation() {
+    let gateway = gateway();
+    let shared = gateway.catalog(ClientProfile::FULL);
+    assert!(
+        Arc::ptr_eq(&shared, &gateway.catalog(ClientProfile::FULL)),
+        "kept until something changes"
+    );
+    // A session's own catalog (its per-session upstream announced lists),
+    // rebuilt after each announcement from the same shared catalog: a
+    // cursor from one must not be taken by the next.
+    let own = gateway.catalog_with(ClientProfile::FULL, &HashMap::new());
+    let rebuilt = gateway.catalog_with(ClientProfile::FULL, &HashMap::new());
+    let generations = [shared.generation, own.generation, rebuilt.generation];
+    assert!(
+        generations[0] != generations[1]
+            && generations[1] != generations[2]
+            && generations[0] != generations[2],
+        "{generations:?}"
+    );
+    gateway.catalog_changed();
+    let after = gateway.catalog(ClientProfile::FULL);
+    assert!(!Arc::ptr_eq(&shared, &after), "forgotten after a change");
+    assert!(after.generation > rebuilt.generation);
+}
