@@ -138,3 +138,44 @@ async fn a_client_not_reading_its_answer_does_not_hold_up_shutdown() {
     assert!(status.success(), "gateway exited with {status}");
     drop(stalled);
 }
+
+/// An upstream that stopped reading its stdin (stopped, hung, deadlocked)
+/// with a large request still being written to it cannot hold up the
+/// gateway's exit: closing its stdin waits on that write, so the gateway
+/// goes on to the signals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_stopped_reading_does_not_hold_up_shutdown() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
+        stdio_demo_mount("demo", "timeouts = { request = \"1s\" }"),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let child = call_pid(&client, "demo__pid").await;
+    let _reaper = KillOnDrop(child);
+    signal(child, "STOP");
+    // 1 MiB: far more than a pipe holds, so the write blocks.
+    let big = "x".repeat(1024 * 1024);
+    let answer = call(&client, "demo__echo", json!({ "message": big })).await;
+    assert_eq!(answer.is_error, Some(true), "a stopped upstream answered");
+
+    signal(gateway.proc.pid(), "TERM");
+    let status = gateway.proc.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "gateway exited with {status}");
+    eventually(&format!("child {child} to be gone"), OP_TIMEOUT, || async {
+        (!process_exists(child)).then_some(())
+    })
+    .await;
+}
+
+/// Kills a process this test stopped, should the test fail before the
+/// gateway does.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if process_exists(self.0) {
+            signal(self.0, "KILL");
+        }
+    }
+}

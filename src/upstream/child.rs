@@ -67,8 +67,14 @@ impl ChildTransport {
         let Some(child) = self.child.as_mut() else {
             return Ok(());
         };
-        // EOF on stdin is a stdio server's signal to exit.
-        self.transport.close().await?;
+        // EOF on stdin is a stdio server's signal to exit. Closing waits
+        // for the pipe's writer, which a write still blocked on a child that
+        // stopped reading holds for ever: past the wait, the signals follow
+        // (and the blocked write fails once the child is gone).
+        match tokio::time::timeout(EXIT_WAIT, self.transport.close()).await {
+            Ok(closed) => closed?,
+            Err(_) => tracing::debug!("an upstream's stdin is blocked; signalling it"),
+        }
         if exited_within(child, EXIT_WAIT).await {
             self.child = None;
             return Ok(());
