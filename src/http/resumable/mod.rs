@@ -70,7 +70,8 @@ use idle::{Activity, Phase};
 
 use request_stream::{follow, StreamLog};
 
-/// `(session, rmcp's http request id)`: one request's stream.
+/// `(session, the gateway's number for the stream)`: one request's
+/// stream (see `request_stream.rs`).
 type StreamKey = (SessionId, u64);
 
 /// rmcp's session manager with resumable request streams.
@@ -329,10 +330,10 @@ impl SessionManager for ResumableSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let open = self.activity.stream_opened(id);
         match parse_event_id(&last_event_id) {
-            Some(EventPosition::Request { at, http_request }) => {
+            Some(EventPosition::Request { at, stream }) => {
                 let log = self
                     .streams
-                    .get(&(id.clone(), http_request))
+                    .get(&(id.clone(), stream))
                     .ok_or_else(|| ResumeError::UnknownStream(last_event_id.clone()))?;
                 Ok(counted(follow(log, at), open).left_stream())
             }
@@ -373,11 +374,11 @@ impl SessionManager for ResumableSessions {
 /// Where an event id of this session points.
 #[derive(Debug, PartialEq, Eq)]
 enum EventPosition {
-    /// `<index>/<http request id>`: rmcp's id for an event of a request's
-    /// stream; `<index>.<n>/<http request id>`: the `n`th message the
-    /// gateway put on that stream after rmcp's event `<index>`
-    /// (`request_stream.rs`).
-    Request { at: Position, http_request: u64 },
+    /// `<index>/<stream>`: an event of a request's stream (rmcp's
+    /// `<index>/<http request id>`, renamed for the gateway's stream
+    /// number); `<index>.<n>/<stream>`: the `n`th message the gateway put on
+    /// that stream after rmcp's event `<index>` (`request_stream.rs`).
+    Request { at: Position, stream: u64 },
     /// `<index>`: an event of the standalone stream (after the shift).
     Standalone { index: usize },
 }
@@ -392,7 +393,7 @@ struct Position {
 
 fn parse_event_id(id: &str) -> Option<EventPosition> {
     match id.split_once('/') {
-        Some((at, http_request)) => {
+        Some((at, stream)) => {
             let at = match at.split_once('.') {
                 Some((index, related)) => Position {
                     index: index.parse().ok()?,
@@ -405,7 +406,7 @@ fn parse_event_id(id: &str) -> Option<EventPosition> {
             };
             Some(EventPosition::Request {
                 at,
-                http_request: http_request.parse().ok()?,
+                stream: stream.parse().ok()?,
             })
         }
         None => Some(EventPosition::Standalone {
@@ -418,6 +419,8 @@ fn parse_event_id(id: &str) -> Option<EventPosition> {
 #[derive(Default)]
 struct Streams {
     logs: Mutex<HashMap<StreamKey, Arc<StreamLog>>>,
+    /// The last request stream's number.
+    last_stream: std::sync::atomic::AtomicU64,
     standalone: Mutex<standalone::OpenStandalone>,
 }
 
@@ -448,7 +451,7 @@ mod tests {
                     index: 3,
                     related: 0
                 },
-                http_request: 17
+                stream: 17
             })
         );
         assert_eq!(
@@ -458,7 +461,7 @@ mod tests {
                     index: 3,
                     related: 2
                 },
-                http_request: 17
+                stream: 17
             })
         );
         assert_eq!(

@@ -4,7 +4,11 @@
 //! the messages the relay queued for this request merged in ahead of
 //! rmcp's next event (their ids, `<index>.<n>/<stream>`, place them after
 //! rmcp's event `<index>`), and every event also written to the stream's
-//! [`StreamLog`]. If the client
+//! [`StreamLog`]. `<stream>` is the gateway's number for the stream, unique
+//! in the process, in place of rmcp's HTTP request id: rmcp numbers a
+//! session's requests from 0 again after the session wakes from sleep
+//! (a new rmcp session), while the streams from before stay resumable, and
+//! two streams must never share an id. If the client
 //! drops it before the end, the rest is read into the log in the background
 //! until the response, and the log is kept [`ORPHAN_RETENTION`] after that.
 //! [`follow`] is what a resume reads: the log from an index on, then each
@@ -43,6 +47,13 @@ const RESUME_BUFFER: usize = 16;
 impl Streams {
     fn logs(&self) -> MutexGuard<'_, std::collections::HashMap<StreamKey, Arc<StreamLog>>> {
         lock(&self.logs)
+    }
+
+    /// A number for a new request stream, never given before.
+    fn new_stream(&self) -> u64 {
+        self.last_stream
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     pub(super) fn get(&self, key: &StreamKey) -> Option<Arc<StreamLog>> {
@@ -157,11 +168,17 @@ impl StreamLog {
     }
 }
 
+/// `event` (rmcp's) under the gateway's number for its stream.
+fn on_stream(mut event: ServerSseMessage, at: Position, stream: u64) -> ServerSseMessage {
+    event.event_id = Some(format!("{}/{stream}", at.index));
+    event
+}
+
 /// Where an event of a request's stream is, from rmcp's
 /// `<index>/<http request id>` id.
 fn request_position(event: &ServerSseMessage) -> Option<(Position, u64)> {
     match parse_event_id(event.event_id.as_deref()?)? {
-        EventPosition::Request { at, http_request } => Some((at, http_request)),
+        EventPosition::Request { at, stream } => Some((at, stream)),
         EventPosition::Standalone { .. } => None,
     }
 }
@@ -182,9 +199,9 @@ impl Logged {
     /// A queued message as the stream's next event, recorded.
     fn record_related(&mut self, message: rmcp::model::ServerNotification) -> ServerSseMessage {
         self.last.related += 1;
-        let (index, related, http_request) = (self.last.index, self.last.related, self.key.1);
+        let (index, related, stream) = (self.last.index, self.last.related, self.key.1);
         let event = ServerSseMessage::new(
-            format!("{index}.{related}/{http_request}"),
+            format!("{index}.{related}/{stream}"),
             ServerJsonRpcMessage::notification(message),
         );
         self.log.record(self.last, event.clone());
@@ -212,17 +229,21 @@ impl<S> Recorded<S>
 where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
-    fn record(&mut self, event: &ServerSseMessage) {
-        let Some((at, http_request)) = request_position(event) else {
-            return;
+    /// Records one of rmcp's events, renamed for the gateway's stream
+    /// number, and returns it as renamed.
+    fn record(&mut self, event: ServerSseMessage) -> ServerSseMessage {
+        let Some((at, _rmcp_request)) = request_position(&event) else {
+            return event;
         };
         let logged = self.log.get_or_insert_with(|| {
-            let key = (self.session.clone(), http_request);
+            let key = (self.session.clone(), self.streams.new_stream());
             let log = Arc::new(StreamLog::new());
             self.streams.insert(key.clone(), log.clone());
             Logged { key, log, last: at }
         });
-        logged.record_rmcp(at, event);
+        let event = on_stream(event, at, logged.key.1);
+        logged.record_rmcp(at, &event);
+        event
     }
 }
 
@@ -248,10 +269,7 @@ where
         }
         match inner.poll_next_unpin(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(event)) => {
-                this.record(&event);
-                Poll::Ready(Some(event))
-            }
+            Poll::Ready(Some(event)) => Poll::Ready(Some(this.record(event))),
             Poll::Ready(None) => {
                 this.inner = None;
                 this.related = None;
@@ -311,7 +329,7 @@ async fn keep_reading<S>(
         };
         let Some(event) = next else { break };
         if let Some((at, _)) = request_position(&event) {
-            logged.record_rmcp(at, &event);
+            logged.record_rmcp(at, &on_stream(event, at, logged.key.1));
         }
     }
     drop(related);
@@ -383,15 +401,16 @@ mod tests {
         );
         sender.send(event("0/5")).await.unwrap();
         sender.send(event("1/5")).await.unwrap();
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/5"]);
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/5"]);
+        // The gateway numbers the stream (the first here: 1).
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/1"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/1"]);
         drop(recorded);
         // What rmcp sends after the client left still lands in the log.
         sender.send(event("2/5")).await.unwrap();
         sender.send(event("3/5")).await.unwrap();
         drop(sender);
 
-        let log = streams.get(&(session.clone(), 5)).expect("kept");
+        let log = streams.get(&(session.clone(), 1)).expect("kept");
         let resumed: Vec<_> = follow(
             log,
             Position {
@@ -401,11 +420,11 @@ mod tests {
         )
         .collect()
         .await;
-        assert_eq!(ids(&resumed), ["2/5", "3/5"]);
+        assert_eq!(ids(&resumed), ["2/1", "3/1"]);
         // Another session never finds it.
-        assert!(streams.get(&(Arc::from("s2"), 5)).is_none());
+        assert!(streams.get(&(Arc::from("s2"), 1)).is_none());
         streams.forget_request_streams(&session);
-        assert!(streams.get(&(session, 5)).is_none());
+        assert!(streams.get(&(session, 1)).is_none());
     }
 
     #[tokio::test]
@@ -426,25 +445,54 @@ mod tests {
         // Queued before the priming event: held until it names the stream.
         assert!(queue.push(list_changed()).is_none(), "open");
         sender.send(event("0/9")).await.unwrap();
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/9"]);
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.1/9"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0/1"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.1/1"]);
         assert!(queue.push(list_changed()).is_none(), "open");
         // Queued ahead of what rmcp has ready.
         sender.send(event("1/9")).await.unwrap();
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.2/9"]);
-        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/9"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["0.2/1"]);
+        assert_eq!(ids(&[recorded.next().await.unwrap()]), ["1/1"]);
         drop(recorded);
         sender.send(event("2/9")).await.unwrap();
         drop(sender);
 
-        let log = streams.get(&(session, 9)).expect("kept");
+        let log = streams.get(&(session, 1)).expect("kept");
         let after = |index, related| Position { index, related };
         let all: Vec<_> = follow(log.clone(), after(0, 0)).collect().await;
-        assert_eq!(ids(&all), ["0.1/9", "0.2/9", "1/9", "2/9"]);
+        assert_eq!(ids(&all), ["0.1/1", "0.2/1", "1/1", "2/1"]);
         // The queue closed with the stream: the relay falls back.
         assert!(queue.push(list_changed()).is_some());
         let rest: Vec<_> = follow(log, after(0, 1)).collect().await;
-        assert_eq!(ids(&rest), ["0.2/9", "1/9", "2/9"]);
+        assert_eq!(ids(&rest), ["0.2/1", "1/1", "2/1"]);
+    }
+
+    /// rmcp numbers a session's requests from 0 again after the session
+    /// wakes; a stream from before, still resumable, keeps its own events.
+    #[tokio::test]
+    async fn streams_rmcp_numbered_alike_keep_their_own_ids_and_logs() {
+        let streams = Arc::new(Streams::default());
+        let session: SessionId = Arc::from("s1");
+        let mut before = streams.recorded(
+            &session,
+            futures::stream::iter([event("0/0"), event("1/0")]),
+            None,
+        );
+        let first = ids(&[before.next().await.unwrap()]);
+        // The client went away; rmcp's session slept and woke meanwhile.
+        drop(before);
+        let after = streams.recorded(
+            &session,
+            futures::stream::iter([event("0/0"), event("1/0"), event("2/0")]),
+            None,
+        );
+        let second: Vec<_> = after.collect().await;
+        assert_ne!(first[0], ids(&second)[0], "two streams, one id");
+        let (_, first_stream) = first[0].split_once('/').unwrap();
+        let log = streams
+            .get(&(session, first_stream.parse().unwrap()))
+            .expect("the first stream is still resumable");
+        let resumed: Vec<_> = follow(log, Position::default()).collect().await;
+        assert_eq!(ids(&resumed), [format!("1/{first_stream}")]);
     }
 
     #[tokio::test]
