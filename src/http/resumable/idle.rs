@@ -64,13 +64,17 @@ pub(super) struct Activity {
 
 impl Activity {
     pub(super) fn created(&self, id: &SessionId) {
-        lock(&self.sessions).insert(
+        let mut sessions = lock(&self.sessions);
+        // Woken before rmcp's late close of its sleeping self came: that
+        // close must still do nothing, not end the woken session.
+        let late_close_pending = sessions.get(id).is_some_and(|entry| entry.closed_for_sleep);
+        sessions.insert(
             id.clone(),
             Entry {
                 last_used: Instant::now(),
                 open_streams: 0,
                 phase: Phase::Awake,
-                closed_for_sleep: false,
+                closed_for_sleep: late_close_pending,
             },
         );
     }
@@ -188,6 +192,26 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// rmcp's late close of a session put to sleep may come after a
+    /// request has woken it: that close is still the one to ignore, once.
+    #[test]
+    fn a_late_close_of_the_sleeping_session_spares_the_woken_one() {
+        let activity = Activity::default();
+        let id: SessionId = "s1".into();
+        activity.created(&id);
+        activity.closing_for_sleep(&id);
+        activity.set_phase(&id, Phase::Asleep);
+        // Woken (restored) before the old rmcp session's close came.
+        activity.created(&id);
+        assert!(activity.take_close_for_sleep(&id), "the late close");
+        assert!(!activity.take_close_for_sleep(&id), "a real close after it");
+        // Woken after the late close came: nothing left to ignore.
+        activity.closing_for_sleep(&id);
+        assert!(activity.take_close_for_sleep(&id));
+        activity.created(&id);
+        assert!(!activity.take_close_for_sleep(&id));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn only_unused_sessions_without_streams_begin_to_sleep() {
