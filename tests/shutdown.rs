@@ -179,3 +179,76 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// While the gateway drains, what a client sends for its work in flight
+/// still gets through: here the cancel of a long call, which then ends
+/// at once instead of running out the grace period. A new request is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_while_draining_still_reaches_the_call() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"30s\"\n\n{}",
+        stdio_demo_mount("demo", ""),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let slow = json!({
+        "jsonrpc": "2.0", "id": "long", "method": "tools/call",
+        "params": {
+            "name": "demo__slow",
+            "arguments": {"steps": 100, "delay_ms": 200},
+            "_meta": {"progressToken": "long"},
+        },
+    });
+    let mut stream = within(
+        "the long call's stream",
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", raw::ACCEPT_BOTH)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .body(slow.to_string())
+            .send(),
+    )
+    .await
+    .expect("POST the long call");
+    let mut seen = String::new();
+    within("the first progress", async {
+        while !seen.contains("notifications/progress") {
+            let chunk = stream.chunk().await.expect("read").expect("more");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+
+    signal(gateway.proc.pid(), "TERM");
+    let post = |body: String| raw::post(&http, &url, Some(&session), raw::JSON_POST, body);
+    eventually("the gateway to drain", OP_TIMEOUT, || async {
+        let answer = post(raw::echo_request("1", "new work")).await;
+        (answer.status == 503).then_some(())
+    })
+    .await;
+    let cancel = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "long", "reason": "the user gave up"},
+    });
+    let answer = post(cancel.to_string()).await;
+    assert_eq!(answer.status, 202, "the cancel was refused: {answer:?}");
+
+    // The call ends without its result, and the gateway with it, long
+    // before the 30 s grace would run out (20 s of steps were left).
+    within("the long call's stream to end", async {
+        while let Some(chunk) = stream.chunk().await.ok().flatten() {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(
+        !seen.contains("done after"),
+        "the call ran to its end: {seen}"
+    );
+    let status = gateway.proc.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "gateway exited with {status}");
+}

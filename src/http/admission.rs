@@ -7,8 +7,10 @@
 //! The ticket is handed to the session factory through a task-local (rmcp
 //! calls the factory inside this request's future), so the count is exact
 //! even when many clients initialize at once; the session keeps the ticket
-//! until it ends. While the gateway drains for shutdown every POST gets 503,
-//! so no new work starts; streams and DELETEs go on.
+//! until it ends. While the gateway drains for shutdown every POST that
+//! would start work gets 503, so no new work starts; what a session's
+//! client sends for work in flight (answers to the server's requests,
+//! cancellations) still gets through, and streams and DELETEs go on.
 //!
 //! Every admitted POST counts as in flight until its response body has been
 //! sent (or dropped): an answer is written to the POST's SSE stream after
@@ -55,11 +57,18 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    if gateway.is_draining() {
-        return unavailable(
-            "the gateway is shutting down; reconnect to another instance".to_owned(),
-        );
-    }
+    let request = if gateway.is_draining() {
+        match answers_to_work_in_flight(&gateway, request).await {
+            Some(request) => request,
+            None => {
+                return unavailable(
+                    "the gateway is shutting down; reconnect to another instance".to_owned(),
+                )
+            }
+        }
+    } else {
+        request
+    };
     let in_flight = gateway.requests_in_flight().token();
     let response = admit_post(&gateway, request, next).await;
     response.map(|body| {
@@ -68,6 +77,33 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
             _held: in_flight,
         })
     })
+}
+
+/// While draining: `request` if it only carries what work already in
+/// flight may need from its session's client (answers to sampling,
+/// elicitation or roots requests, cancellations, progress), which is let
+/// through so that work can end within the grace period instead of
+/// waiting it out; `None` for anything that would start new work. Only
+/// read while draining, so the body costs nothing otherwise.
+async fn answers_to_work_in_flight(gateway: &Gateway, request: Request) -> Option<Request> {
+    if !request.headers().contains_key("mcp-session-id") {
+        return None;
+    }
+    let (parts, body) = request.into_parts();
+    let limit = gateway.config().limits.max_body_size;
+    let read_timeout = gateway.config().server.request_read_timeout;
+    let bytes = tokio::time::timeout(read_timeout, axum::body::to_bytes(body, limit))
+        .await
+        .ok()?
+        .ok()?;
+    let starts_work = |message: &serde_json::Value| {
+        message.get("method").is_some() && message.get("id").is_some()
+    };
+    let only_answers = match serde_json::from_slice::<serde_json::Value>(&bytes).ok()? {
+        serde_json::Value::Array(batch) => !batch.iter().any(starts_work),
+        message => !starts_work(&message),
+    };
+    only_answers.then(|| Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// A response body that holds `_held` until it is sent or dropped, and
