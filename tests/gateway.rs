@@ -575,6 +575,16 @@ async fn raw_http_surface() {
         .await
         .unwrap();
     assert_eq!(response.status(), 404);
+    // So is deleting it again, or deleting a session that never was.
+    for (what, id) in [
+        ("DELETE again", session.as_str()),
+        ("DELETE unknown", "no-such-session"),
+    ] {
+        let response = within(what, http.delete(&mcp).header("mcp-session-id", id).send())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{what}");
+    }
 
     // DNS-rebinding protection: a foreign Host is refused, localhost is not.
     let response = within(

@@ -131,7 +131,10 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             gateway.clone(),
             admission::admit,
         ))
-        .layer(axum::middleware::from_fn(delete_answers_ok));
+        .layer(axum::middleware::from_fn_with_state(
+            manager.clone(),
+            delete_answers,
+        ));
     let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
     let app = Router::new()
         .merge(mcp)
@@ -236,17 +239,37 @@ fn note_task_augmentation(body: &[u8], extensions: &mut axum::http::Extensions) 
     }
 }
 
-/// rmcp answers a session DELETE with 202; the Python SDK treats anything
-/// but 200/204 as a failed termination and warns, so answer 204 (the
-/// session is gone, there is no body).
-async fn delete_answers_ok(
+/// rmcp answers a session DELETE with 202, known session or not. The
+/// spec wants 404 for a session that is unknown (or already ended), and
+/// the Python SDK treats anything but 200/204 as a failed termination and
+/// warns, so: 404 for an unknown session, 204 for one ended (it is gone,
+/// there is no body). rmcp's own checks (Host, Origin, protocol version)
+/// answer first either way.
+async fn delete_answers(
+    axum::extract::State(sessions): axum::extract::State<Arc<resumable::ResumableSessions>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let is_delete = request.method() == axum::http::Method::DELETE;
+    if request.method() != axum::http::Method::DELETE {
+        return next.run(request).await;
+    }
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|id| id.to_str().ok())
+        .map(rmcp::transport::streamable_http_server::session::SessionId::from);
+    let known = match &session {
+        Some(id) => sessions.knows_session(id).await,
+        None => true,
+    };
     let mut response = next.run(request).await;
-    if is_delete && response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::NO_CONTENT;
+    if response.status() == StatusCode::ACCEPTED {
+        if known {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        } else {
+            // As rmcp answers any other request for an unknown session.
+            response = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
     }
     response
 }

@@ -112,6 +112,11 @@ impl ResumableSessions {
         }
     }
 
+    /// Whether `id` names a session here, awake or asleep.
+    pub async fn knows_session(&self, id: &SessionId) -> bool {
+        self.activity.used(id).await.is_some()
+    }
+
     /// Puts the sessions idle long enough to sleep, and ends those asleep
     /// past their idle timeout (see `downstream::hibernation`). Returns
     /// how many fell asleep.
