@@ -448,3 +448,42 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
         || error.contains("(Connect): operation timed out");
     assert!(connect_timed_out, "{mount}");
 }
+
+/// An upstream that announces a list change and then never answers the
+/// list: the refresh is given up after the mount's request timeout, so the
+/// next announcement is refreshed again rather than swallowed behind a
+/// refresh that waits for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_nobody_answers_is_given_up() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/silent_after_change.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.silent]\ncommand = \"python3\"\nargs = [{:?}]\ntimeouts = {{ request = \"1s\" }}\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let given_up = |count: usize| {
+        let gateway = &gateway;
+        async move {
+            eventually(
+                &format!("{count} refresh(es) given up"),
+                Duration::from_secs(15),
+                || async {
+                    let lines = gateway.proc.stderr.snapshot();
+                    let seen = lines
+                        .iter()
+                        .filter(|line| line.contains("refresh after list_changed failed"))
+                        .count();
+                    (seen >= count).then_some(())
+                },
+            )
+            .await
+        }
+    };
+    for announcement in 1..=2 {
+        ok_text(&call(&client, "silent__announce", Value::Null).await);
+        given_up(announcement).await;
+    }
+    close(client).await;
+}

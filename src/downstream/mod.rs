@@ -361,6 +361,8 @@ impl SessionState {
         let session = upstream::open(&mount.config, mount.timeouts(), handler)
             .await
             .map_err(|error| error.to_string())?;
+        // Each bounded: this open holds the session's calls to the mount.
+        let limit = mount.timeouts().request;
         // A level the client chose before this upstream existed applies to
         // it too.
         if let Some(level) = self.log_level.get() {
@@ -370,8 +372,9 @@ impl SessionState {
                 .is_some_and(|info| info.capabilities.logging.is_some());
             if declares_logging {
                 let params = rmcp::model::SetLevelRequestParams::new(level);
-                if let Err(error) = session.peer().set_level(params).await {
-                    tracing::debug!(mount = %mount.config.name, %error, "could not set the log level");
+                let set = tokio::time::timeout(limit, session.peer().set_level(params)).await;
+                if !matches!(set, Ok(Ok(_))) {
+                    tracing::debug!(mount = %mount.config.name, ?set, "could not set the log level");
                 }
             }
         }
@@ -383,8 +386,9 @@ impl SessionState {
                 .subscriptions_on(self.key, &mount.config.name)
             {
                 let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
-                if let Err(error) = session.peer().subscribe(params).await {
-                    tracing::warn!(mount = %mount.config.name, %uri, %error, "could not renew a subscription on a reopened upstream");
+                let renewed = tokio::time::timeout(limit, session.peer().subscribe(params)).await;
+                if !matches!(renewed, Ok(Ok(_))) {
+                    tracing::warn!(mount = %mount.config.name, %uri, ?renewed, "could not renew a subscription on a reopened upstream");
                 }
             }
         }

@@ -84,11 +84,14 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     let Ok(upstream) = state.upstream_for(&mount).await else {
         return;
     };
-    let mut fresh = MountCatalog::default();
-    if let Err(error) = discovery::refresh(&upstream, kind, &mut fresh).await {
-        tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
-        return;
-    }
+    let limit = mount.timeouts().request;
+    let fresh = match discovery::refresh_within(&upstream, kind, limit).await {
+        Ok(fresh) => fresh,
+        Err(error) => {
+            tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
+            return;
+        }
+    };
     // Merged under the lock into the overlay as it is now: another list's
     // refresh may have finished meanwhile.
     state.update_overlay(mount_name, |current| {

@@ -428,11 +428,14 @@ impl Gateway {
             .cache_refreshes
             .get_or_create(&mount.labels())
             .inc();
-        let mut fresh = MountCatalog::default();
-        if let Err(error) = discovery::refresh(&session, kind, &mut fresh).await {
-            tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
-            return;
-        }
+        let limit = mount.timeouts().request;
+        let fresh = match discovery::refresh_within(&session, kind, limit).await {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
+                return;
+            }
+        };
         // Only this list is written back: a refresh of another list (or a
         // restart's rediscovery) may have stored its own meanwhile.
         profile_session.update_catalog(|current| {

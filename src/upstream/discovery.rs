@@ -94,6 +94,25 @@ pub async fn refresh(
     Ok(())
 }
 
+/// One list read afresh after the upstream said it changed, given up after
+/// `limit`: an upstream that announces a change and then never answers
+/// must not hold the list's refresh (and what the refresh holds) for ever.
+pub async fn refresh_within(
+    session: &UpstreamSession,
+    kind: ListKind,
+    limit: std::time::Duration,
+) -> Result<MountCatalog, String> {
+    let mut fresh = MountCatalog::default();
+    match tokio::time::timeout(limit, refresh(session, kind, &mut fresh)).await {
+        Ok(Ok(())) => Ok(fresh),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(limit)
+        )),
+    }
+}
+
 /// Copies the `kind` lists of `fresh` into `catalog`, leaving the others.
 /// Refreshes of different lists run concurrently; each must write back
 /// only its own list, or the slower one would put back a stale copy of the
