@@ -1504,3 +1504,73 @@ async fn the_endpoint_is_served_by_as_many_lanes_as_asked() {
         close(client).await;
     }
 }
+
+/// A session's own lists (announced by its per-session upstream) last as
+/// long as that upstream: once its process died and a new one serves the
+/// session, or a reload replaced the mount, the session sees the lists
+/// every session sees again (the new process starts with its bonus off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_own_lists_end_with_the_upstream_that_announced_them() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("private", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    // Its process dies; the next call opens a new one.
+    private_bonus_on(&client).await;
+    let told_before = client.service().tool_list_changes();
+    let first = call_pid(&client, "private__pid").await;
+    std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .expect("kill the per-session upstream");
+    eventually("a new per-session upstream", OP_TIMEOUT, || async {
+        let params = rmcp::model::CallToolRequestParams::new("private__pid");
+        let result = client.call_tool(params).await.ok()?;
+        (text(&result).parse::<u32>().ok()? != first).then_some(())
+    })
+    .await;
+    assert!(
+        !lists_private_bonus(&client).await,
+        "the dead upstream's lists"
+    );
+    eventually("the session to be told", OP_TIMEOUT, || async {
+        (client.service().tool_list_changes() > told_before).then_some(())
+    })
+    .await;
+
+    // A reload replaces the mount; no call needed to see it.
+    private_bonus_on(&client).await;
+    let changed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount(
+            "private",
+            "isolation = \"per_session\"\nenv = { MARK = \"2\" }"
+        )
+    );
+    rewrite_config(&gateway.config_path, &changed);
+    hang_up(&gateway);
+    eventually("the replaced mount's lists", OP_TIMEOUT, || async {
+        (!lists_private_bonus(&client).await).then_some(())
+    })
+    .await;
+    close(client).await;
+}
+
+async fn lists_private_bonus(client: &Client) -> bool {
+    tool_names(client)
+        .await
+        .iter()
+        .any(|name| name == "private__bonus")
+}
+
+/// Turns the per-session demo's bonus on and waits until it is listed.
+async fn private_bonus_on(client: &Client) {
+    let toggled = call(client, "private__toggle_bonus", Value::Null).await;
+    assert_eq!(ok_text(&toggled), "bonus on");
+    eventually("the session to list private__bonus", OP_TIMEOUT, || async {
+        lists_private_bonus(client).await.then_some(())
+    })
+    .await;
+}

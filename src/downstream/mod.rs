@@ -88,6 +88,17 @@ impl DownstreamSession {
 
 type UpstreamSlot = Arc<OnceCell<Arc<UpstreamSession>>>;
 
+/// A session's own lists for one mount, read from its per-session
+/// upstream after that upstream announced a change. They belong to that
+/// mount (`mount_id`) and that upstream (`upstream_id`): a mount a reload
+/// replaced, or an upstream reopened after its process died, starts again
+/// from the lists every session sees.
+struct Overlay {
+    mount_id: u64,
+    upstream_id: u64,
+    catalog: Arc<MountCatalog>,
+}
+
 /// A per-session upstream slot and the mount instance it was opened for (a
 /// reload that replaces the mount makes the slot stale).
 struct PerSessionSlot {
@@ -117,8 +128,10 @@ pub(crate) struct SessionState {
     /// Per-session upstream sessions by mount, opened on first use.
     upstreams: Mutex<HashMap<MountName, PerSessionSlot>>,
     /// Lists announced by this session's own per-session upstreams after a
-    /// `list_changed`; they replace the shared view for this session only.
-    overlays: Mutex<HashMap<MountName, Arc<MountCatalog>>>,
+    /// `list_changed`; they replace the shared view for this session only,
+    /// for as long as the upstream that announced them serves it (see
+    /// [`Overlay`]).
+    overlays: Mutex<HashMap<MountName, Overlay>>,
     /// The merged catalog with overlays applied, and the shared generation
     /// it was built from.
     overlay_catalog: Mutex<Option<(u64, Arc<MergedCatalog>)>>,
@@ -236,16 +249,35 @@ impl SessionState {
         let profile = self.profile();
         let shared = gateway.catalog(profile);
         // Every request reads the catalog: look before copying anything.
-        if lock(&self.overlays).is_empty() {
-            return shared;
-        }
+        let overlays: HashMap<MountName, Arc<MountCatalog>> = {
+            let mut overlays = lock(&self.overlays);
+            if overlays.is_empty() {
+                return shared;
+            }
+            let before = overlays.len();
+            // A reload replaced or removed the mount.
+            overlays.retain(|name, overlay| {
+                gateway
+                    .mount(name)
+                    .is_some_and(|mount| mount.id() == overlay.mount_id)
+            });
+            if overlays.len() != before {
+                *lock(&self.overlay_catalog) = None;
+            }
+            if overlays.is_empty() {
+                return shared;
+            }
+            overlays
+                .iter()
+                .map(|(name, overlay)| (name.clone(), overlay.catalog.clone()))
+                .collect()
+        };
         let mut cached = lock(&self.overlay_catalog);
         if let Some((base, catalog)) = cached.as_ref() {
             if *base == shared.generation {
                 return catalog.clone();
             }
         }
-        let overlays = lock(&self.overlays).clone();
         let catalog = Arc::new(gateway.catalog_with(profile, &overlays));
         *cached = Some((shared.generation, catalog.clone()));
         catalog
@@ -253,16 +285,42 @@ impl SessionState {
 
     /// Replaces this session's overlay for `mount` with what `update` makes
     /// of the current one, atomically.
+    /// `upstream` (this session's, for `mount`) announced the lists.
     pub(crate) fn update_overlay(
         &self,
-        mount: &MountName,
+        mount: &Mount,
+        upstream: &UpstreamSession,
         update: impl FnOnce(Option<&MountCatalog>) -> MountCatalog,
     ) {
         let mut overlays = lock(&self.overlays);
-        let updated = update(overlays.get(mount).map(|catalog| &**catalog));
-        overlays.insert(mount.clone(), Arc::new(updated));
+        let current = overlays
+            .get(&mount.config.name)
+            .filter(|overlay| {
+                overlay.mount_id == mount.id() && overlay.upstream_id == upstream.id()
+            })
+            .map(|overlay| &*overlay.catalog);
+        let updated = Overlay {
+            mount_id: mount.id(),
+            upstream_id: upstream.id(),
+            catalog: Arc::new(update(current)),
+        };
+        overlays.insert(mount.config.name.clone(), updated);
         drop(overlays);
         *lock(&self.overlay_catalog) = None;
+    }
+
+    /// The upstream whose lists `mount`'s overlay holds is gone: this
+    /// session sees the lists every session sees again, and is told.
+    fn drop_overlay(&self, mount: &MountName) {
+        if lock(&self.overlays).remove(mount).is_none() {
+            return;
+        }
+        *lock(&self.overlay_catalog) = None;
+        if let Some(peer) = self.peer() {
+            for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+                tokio::spawn(crate::gateway::notify_list_changed(peer.clone(), kind));
+            }
+        }
     }
 
     /// This session's per-session upstream for `mount`, if already open.
@@ -319,6 +377,8 @@ impl SessionState {
                     .get_or_create(&mount.labels())
                     .inc();
                 entry.slot = UpstreamSlot::default();
+                // The new process starts from the lists every session sees.
+                self.drop_overlay(name);
             }
             entry.slot.clone()
         };

@@ -94,7 +94,7 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     };
     // Merged under the lock into the overlay as it is now: another list's
     // refresh may have finished meanwhile.
-    state.update_overlay(mount_name, |current| {
+    state.update_overlay(&mount, &upstream, |current| {
         let mut catalog = current.cloned().unwrap_or_else(|| {
             MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
         });
