@@ -487,3 +487,49 @@ async fn a_refresh_nobody_answers_is_given_up() {
     }
     close(client).await;
 }
+
+/// When a per-session upstream's process dies, what it started (its
+/// process group) goes at once: not when the session next calls the mount
+/// or ends, which may be hours later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pid_file = dir.path().join("straggler.pid");
+    // A wrapper that leaves a process of its own behind, as `npx` does
+    // (not on the server's stdout: the pipe's end tells the server died).
+    let script = format!(
+        "sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {}; exec {BIN} demo-server",
+        pid_file.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}[mounts.private]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let leader = call_pid(&client, "private__pid").await;
+    let straggler: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the wrapper wrote its straggler's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let _reaper = KillOnDrop(straggler);
+    assert!(process_alive(straggler));
+
+    kill(leader);
+    eventually("the straggler to be killed", OP_TIMEOUT, || async {
+        (!process_exists(straggler)).then_some(())
+    })
+    .await;
+    close(client).await;
+}
+
+/// Kills a process by pid should the test fail before the gateway does.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if process_exists(self.0) {
+            kill(self.0);
+        }
+    }
+}

@@ -459,8 +459,9 @@ impl SessionState {
     }
 }
 
-/// Holds the mount's slot for `session` until it ends, and closes it if the
-/// mount is retired first (removed or replaced by a reload, or shutdown).
+/// Holds the mount's slot for `session` until it ends, then closes what is
+/// left of it; closes it at once if the mount is retired first (removed or
+/// replaced by a reload, or shutdown).
 fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: UpstreamPermit) {
     let retired = mount.retired_token();
     let ended = session.ended_token();
@@ -469,7 +470,15 @@ fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: Upst
     tokio::spawn(async move {
         let _permit = permit;
         tokio::select! {
-            _ = ended.cancelled() => {}
+            _ = ended.cancelled() => {
+                // The child exited (or the HTTP session ended): what it
+                // started goes now, not when the session next calls the
+                // mount or ends, which may be hours away (its process
+                // group id could be another's by then).
+                if let Some(session) = session.upgrade() {
+                    session.close().await;
+                }
+            }
             _ = retired.cancelled() => {
                 if let Some(session) = session.upgrade() {
                     tracing::info!(mount = %name, "mount retired; closing its per-session upstream");
