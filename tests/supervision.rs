@@ -533,3 +533,45 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// A stdio upstream starts with a small part of the gateway's environment
+/// (what MCP SDK stdio clients pass on, plus locale, proxy and CA
+/// settings) and its own `env`: not other upstreams' tokens or the
+/// gateway's own settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_upstream_gets_only_a_safe_environment_and_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env_file = dir.path().join("child.env");
+    let script = format!("env > {}; exec {BIN} demo-server", env_file.display());
+    let config = format!(
+        "{SERVER_TOML}[mounts.child]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nenv = {{ PASSED_ON = \"${{OTHER_UPSTREAM_TOKEN}}\" }}\n"
+    );
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[
+            ("OTHER_UPSTREAM_TOKEN", "s3cret-token"),
+            ("JUNCTION_LIMITS__MAX_SESSIONS", "77"),
+            ("LANG", "C.UTF-8"),
+        ],
+    )
+    .await;
+    gateway.wait_ready().await;
+    let seen = std::fs::read_to_string(&env_file).expect("the child wrote its environment");
+    let names: Vec<&str> = seen
+        .lines()
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+        .collect();
+    assert!(names.contains(&"PATH"), "{names:?}");
+    assert!(names.contains(&"LANG"), "{names:?}");
+    assert!(
+        seen.lines().any(|line| line == "PASSED_ON=s3cret-token"),
+        "the mount's own env: {seen}"
+    );
+    for hidden in ["OTHER_UPSTREAM_TOKEN", "JUNCTION_LIMITS__MAX_SESSIONS"] {
+        assert!(
+            !names.contains(&hidden),
+            "{hidden} reached the child: {names:?}"
+        );
+    }
+}

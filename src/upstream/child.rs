@@ -20,6 +20,47 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 
 use super::raw::{RawAnswers, TapReader};
 
+/// What a stdio upstream inherits of the gateway's environment: what the
+/// MCP SDKs' stdio clients pass on (`HOME`, `LOGNAME`, `PATH`, `SHELL`,
+/// `TERM`, `USER`), plus locale, time zone, temporary directory, proxy and
+/// CA settings, which tools such as `npx` and `uvx` need to run and fetch
+/// behind a corporate proxy. Nothing else: the gateway's environment holds
+/// other upstreams' tokens (`${VAR}` in their headers), OTLP headers and
+/// `JUNCTION_*` overrides, which are not for a third-party server to read.
+/// A mount's own `env` comes on top (`env = { KEY = "${KEY}" }` passes one
+/// on explicitly).
+const INHERITED_ENV: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// The part of the gateway's environment a stdio upstream starts with
+/// (see [`INHERITED_ENV`]).
+pub fn inherited_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
+    INHERITED_ENV
+        .iter()
+        .filter_map(|name| Some((*name, std::env::var_os(name)?)))
+}
+
 /// How long a child gets to exit after its stdin closes, and again after
 /// SIGTERM.
 const EXIT_WAIT: Duration = Duration::from_secs(3);

@@ -29,7 +29,7 @@ use rmcp::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{
-    child::ChildTransport,
+    child::{self, ChildTransport},
     direct_call::{DirectCalls, INJECT_CAPACITY},
     http_client::{self, TracingHttpClient},
     ordered::OrderedTransport,
@@ -137,7 +137,10 @@ async fn start(
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env);
+            cmd.args(args)
+                .env_clear()
+                .envs(child::inherited_env())
+                .envs(env);
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
