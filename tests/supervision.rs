@@ -575,3 +575,32 @@ async fn a_stdio_upstream_gets_only_a_safe_environment_and_its_own() {
         );
     }
 }
+
+/// A credential in an upstream's URL (hosted servers often take their key
+/// in the path or query) shows nowhere: not in `/readyz`, not in the error
+/// a client's call gets, not in the log, though the failure names the
+/// server it could not reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_urls_credential_is_not_shown_in_errors() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = closed.local_addr().expect("its address").port();
+    drop(closed);
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.leaky]\nurl = \"http://127.0.0.1:{port}/k/PATH-SECRET/mcp?api_key=QUERY-SECRET\"\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let readyz = gateway.wait_ready().await.to_string();
+    assert!(readyz.contains(&format!("127.0.0.1:{port}")), "{readyz}");
+    let client = gateway.connect().await;
+    let answer = call(&client, "leaky__anything", Value::Null).await;
+    let said = format!("{answer:?}");
+    assert!(said.contains("leaky"), "{said}");
+    let log = gateway.proc.stderr.text();
+    for place in [&readyz, &said, &log] {
+        assert!(
+            !place.contains("SECRET"),
+            "a credential from the URL shows: {place}"
+        );
+    }
+    close(client).await;
+}

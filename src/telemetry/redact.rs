@@ -1,4 +1,5 @@
-//! What of a client's identifiers may appear in logs and traces.
+//! What of a client's identifiers and an upstream's address may appear
+//! in logs, traces and error texts.
 //!
 //! A Streamable HTTP session id is all a client shows to act in its
 //! session: whoever reads it from a log could answer that session's
@@ -7,6 +8,10 @@
 //! SHA-256: stable, so one session's lines still group together, and an
 //! operator holding a client's id can compute it to find them; not
 //! reversible, so the log does not hand the id out.
+//!
+//! An upstream's URL may carry a credential in its path or query (hosted
+//! MCP servers often take their key there); error texts name URLs, so
+//! those are cut to their origin ([`origins_only`]).
 
 use std::fmt::Write;
 
@@ -31,9 +36,61 @@ pub fn session_fingerprint(id: &str) -> String {
     hex
 }
 
+/// Every `http://` or `https://` URL in `text` cut to its origin, with
+/// `/…` where there was more: an upstream's URL may carry a credential in
+/// its path or query (hosted MCP servers often take the key there), and
+/// reqwest removes only a password.
+pub fn origins_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        out.push_str(&rest[..start]);
+        let candidate = &rest[start..];
+        let end = candidate
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | ',' | '>'))
+            .unwrap_or(candidate.len());
+        match reqwest::Url::parse(&candidate[..end]) {
+            Ok(url) => {
+                out.push_str(url.scheme());
+                out.push_str("://");
+                out.push_str(url.host_str().unwrap_or_default());
+                if let Some(port) = url.port() {
+                    out.push_str(&format!(":{port}"));
+                }
+                if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+                    out.push_str("/…");
+                }
+            }
+            Err(_) => out.push_str(&candidate[..end]),
+        }
+        rest = &candidate[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_in_error_texts_keep_only_their_origin() {
+        let text = "error sending request for url (https://mcp.example.com/v1/SECRET/mcp?api_key=TOKEN): connection refused";
+        assert_eq!(
+            origins_only(text),
+            "error sending request for url (https://mcp.example.com/…): connection refused"
+        );
+        assert_eq!(
+            origins_only("http://127.0.0.1:9000/ and http://u:p@h:1/x?q=1, then"),
+            "http://127.0.0.1:9000 and http://h:1/…, then"
+        );
+        assert_eq!(origins_only("no url here"), "no url here");
+        assert_eq!(origins_only("http:// broken"), "http:// broken");
+    }
 
     #[test]
     fn fingerprint_is_a_stable_prefix_of_the_sha256() {

@@ -1,4 +1,5 @@
-//! rmcp's own log lines, with the session ids in them fingerprinted.
+//! rmcp's own log lines, with the session ids in them fingerprinted and
+//! the URLs cut to their origin.
 //!
 //! rmcp logs session ids as they are: the upstream session the gateway
 //! fails to delete (an ERROR whenever an upstream went away first), the
@@ -10,7 +11,10 @@
 //! [`RewriteSessionIds`], same level and text, with each id replaced by
 //! its fingerprint, under the target `junction::rmcp` (`origin` says
 //! where it came from). rmcp's spans that carry a session id are kept out
-//! of both layers, so no line inside one shows it either.
+//! of both layers, so no line inside one shows it either. The same goes
+//! for a line naming an upstream's URL beyond its origin (rmcp prints its
+//! HTTP client's errors whole, URL and all), which may carry a credential
+//! (see `redact.rs`).
 //!
 //! The events seen are only those the configured filter lets through (for
 //! rmcp, `warn` and up by default).
@@ -20,7 +24,7 @@ use std::fmt::{Debug, Write};
 use tracing::{field::Field, subscriber::Interest, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 
-use super::redact::session_fingerprint;
+use super::redact::{origins_only, session_fingerprint};
 
 /// Keeps rmcp's events and spans that carry a session id from a layer.
 pub struct WithoutSessionIds;
@@ -99,8 +103,8 @@ fn span_carries_a_session_id(metadata: &Metadata<'_>) -> bool {
 }
 
 /// The line to write instead of `event`, if it is rmcp's and names a
-/// session: by a `session_id` field, or in its message
-/// (`"... session <id>: ..."`).
+/// session (by a `session_id` field, or in its message: `"... session
+/// <id>: ..."`) or a URL beyond its origin.
 fn rewritten(event: &Event<'_>) -> Option<String> {
     if !is_rmcp(event.metadata()) {
         return None;
@@ -108,10 +112,13 @@ fn rewritten(event: &Event<'_>) -> Option<String> {
     let mut fields = RmcpFields::default();
     event.record(&mut fields);
     let message = fingerprint_session_ids(&fields.message);
-    if fields.session_id.is_none() && message.is_none() {
-        return None;
+    let names_a_session = fields.session_id.is_some() || message.is_some();
+    let line = fields.rewritten(message);
+    let redacted = origins_only(&line);
+    if redacted != line {
+        return Some(redacted);
     }
-    Some(fields.rewritten(message))
+    names_a_session.then_some(line)
 }
 
 /// What an rmcp event said, its session id apart.

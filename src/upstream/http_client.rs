@@ -283,8 +283,14 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
 
 /// `error` and each of its causes, as `error: cause: cause`. reqwest's
 /// own text ("error sending request for url (…)") leaves out why, such
-/// as a connect timeout or a refused connection.
+/// as a connect timeout or a refused connection. The URLs it names are cut
+/// to their origin (`telemetry::redact::origins_only`): this text reaches clients (tool
+/// errors), logs and `/readyz`.
 pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    crate::telemetry::redact::origins_only(&with_causes_as_written(error))
+}
+
+fn with_causes_as_written(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     // rmcp's client error holds reqwest's without naming it its source.
     let mut cause = match error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
@@ -308,6 +314,7 @@ pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
 
     #[test]
