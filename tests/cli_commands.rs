@@ -227,6 +227,34 @@ async fn check_summarizes_a_valid_config_without_starting_anything() {
     );
 }
 
+/// What came from the environment (`${VAR}`, usually a secret) is shown
+/// as the variable, not its value.
+#[tokio::test]
+async fn check_shows_substituted_values_as_written() {
+    let config = format!(
+        "{SERVER_TOML}[mounts.cli]\ncommand = \"tool\"\nargs = [\"--token=${{CHECK_TEST_TOKEN}}\", \"plain\"]\n\n{}",
+        http_mount("web", "http://127.0.0.1:9/k/${CHECK_TEST_TOKEN}/mcp", ""),
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(
+        &["check", "--config", &path],
+        &[("CHECK_TEST_TOKEN", "s3cret-value")],
+    )
+    .await;
+    run.expect_code(0);
+    assert!(!run.stdout.contains("s3cret-value"), "{}", run.stdout);
+    let cli = run.stdout_line("cli ");
+    assert!(
+        cli.contains("--token=${CHECK_TEST_TOKEN}") && cli.contains("plain"),
+        "{cli}"
+    );
+    let web = run.stdout_line("web ");
+    assert!(
+        web.contains("http://127.0.0.1:9/k/${CHECK_TEST_TOKEN}/mcp"),
+        "{web}"
+    );
+}
+
 #[tokio::test]
 async fn check_reports_every_problem_with_its_path() {
     let (_dir, path) = config_file(

@@ -85,7 +85,7 @@ pub fn summary(origin: &str, config: &Config) -> String {
             mount.transport.kind().to_owned(),
             mount.isolation.as_str().to_owned(),
             namespace,
-            target(mount),
+            target(config, mount),
         ]);
     }
     out.push_str(&columns(&rows));
@@ -93,15 +93,26 @@ pub fn summary(origin: &str, config: &Config) -> String {
 }
 
 /// What a mount runs or connects to. Header and env values are left out
-/// (they usually carry secrets); a URL's password is masked.
-fn target(mount: &MountConfig) -> String {
+/// (they usually carry secrets); what came from `${VAR}` is shown as
+/// written, and a URL's password is masked.
+fn target(config: &Config, mount: &MountConfig) -> String {
+    let at = |field: &str| format!("mounts.{}.{field}", mount.name);
     match &mount.transport {
-        UpstreamTransport::Stdio { command, args, .. } => std::iter::once(command)
-            .chain(args)
-            .map(|word| shell_word(word))
-            .collect::<Vec<_>>()
-            .join(" "),
+        UpstreamTransport::Stdio { command, args, .. } => {
+            std::iter::once(config.shown(&at("command"), command))
+                .chain(
+                    args.iter()
+                        .enumerate()
+                        .map(|(index, arg)| config.shown(&at(&format!("args.{index}")), arg)),
+                )
+                .map(shell_word)
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
         UpstreamTransport::StreamableHttp { url, .. } => {
+            if let Some(written) = config.as_written.get(&at("url")) {
+                return written.clone();
+            }
             let mut url = url.clone();
             if url.password().is_some() {
                 let _ = url.set_password(Some("***"));

@@ -10,17 +10,25 @@ use serde_json::Value;
 use super::problems::Problems;
 
 /// Replaces every `${VAR}` in the string leaves of `value` using `lookup`.
+/// Each string it changed is added to `written` as it was written, by its
+/// path (`mounts.web.url`), so it can be shown without what the
+/// environment put in.
 pub fn expand_tree(
     value: &mut Value,
     path: &mut Vec<String>,
     lookup: &dyn Fn(&str) -> Option<String>,
     problems: &mut Problems,
+    written: &mut Vec<(String, String)>,
 ) {
     match value {
         Value::String(text) => {
             if text.contains('$') {
                 match expand_str(text, lookup) {
-                    Ok(expanded) => *text = expanded,
+                    Ok(expanded) => {
+                        if expanded != *text {
+                            written.push((path.join("."), std::mem::replace(text, expanded)));
+                        }
+                    }
                     Err(message) => problems.push(path.join("."), message),
                 }
             }
@@ -28,14 +36,14 @@ pub fn expand_tree(
         Value::Array(items) => {
             for (index, item) in items.iter_mut().enumerate() {
                 path.push(index.to_string());
-                expand_tree(item, path, lookup, problems);
+                expand_tree(item, path, lookup, problems, written);
                 path.pop();
             }
         }
         Value::Object(fields) => {
             for (key, item) in fields.iter_mut() {
                 path.push(key.clone());
-                expand_tree(item, path, lookup, problems);
+                expand_tree(item, path, lookup, problems, written);
                 path.pop();
             }
         }
@@ -56,7 +64,8 @@ pub fn expand_str(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result
             rest = escaped;
         } else if let Some(body) = after.strip_prefix('{') {
             let Some(close) = body.find('}') else {
-                return Err(format!("unclosed `${{` in {text:?}"));
+                // Not the text itself: it may hold a secret written as is.
+                return Err("unclosed `${`".to_owned());
             };
             let name = &body[..close];
             if !is_variable_name(name) {
@@ -126,6 +135,6 @@ mod tests {
             "${1X}",
             Err("`${1X}` is not a valid variable name (letters, digits and `_`)"),
         );
-        check("${TOKEN", Err("unclosed `${` in \"${TOKEN\""));
+        check("${TOKEN", Err("unclosed `${`"));
     }
 }

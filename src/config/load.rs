@@ -141,9 +141,24 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
     };
 
     let mut problems = Problems::default();
-    expand_tree(&mut tree, &mut Vec::new(), &lookup_variable, &mut problems);
+    let mut written = Vec::new();
+    expand_tree(
+        &mut tree,
+        &mut Vec::new(),
+        &lookup_variable,
+        &mut problems,
+        &mut written,
+    );
     match resolve(tree, &mount_order, problems) {
-        Ok(config) => Ok(config),
+        Ok(mut config) => {
+            // `${JUNCTION_EXE}` is no secret: shown as what it stands for.
+            let builtin = format!("${{{BUILTIN_EXE_VARIABLE}}}");
+            config.as_written = written
+                .into_iter()
+                .filter(|(_, raw)| raw.replace(&builtin, "").contains("${"))
+                .collect();
+            Ok(config)
+        }
         Err(problems) => Err(problems.into_error(origin)),
     }
 }

@@ -29,6 +29,18 @@ pub struct Config {
     pub limits: Limits,
     /// Mounts in config order: on a name collision the earlier one wins.
     pub mounts: Vec<MountConfig>,
+    /// The strings `${VAR}` substitution changed, as written, by path
+    /// (`mounts.web.url`): what came from the environment is usually a
+    /// secret, and is shown as the variable it came from (`junction
+    /// check`).
+    pub as_written: std::collections::BTreeMap<String, String>,
+}
+
+impl Config {
+    /// The string at `path`, `value` after substitution, as written.
+    pub fn shown<'a>(&'a self, path: &str, value: &'a str) -> &'a str {
+        self.as_written.get(path).map_or(value, String::as_str)
+    }
 }
 
 /// The `[server]` table.

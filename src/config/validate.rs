@@ -148,6 +148,7 @@ pub fn resolve(
             supervision,
             limits,
             mounts,
+            as_written: Default::default(),
         }),
         _ => Err(problems),
     }
