@@ -168,18 +168,6 @@ async fn an_upstream_that_stopped_reading_does_not_hold_up_shutdown() {
     .await;
 }
 
-/// Kills a process this test stopped, should the test fail before the
-/// gateway does.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if process_exists(self.0) {
-            signal(self.0, "KILL");
-        }
-    }
-}
-
 /// While the gateway drains, what a client sends for its work in flight
 /// still gets through: here the cancel of a long call, which then ends
 /// at once instead of running out the grace period. A new request is

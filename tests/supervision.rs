@@ -523,17 +523,6 @@ async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
     close(client).await;
 }
 
-/// Kills a process by pid should the test fail before the gateway does.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if process_exists(self.0) {
-            kill(self.0);
-        }
-    }
-}
-
 /// A stdio upstream starts with a small part of the gateway's environment
 /// (what MCP SDK stdio clients pass on, plus locale, proxy and CA
 /// settings) and its own `env`: not other upstreams' tokens or the

@@ -751,3 +751,20 @@ pub fn hang_up(gateway: &Gateway) {
     )
     .expect("send SIGHUP to the gateway");
 }
+
+/// SIGKILLs a process a test started or stopped, by pid, should the test
+/// end (or fail) before something else has.
+pub struct KillOnDrop(pub u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if process_exists(self.0) {
+            if let Ok(pid) = i32::try_from(self.0) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
