@@ -126,7 +126,9 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
                 .iter()
                 .any(|section| key.starts_with(section))
             })
-            .split("__"),
+            .map(|key| env_key_path(key.as_str()).into())
+            // Last: each `filter`/`map` turns lowercasing back on.
+            .lowercase(false),
     );
 
     let mut tree: Value = match figment.extract() {
@@ -161,6 +163,38 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         }
         Err(problems) => Err(problems.into_error(origin)),
     }
+}
+
+/// The config path an environment override names: `__` separates the
+/// levels and names are lowercase (`SERVER__LISTEN` → `server.listen`),
+/// a mount name's `_` is its `-` (no mount name has `_`, no variable name
+/// `-`: `MOUNTS__MY_SERVER__URL` → `mounts.my-server.url`), and the keys a
+/// mount chooses keep their case: a child's `env` variable, a header, a
+/// tool's timeout (`MOUNTS__A__ENV__API_KEY` → `mounts.a.env.API_KEY`).
+pub(super) fn env_key_path(key: &str) -> String {
+    let levels: Vec<&str> = key.split("__").collect();
+    let keeps_case = |at: usize| match levels.get(2).map(|field| field.to_ascii_lowercase()) {
+        Some(field) if at == 3 && (field == "env" || field == "headers") => true,
+        Some(field) if at == 4 && field == "timeouts" => levels[3].eq_ignore_ascii_case("tools"),
+        _ => false,
+    };
+    let is_mounts = levels
+        .first()
+        .is_some_and(|section| section.eq_ignore_ascii_case("mounts"));
+    levels
+        .iter()
+        .enumerate()
+        .map(|(at, level)| {
+            if keeps_case(at) && is_mounts {
+                (*level).to_owned()
+            } else if at == 1 && is_mounts {
+                level.to_ascii_lowercase().replace('_', "-")
+            } else {
+                level.to_ascii_lowercase()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 fn lookup_variable(name: &str) -> Option<String> {

@@ -193,6 +193,63 @@ fn env_overrides_win_over_the_file() {
     assert_eq!(config.mounts[1].name.as_str(), "b");
 }
 
+/// What a mount names itself keeps its case through an override (a
+/// child's variable, a tool's timeout), and a mount name's `-` is written
+/// `_` in a variable name.
+#[test]
+fn env_overrides_keep_the_case_of_what_a_mount_names() {
+    let config = load_file(
+        "junction.toml",
+        "[mounts.my-server]\ncommand = \"x\"\nenv = { API_KEY = \"old\" }\n",
+        &[
+            ("JUNCTION_MOUNTS__MY_SERVER__ENV__API_KEY", "new"),
+            (
+                "JUNCTION_MOUNTS__MY_SERVER__TIMEOUTS__TOOLS__longRunningOperation",
+                "10m",
+            ),
+            ("JUNCTION_MOUNTS__MY_SERVER__ISOLATION", "per_session"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.mounts.len(), 1, "{:?}", config.mounts);
+    let mount = &config.mounts[0];
+    assert_eq!(mount.name.as_str(), "my-server");
+    assert_eq!(mount.isolation, Isolation::PerSession);
+    let UpstreamTransport::Stdio { env, .. } = &mount.transport else {
+        panic!("a stdio mount");
+    };
+    assert_eq!(
+        env.get("API_KEY").map(String::as_str),
+        Some("new"),
+        "{env:?}"
+    );
+    assert_eq!(env.len(), 1, "{env:?}");
+    assert_eq!(
+        mount.timeouts.tools.get("longRunningOperation"),
+        Some(&std::time::Duration::from_secs(600))
+    );
+}
+
+#[test]
+fn env_keys_become_config_paths() {
+    for (key, path) in [
+        ("SERVER__LISTEN", "server.listen"),
+        ("MOUNTS__MY_SERVER__URL", "mounts.my-server.url"),
+        (
+            "MOUNTS__A__HEADERS__X_Api_Key",
+            "mounts.a.headers.X_Api_Key",
+        ),
+        ("MOUNTS__A__TIMEOUTS__REQUEST", "mounts.a.timeouts.request"),
+        (
+            "MOUNTS__A__TIMEOUTS__TOOLS__Render",
+            "mounts.a.timeouts.tools.Render",
+        ),
+        ("LIMITS__MAX_SESSIONS", "limits.max_sessions"),
+    ] {
+        assert_eq!(super::load::env_key_path(key), path, "{key}");
+    }
+}
+
 #[test]
 fn every_problem_is_reported_at_once_with_its_path() {
     let found = problems(
