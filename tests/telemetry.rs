@@ -76,13 +76,21 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     let spans = Spans::default();
     let endpoint = otlp_receiver(spans.clone()).await;
     let demo = DemoHttp::start().await;
+    // Logs at `warn`: traces keep their own level (the request spans are
+    // `info`), so a quiet log does not switch them off.
     let config = format!(
-        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}{}",
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}{}",
         stdio_demo_mount("shared", "isolation = \"shared\""),
         http_mount("remote", &demo.mcp_url(), ""),
     );
-    // Export quickly instead of the SDK's default 5 s batches.
-    let gateway = Gateway::launch(&config, "toml", &[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
+    // Export quickly instead of the SDK's default 5 s batches. (Tests set
+    // RUST_LOG, which wins over `log_level`: set it to the same.)
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
+    )
+    .await;
     gateway.wait_ready().await;
     let client = gateway.connect().await;
 

@@ -16,7 +16,9 @@ mod rmcp_events;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::{trace::SdkTracerProvider, Resource};
-use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer};
+use tracing_subscriber::{
+    filter::FilterExt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
+};
 
 pub use metrics::metrics;
 
@@ -54,11 +56,18 @@ impl Telemetry {
     }
 }
 
-/// Installs logging (and tracing export, if `traces` is given). `filter` is
-/// used unless `RUST_LOG` is set. Must run inside a tokio runtime when
-/// traces are exported (the batch exporter runs on it).
+/// What traces export, whatever the log level: the gateway's request
+/// spans (info) and rmcp's warnings, as the default log level has it. A
+/// log level of `warn` must not switch traces off.
+const TRACE_FILTER: &str = crate::config::defaults::LOG_LEVEL;
+
+/// Installs logging (and tracing export, if `traces` is given). `filter`
+/// (unless `RUST_LOG` is set) is the log's; traces have their own
+/// ([`TRACE_FILTER`]). Must run inside a tokio runtime when traces are
+/// exported (the batch exporter runs on it).
 pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Telemetry {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
+    let log_filter =
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
@@ -85,13 +94,22 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
             None
         }
     });
-    // rmcp's lines that carry a session id reach the log and traces only
-    // as `rmcp_events` rewrites them.
+    // Each layer has its own level filter (a global one would hold traces
+    // to the log's level). rmcp's lines that carry a session id reach the
+    // log and traces only as `rmcp_events` rewrites them; the rewriter sees
+    // what either would.
+    let exporting = otel.is_some();
+    let rewrite_filter = if exporting {
+        FilterExt::boxed(log_filter().or(EnvFilter::new(TRACE_FILTER)))
+    } else {
+        FilterExt::boxed(log_filter())
+    };
     let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt.with_filter(rmcp_events::WithoutSessionIds))
-        .with(otel.map(|otel| otel.with_filter(rmcp_events::WithoutSessionIds)))
-        .with(rmcp_events::RewriteSessionIds)
+        .with(fmt.with_filter(log_filter().and(rmcp_events::WithoutSessionIds)))
+        .with(otel.map(|otel| {
+            otel.with_filter(EnvFilter::new(TRACE_FILTER).and(rmcp_events::WithoutSessionIds))
+        }))
+        .with(rmcp_events::RewriteSessionIds.with_filter(rewrite_filter))
         .try_init();
     telemetry
 }
