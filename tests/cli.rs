@@ -75,6 +75,8 @@ comand = "x"
             "UNSET_VAR_FOR_TEST is not set",
         ),
         ("mounts.typo.comand", "unknown field"),
+        // What the typo leaves the mount without, reported with it.
+        ("mounts.typo", "missing `command`"),
     ];
     for (field, message) in expected {
         let prefix = format!("{source}: {field}: ");

@@ -308,6 +308,44 @@ fn every_problem_is_reported_at_once_with_its_path() {
     }
 }
 
+/// One bad field hides no other: within a table, within a mount, and a
+/// problem elsewhere in `[server]` hides no namespace clash.
+#[test]
+fn one_bad_field_hides_no_other() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        listn = "x"
+        path = "mcp"
+        listen = "nowhere"
+        [mounts.Web]
+        url = "/rel"
+        timeout = "5s"
+        [mounts.a]
+        command = "x"
+        namespace = "dup"
+        [mounts.b]
+        command = "x"
+        namespace = "dup"
+        "#,
+    );
+    for needle in [
+        "server.listn: unknown field `listn`",
+        "server.path: \"mcp\" must start with `/`",
+        "server.listen: \"nowhere\" is not a socket address",
+        "mounts.Web.timeout: unknown field `timeout`",
+        "mounts.Web: mount name \"Web\" must match",
+        "mounts.Web.url: relative URL without a base",
+        "mounts.b.namespace: namespace \"dup\" is already used by mount a",
+    ] {
+        assert!(
+            found.iter().any(|problem| problem.starts_with(needle)),
+            "missing {needle:?} in {found:#?}"
+        );
+    }
+}
+
 #[test]
 fn type_errors_name_their_field() {
     let found = problems("junction.toml", "[mounts.a]\ncommand = \"x\"\nargs = 5\n");

@@ -83,6 +83,13 @@ pub fn resolve(
         None => RawServer::default(),
         Some(value) => parse_section("server", value, &mut problems).unwrap_or_default(),
     };
+    // Namespaces are checked with the separator even when another
+    // `[server]` field is wrong, so that that problem hides no other.
+    let separator = raw_server
+        .separator
+        .as_deref()
+        .map_or_else(|| Separator::new(defaults::SEPARATOR), Separator::new)
+        .ok();
     let server = resolve_server(raw_server, &mut problems);
 
     let mut raw_mounts = match mounts_value {
@@ -128,8 +135,8 @@ pub fn resolve(
         }
     }
 
-    if let Some(server) = &server {
-        check_namespaces(&mounts, &server.separator, &mut problems);
+    if let Some(separator) = &separator {
+        check_namespaces(&mounts, separator, &mut problems);
     }
 
     match (server, telemetry, admin, timeouts, supervision, limits) {
@@ -154,24 +161,51 @@ pub fn resolve(
     }
 }
 
+/// Reads a table (every field optional) into `T`. serde stops at a
+/// table's first bad field, so each field is read on its own first: every
+/// bad field is reported, and the table is read without them, so that
+/// the checks after this one see what is good and report their own
+/// problems too.
 fn parse_section<T: DeserializeOwned>(
     path: &str,
     value: Value,
     problems: &mut Problems,
 ) -> Option<T> {
+    let value = match value {
+        Value::Object(fields) => {
+            let mut good = serde_json::Map::new();
+            for (key, field) in fields {
+                let alone = Value::Object(serde_json::Map::from_iter([(key.clone(), field)]));
+                match serde_path_to_error::deserialize::<_, T>(alone.clone()) {
+                    Ok(_) => good.extend(alone.as_object().cloned().unwrap_or_default()),
+                    Err(error) => push_deserialize_problem(path, error, problems),
+                }
+            }
+            Value::Object(good)
+        }
+        other => other,
+    };
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(parsed) => Some(parsed),
         Err(error) => {
-            let inner = error.path().to_string();
-            let full = if inner.is_empty() || inner == "." {
-                path.to_owned()
-            } else {
-                format!("{path}.{inner}")
-            };
-            problems.push(full, error.into_inner().to_string());
+            push_deserialize_problem(path, error, problems);
             None
         }
     }
+}
+
+fn push_deserialize_problem(
+    path: &str,
+    error: serde_path_to_error::Error<serde_json::Error>,
+    problems: &mut Problems,
+) {
+    let inner = error.path().to_string();
+    let full = if inner.is_empty() || inner == "." {
+        path.to_owned()
+    } else {
+        format!("{path}.{inner}")
+    };
+    problems.push(full, error.into_inner().to_string());
 }
 
 fn resolve_telemetry(raw: RawTelemetry, problems: &mut Problems) -> Option<TelemetryConfig> {
