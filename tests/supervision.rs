@@ -514,13 +514,37 @@ async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
         .expect("a pid");
     let _reaper = KillOnDrop(straggler);
     assert!(process_alive(straggler));
+    let open_before = upstream_sessions(&gateway, "private").await;
 
     kill(leader);
     eventually("the straggler to be killed", OP_TIMEOUT, || async {
         (!process_exists(straggler)).then_some(())
     })
     .await;
+    // And it is no longer counted as an open upstream session.
+    eventually("the dead session to be uncounted", OP_TIMEOUT, || async {
+        (upstream_sessions(&gateway, "private").await == open_before - 1).then_some(())
+    })
+    .await;
     close(client).await;
+}
+
+/// `junction_upstream_sessions` of `mount`, from `/metrics`.
+async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
+    let metrics = within(
+        "GET /metrics",
+        reqwest::Client::new().get(gateway.url("/metrics")).send(),
+    )
+    .await
+    .expect("GET /metrics")
+    .text()
+    .await
+    .expect("metrics body");
+    let series = format!("junction_upstream_sessions{{mount=\"{mount}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |count| count.trim().parse().expect("a gauge value"))
 }
 
 /// A stdio upstream starts with a small part of the gateway's environment

@@ -108,6 +108,7 @@ pub async fn open(
         group: Mutex::new(group),
         ended,
         direct,
+        counted: std::sync::atomic::AtomicBool::new(true),
     })
 }
 

@@ -71,6 +71,10 @@ pub struct UpstreamSession {
     ended: CancellationToken,
     /// `tools/call` without rmcp's client, for Streamable HTTP upstreams.
     direct: Option<Arc<direct_call::DirectCalls>>,
+    /// Whether the `upstream_sessions` gauge still counts this session: it
+    /// stops at the close (a dead session may be held a while longer), or
+    /// at the drop of one never closed.
+    counted: std::sync::atomic::AtomicBool,
 }
 
 /// How long one upstream request may take.
@@ -404,12 +408,22 @@ impl UpstreamSession {
         if let Ok(mut group) = self.group.lock() {
             group.kill();
         }
+        self.uncount();
+    }
+
+    fn uncount(&self) {
+        if self
+            .counted
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            metrics().upstream_session_closed(self.mount.as_str());
+        }
     }
 }
 
 impl Drop for UpstreamSession {
     fn drop(&mut self) {
-        metrics().upstream_session_closed(self.mount.as_str());
+        self.uncount();
     }
 }
 
