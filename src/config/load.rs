@@ -200,10 +200,29 @@ pub(super) fn env_key_path(key: &str) -> String {
 fn lookup_variable(name: &str) -> Option<String> {
     if name == BUILTIN_EXE_VARIABLE {
         if let Ok(exe) = std::env::current_exe() {
-            return Some(exe.display().to_string());
+            return Some(installed_path(&exe.display().to_string()).to_owned());
         }
     }
     std::env::var(name).ok()
+}
+
+/// The running binary's path as installed. Once the file is replaced (an
+/// upgrade, a rebuild) Linux names the running one `… (deleted)`: that
+/// path cannot be started, and would make every mount running
+/// `${JUNCTION_EXE}` look changed to the next reload, which would restart
+/// it and fail. The file now at the path is the one to run.
+fn installed_path(exe: &str) -> &str {
+    exe.strip_suffix(" (deleted)").unwrap_or(exe)
+}
+
+#[cfg(test)]
+#[test]
+fn a_replaced_binary_is_named_by_its_path() {
+    assert_eq!(
+        installed_path("/usr/bin/junction (deleted)"),
+        "/usr/bin/junction"
+    );
+    assert_eq!(installed_path("/usr/bin/junction"), "/usr/bin/junction");
 }
 
 /// Mount names in the order the document lists them.
