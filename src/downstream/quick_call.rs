@@ -303,9 +303,26 @@ struct Parcel {
 }
 
 impl Drop for Parcel {
-    /// Nobody will take the call (its session ended first).
+    /// Nobody took the call: the request was dropped before rmcp's handler
+    /// had it (its client went away while rmcp queued it, or its session
+    /// ended first). Going away is not a cancel: the call runs on to its
+    /// end, on a task of its own (bounded as every upstream request is),
+    /// as a quick call does whose client left before its answer.
     fn drop(&mut self) {
         self.handoff.settle();
+        let call = self
+            .call
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Some(call), Ok(runtime)) = (call, tokio::runtime::Handle::try_current()) {
+            tracing::debug!(
+                "a handed-over call's request was dropped before rmcp took it; the call runs on"
+            );
+            runtime.spawn(async move {
+                let _answer = call.work.await;
+            });
+        }
     }
 }
 
@@ -667,6 +684,33 @@ mod tests {
         waiting
             .now_or_never()
             .expect("settled when the call was dropped");
+    }
+
+    /// The request carrying a handed-over call is dropped before rmcp's
+    /// handler takes it (its client went away meanwhile): the call is not
+    /// dropped with it, it runs to its end.
+    #[tokio::test]
+    async fn a_handed_over_call_nobody_took_runs_on() {
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let (ended, end) = tokio::sync::oneshot::channel();
+        let handoff = Arc::new(Handoff::default());
+        let handed = HandedOver(Arc::new(Parcel {
+            call: Mutex::new(Some(RunningCall {
+                work: Box::pin(async move {
+                    let _ = went.await;
+                    let _ = ended.send(());
+                    Err(ErrorData::internal_error("done", None))
+                }),
+                cancel: CancellationToken::new(),
+            })),
+            handoff: handoff.clone(),
+        }));
+        drop(handed);
+        let _ = go.send(());
+        tokio::time::timeout(Duration::from_secs(5), end)
+            .await
+            .expect("the call ran on")
+            .expect("to its end, not dropped");
     }
 
     #[tokio::test]
