@@ -566,6 +566,8 @@ async fn a_stdio_upstream_gets_only_a_safe_environment_and_its_own() {
             ("OTHER_UPSTREAM_TOKEN", "s3cret-token"),
             ("JUNCTION_LIMITS__MAX_SESSIONS", "77"),
             ("LANG", "C.UTF-8"),
+            ("ALL_PROXY", "http://proxy.invalid:3128"),
+            ("UV_INDEX_URL", "http://packages.invalid/simple"),
         ],
     )
     .await;
@@ -576,7 +578,12 @@ async fn a_stdio_upstream_gets_only_a_safe_environment_and_its_own() {
         .filter_map(|line| line.split_once('=').map(|(name, _)| name))
         .collect();
     assert!(names.contains(&"PATH"), "{names:?}");
-    assert!(names.contains(&"LANG"), "{names:?}");
+    for kept in ["LANG", "ALL_PROXY", "UV_INDEX_URL"] {
+        assert!(
+            names.contains(&kept),
+            "{kept} did not reach the child: {names:?}"
+        );
+    }
     assert!(
         seen.lines().any(|line| line == "PASSED_ON=s3cret-token"),
         "the mount's own env: {seen}"

@@ -57,6 +57,9 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     if request.method() != Method::POST {
         return next.run(request).await;
     }
+    // Counted from before a draining gateway reads the body: shutdown must
+    // not close while an answer for work in flight is still arriving.
+    let in_flight = gateway.requests_in_flight().token();
     let request = if gateway.is_draining() {
         match answers_to_work_in_flight(&gateway, request).await {
             Some(request) => request,
@@ -69,7 +72,6 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     } else {
         request
     };
-    let in_flight = gateway.requests_in_flight().token();
     let response = admit_post(&gateway, request, next).await;
     response.map(|body| {
         Body::new(HeldWhileSending {

@@ -22,9 +22,9 @@ use super::raw::{RawAnswers, TapReader};
 
 /// What a stdio upstream inherits of the gateway's environment: what the
 /// MCP SDKs' stdio clients pass on (`HOME`, `LOGNAME`, `PATH`, `SHELL`,
-/// `TERM`, `USER`), plus locale, time zone, temporary directory, proxy and
-/// CA settings, which tools such as `npx` and `uvx` need to run and fetch
-/// behind a corporate proxy. Nothing else: the gateway's environment holds
+/// `TERM`, `USER`), plus locale, time zone, temporary directory, proxy, CA,
+/// package-index and cache settings, which tools such as `npx` and `uvx`
+/// need to run and fetch behind a corporate proxy. Nothing else: the gateway's environment holds
 /// other upstreams' tokens (`${VAR}` in their headers), OTLP headers and
 /// `JUNCTION_*` overrides, which are not for a third-party server to read.
 /// A mount's own `env` comes on top (`env = { KEY = "${KEY}" }` passes one
@@ -44,13 +44,32 @@ const INHERITED_ENV: &[&str] = &[
     "TMPDIR",
     "HTTP_PROXY",
     "HTTPS_PROXY",
+    "ALL_PROXY",
     "NO_PROXY",
     "http_proxy",
     "https_proxy",
+    "all_proxy",
     "no_proxy",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    // Where `npx`, `uvx` and pip fetch packages from and keep them (a
+    // private registry, a writable cache on a read-only root).
+    "npm_config_registry",
+    "NPM_CONFIG_REGISTRY",
+    "npm_config_cache",
+    "NPM_CONFIG_CACHE",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_CACHE_DIR",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
 ];
 
 /// The part of the gateway's environment a stdio upstream starts with
