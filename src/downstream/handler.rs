@@ -82,6 +82,21 @@ impl DownstreamSession {
         }
     }
 
+    /// The route of resource `uri`, its mount and this session's upstream
+    /// for it.
+    async fn resource_upstream(
+        &self,
+        uri: &str,
+    ) -> Result<(crate::catalog::Route, Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+        let route = self
+            .catalog()
+            .await
+            .resolve_uri(uri)
+            .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))?;
+        let (mount, upstream) = self.connect(&route.mount).await?;
+        Ok((route, mount, upstream))
+    }
+
     /// The session's catalog, after making sure its per-session mounts
     /// were discovered for this client's profile.
     pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
@@ -402,12 +417,7 @@ impl ServerHandler for DownstreamSession {
         self.handle("resources/subscribe", None, &context, async {
             let uri = request.uri.clone();
             let answer = async {
-                let route = self
-                    .catalog()
-                    .await
-                    .resolve_uri(&uri)
-                    .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-                let (mount, upstream) = self.connect(&route.mount).await?;
+                let (route, mount, upstream) = self.resource_upstream(&uri).await?;
                 let subscribable = |c: &ServerCapabilities| {
                     c.resources
                         .as_ref()
@@ -456,12 +466,7 @@ impl ServerHandler for DownstreamSession {
         self.handle("resources/unsubscribe", None, &context, async {
             let uri = request.uri.clone();
             let answer = async {
-                let route = self
-                    .catalog()
-                    .await
-                    .resolve_uri(&uri)
-                    .ok_or_else(|| RouteError::UnknownResource(uri.clone()))?;
-                let (mount, upstream) = self.connect(&route.mount).await?;
+                let (route, mount, upstream) = self.resource_upstream(&uri).await?;
                 let key = self.state().key;
                 let sessions = self.gateway.sessions();
                 let meta = forwarded_meta(&context.meta);

@@ -122,16 +122,7 @@ impl UpstreamSubscriptions {
         let Some(route) = registry.unsubscribe(key, uri) else {
             return Ok(());
         };
-        let Some(uris) = held.on(upstream) else {
-            // Nothing is held on an ended session.
-            return Ok(());
-        };
-        if registry.wants(&route.mount, &route.original) || !uris.remove(&*route.original) {
-            return Ok(());
-        }
-        let mut params = UnsubscribeRequestParams::new(route.original.to_string());
-        params.meta = meta;
-        bounded(timeout, upstream.peer().unsubscribe(params)).await
+        let_go(&mut held, registry, &route, upstream, meta, timeout).await
     }
 
     /// A session subscribed to `original` ended (it is no longer in the
@@ -144,14 +135,7 @@ impl UpstreamSubscriptions {
         timeout: Duration,
     ) {
         let mut held = self.held.lock().await;
-        let Some(uris) = held.on(upstream) else {
-            return;
-        };
-        if registry.wants(&route.mount, &route.original) || !uris.remove(&*route.original) {
-            return;
-        }
-        let params = UnsubscribeRequestParams::new(route.original.to_string());
-        if let Err(error) = bounded(timeout, upstream.peer().unsubscribe(params)).await {
+        if let Err(error) = let_go(&mut held, registry, route, upstream, None, timeout).await {
             tracing::debug!(mount = %route.mount, uri = %route.original, %error, "could not unsubscribe after the last subscriber ended");
         }
     }
@@ -184,6 +168,28 @@ impl UpstreamSubscriptions {
             }
         }
     }
+}
+
+/// A session no longer wants `route` (it is out of the registry): the
+/// upstream is told, if it holds the URI and no other session wants it.
+async fn let_go(
+    held: &mut Held,
+    registry: &SessionRegistry,
+    route: &Route,
+    upstream: &Arc<UpstreamSession>,
+    meta: Option<RequestMetaObject>,
+    timeout: Duration,
+) -> Result<(), SubscriptionError> {
+    // Nothing is held on an ended session.
+    let Some(uris) = held.on(upstream) else {
+        return Ok(());
+    };
+    if registry.wants(&route.mount, &route.original) || !uris.remove(&*route.original) {
+        return Ok(());
+    }
+    let mut params = UnsubscribeRequestParams::new(route.original.to_string());
+    params.meta = meta;
+    bounded(timeout, upstream.peer().unsubscribe(params)).await
 }
 
 async fn bounded<T>(
