@@ -31,6 +31,16 @@ fn parse(name: &str, text: &str) -> Result<Config, Vec<String>> {
     load_file(name, text, &[])
 }
 
+/// Asserts that every one of `expected` begins one of the problems `found`.
+fn assert_reported(found: &[String], expected: &[&str]) {
+    for needle in expected {
+        assert!(
+            found.iter().any(|problem| problem.starts_with(needle)),
+            "missing {needle:?} in {found:#?}"
+        );
+    }
+}
+
 fn problems(name: &str, text: &str) -> Vec<String> {
     load_file(name, text, &[]).expect_err("config should be invalid")
 }
@@ -300,12 +310,7 @@ fn every_problem_is_reported_at_once_with_its_path() {
         "mounts.remote.args: only stdio upstreams (`command`) take this field",
         "mounts.remote.url: scheme \"ftp\" is not http or https",
     ];
-    for needle in expected {
-        assert!(
-            found.iter().any(|problem| problem.starts_with(needle)),
-            "missing {needle:?} in {found:#?}"
-        );
-    }
+    assert_reported(&found, &expected);
 }
 
 /// One bad field hides no other: within a table, within a mount, and a
@@ -330,20 +335,18 @@ fn one_bad_field_hides_no_other() {
         namespace = "dup"
         "#,
     );
-    for needle in [
-        "server.listn: unknown field `listn`",
-        "server.path: \"mcp\" must start with `/`",
-        "server.listen: \"nowhere\" is not a socket address",
-        "mounts.Web.timeout: unknown field `timeout`",
-        "mounts.Web: mount name \"Web\" must match",
-        "mounts.Web.url: relative URL without a base",
-        "mounts.b.namespace: namespace \"dup\" is already used by mount a",
-    ] {
-        assert!(
-            found.iter().any(|problem| problem.starts_with(needle)),
-            "missing {needle:?} in {found:#?}"
-        );
-    }
+    assert_reported(
+        &found,
+        &[
+            "server.listn: unknown field `listn`",
+            "server.path: \"mcp\" must start with `/`",
+            "server.listen: \"nowhere\" is not a socket address",
+            "mounts.Web.timeout: unknown field `timeout`",
+            "mounts.Web: mount name \"Web\" must match",
+            "mounts.Web.url: relative URL without a base",
+            "mounts.b.namespace: namespace \"dup\" is already used by mount a",
+        ],
+    );
 }
 
 #[test]
@@ -562,12 +565,7 @@ fn bad_timeouts_and_limits_are_all_reported() {
         "limits.max_body_size: \"lots\" is not a size",
         "mounts.m.timeouts.bogus: unknown field `bogus`",
     ];
-    for needle in expected {
-        assert!(
-            found.iter().any(|problem| problem.starts_with(needle)),
-            "missing {needle:?} in {found:#?}"
-        );
-    }
+    assert_reported(&found, &expected);
 }
 
 #[test]

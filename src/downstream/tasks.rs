@@ -204,12 +204,9 @@ struct TaskHome {
 }
 
 impl TaskHome {
-    fn lives_on(&self, upstream: &UpstreamSession) -> bool {
-        self.upstream_session == upstream.id()
-    }
-
-    #[cfg(test)]
-    fn lives_on_session(&self, upstream_session: u64) -> bool {
+    /// Whether it lives on upstream session `upstream_session`
+    /// ([`UpstreamSession::id`]).
+    fn lives_on(&self, upstream_session: u64) -> bool {
         self.upstream_session == upstream_session
     }
 }
@@ -404,7 +401,7 @@ impl DownstreamSession {
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
                 let (mount, upstream) = self.connect(&home.mount).await?;
-                if !home.lives_on(&upstream) {
+                if !home.lives_on(upstream.id()) {
                     return Err(RouteError::UnknownTask(id.clone()));
                 }
                 let mut upstream_params = match params.clone() {
@@ -473,7 +470,7 @@ impl DownstreamSession {
                         .get("taskId")
                         .and_then(Value::as_str)
                         .and_then(|upstream_id| ids.get(upstream_id))
-                        .filter(|(home, _)| home.lives_on(&upstream))
+                        .filter(|(home, _)| home.lives_on(upstream.id()))
                     else {
                         // Another session's task on a shared upstream (or
                         // one with an id this session's ended task had).
@@ -607,12 +604,12 @@ mod tests {
         let mount = MountName::new("m").unwrap();
         let id = table.add(&mount, "1", 7);
         let home = table.get(&id).unwrap();
-        assert!(home.lives_on_session(7));
-        assert!(!home.lives_on_session(8), "a restarted upstream's task 1");
+        assert!(home.lives_on(7));
+        assert!(!home.lives_on(8), "a restarted upstream's task 1");
         // The session's new task with the same upstream id, on the new
         // upstream session, takes the id over.
         assert_eq!(table.add(&mount, "1", 8), id);
-        assert!(table.get(&id).unwrap().lives_on_session(8));
+        assert!(table.get(&id).unwrap().lives_on(8));
         assert_eq!(lock(&table.0).order.len(), 1);
     }
 
