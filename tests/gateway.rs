@@ -875,12 +875,9 @@ async fn idle_session_is_ended_with_its_child() {
 async fn an_upstreams_children_end_with_its_session() {
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = dir.path().join("grandchild.pid");
-    let script = format!(
-        "sleep 300 & echo $! > {marker}; exec {BIN} demo-server",
-        marker = marker.display()
-    );
     let config = format!(
-        "{SERVER_TOML}[mounts.wrapped]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+        "{SERVER_TOML}{}",
+        wrapped_demo_mount("wrapped", &marker, "isolation = \"per_session\"")
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
@@ -888,10 +885,7 @@ async fn an_upstreams_children_end_with_its_session() {
     assert_eq!(ok_text(&echoed), "up");
     // The discovery session and this session's upstream each wrote the
     // marker; the last write is this session's grandchild.
-    let grandchild: u32 = eventually("the grandchild pid", Duration::from_secs(5), || async {
-        std::fs::read_to_string(&marker).ok()?.trim().parse().ok()
-    })
-    .await;
+    let grandchild = straggler_pid(&marker).await;
     assert!(
         process_alive(grandchild),
         "sleep {grandchild} should be running"

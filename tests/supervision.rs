@@ -495,23 +495,14 @@ async fn a_refresh_nobody_answers_is_given_up() {
 async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let pid_file = dir.path().join("straggler.pid");
-    // A wrapper that leaves a process of its own behind, as `npx` does
-    // (not on the server's stdout: the pipe's end tells the server died).
-    let script = format!(
-        "sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {}; exec {BIN} demo-server",
-        pid_file.display()
-    );
     let config = format!(
-        "{SERVER_TOML}[mounts.private]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+        "{SERVER_TOML}{}",
+        wrapped_demo_mount("private", &pid_file, "isolation = \"per_session\"")
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
     let leader = call_pid(&client, "private__pid").await;
-    let straggler: u32 = std::fs::read_to_string(&pid_file)
-        .expect("the wrapper wrote its straggler's pid")
-        .trim()
-        .parse()
-        .expect("a pid");
+    let straggler = straggler_pid(&pid_file).await;
     let _reaper = KillOnDrop(straggler);
     assert!(process_alive(straggler));
     let open_before = upstream_sessions(&gateway, "private").await;

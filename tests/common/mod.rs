@@ -332,6 +332,27 @@ pub fn stdio_demo_mount(name: &str, extra: &str) -> String {
     format!("[mounts.{name}]\ncommand = {BIN:?}\nargs = [\"demo-server\"]\n{extra}\n\n")
 }
 
+/// TOML for a mount running the demo server through `sh`, which first
+/// leaves a process of its own behind (`sleep`, as `npx` leaves the real
+/// server) and writes its pid to `marker`; every start of the mount's
+/// upstream writes it again. The straggler's stdio is not the server's, so
+/// the server's end shows on its pipe.
+pub fn wrapped_demo_mount(name: &str, marker: &std::path::Path, extra: &str) -> String {
+    let script = format!(
+        "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}; exec {BIN} demo-server",
+        marker.display()
+    );
+    format!("[mounts.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}\n\n")
+}
+
+/// The pid `wrapped_demo_mount`'s last start wrote to `marker`.
+pub async fn straggler_pid(marker: &std::path::Path) -> u32 {
+    eventually("the straggler's pid", OP_TIMEOUT, || async {
+        std::fs::read_to_string(marker).ok()?.trim().parse().ok()
+    })
+    .await
+}
+
 /// TOML for a mount of a Streamable HTTP upstream.
 pub fn http_mount(name: &str, url: &str, extra: &str) -> String {
     format!("[mounts.{name}]\nurl = {url:?}\n{extra}\n\n")
