@@ -177,6 +177,9 @@ fn main() -> ExitCode {
         }
         Some(Command::Serve) | None => {
             let source = ConfigSource::resolve(cli.config);
+            // Before loading: an edit from here on differs from it, and
+            // the watcher applies it once started.
+            let loaded = source.snapshot();
             let mut config = match config::load(&source) {
                 Ok(config) => config,
                 Err(error) => {
@@ -195,7 +198,7 @@ fn main() -> ExitCode {
                 .block_on(async { telemetry::init_from_config(&config.telemetry, log_format) });
             tracing::info!(config = %source.describe(), mounts = config.mounts.len(), "config loaded");
             let served = runtime
-                .block_on(serve(config, source, overrides))
+                .block_on(serve(config, source, loaded, overrides))
                 .map(|()| Outcome::Ok);
             telemetry.shutdown();
             served
@@ -215,6 +218,7 @@ fn main() -> ExitCode {
 async fn serve(
     config: config::Config,
     source: ConfigSource,
+    loaded: Option<Vec<u8>>,
     overrides: impl Fn(&mut config::Config) + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let listen = config.server.listen;
@@ -232,6 +236,7 @@ async fn serve(
     let watcher = tokio::spawn(junction::gateway::watch::watch(
         gateway.clone(),
         source,
+        loaded,
         overrides,
         stop_watching.clone(),
     ));

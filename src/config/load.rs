@@ -57,6 +57,15 @@ impl ConfigSource {
             ConfigSource::Embedded => "embedded default config".to_owned(),
         }
     }
+
+    /// The file's bytes as they are now (`None` for the embedded config or
+    /// a file that cannot be read): what the reload watcher compares.
+    pub fn snapshot(&self) -> Option<Vec<u8>> {
+        match self {
+            ConfigSource::File(path) => std::fs::read(path).ok(),
+            ConfigSource::Embedded => None,
+        }
+    }
 }
 
 enum FileFormat {

@@ -17,22 +17,21 @@ use crate::config::{self, Config, ConfigSource};
 /// How often the config file is read to look for a change.
 pub const POLL: Duration = Duration::from_secs(1);
 
-/// Watches `source` and SIGHUP until `stop` resolves. `adjust` applies the
-/// command line's overrides (such as `--listen`) to each loaded config, so
-/// they are not mistaken for config changes.
+/// Watches `source` and SIGHUP until `stop` resolves. `loaded` is the
+/// file's content read just before the running config was loaded from it
+/// ([`ConfigSource::snapshot`]): an edit made while the gateway was
+/// starting differs from it and is applied at the first poll, rather than
+/// waiting for the next edit. `adjust` applies the command line's
+/// overrides (such as `--listen`) to each loaded config, so they are not
+/// mistaken for config changes.
 pub async fn watch(
     gateway: Arc<Gateway>,
     source: ConfigSource,
+    loaded: Option<Vec<u8>>,
     adjust: impl Fn(&mut Config) + Send + Sync + 'static,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let path = match &source {
-        ConfigSource::File(path) => Some(path.clone()),
-        ConfigSource::Embedded => None,
-    };
-    let read =
-        |path: &Option<std::path::PathBuf>| path.as_ref().and_then(|p| std::fs::read(p).ok());
-    let mut seen = read(&path);
+    let mut seen = loaded;
     #[cfg(unix)]
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|error| tracing::warn!(%error, "cannot listen for SIGHUP"))
@@ -55,7 +54,7 @@ pub async fn watch(
             _ = stop.cancelled() => return,
             _ = hangup_received => "SIGHUP",
             _ = poll.tick() => {
-                let current = read(&path);
+                let current = source.snapshot();
                 // A file that cannot be read (mid-replace) is not a change.
                 if current.is_none() || current == seen {
                     continue;
@@ -111,4 +110,45 @@ async fn reload_once(
         unchanged = outcome.unchanged.len(),
         "config reloaded"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn max_sessions(gateway: &Gateway) -> usize {
+        gateway.config().limits.max_sessions
+    }
+
+    /// An edit saved after the config was loaded but before the watcher
+    /// took its first look is applied at the first poll.
+    #[tokio::test]
+    async fn an_edit_made_while_starting_is_applied() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        std::fs::write(&path, "[limits]\nmax_sessions = 5\n").expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        let loaded = source.snapshot();
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        assert_eq!(max_sessions(&gateway), 5);
+        std::fs::write(&path, "[limits]\nmax_sessions = 7\n").expect("edit the config");
+
+        let stop = tokio_util::sync::CancellationToken::new();
+        let watcher = tokio::spawn(watch(
+            gateway.clone(),
+            source,
+            loaded,
+            |_: &mut Config| {},
+            stop.clone(),
+        ));
+        for _ in 0..50 {
+            if max_sessions(&gateway) == 7 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.cancel();
+        watcher.await.expect("the watcher ends");
+        assert_eq!(max_sessions(&gateway), 7, "the edit was not applied");
+    }
 }
