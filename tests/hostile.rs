@@ -682,6 +682,22 @@ async fn unknown_session_is_not_found() {
     hostile.assert_unharmed().await;
 }
 
+/// A body the gateway refuses before rmcp's session check (bad params for
+/// a known method, bytes that are not JSON) still gets the 404 that tells
+/// the client its session is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_session_with_a_refused_body_is_not_found() {
+    let mut hostile = Hostile::start().await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"#,
+    ] {
+        let answer = hostile.post(Some("no-such-session"), JSON_POST, body).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{body}: {answer:?}");
+    }
+    hostile.assert_unharmed().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_session_id_is_not_found() {
     let mut hostile = Hostile::start().await;

@@ -442,9 +442,15 @@ async fn read_body(body: Body, limit: usize, read_timeout: Duration) -> BodyRead
     BodyRead::Whole(Bytes::from(bytes))
 }
 
+/// Marks an answer this middleware wrote itself: the body never reached
+/// rmcp, nor its session check.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyRefused;
+
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
     (
         status,
+        axum::Extension(BodyRefused),
         axum::Json(json!({
             "jsonrpc": "2.0",
             "id": id,

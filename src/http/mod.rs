@@ -133,7 +133,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             manager.clone(),
-            delete_answers,
+            session_answers,
         ));
     let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
     let app = Router::new()
@@ -239,18 +239,28 @@ fn note_task_augmentation(body: &[u8], extensions: &mut axum::http::Extensions) 
     }
 }
 
+/// Answers for a session id the gateway does not know, where rmcp's own
+/// answer is not the spec's.
+///
 /// rmcp answers a session DELETE with 202, known session or not. The
 /// spec wants 404 for a session that is unknown (or already ended), and
 /// the Python SDK treats anything but 200/204 as a failed termination and
 /// warns, so: 404 for an unknown session, 204 for one ended (it is gone,
 /// there is no body). rmcp's own checks (Host, Origin, protocol version)
 /// answer first either way.
-async fn delete_answers(
+///
+/// A POST whose body `json_guard` refuses never reaches rmcp's session
+/// check; if it names a session that is unknown, it gets rmcp's
+/// 404 too: the client has to start a new session whatever its body, and
+/// a 400 would have it fix the body and send it to the dead session again.
+/// Only refused bodies pay for the lookup.
+async fn session_answers(
     axum::extract::State(sessions): axum::extract::State<Arc<resumable::ResumableSessions>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if request.method() != axum::http::Method::DELETE {
+    let method = request.method().clone();
+    if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
         return next.run(request).await;
     }
     let session = request
@@ -258,6 +268,20 @@ async fn delete_answers(
         .get("mcp-session-id")
         .and_then(|id| id.to_str().ok())
         .map(rmcp::transport::streamable_http_server::session::SessionId::from);
+    if method == axum::http::Method::POST {
+        let response = next.run(request).await;
+        if response
+            .extensions()
+            .get::<json_guard::BodyRefused>()
+            .is_none()
+        {
+            return response;
+        }
+        return match session {
+            Some(id) if !sessions.knows_session(&id).await => session_not_found(),
+            _ => response,
+        };
+    }
     let known = match &session {
         Some(id) => sessions.knows_session(id).await,
         None => true,
@@ -267,11 +291,15 @@ async fn delete_answers(
         if known {
             *response.status_mut() = StatusCode::NO_CONTENT;
         } else {
-            // As rmcp answers any other request for an unknown session.
-            response = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            response = session_not_found();
         }
     }
     response
+}
+
+/// As rmcp answers any other request for an unknown session.
+fn session_not_found() -> axum::response::Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
 }
 
 /// Turns off Nagle's algorithm on an accepted connection. rmcp writes an SSE
