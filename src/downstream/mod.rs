@@ -99,6 +99,19 @@ struct Overlay {
     catalog: Arc<MountCatalog>,
 }
 
+/// A session's overlays by mount and the merged catalog last built with
+/// them, under one lock: an update that lands while a catalog is being
+/// built from the overlays it replaces must not find that catalog kept
+/// afterwards (with two locks it could, until the shared catalog next
+/// changed).
+#[derive(Default)]
+struct Overlays {
+    by_mount: HashMap<MountName, Overlay>,
+    /// The merged catalog with `by_mount` applied, and the shared
+    /// catalog's generation it was built over.
+    merged: Option<(u64, Arc<MergedCatalog>)>,
+}
+
 /// A per-session upstream slot and the mount instance it was opened for (a
 /// reload that replaces the mount makes the slot stale).
 struct PerSessionSlot {
@@ -131,10 +144,7 @@ pub(crate) struct SessionState {
     /// `list_changed`; they replace the shared view for this session only,
     /// for as long as the upstream that announced them serves it (see
     /// [`Overlay`]).
-    overlays: Mutex<HashMap<MountName, Overlay>>,
-    /// The merged catalog with overlays applied, and the shared generation
-    /// it was built from.
-    overlay_catalog: Mutex<Option<(u64, Arc<MergedCatalog>)>>,
+    overlays: Mutex<Overlays>,
     /// Held while the session lives, so shutdown waits for it.
     _alive: TaskTrackerToken,
     /// One overlay refresh at a time per mount and list.
@@ -161,8 +171,7 @@ impl SessionState {
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
-            overlays: Mutex::new(HashMap::new()),
-            overlay_catalog: Mutex::new(None),
+            overlays: Mutex::new(Overlays::default()),
             _alive: gateway.session_tasks().token(),
             refreshes: Coalescer::default(),
             requests: admission::RequestSlots::default(),
@@ -248,38 +257,38 @@ impl SessionState {
     pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
         let profile = self.profile();
         let shared = gateway.catalog(profile);
-        // Every request reads the catalog: look before copying anything.
-        let overlays: HashMap<MountName, Arc<MountCatalog>> = {
-            let mut overlays = lock(&self.overlays);
-            if overlays.is_empty() {
-                return shared;
-            }
-            let before = overlays.len();
-            // A reload replaced or removed the mount.
-            overlays.retain(|name, overlay| {
-                gateway
-                    .mount(name)
-                    .is_some_and(|mount| mount.id() == overlay.mount_id)
-            });
-            if overlays.len() != before {
-                *lock(&self.overlay_catalog) = None;
-            }
-            if overlays.is_empty() {
-                return shared;
-            }
-            overlays
-                .iter()
-                .map(|(name, overlay)| (name.clone(), overlay.catalog.clone()))
-                .collect()
-        };
-        let mut cached = lock(&self.overlay_catalog);
-        if let Some((base, catalog)) = cached.as_ref() {
+        // Every request reads the catalog: look before anything else.
+        let mut overlays = lock(&self.overlays);
+        if overlays.by_mount.is_empty() {
+            return shared;
+        }
+        let before = overlays.by_mount.len();
+        // A reload replaced or removed the mount.
+        overlays.by_mount.retain(|name, overlay| {
+            gateway
+                .mount(name)
+                .is_some_and(|mount| mount.id() == overlay.mount_id)
+        });
+        if overlays.by_mount.len() != before {
+            overlays.merged = None;
+        }
+        if overlays.by_mount.is_empty() {
+            return shared;
+        }
+        if let Some((base, catalog)) = &overlays.merged {
             if *base == shared.generation {
                 return catalog.clone();
             }
         }
-        let catalog = Arc::new(gateway.catalog_with(profile, &overlays));
-        *cached = Some((shared.generation, catalog.clone()));
+        // Built under the lock, so no update can slip in between reading
+        // the overlays and keeping what was built from them.
+        let overrides: HashMap<MountName, Arc<MountCatalog>> = overlays
+            .by_mount
+            .iter()
+            .map(|(name, overlay)| (name.clone(), overlay.catalog.clone()))
+            .collect();
+        let catalog = Arc::new(gateway.catalog_with(profile, &overrides));
+        overlays.merged = Some((shared.generation, catalog.clone()));
         catalog
     }
 
@@ -294,6 +303,7 @@ impl SessionState {
     ) {
         let mut overlays = lock(&self.overlays);
         let current = overlays
+            .by_mount
             .get(&mount.config.name)
             .filter(|overlay| {
                 overlay.mount_id == mount.id() && overlay.upstream_id == upstream.id()
@@ -304,18 +314,20 @@ impl SessionState {
             upstream_id: upstream.id(),
             catalog: Arc::new(update(current)),
         };
-        overlays.insert(mount.config.name.clone(), updated);
-        drop(overlays);
-        *lock(&self.overlay_catalog) = None;
+        overlays.by_mount.insert(mount.config.name.clone(), updated);
+        overlays.merged = None;
     }
 
     /// The upstream whose lists `mount`'s overlay holds is gone: this
     /// session sees the lists every session sees again, and is told.
     fn drop_overlay(&self, mount: &MountName) {
-        if lock(&self.overlays).remove(mount).is_none() {
-            return;
+        {
+            let mut overlays = lock(&self.overlays);
+            if overlays.by_mount.remove(mount).is_none() {
+                return;
+            }
+            overlays.merged = None;
         }
-        *lock(&self.overlay_catalog) = None;
         if let Some(peer) = self.peer() {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 tokio::spawn(crate::gateway::notify_list_changed(peer.clone(), kind));
