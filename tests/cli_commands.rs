@@ -417,6 +417,23 @@ async fn check_connect_timeout_requires_connect() {
     assert!(run.stderr.contains("--connect"), "{}", run.stderr);
 }
 
+/// A wait too long to add to a clock is refused as a usage error, not a
+/// panic once the probe has started.
+#[tokio::test]
+async fn a_timeout_beyond_a_year_is_a_usage_error() {
+    for command in ["check", "tools"] {
+        let mut args = vec![command];
+        if command == "check" {
+            args.push("--connect");
+        }
+        args.extend(["--timeout", "500000000000years"]);
+        let run = junction(&args, &[]).await;
+        run.expect_code(2);
+        assert!(run.stderr.contains("longer than 1year"), "{}", run.stderr);
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+}
+
 #[tokio::test]
 async fn tools_prints_the_merged_catalog_as_text_and_json() {
     let marker = unique_marker();

@@ -128,9 +128,16 @@ pub async fn probe(config: Config, wait: Duration) -> Probe {
 
 /// Parses `--timeout` values such as `30s` or `2m` (humantime).
 pub fn parse_wait(text: &str) -> Result<Duration, String> {
+    let longest = crate::config::defaults::MAX_DURATION;
     match humantime::parse_duration(text) {
-        Ok(duration) if !duration.is_zero() => Ok(duration),
-        Ok(_) => Err(format!("timeout {text:?} must be longer than zero")),
+        Ok(duration) if duration.is_zero() => {
+            Err(format!("timeout {text:?} must be longer than zero"))
+        }
+        Ok(duration) if duration > longest => Err(format!(
+            "timeout {text:?} is longer than {}",
+            humantime::format_duration(longest)
+        )),
+        Ok(duration) => Ok(duration),
         Err(error) => Err(format!(
             "timeout {text:?} is not a duration like \"30s\" or \"2m\": {error}"
         )),

@@ -228,6 +228,10 @@ impl UpstreamTransport {
 pub mod defaults {
     use std::time::Duration;
 
+    /// The longest duration any setting or `--timeout` takes: a year is
+    /// past any useful timeout, and far inside what deadlines (now plus a
+    /// duration) and sums of two durations can hold without overflowing.
+    pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600); // humantime's "1year"
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const PATH: &str = "/mcp";
     pub const SEPARATOR: &str = "__";

@@ -538,6 +538,7 @@ fn bad_timeouts_and_limits_are_all_reported() {
         [server]
         shutdown_grace = "0s"
         request_read_timeout = "a while"
+        session_idle_timeout = "500000000000years"
         [timeouts]
         connect = "fast"
         request = "2h"
@@ -557,6 +558,7 @@ fn bad_timeouts_and_limits_are_all_reported() {
     let expected = [
         "server.shutdown_grace: must be longer than zero",
         "server.request_read_timeout: \"a while\" is not a duration",
+        "server.session_idle_timeout: \"500000000000years\" is longer than the longest duration taken (1year)",
         "timeouts.connect: \"fast\" is not a duration",
         "timeouts.request: is longer than request_ceiling (1h)",
         "supervision.crash_loop_restarts: must be at least 1",

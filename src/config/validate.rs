@@ -384,14 +384,25 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
     })
 }
 
-/// A positive duration such as `"30s"` or `"500ms"`, or `None` (reported).
+/// A positive duration such as `"30s"` or `"500ms"`, at most
+/// [`defaults::MAX_DURATION`], or `None` (reported).
 fn duration(path: &str, text: &str, problems: &mut Problems) -> Option<Duration> {
     match humantime::parse_duration(text) {
-        Ok(duration) if !duration.is_zero() => Some(duration),
-        Ok(_) => {
+        Ok(duration) if duration.is_zero() => {
             problems.push(path, "must be longer than zero");
             None
         }
+        Ok(duration) if duration > defaults::MAX_DURATION => {
+            problems.push(
+                path,
+                format!(
+                    "{text:?} is longer than the longest duration taken ({})",
+                    humantime::format_duration(defaults::MAX_DURATION)
+                ),
+            );
+            None
+        }
+        Ok(duration) => Some(duration),
         Err(error) => {
             problems.push(
                 path,
