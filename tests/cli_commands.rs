@@ -556,6 +556,30 @@ fn assert_reported(run: &Run, file: &str, lines: &[&str]) {
     }
 }
 
+/// A result that cannot be written (here: a full disk) must not exit as
+/// if it had been: `import x.json > junction.toml` would leave an empty
+/// file behind a success. A closed pipe (`| head`) stays a success.
+#[test]
+fn output_that_cannot_be_written_exits_3() {
+    let claude = fixture("claude_desktop.json");
+    let claude = claude.to_str().expect("a UTF-8 path");
+    for args in [vec!["import", claude], vec!["check"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        let run = junction_command()
+            .args(&args)
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run junction");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot write the output"), "{stderr}");
+    }
+}
+
 #[tokio::test]
 async fn import_claude_desktop() {
     let run = import_and_check(

@@ -30,7 +30,8 @@ Examples:
 
 Exit codes: 0 valid (and, with --connect, every upstream started);
 1 valid, but an upstream failed to start or to answer in time;
-2 invalid config (every problem is printed with its field path).";
+2 invalid config (every problem is printed with its field path);
+3 the output could not be written.";
 
 /// `junction check`.
 pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome {
@@ -41,7 +42,9 @@ pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome
             return Outcome::Invalid;
         }
     };
-    print_stdout(&summary(&source.describe(), &config));
+    if let Err(unwritten) = print_stdout(&summary(&source.describe(), &config)) {
+        return unwritten;
+    }
     if !connect || config.mounts.is_empty() {
         return Outcome::Ok;
     }
@@ -52,9 +55,9 @@ pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome
     );
     let probe = probe(config, wait).await;
     let (report, outcome) = connect_report(&probe);
-    print_stdout(&report);
+    let written = print_stdout(&report);
     probe.stop().await;
-    outcome
+    written.map_or_else(|unwritten| unwritten, |()| outcome)
 }
 
 /// The config in a few lines: where it serves and one row per mount.

@@ -27,6 +27,10 @@ pub enum Outcome {
     /// The input itself is invalid or unreadable (exit 2, as for `serve`
     /// with an invalid config).
     Invalid,
+    /// The result could not be written to stdout (exit 3): whatever the
+    /// command found, its output is lost, e.g. `junction import x.json >
+    /// junction.toml` on a full disk.
+    Unwritten,
 }
 
 impl Outcome {
@@ -35,17 +39,29 @@ impl Outcome {
             Outcome::Ok => 0,
             Outcome::Partial => 1,
             Outcome::Invalid => 2,
+            Outcome::Unwritten => 3,
         }
     }
 }
 
 /// Writes a command's result to stdout. A closed pipe (`junction tools |
-/// head`) is not an error worth a panic: the reader has what it wanted.
-fn print_stdout(text: &str) {
+/// head`) is not a failure: the reader has what it wanted. Any other write
+/// error is ([`Outcome::Unwritten`], said on stderr): the command must not
+/// exit as if its output had been written.
+#[must_use = "a lost output must change the exit code"]
+fn print_stdout(text: &str) -> Result<(), Outcome> {
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout
+    match stdout
         .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush());
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(error) => {
+            eprintln!("junction: cannot write the output: {error}");
+            Err(Outcome::Unwritten)
+        }
+    }
 }
 
 /// Lays `rows` out in left-aligned columns two spaces apart, one line each;

@@ -26,7 +26,8 @@ The list is the one a client declaring sampling, elicitation and roots
 gets; a per_session mount may list fewer tools to clients without them.
 
 Exit codes: 0 every mount answered; 1 some mount failed or timed out (the
-others' tools are still printed); 2 invalid config.";
+others' tools are still printed); 2 invalid config; 3 the output could not
+be written.";
 
 /// `junction tools`.
 pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
@@ -54,12 +55,12 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
         );
     }
     let tools = &probe.catalog.tools;
-    if json {
+    let written = if json {
         match serde_json::to_string_pretty(tools) {
             Ok(text) => print_stdout(&format!("{text}\n")),
             Err(error) => {
                 eprintln!("junction: cannot write the tools as JSON: {error}");
-                outcome = Outcome::Partial;
+                Err(Outcome::Unwritten)
             }
         }
     } else {
@@ -70,10 +71,10 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
                 vec![tool.name.to_string(), one_line(description)]
             })
             .collect();
-        print_stdout(&columns(&rows));
-    }
+        print_stdout(&columns(&rows))
+    };
     probe.stop().await;
-    outcome
+    written.map_or_else(|unwritten| unwritten, |()| outcome)
 }
 
 /// A multi-line description on one line, so each tool is one greppable line.

@@ -37,7 +37,8 @@ Examples:
   junction import .vscode/mcp.json > junction.toml && junction check --config junction.toml --connect
 
 Exit codes: 0 everything translated; 1 something was dropped or needs a
-variable set (see stderr); 2 the file is unreadable or not such a config.";
+variable set (see stderr); 2 the file is unreadable or not such a config;
+3 the output could not be written.";
 
 /// How much an issue matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +186,9 @@ pub fn run(path: &Path) -> Outcome {
             return Outcome::Invalid;
         }
     };
-    print_stdout(&translation.toml);
+    if let Err(unwritten) = print_stdout(&translation.toml) {
+        return unwritten;
+    }
     for issue in &translation.issues {
         eprintln!("{origin}: {issue}");
     }
