@@ -63,8 +63,10 @@ pub struct ServerConfig {
     /// its state is kept and rmcp's per-session machinery freed until its
     /// next request. `None` (`"off"`): sessions never sleep.
     pub session_hibernate_after: Option<Duration>,
-    /// On SIGTERM/SIGINT, how long open requests and sessions get to finish
-    /// before upstreams are closed and children killed anyway.
+    /// On SIGTERM/SIGINT, how long requests in flight get to finish. What
+    /// follows (sessions ended, connections and upstreams closed, children
+    /// killed) has fixed limits of its own (README.md, "Operating"), not
+    /// this again.
     pub shutdown_grace: Duration,
     /// How long a client has to send a request's head, then its body; a
     /// connection idle between requests this long is closed. Bounds what a
