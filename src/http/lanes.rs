@@ -8,9 +8,9 @@
 //! 15-30% less CPU per call, but could only use one core (BENCHMARKS.md). A
 //! lane keeps a connection, the tasks its requests start (rmcp's session
 //! tasks, per-session upstreams) and the upstream connections they dial on
-//! one thread, and there is a lane per core. Lanes accept from the same
-//! listening socket: each new connection goes to whichever lane accepts it
-//! first, so an idle lane takes it sooner than a busy one.
+//! one thread, and there is a lane per core. Lanes do not accept for
+//! themselves: one acceptor on the main runtime hands each new connection
+//! to the lane holding the fewest open connections (`lane_dispatch.rs`).
 //!
 //! What a lane started lives on its runtime, so lanes keep running after
 //! they stop accepting, until [`Lanes::close`]: the gateway shuts those

@@ -10,17 +10,20 @@
 //! tells clients to wait 3 s) never gets it. Here:
 //!
 //! - every event of a request's stream is recorded in a log keyed
-//!   by `(session, rmcp's http request id)` while the stream is open, with
-//!   the messages the relay queued for that request merged in
+//!   by `(session, stream number)` while the stream is open, with the
+//!   messages the relay queued for that request merged in
 //!   (`downstream/request_streams.rs`: rmcp would send those on the `GET`
-//!   stream);
+//!   stream). The stream number is the gateway's own, unique in the
+//!   process, not rmcp's HTTP request id, which starts from 0 again when a
+//!   session wakes from sleep (`request_stream.rs`);
 //! - when the client drops the stream before it ends, a task keeps reading
 //!   it into the log until the response, and the log is kept for
 //!   60 s after that (`request_stream.rs`);
-//! - `GET` + `Last-Event-ID: <index>/<http request id>` on the same session
-//!   replays the events after that index and follows the log until the
-//!   response; an id of another session or of an unknown stream gets an
-//!   empty stream (rmcp answers an error from `resume` that way);
+//! - `GET` + `Last-Event-ID: <index>/<stream number>` (a queued message's
+//!   id: `<index>.<n>/<stream number>`) on the same session replays the
+//!   events after that one and follows the log until the response; an id
+//!   of another session or of an unknown stream gets an empty stream (rmcp
+//!   answers an error from `resume` that way);
 //! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
 //!   by one so that rmcp's "from this index" replay means "after this id",
 //!   and so that they no longer collide with the priming event's `0`. A
