@@ -114,31 +114,13 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         Err(message) => return Err(fail("", message)),
     };
 
+    let overrides = env_overrides();
     let figment = match format {
         FileFormat::Toml => Figment::from(Toml::string(&text)),
         FileFormat::Yaml => Figment::from(Yaml::string(&text)),
         FileFormat::Json => Figment::from(Json::string(&text)),
     }
-    .merge(
-        Env::prefixed("JUNCTION_")
-            .filter(|key| {
-                let key = key.as_str().to_ascii_lowercase();
-                [
-                    "server__",
-                    "mounts__",
-                    "timeouts__",
-                    "supervision__",
-                    "limits__",
-                    "telemetry__",
-                    "admin__",
-                ]
-                .iter()
-                .any(|section| key.starts_with(section))
-            })
-            .map(|key| env_key_path(key.as_str()).into())
-            // Last: each `filter`/`map` turns lowercasing back on.
-            .lowercase(false),
-    );
+    .merge(overrides.clone());
 
     let mut tree: Value = match figment.extract() {
         Ok(tree) => tree,
@@ -150,6 +132,8 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
             return Err(problems.into_error(origin));
         }
     };
+
+    keep_override_text(&mut tree, &overrides);
 
     let mut problems = Problems::default();
     let mut written = Vec::new();
@@ -171,6 +155,77 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
             Ok(config)
         }
         Err(problems) => Err(problems.into_error(origin)),
+    }
+}
+
+/// The `JUNCTION_…` environment overrides, keyed by config path.
+fn env_overrides() -> Env {
+    Env::prefixed("JUNCTION_")
+        .filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            [
+                "server__",
+                "mounts__",
+                "timeouts__",
+                "supervision__",
+                "limits__",
+                "telemetry__",
+                "admin__",
+            ]
+            .iter()
+            .any(|section| key.starts_with(section))
+        })
+        .map(|key| env_key_path(key.as_str()).into())
+        // Last: each `filter`/`map` turns lowercasing back on.
+        .lowercase(false)
+}
+
+/// figment reads an override's value as TOML-like data, so `8080`, `0123`
+/// and `true` arrive as numbers and booleans: a child's `PORT=8080` was
+/// refused as not a string (the value quoted in the error, a header's
+/// too), and a PIN `0123` would silently lose its zero. Wherever the
+/// config takes text, the override's text is put back exactly as set;
+/// only the numeric and boolean settings ([`takes_data`]) keep figment's
+/// reading. A quoted override (`"\"0123\""`) is figment's string already.
+fn keep_override_text(tree: &mut Value, overrides: &Env) {
+    for (key, text) in overrides.iter() {
+        let parsed: figment::value::Value = text.parse().expect("infallible");
+        let scalar = matches!(
+            parsed,
+            figment::value::Value::Num(..) | figment::value::Value::Bool(..)
+        );
+        let path: Vec<&str> = key.as_str().split('.').collect();
+        if !scalar || takes_data(&path) {
+            continue;
+        }
+        let place = path
+            .iter()
+            .try_fold(&mut *tree, |node, level| node.get_mut(*level));
+        if let Some(place) = place {
+            *place = Value::String(text);
+        }
+    }
+}
+
+/// The config paths whose values are numbers or booleans (or lists, read
+/// as figment reads them), rather than text.
+fn takes_data(path: &[&str]) -> bool {
+    match path {
+        ["mounts", _, "max_upstream_sessions" | "args"] => true,
+        ["mounts", _, "args", _] => false,
+        ["mounts", ..] => false,
+        [_, field] => matches!(
+            *field,
+            "allowed_hosts"
+                | "allowed_origins"
+                | "crash_loop_restarts"
+                | "max_sessions"
+                | "max_concurrent_requests"
+                | "max_body_size"
+                | "max_upstream_sessions"
+                | "enabled"
+        ),
+        _ => false,
     }
 }
 

@@ -30,17 +30,69 @@ pub struct RawServer {
 pub struct RawMount {
     // stdio upstream
     pub command: Option<String>,
-    pub args: Option<Vec<String>>,
-    pub env: Option<BTreeMap<String, String>>,
+    pub args: Option<Vec<Text>>,
+    pub env: Option<BTreeMap<String, Text>>,
     pub cwd: Option<String>,
     // Streamable HTTP upstream
     pub url: Option<String>,
-    pub headers: Option<BTreeMap<String, String>>,
+    pub headers: Option<BTreeMap<String, Text>>,
     // both
     pub namespace: Option<String>,
     pub isolation: Option<String>,
     pub timeouts: Option<RawMountTimeouts>,
     pub max_upstream_sessions: Option<usize>,
+}
+
+/// A command-line argument, an environment value or a header value: text,
+/// whatever it looks like. YAML reads `args: [--port, 8080]` and `PORT:
+/// 8080` as numbers, TOML `DEBUG = true` as a boolean; integers and
+/// booleans are taken as the text they are written as. A number with a
+/// fraction is refused (`3.10` would be read as 3.1), and no error here
+/// quotes the value, which may be a secret.
+#[derive(Debug, Clone)]
+pub struct Text(pub String);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl serde::de::Visitor<'_> for TextVisitor {
+            type Value = Text;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Text, E> {
+                Ok(Text(text.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Text, E> {
+                Ok(Text(text))
+            }
+            fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<Text, E> {
+                Ok(Text(number.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<Text, E> {
+                Ok(Text(number.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<Text, E> {
+                Ok(Text(flag.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Text, E> {
+                Err(E::custom(
+                    "a number with a fraction is not taken as text: write it in quotes",
+                ))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+/// The text of each of `values`.
+pub fn texts(values: Vec<Text>) -> Vec<String> {
+    values.into_iter().map(|text| text.0).collect()
+}
+
+/// `map` with its values' text.
+pub fn text_map(map: BTreeMap<String, Text>) -> BTreeMap<String, String> {
+    map.into_iter().map(|(key, text)| (key, text.0)).collect()
 }
 
 /// The `[timeouts]` table, and the same keys in `[mounts.NAME.timeouts]`.

@@ -240,6 +240,77 @@ fn env_overrides_keep_the_case_of_what_a_mount_names() {
     );
 }
 
+/// An override is the text it was set to wherever the config takes text
+/// (figment would read `8080` and `true` as data, `0123` as 123), and
+/// stays data where the config takes numbers and booleans.
+#[test]
+fn env_overrides_are_text_where_the_config_takes_text() {
+    let config = load_file(
+        "junction.toml",
+        "[mounts.loc]\ncommand = \"x\"\n[mounts.web]\nurl = \"http://h/mcp\"\n",
+        &[
+            ("JUNCTION_MOUNTS__LOC__ENV__PORT", "8080"),
+            ("JUNCTION_MOUNTS__LOC__ENV__PIN", "0123"),
+            ("JUNCTION_MOUNTS__LOC__ENV__DEBUG", "true"),
+            ("JUNCTION_MOUNTS__LOC__ENV__RATIO", "1.50"),
+            ("JUNCTION_MOUNTS__LOC__ENV__QUOTED", "\"007\""),
+            ("JUNCTION_MOUNTS__LOC__CWD", "2024"),
+            ("JUNCTION_MOUNTS__WEB__HEADERS__X_Api_Key", "08675309"),
+            ("JUNCTION_MOUNTS__WEB__MAX_UPSTREAM_SESSIONS", "3"),
+            ("JUNCTION_LIMITS__MAX_SESSIONS", "12"),
+            ("JUNCTION_ADMIN__ENABLED", "false"),
+        ],
+    )
+    .unwrap();
+    let UpstreamTransport::Stdio { env, cwd, .. } = &config.mounts[0].transport else {
+        panic!("a stdio mount");
+    };
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        env,
+        [
+            ("DEBUG", "true"),
+            ("PIN", "0123"),
+            ("PORT", "8080"),
+            ("QUOTED", "007"),
+            ("RATIO", "1.50"),
+        ]
+    );
+    assert_eq!(cwd.as_deref(), Some(std::path::Path::new("2024")));
+    let UpstreamTransport::StreamableHttp { headers, .. } = &config.mounts[1].transport else {
+        panic!("an HTTP mount");
+    };
+    assert_eq!(headers["X_Api_Key"], "08675309");
+    assert_eq!(config.mounts[1].max_upstream_sessions, Some(3));
+    assert_eq!(config.limits.max_sessions, 12);
+    assert!(!config.admin.enabled);
+}
+
+/// In a file, integers and booleans written where the config takes text
+/// are that text (YAML reads `8080` as a number); a fraction is refused
+/// without quoting the value, which may be a secret.
+#[test]
+fn file_numbers_where_text_is_taken() {
+    let config = parse(
+        "junction.yaml",
+        "mounts:\n  loc:\n    command: x\n    args: [--port, 8080, --verbose, true]\n    env: {PORT: 8080}\n",
+    )
+    .unwrap();
+    let UpstreamTransport::Stdio { args, env, .. } = &config.mounts[0].transport else {
+        panic!("a stdio mount");
+    };
+    assert_eq!(args, &["--port", "8080", "--verbose", "true"]);
+    assert_eq!(env["PORT"], "8080");
+    let found = problems(
+        "junction.toml",
+        "[mounts.web]\nurl = \"http://h/mcp\"\nheaders = { X = 1234.5678 }\n",
+    );
+    assert_eq!(
+        found,
+        ["mounts.web.headers.X: a number with a fraction is not taken as text: write it in quotes"]
+    );
+}
+
 #[test]
 fn env_keys_become_config_paths() {
     for (key, path) in [

@@ -13,8 +13,8 @@ use super::{
     defaults,
     problems::Problems,
     raw::{
-        RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize, RawSupervision,
-        RawTelemetry, RawTimeouts,
+        text_map, texts, RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize,
+        RawSupervision, RawTelemetry, RawTimeouts,
     },
     AdminConfig, Config, Isolation, Limits, MountConfig, MountTimeouts, ServerConfig, Supervision,
     TelemetryConfig, Timeouts, UpstreamTransport,
@@ -756,8 +756,8 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
             }
             Some(UpstreamTransport::Stdio {
                 command,
-                args: raw.args.unwrap_or_default(),
-                env: raw.env.unwrap_or_default(),
+                args: raw.args.map(texts).unwrap_or_default(),
+                env: raw.env.map(text_map).unwrap_or_default(),
                 cwd: raw.cwd.map(PathBuf::from),
             })
         }
@@ -775,7 +775,7 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     ok = false;
                 }
             }
-            let headers = raw.headers.unwrap_or_default();
+            let headers = raw.headers.map(text_map).unwrap_or_default();
             for (header, value) in &headers {
                 if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
                     problems.push(
