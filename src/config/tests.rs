@@ -311,6 +311,39 @@ fn file_numbers_where_text_is_taken() {
     );
 }
 
+/// The endpoint is one literal path: a path the router would read as a
+/// pattern (or refuse at start-up), or one the gateway serves something
+/// else on, is a config problem, not a panic or a lost endpoint later.
+#[test]
+fn the_endpoint_path_is_literal_and_not_reserved() {
+    for (path, problem) in [
+        ("/:mcp", "must not have a segment starting with `:` or `*`"),
+        (
+            "/mcp/*rest",
+            "must not have a segment starting with `:` or `*`",
+        ),
+        ("/{x}", "must not contain whitespace, `{`, `}`, `?` or `#`"),
+        (
+            "/mcp?x=1",
+            "must not contain whitespace, `{`, `}`, `?` or `#`",
+        ),
+        ("/metrics", "is reserved; use a path such as /mcp"),
+        ("/status.json", "is reserved; use a path such as /mcp"),
+        ("/healthz", "is reserved; use a path such as /mcp"),
+    ] {
+        let found = problems("junction.toml", &format!("[server]\npath = {path:?}\n"));
+        assert_eq!(
+            found,
+            [format!("server.path: {path:?} {problem}")],
+            "{path}"
+        );
+    }
+    for path in ["/mcp", "/v1/mcp/", "/a:b", "/team-x/mcp"] {
+        let config = parse("junction.toml", &format!("[server]\npath = {path:?}\n"));
+        assert_eq!(config.map(|config| config.server.path), Ok(path.to_owned()));
+    }
+}
+
 #[test]
 fn env_keys_become_config_paths() {
     for (key, path) in [

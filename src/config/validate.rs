@@ -300,13 +300,8 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         }
     };
     let path = raw.path.unwrap_or_else(|| defaults::PATH.to_owned());
-    if !path.starts_with('/') || path.contains(char::is_whitespace) {
-        problems.push("server.path", format!("{path:?} must start with `/`"));
-    } else if matches!(path.as_str(), "/" | "/healthz" | "/readyz") {
-        problems.push(
-            "server.path",
-            format!("{path:?} is reserved; use a path such as /mcp"),
-        );
+    if let Some(problem) = endpoint_path_problem(&path) {
+        problems.push("server.path", format!("{path:?} {problem}"));
     }
     let separator = match Separator::new(raw.separator.as_deref().unwrap_or(defaults::SEPARATOR)) {
         Ok(separator) => Some(separator),
@@ -382,6 +377,41 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         shutdown_grace: shutdown_grace?,
         request_read_timeout: request_read_timeout?,
     })
+}
+
+/// The paths the gateway serves besides the MCP endpoint (`/metrics` and
+/// the status pages are reserved even when `[admin]` is off or listens
+/// elsewhere, so turning it on never takes the endpoint's place).
+const RESERVED_PATHS: [&str; 6] = [
+    "/",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/status",
+    "/status.json",
+];
+
+/// What is wrong with `path` as the MCP endpoint's path, if anything. It
+/// is one literal route: the router would read `{x}` as a capture (any
+/// segment), refuse `:x` and `*x` segments at start-up, and `?` or `#`
+/// can never be part of a request's path.
+fn endpoint_path_problem(path: &str) -> Option<&'static str> {
+    if !path.starts_with('/') {
+        return Some("must start with `/`");
+    }
+    if path.contains(|c: char| c.is_whitespace() || matches!(c, '{' | '}' | '?' | '#')) {
+        return Some("must not contain whitespace, `{`, `}`, `?` or `#`");
+    }
+    if path
+        .split('/')
+        .any(|segment| segment.starts_with(':') || segment.starts_with('*'))
+    {
+        return Some("must not have a segment starting with `:` or `*`");
+    }
+    if RESERVED_PATHS.contains(&path) {
+        return Some("is reserved; use a path such as /mcp");
+    }
+    None
 }
 
 /// A positive duration such as `"30s"` or `"500ms"`, at most
