@@ -97,7 +97,7 @@ pub fn summary(origin: &str, config: &Config) -> String {
 
 /// What a mount runs or connects to. Header and env values are left out
 /// (they usually carry secrets); what came from `${VAR}` is shown as
-/// written, and a URL's password is masked.
+/// written, and a URL's secrets are masked ([`masked_url`]).
 fn target(config: &Config, mount: &MountConfig) -> String {
     let at = |field: &str| format!("mounts.{}.{field}", mount.name);
     match &mount.transport {
@@ -113,15 +113,86 @@ fn target(config: &Config, mount: &MountConfig) -> String {
                 .join(" ")
         }
         UpstreamTransport::StreamableHttp { url, .. } => {
-            if let Some(written) = config.as_written.get(&at("url")) {
-                return written.clone();
-            }
-            let mut url = url.clone();
-            if url.password().is_some() {
-                let _ = url.set_password(Some("***"));
-            }
-            url.to_string()
+            masked_url(config.shown(&at("url"), url.as_str()))
         }
+    }
+}
+
+/// `url`, parsed or as written (with `${VAR}` in it, so not parsed), with
+/// what is likely a secret masked: the password of its user info, and
+/// every query value (API keys often travel there) that is not a `${VAR}`
+/// already, which names the secret without showing it.
+fn masked_url(url: &str) -> String {
+    let (rest, fragment) = match url.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (url, None),
+    };
+    let (base, query) = match rest.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    let authority_start = base.find("://").map_or(0, |at| at + 3);
+    let authority_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |at| authority_start + at);
+    let authority = &base[authority_start..authority_end];
+    match authority.rfind('@').and_then(|at| {
+        let user_info = &authority[..at];
+        user_info.find(':').map(|colon| (&user_info[..colon], at))
+    }) {
+        Some((user, at)) => {
+            out.push_str(&base[..authority_start]);
+            out.push_str(user);
+            out.push_str(":***");
+            out.push_str(&base[authority_start + at..]);
+        }
+        None => out.push_str(base),
+    }
+    if let Some(query) = query {
+        let is_variable = |value: &str| {
+            value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
+        };
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((_, value)) if value.is_empty() || is_variable(value) => pair.to_owned(),
+                Some((key, _)) => format!("{key}=***"),
+                None if pair.is_empty() || is_variable(pair) => pair.to_owned(),
+                None => "***".to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
+#[cfg(test)]
+#[test]
+fn url_secrets_are_masked_as_written_or_parsed() {
+    for (url, shown) in [
+        ("https://h/mcp", "https://h/mcp"),
+        ("https://u:pw@h/mcp", "https://u:***@h/mcp"),
+        (
+            "https://user:hunter2@${HOST}/mcp",
+            "https://user:***@${HOST}/mcp",
+        ),
+        ("https://u@h/mcp", "https://u@h/mcp"),
+        (
+            "https://h/mcp?api_key=abc&profile=${PROFILE}&flag&x=",
+            "https://h/mcp?api_key=***&profile=${PROFILE}&***&x=",
+        ),
+        (
+            "https://h/a@b:c/mcp?k=v#top",
+            "https://h/a@b:c/mcp?k=***#top",
+        ),
+    ] {
+        assert_eq!(masked_url(url), shown, "{url}");
     }
 }
 
