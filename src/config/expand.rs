@@ -87,7 +87,9 @@ pub fn expand_str(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result
     Ok(out)
 }
 
-fn is_variable_name(name: &str) -> bool {
+/// What `${…}` may name: a letter or `_`, then letters, digits and `_`
+/// (a shell's variable names).
+pub fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

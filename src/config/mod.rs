@@ -13,6 +13,7 @@ mod validate;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use expand::is_variable_name;
 pub use load::{load, ConfigSource, EMBEDDED_DEFAULT};
 pub use problems::{ConfigError, Problem};
 

@@ -217,15 +217,17 @@ fn http(
         }
     }
     let mut headers = string_map(fields, "headers", path, inputs, issues)?;
-    headers.retain(|(name, _)| {
-        let valid = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok();
-        if !valid {
-            issues.push(Issue::lost(
-                format!("{path}.headers.{name}"),
-                "is not a valid HTTP header name; dropped",
-            ));
-        }
-        valid
+    headers.retain(|(name, value)| {
+        let problem = if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            "is not a valid HTTP header name; dropped"
+        } else if reqwest::header::HeaderValue::from_str(value).is_err() {
+            // Not echoed: a header's value is likely a secret.
+            "value is not a valid HTTP header value; dropped"
+        } else {
+            return true;
+        };
+        issues.push(Issue::lost(format!("{path}.headers.{name}"), problem));
+        false
     });
     for field in ["command", "args", "env", "cwd", "envFile"] {
         if fields.contains_key(field) {

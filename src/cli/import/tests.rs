@@ -283,6 +283,39 @@ fn dollars_that_are_not_references_stay_literal() {
     assert!(report(&translation).contains("${a b} has no Junction equivalent"));
 }
 
+/// What Junction's config would refuse is reported (and set aside), not
+/// written out with exit 0 for `junction check` to refuse next: a
+/// variable name starting with a digit, a header value with a newline.
+#[test]
+fn what_the_config_refuses_is_reported_not_written() {
+    let translation = import(json!({
+        "mcpServers": {
+            "vault": {"command": "x", "args": ["${1PASSWORD_TOKEN}", "${env:2FA}"]},
+            "web": {"url": "https://h/mcp", "headers": {"X-Key": "abc\ndef", "X-Ok": "fine"}}
+        }
+    }));
+    assert_eq!(lost(&translation), 3, "{}", report(&translation));
+    let report = report(&translation);
+    assert!(
+        report.contains(
+            "mcpServers.web.headers.X-Key: not translated: value is not a valid HTTP header value; dropped"
+        ),
+        "{report}"
+    );
+    assert!(!report.contains("abc"), "the value is echoed: {report}");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("junction.toml");
+    std::fs::write(&path, &translation.toml).expect("write the config");
+    let config = crate::config::load(&crate::config::ConfigSource::File(path))
+        .unwrap_or_else(|error| panic!("{error}\n{}", translation.toml));
+    let crate::config::UpstreamTransport::StreamableHttp { headers, .. } =
+        &config.mounts[1].transport
+    else {
+        panic!("an HTTP mount");
+    };
+    assert_eq!(headers.keys().collect::<Vec<_>>(), ["X-Ok"]);
+}
+
 #[test]
 fn invalid_files_are_rejected_whole() {
     for (text, expected) in [

@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use super::Issue;
+use crate::config::is_variable_name;
 
 /// A VS Code `inputs` entry, for naming it in the report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,11 +129,6 @@ fn reference(body: &str, inputs: &Inputs, path: &str, issues: &mut Vec<Issue>) -
         format!("{original} has no Junction equivalent; it is kept as literal text"),
     ));
     format!("$${{{body}}}")
-}
-
-/// What Junction accepts inside `${…}`: letters, digits and `_`.
-fn is_variable_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// An environment variable name for an input id or editor variable:
