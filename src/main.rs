@@ -31,7 +31,7 @@ struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Listen address, overriding `server.listen` (port 0 picks a free port).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, global = true, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// Log line format on stderr, overriding `telemetry.log_format`.
     #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
@@ -43,8 +43,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the gateway (the default).
+    #[command(
+        after_help = "Examples:\n  junction serve --config junction.toml --listen 0.0.0.0:8080\n  junction serve --log-format json\n\nExit codes: 0 stopped by SIGTERM or Ctrl-C; 1 could not serve (e.g. the\naddress is in use); 2 invalid config or command line."
+    )]
     Serve,
     /// Run Junction's small demo MCP server on stdin/stdout.
+    #[command(
+        after_help = "Examples:\n  junction demo-server                        on stdin/stdout, as a mount runs it\n  junction demo-server --http 127.0.0.1:9000  Streamable HTTP at /mcp\n\nExit codes: 0 its client closed stdin; 1 it could not serve; 2 invalid\ncommand line."
+    )]
     DemoServer {
         /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio.
         #[arg(long, value_name = "ADDR")]
@@ -113,13 +119,24 @@ fn main() -> ExitCode {
         }
         _ => "info,rmcp=warn",
     };
-    if cli.listen.is_some()
-        && matches!(
-            cli.command,
-            Some(Command::Check { .. } | Command::Tools { .. } | Command::Import { .. })
-        )
-    {
-        eprintln!("junction: --listen only applies when serving");
+    // Both flags are global (so `junction serve --listen ADDR` works); a
+    // command they do not apply to refuses them rather than ignoring them.
+    let misplaced = match &cli.command {
+        Some(Command::Check { .. } | Command::Tools { .. } | Command::Import { .. })
+            if cli.listen.is_some() =>
+        {
+            Some("--listen only applies when serving")
+        }
+        Some(Command::DemoServer { .. }) if cli.listen.is_some() => {
+            Some("demo-server takes --http ADDR, not --listen")
+        }
+        Some(Command::DemoServer { .. }) if cli.config.is_some() => {
+            Some("demo-server reads no config; --config does not apply")
+        }
+        _ => None,
+    };
+    if let Some(message) = misplaced {
+        eprintln!("junction: {message}");
         return ExitCode::from(EXIT_CONFIG);
     }
     let log_format = cli.log_format.as_deref().map(|format| match format {

@@ -219,3 +219,28 @@ async fn env_override_moves_the_endpoint() {
     let readyz: Value = gateway.wait_ready().await;
     assert_eq!(readyz["ready"], true);
 }
+
+/// `--listen` and `--config` may follow `serve` as they may precede it.
+#[tokio::test]
+async fn serve_takes_listen_after_the_subcommand() {
+    let mut command = junction_command();
+    command.args(["serve", "--listen", "127.0.0.1:0"]);
+    let mut proc = Proc::spawn("junction serve", command);
+    let line = proc.wait_for_line("listening on ", START_TIMEOUT).await;
+    assert!(parse_listening(&line).ip().is_loopback(), "{line}");
+}
+
+/// A flag the demo server does not use is refused, not silently ignored.
+#[tokio::test]
+async fn demo_server_refuses_gateway_flags() {
+    for (args, says) in [
+        (vec!["demo-server", "--listen", "127.0.0.1:0"], "--http"),
+        (vec!["--config", "junction.toml", "demo-server"], "--config"),
+    ] {
+        let mut command = junction_command();
+        command.args(&args);
+        let (status, _, stderr) = run_to_exit("junction demo-server", command, EXIT_TIMEOUT).await;
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
