@@ -99,6 +99,11 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
             MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
         });
         discovery::replace_kind(&mut catalog, kind, fresh);
+        // Its `tools/list` must then keep `execution`, as for a mount's
+        // own catalog (see `TaskToolsListed`).
+        if !catalog.tool_execution.is_empty() {
+            gateway.task_tools().saw_one();
+        }
         catalog
     });
     if let Some(peer) = state.peer() {

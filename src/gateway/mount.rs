@@ -423,7 +423,12 @@ impl Mount {
             None if profile_session.profile != ClientProfile::FULL => Vec::new(),
             None => vec![ListKind::Tools, ListKind::Prompts, ListKind::Resources],
             Some(old) => [
-                (ListKind::Tools, old.tools != catalog.tools),
+                // `execution` is kept beside the tools (rmcp's `Tool` has
+                // no such field): a change to it alone is a change too.
+                (
+                    ListKind::Tools,
+                    old.tools != catalog.tools || old.tool_execution != catalog.tool_execution,
+                ),
                 (ListKind::Prompts, old.prompts != catalog.prompts),
                 (
                     ListKind::Resources,

@@ -138,3 +138,25 @@ async def test_task_progress_after_its_creation_reaches_the_client(start_gateway
 
             assert await wait_until(lambda: len(mine()) == 2, 5), f"progress seen: {[dump(p) for p in peer.progress()]}"
             assert mine() == [1, 2]
+
+
+async def test_task_tools_a_session_upstream_reveals_keep_execution(start_gateway) -> None:
+    """A per-session upstream that lists a task tool only after its
+    `list_changed` (none of the gateway's catalogs had one before): the
+    session's `tools/list` must still carry the tool's `execution`, or the
+    client calls it without `task` and a task-required tool refuses."""
+    gateway = start_gateway(
+        '[server]\nlisten = "127.0.0.1:0"\n\n'
+        f"[mounts.calc]\ncommand = {toml_str(sys.executable)}\n"
+        f'args = [{toml_str(str(FIXTURE))}, "stdio-hidden"]\nisolation = "per_session"\n'
+    )
+    peer = Peer("A")
+    with anyio.fail_after(60):
+        async with connect(gateway.mcp_url, peer) as c:
+            assert [t.name for t in await list_all_tools(c)] == ["calc__reveal"]
+            revealed = await c.call_tool("calc__reveal", {})
+            assert text_of(revealed) == "revealed", dump(revealed)
+            assert await wait_until(lambda: len(peer.of(types.ToolListChangedNotification)) >= 1, 10), "no tools/list_changed"
+            tools = {t.name: t for t in await list_all_tools(c)}
+            add = tools["calc__add"]
+            assert add.execution is not None and add.execution.task_support == "optional", dump(add)
