@@ -290,3 +290,34 @@ async fn a_reload_never_makes_a_ready_gateway_unready() {
     assert_eq!(readyz_mount(&body, "late")["state"], "starting", "{body}");
     assert_eq!(body["ready"], true, "{body}");
 }
+
+/// Two pass-through mounts offer the same names and the first in the file
+/// serves them: a reload that only swaps their order changes what every
+/// name reaches, so clients are told their lists changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_reorders_pass_through_mounts_is_announced() {
+    let config = |first: &str, second: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n{}{}",
+            stdio_demo_mount(first, "namespace = \"\""),
+            stdio_demo_mount(second, "namespace = \"\""),
+        )
+    };
+    let gateway = Gateway::start(&config("one", "two")).await;
+    let client = gateway.connect().await;
+    let pid_before = call_pid(&client, "pid").await;
+    let list_changes_before = client.service().tool_list_changes();
+
+    rewrite_config(&gateway.config_path, &config("two", "one"));
+    let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
+    assert!(line.contains("unchanged=2"), "{line}");
+    eventually(
+        "tools/list_changed after the reorder",
+        RELOAD_TIMEOUT,
+        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
+    )
+    .await;
+    let pid_after = call_pid(&client, "pid").await;
+    assert_ne!(pid_after, pid_before, "the first mount still serves `pid`");
+    close(client).await;
+}

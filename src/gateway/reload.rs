@@ -93,6 +93,14 @@ impl Gateway {
             }
         }
 
+        // Document order decides who wins a name two pass-through mounts
+        // offer: a reload that only reorders them changes what a name
+        // reaches, which clients must be told like any other change.
+        let reordered = !running
+            .iter()
+            .map(|mount| &mount.config.name)
+            .eq(next.iter().map(|mount| &mount.config.name));
+
         // Swap first, so that from here every lookup by name finds the new
         // mount; then start the new ones and retire the old.
         self.config.store(Arc::new(new));
@@ -101,7 +109,7 @@ impl Gateway {
         for mount in &started {
             mount.start();
         }
-        if outcome.changed_anything() {
+        if outcome.changed_anything() || reordered {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_| true);
             }
