@@ -2,12 +2,18 @@
 //!
 //! Tools and prompts become `{namespace}{separator}{name}`; resource and
 //! template URIs become `{namespace}+{uri}`, which is still a valid URI (the
-//! namespace reads as a URI scheme prefix). An empty namespace passes names
-//! through unchanged. Both rewrites are pure string functions so they can be
+//! namespace reads as a URI scheme prefix), except MCP Apps' `ui://` URIs,
+//! which hosts render only with that scheme: `ui://{namespace}/{rest}`. An
+//! empty namespace passes names through unchanged. Both rewrites are pure string functions so they can be
 //! tested (and fuzzed) alone; the types make an unchecked mount name or
 //! namespace unrepresentable.
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Cow, fmt, sync::Arc};
+
+/// The scheme of MCP Apps' UI resources (a tool's `_meta.ui.resourceUri`).
+/// Hosts render a UI only from a URI starting with it, so a namespace goes
+/// after it rather than before.
+pub const UI_SCHEME: &str = "ui://";
 
 /// Mount names and namespaces: `^[a-z][a-z0-9-]{0,31}$`. Neither `_` nor `+`
 /// can appear, so the default separator `__` and the URI marker `+` always
@@ -131,27 +137,43 @@ impl Namespace {
             .filter(|name| !name.is_empty())
     }
 
-    /// `demo://x` → `everything+demo://x`.
+    /// `demo://x` → `everything+demo://x`; `ui://x/app` →
+    /// `ui://everything/x/app`.
     pub fn qualify_uri(&self, uri: &str) -> String {
         if self.is_pass_through() {
             return uri.to_owned();
         }
         let mut out = String::with_capacity(self.0.len() + 1 + uri.len());
+        if let Some(rest) = uri.strip_prefix(UI_SCHEME) {
+            out.push_str(UI_SCHEME);
+            out.push_str(&self.0);
+            out.push('/');
+            out.push_str(rest);
+            return out;
+        }
         out.push_str(&self.0);
         out.push('+');
         out.push_str(uri);
         out
     }
 
-    /// `everything+demo://x` → `demo://x`; `None` when not in this namespace.
-    pub fn unqualify_uri<'a>(&self, qualified: &'a str) -> Option<&'a str> {
+    /// `everything+demo://x` → `demo://x`, `ui://everything/x/app` →
+    /// `ui://x/app`; `None` when not in this namespace. Only what
+    /// [`Self::qualify_uri`] makes comes back (`everything+ui://x` does not:
+    /// it is not how a `ui://` URI is qualified).
+    pub fn unqualify_uri<'a>(&self, qualified: &'a str) -> Option<Cow<'a, str>> {
         if self.is_pass_through() {
-            return Some(qualified);
+            return Some(Cow::Borrowed(qualified));
+        }
+        if let Some(rest) = qualified.strip_prefix(UI_SCHEME) {
+            let rest = rest.strip_prefix(&*self.0)?.strip_prefix('/')?;
+            return Some(Cow::Owned(format!("{UI_SCHEME}{rest}")));
         }
         qualified
             .strip_prefix(&*self.0)?
             .strip_prefix('+')
-            .filter(|uri| !uri.is_empty())
+            .filter(|uri| !uri.is_empty() && !uri.starts_with(UI_SCHEME))
+            .map(Cow::Borrowed)
     }
 }
 
@@ -183,7 +205,7 @@ mod tests {
     fn check_uri(namespace: &str, uri: &str, qualified: &str) {
         let namespace = ns(namespace);
         assert_eq!(namespace.qualify_uri(uri), qualified);
-        assert_eq!(namespace.unqualify_uri(qualified), Some(uri));
+        assert_eq!(namespace.unqualify_uri(qualified).as_deref(), Some(uri));
         if !namespace.is_pass_through() {
             assert!(
                 url::Url::parse(qualified).is_ok() || url::Url::parse(uri).is_err(),
@@ -221,6 +243,59 @@ mod tests {
             "t+test://template/{id}/data",
         );
         check_uri("", "demo://x", "demo://x");
+        // MCP Apps: hosts render only `ui://` URIs.
+        check_uri(
+            "apps",
+            "ui://weather/forecast",
+            "ui://apps/weather/forecast",
+        );
+        check_uri("apps", "ui://x", "ui://apps/x");
+        check_uri("", "ui://x", "ui://x");
+    }
+
+    /// The fuzz target's two URI properties (`rewrite_names`), over the
+    /// inputs near the `ui://` rule: what qualifies comes back, and what
+    /// comes back qualifies to what was given.
+    #[test]
+    fn uri_rules_hold_around_the_ui_scheme() {
+        let items = [
+            "ui://",
+            "ui://x",
+            "ui://a/x",
+            "ui:/x",
+            "UI://x",
+            "a+ui://x",
+            "ui://a",
+            "a+",
+            "ui://ab/x",
+            "demo://x",
+            "",
+        ];
+        for namespace in ["a", "ab", ""].map(ns) {
+            for item in items {
+                if !item.is_empty() || namespace.is_pass_through() {
+                    let qualified = namespace.qualify_uri(item);
+                    assert_eq!(namespace.unqualify_uri(&qualified).as_deref(), Some(item));
+                }
+                if let Some(original) = namespace.unqualify_uri(item) {
+                    assert_eq!(
+                        namespace.qualify_uri(&original),
+                        item,
+                        "{namespace}: {item}"
+                    );
+                }
+                for other in ["a", "ab"].map(ns).into_iter().filter(|o| *o != namespace) {
+                    if !namespace.is_pass_through() && !item.is_empty() {
+                        let qualified = namespace.qualify_uri(item);
+                        assert_eq!(
+                            other.unqualify_uri(&qualified),
+                            None,
+                            "{other} claims {qualified}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -234,6 +309,11 @@ mod tests {
         assert_eq!(ns("a").unqualify_uri("ab+demo://x"), None);
         assert_eq!(ns("a").unqualify_uri("a+"), None);
         assert_eq!(ns("a").unqualify_uri("demo://x"), None);
+        assert_eq!(ns("a").unqualify_uri("ui://b/x"), None);
+        assert_eq!(ns("a").unqualify_uri("ui://ab/x"), None);
+        assert_eq!(ns("a").unqualify_uri("ui://a"), None);
+        // Not how a `ui://` URI is qualified: nothing qualifies to it.
+        assert_eq!(ns("a").unqualify_uri("a+ui://x"), None);
     }
 
     #[test]

@@ -2,15 +2,18 @@
 //!
 //! Lists are rewritten by the catalog; this covers what flows through calls:
 //! `resource_link` and embedded `resource` content in tool results and
-//! prompt messages, and `contents[].uri` of `resources/read`. Everything
-//! else in a result (text, `structuredContent`, `_meta`, `isError`) is left
-//! exactly as the upstream sent it.
+//! prompt messages, `contents[].uri` of `resources/read`, and the UI an MCP
+//! App names in `_meta` ([`qualify_ui_meta`]; the catalog applies it to
+//! listed tools too). Everything else in a result (text,
+//! `structuredContent`, the rest of `_meta`, `isError`) is left exactly as
+//! the upstream sent it.
 
 use rmcp::model::{
-    CallToolResult, ContentBlock, GetPromptResult, ReadResourceResult, ResourceContents,
+    CallToolResult, ContentBlock, GetPromptResult, JsonObject, ReadResourceResult, ResourceContents,
 };
+use serde_json::Value;
 
-use crate::naming::Namespace;
+use crate::naming::{Namespace, UI_SCHEME};
 
 pub fn qualify_tool_result(namespace: &Namespace, result: &mut CallToolResult) {
     if namespace.is_pass_through() {
@@ -19,6 +22,30 @@ pub fn qualify_tool_result(namespace: &Namespace, result: &mut CallToolResult) {
     for content in &mut result.content {
         qualify_content(namespace, content);
     }
+    if let Some(meta) = result.meta.as_mut() {
+        qualify_ui_meta(namespace, meta);
+    }
+}
+
+/// An MCP App's UI: `_meta.ui.resourceUri` (or the older
+/// `_meta["ui/resourceUri"]`) on a tool, and on some servers' call results,
+/// is the `ui://` URI the host reads next. It is qualified like the URI
+/// the host finds in `resources/list`, so the read comes back to this
+/// mount; other `_meta` is the upstream's.
+pub fn qualify_ui_meta(namespace: &Namespace, meta: &mut JsonObject) {
+    let qualify = |uri: Option<&mut Value>| {
+        if let Some(Value::String(uri)) = uri {
+            if uri.starts_with(UI_SCHEME) {
+                *uri = namespace.qualify_uri(uri);
+            }
+        }
+    };
+    qualify(
+        meta.get_mut("ui")
+            .and_then(Value::as_object_mut)
+            .and_then(|ui| ui.get_mut("resourceUri")),
+    );
+    qualify(meta.get_mut("ui/resourceUri"));
 }
 
 pub fn qualify_prompt_result(namespace: &Namespace, result: &mut GetPromptResult) {
@@ -70,6 +97,25 @@ mod tests {
 
     fn namespace() -> Namespace {
         Namespace::new("ev").unwrap()
+    }
+
+    #[test]
+    fn an_apps_ui_is_qualified_where_hosts_look_for_it() {
+        let mut meta: JsonObject = serde_json::from_value(json!({
+            "ui": {"resourceUri": "ui://weather/forecast", "prefersBorder": true},
+            "ui/resourceUri": "ui://weather/forecast",
+            "other": "ui://left/alone",
+        }))
+        .unwrap();
+        qualify_ui_meta(&namespace(), &mut meta);
+        assert_eq!(
+            Value::Object(meta),
+            json!({
+                "ui": {"resourceUri": "ui://ev/weather/forecast", "prefersBorder": true},
+                "ui/resourceUri": "ui://ev/weather/forecast",
+                "other": "ui://left/alone",
+            })
+        );
     }
 
     #[test]

@@ -170,7 +170,7 @@ fn check_naming(namespace: &Namespace, separator: &Separator, item: &str) {
         );
         let qualified = namespace.qualify_uri(item);
         assert_eq!(
-            namespace.unqualify_uri(&qualified),
+            namespace.unqualify_uri(&qualified).as_deref(),
             Some(item),
             "URI {item:?} qualified as {qualified:?} does not come back"
         );
@@ -190,7 +190,7 @@ fn check_naming(namespace: &Namespace, separator: &Separator, item: &str) {
         assert_eq!(namespace.qualify_name(separator, original), item);
     }
     if let Some(original) = namespace.unqualify_uri(item) {
-        assert_eq!(namespace.qualify_uri(original), item);
+        assert_eq!(namespace.qualify_uri(&original), item);
     }
 }
 
@@ -217,7 +217,7 @@ fn strip_uri(namespace: &Namespace, uri: &mut String) {
     let original = namespace
         .unqualify_uri(uri)
         .unwrap_or_else(|| panic!("rewritten URI {uri:?} is not in namespace {namespace}"));
-    *uri = original.to_owned();
+    *uri = original.into_owned();
 }
 
 fn strip_contents(namespace: &Namespace, contents: &mut ResourceContents) {

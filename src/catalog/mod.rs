@@ -134,6 +134,9 @@ impl MergedCatalog {
                 }
                 let mut tool = tool.clone();
                 tool.name = name.into();
+                if let Some(meta) = tool.meta.as_mut() {
+                    crate::rewrite::qualify_ui_meta(&view.namespace, meta);
+                }
                 merged.tools.push(tool);
             }
             for prompt in &view.catalog.prompts {

@@ -48,7 +48,7 @@ impl MergedCatalog {
             }
             namespace.unqualify_uri(uri).map(|original| Route {
                 mount: mount.clone(),
-                original: original.into(),
+                original: Arc::from(original),
             })
         });
         prefixed.or_else(|| {
