@@ -118,13 +118,27 @@ pub fn translate(text: &str, origin: &str) -> Result<Translation, InvalidInput> 
     let mut issues = Vec::new();
     let mut items = Vec::new();
     let mut taken: Vec<String> = Vec::new();
+    // A key that is a valid mount name already keeps it: another key that
+    // only sanitizes to it (`brave_search` before `brave-search`) takes a
+    // suffix instead, whatever the order in the file.
+    let valid_keys: Vec<String> = document
+        .entries
+        .iter()
+        .map(|entry| entry.key.clone())
+        .filter(|key| crate::naming::is_valid_mount_name(key))
+        .collect();
     let mut imported = 0;
     let mut skipped = 0;
     for entry in &document.entries {
         let mut entry_issues = Vec::new();
         match server::translate(entry, &document.inputs, &mut entry_issues) {
             Ok(mount) => {
-                let name = mount_name::sanitize(&entry.key, &taken);
+                let name = if valid_keys.contains(&entry.key) && !taken.contains(&entry.key) {
+                    entry.key.clone()
+                } else {
+                    let avoid: Vec<String> = taken.iter().chain(&valid_keys).cloned().collect();
+                    mount_name::sanitize(&entry.key, &avoid)
+                };
                 if name != entry.key {
                     issues.push(Issue::note(
                         &entry.path,

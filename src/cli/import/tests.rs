@@ -362,17 +362,30 @@ fn mount_names_are_sanitized_and_unique() {
     );
 }
 
+/// Two keys that sanitize to one name: the key that is that name already
+/// keeps it (its tools stay `my-server__…`), wherever it is in the file;
+/// the other takes a suffix.
 #[test]
 fn duplicate_sanitized_names_get_suffixes() {
+    for servers in [
+        json!({"my_server": {"command": "a"}, "my-server": {"command": "b"}}),
+        json!({"my-server": {"command": "b"}, "my_server": {"command": "a"}}),
+    ] {
+        let translation = import(json!({ "mcpServers": servers }));
+        let config = parsed(&translation);
+        assert_eq!(config["mounts"]["my-server"]["command"].as_str(), Some("b"));
+        assert_eq!(
+            config["mounts"]["my-server-2"]["command"].as_str(),
+            Some("a")
+        );
+    }
     let translation = import(json!({
-        "mcpServers": {"my_server": {"command": "a"}, "my-server": {"command": "b"}}
+        "mcpServers": {"a_b": {"command": "x"}, "a-b": {"command": "y"}, "a.b": {"command": "z"}}
     }));
     let config = parsed(&translation);
-    assert_eq!(config["mounts"]["my-server"]["command"].as_str(), Some("a"));
-    assert_eq!(
-        config["mounts"]["my-server-2"]["command"].as_str(),
-        Some("b")
-    );
+    assert_eq!(config["mounts"]["a-b"]["command"].as_str(), Some("y"));
+    assert_eq!(config["mounts"]["a-b-2"]["command"].as_str(), Some("x"));
+    assert_eq!(config["mounts"]["a-b-3"]["command"].as_str(), Some("z"));
 }
 
 #[test]
