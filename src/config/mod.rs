@@ -254,8 +254,10 @@ pub mod defaults {
     pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
     /// Long enough that a client between two steps of one task stays awake.
     pub const SESSION_HIBERNATE_AFTER: Duration = Duration::from_secs(60);
-    /// Long enough for a typical tool call to finish; short enough for an
-    /// orchestrator's own kill timeout (Kubernetes: 30 s).
+    /// Long enough for a typical tool call to finish; short enough that
+    /// with the teardown after it (up to 21 s, README "Operating") it fits
+    /// an orchestrator's kill timeout of 45 s (deploy/kubernetes sets that;
+    /// Kubernetes' default of 30 s covers the usual case, not the worst).
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
     /// Far longer than any client on a working network needs to send a
     /// request, and longer than the 90 s reqwest's and Go's clients keep

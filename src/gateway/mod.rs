@@ -89,7 +89,11 @@ pub struct Gateway {
 /// the downstream sessions and closing their per-session upstreams may take
 /// before the process exits anyway (stdio children are then killed with
 /// their process group on drop). Closing a child is EOF, then SIGTERM, then
-/// SIGKILL, which rmcp bounds well within this.
+/// SIGKILL, `upstream::child::EXIT_WAIT` apart (6 s, 9 s if its stdin is
+/// blocked): a child that ignores the first two is still being closed when
+/// this runs out, and dies with its group as the process exits. The shared
+/// mounts are closed after this, with no limit of their own (README,
+/// "Operating": the whole teardown's worst case).
 pub const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long a list call waits for a per-session mount's first discovery
