@@ -177,3 +177,38 @@ async fn a_session_asleep_keeps_its_place_under_max_sessions() {
     );
     raw::assert_echoes(&http, &url, &session).await;
 }
+
+/// A session in use is not idle, whichever path answers it: a session
+/// that cannot sleep (its per-session upstream is open), without a GET
+/// stream, used only by quick tool calls and first-page lists (answered
+/// before rmcp's session worker sees them) outlives `session_idle_timeout`
+/// many times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_use_outlives_the_idle_timeout() {
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"1s\"\n\n{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let started = std::time::Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let body = if calls % 2 == 0 {
+            request(
+                10 + calls,
+                "tools/call",
+                json!({"name": "own__echo", "arguments": {"message": "here"}}),
+            )
+        } else {
+            request(10 + calls, "tools/list", json!({}))
+        };
+        let answer = raw::post(&http, &url, Some(&session), JSON_POST, body).await;
+        assert_eq!(answer.status, StatusCode::OK, "request {calls}: {answer:?}");
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(calls >= 10, "only {calls} requests in 4 s");
+}

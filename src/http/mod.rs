@@ -46,7 +46,10 @@ mod whole_body;
 pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let server = &gateway.config().server;
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(server.session_idle_timeout);
+    // Idle sessions are ended by the gateway's sweep (`resumable`): rmcp's
+    // timer would see only requests that reach its session worker, and
+    // end sessions kept busy by quick answers.
+    sessions.session_config.keep_alive = None;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(server.allowed_hosts.clone())
         .with_cancellation_token(shutdown);

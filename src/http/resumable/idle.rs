@@ -150,6 +150,21 @@ impl Activity {
         }
     }
 
+    /// Awake sessions unused for `limit` with no stream open: idle, for
+    /// `session_idle_timeout`. Left as they are (the caller ends them).
+    pub(super) fn idle_for(&self, limit: Duration) -> Vec<SessionId> {
+        let now = Instant::now();
+        lock(&self.sessions)
+            .iter()
+            .filter(|(_, entry)| {
+                entry.phase == Phase::Awake
+                    && entry.open_streams == 0
+                    && now.duration_since(entry.last_used) >= limit
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Awake sessions unused for `after` with no stream open, now marked
     /// `Closing` (the caller settles each one).
     pub(super) fn begin_sleep(&self, after: Duration) -> Vec<SessionId> {
@@ -240,6 +255,25 @@ mod tests {
         activity.set_phase(&quiet, Phase::Asleep);
         assert_eq!(activity.used(&quiet).await, Some(Phase::Asleep));
         assert_eq!(activity.used(&"unknown".into()).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_means_unused_with_no_stream_open() {
+        let activity = Arc::new(Activity::default());
+        let (quiet, streaming, busy): (SessionId, SessionId, SessionId) =
+            ("quiet".into(), "streaming".into(), "busy".into());
+        for id in [&quiet, &streaming, &busy] {
+            activity.created(id);
+        }
+        let _stream = activity.stream_opened(&streaming);
+        tokio::time::advance(Duration::from_millis(20)).await;
+        activity.used(&busy).await;
+        assert_eq!(
+            activity.idle_for(Duration::from_millis(10)),
+            std::slice::from_ref(&quiet)
+        );
+        // Still there: ending it is the caller's.
+        assert_eq!(activity.used(&quiet).await, Some(Phase::Awake));
     }
 
     #[tokio::test(start_paused = true)]

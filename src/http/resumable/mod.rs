@@ -89,6 +89,11 @@ pub struct ResumableSessions {
     /// When each session was last used, for putting idle ones to sleep.
     activity: Arc<Activity>,
     hibernation: Arc<Hibernation>,
+    /// `session_idle_timeout`: an awake session unused this long, with no
+    /// stream open, is ended here (rmcp's own idle timer is off: it sees
+    /// only the requests that reach its session worker, not those answered
+    /// before it, so it would end sessions in use).
+    idle_timeout: Duration,
     /// For the requests answered before rmcp's handler.
     gateway: Weak<Gateway>,
     /// Calls answered before rmcp's handler, until answered or handed over.
@@ -110,6 +115,7 @@ impl ResumableSessions {
             task_tools,
             activity: Arc::default(),
             hibernation,
+            idle_timeout: gateway.config().server.session_idle_timeout,
             gateway: Arc::downgrade(gateway),
             quick_calls: Arc::default(),
         }
@@ -120,10 +126,17 @@ impl ResumableSessions {
         self.activity.used(id).await.is_some()
     }
 
-    /// Puts the sessions idle long enough to sleep, and ends those asleep
-    /// past their idle timeout (see `downstream::hibernation`). Returns
-    /// how many fell asleep.
+    /// Ends the awake sessions idle for `session_idle_timeout`, puts the
+    /// sessions idle long enough to sleep, and ends those asleep past their
+    /// idle timeout (see `downstream::hibernation`). Returns how many fell
+    /// asleep.
     pub async fn sweep(&self) -> usize {
+        for id in self.activity.idle_for(self.idle_timeout) {
+            tracing::debug!(session = %id, "idle session ended");
+            if let Err(error) = self.close_session(&id).await {
+                tracing::debug!(%error, "ending an idle session");
+            }
+        }
         let Some(after) = self.hibernation.after() else {
             return 0;
         };
@@ -160,12 +173,16 @@ impl ResumableSessions {
 }
 
 /// Sweeps `sessions` (see [`ResumableSessions::sweep`]) for as long as
-/// they exist, a few times per `session_hibernate_after`.
+/// they exist, a few times per `session_hibernate_after` (or
+/// `session_idle_timeout`, if shorter or without sleep).
 pub fn spawn_sweeper(sessions: &Arc<ResumableSessions>) {
-    let Some(after) = sessions.hibernation.after() else {
-        return;
-    };
-    let every = (after / 4).clamp(Duration::from_millis(50), Duration::from_secs(15));
+    let shortest = sessions
+        .hibernation
+        .after()
+        .map_or(sessions.idle_timeout, |after| {
+            after.min(sessions.idle_timeout)
+        });
+    let every = (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(15));
     let sessions = Arc::downgrade(sessions);
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
