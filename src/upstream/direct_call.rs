@@ -52,7 +52,7 @@ use rmcp::{
     },
 };
 use serde::Deserialize;
-use sse_stream::{Sse, SseStream};
+use sse_stream::SseStream;
 use tokio::sync::mpsc;
 
 use super::{
@@ -66,12 +66,15 @@ use super::{
 
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
-/// How often a broken answer stream is resumed before the request fails.
+/// How often in a row a broken answer stream is resumed without anything
+/// new on it before the request fails. A resume that brings a new event
+/// starts the count again: a server may close a long call's stream at every
+/// step on purpose and expect it resumed (SEP-1699 polling); the request's
+/// own timeout bounds the whole.
 const MAX_RESUMES: usize = 3;
-/// The wait before resuming when the server named none (`retry`).
+/// The wait before resuming when the server named none (`retry`); one it
+/// names is kept to, within the request's timeout.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
-/// The longest wait before resuming that the server may ask for.
-const MAX_RETRY: Duration = Duration::from_secs(10);
 /// How long the rest of an answer stream is read after the answer, so its
 /// connection goes back to the pool (rmcp's client does the same).
 const DRAIN_AFTER_ANSWER: Duration = Duration::from_millis(50);
@@ -270,15 +273,21 @@ impl DirectCalls {
                     Some(Err(error)) => break Some(error.to_string()),
                     Some(Ok(event)) => {
                         if let Some(id) = event.id.as_ref().filter(|id| !id.is_empty()) {
+                            if last_event_id.as_ref() != Some(id) {
+                                resumes = 0;
+                            }
                             last_event_id = Some(id.clone());
                         }
                         if let Some(millis) = event.retry {
-                            retry = Duration::from_millis(millis).min(MAX_RETRY);
+                            retry = Duration::from_millis(millis);
                         }
-                        let Sse {
-                            data: Some(data), ..
-                        } = event
-                        else {
+                        // Only `message` events (the default) carry
+                        // JSON-RPC; others (a server's own heartbeats) are
+                        // skipped, as rmcp's reader does.
+                        if event.event.as_deref().is_some_and(|kind| kind != "message") {
+                            continue;
+                        }
+                        let Some(data) = event.data else {
                             continue;
                         };
                         if data.trim().is_empty() {
@@ -389,13 +398,13 @@ impl DirectCalls {
         if let Some(answer) = answer_to(id, bytes) {
             return Some(answer);
         }
-        // Anything else is read as rmcp reads it.
+        // Anything else is read as rmcp reads it, and skipped as rmcp
+        // skips what it cannot read: one odd event is not the call's end.
         let message = match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
             Ok(message) => message,
             Err(error) => {
-                return Some(Err(transport(unexpected(format!(
-                    "not a JSON-RPC message on the answer stream: {error}"
-                )))))
+                tracing::debug!(%error, "skipped an event on an answer stream: not a JSON-RPC message");
+                return None;
             }
         };
         if let JsonRpcMessage::Error(error) = &message {
@@ -550,7 +559,9 @@ mod tests {
     /// An upstream whose answer stream breaks after its first event, and
     /// which answers the resuming `GET` with the answer; returns its URL
     /// and the text of every request it read.
-    async fn breaking_upstream() -> (reqwest::Url, Arc<std::sync::Mutex<Vec<String>>>) {
+    async fn breaking_upstream(
+        closes: usize,
+    ) -> (reqwest::Url, Arc<std::sync::Mutex<Vec<String>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -564,14 +575,19 @@ mod tests {
                     let request = String::from_utf8_lossy(&buffer[..read]).into_owned();
                     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
                     let event = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+                    let earlier = requests.lock().unwrap().len();
                     let reply = if request.starts_with("POST") {
                         // The priming event, then the connection drops.
                         format!("{head}{}", event("id: e1\nretry: 10\ndata: \n\n"))
+                    } else if earlier < closes {
+                        // One step further, then closed again.
+                        let id = earlier + 1;
+                        format!("{head}{}", event(&format!("id: e{id}\ndata: \n\n")))
                     } else {
                         let answer = r#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"resumed"}]}}"#;
                         format!(
                             "{head}{}0\r\n\r\n",
-                            event(&format!("id: e2\ndata: {answer}\n\n"))
+                            event(&format!("id: e{}\ndata: {answer}\n\n", earlier + 1))
                         )
                     };
                     requests.lock().unwrap().push(request);
@@ -629,7 +645,7 @@ mod tests {
     #[tokio::test]
     async fn a_broken_answer_stream_is_resumed_after_its_last_event() {
         for same_task in [true, false] {
-            let (url, seen) = breaking_upstream().await;
+            let (url, seen) = breaking_upstream(1).await;
             let result = call_through(url, same_task).await;
             let text = result.content[0].as_text().expect("a text answer");
             assert_eq!(text.text, "resumed");
@@ -659,6 +675,59 @@ mod tests {
             }
             assert!(post.contains("\"id\":\"junction-1\""), "{post}");
         }
+    }
+
+    /// A server that closes a long call's stream at every step (SEP-1699
+    /// polling) has it resumed every time, more often than `MAX_RESUMES`:
+    /// only resumes that bring nothing new count against it.
+    #[tokio::test]
+    async fn a_stream_closed_at_every_step_is_resumed_every_time() {
+        let closes = MAX_RESUMES + 3;
+        let (url, seen) = breaking_upstream(closes).await;
+        let result = call_through(url, true).await;
+        assert_eq!(result.content[0].as_text().expect("text").text, "resumed");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), closes + 1, "{seen:?}");
+        let last = seen[closes].to_ascii_lowercase();
+        assert!(
+            last.contains(&format!("last-event-id: e{closes}")),
+            "{last}"
+        );
+    }
+
+    /// An upstream that answers a POST with `events` (SSE text) and then
+    /// the call's answer.
+    async fn answering_after(events: &'static str) -> reqwest::Url {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buffer = vec![0; 8192];
+            let _ = stream.read(&mut buffer).await;
+            let answer = r#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"answered"}]}}"#;
+            let body = format!("{events}data: {answer}\n\n");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        });
+        url.parse().unwrap()
+    }
+
+    /// Events that carry no JSON-RPC message (another event type, data
+    /// that is not JSON-RPC) are skipped, as rmcp's reader skips them: the
+    /// call still gets its answer.
+    #[tokio::test]
+    async fn events_that_are_no_message_are_skipped() {
+        let url = answering_after(
+            "event: ping\ndata: {}\n\n: a comment\n\ndata: not json\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n",
+        )
+        .await;
+        let result = call_through(url, true).await;
+        assert_eq!(result.content[0].as_text().expect("text").text, "answered");
     }
 
     /// An upstream that answers a POST with `progress` progress
