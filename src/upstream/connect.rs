@@ -46,6 +46,10 @@ use tokio_util::sync::CancellationToken;
 /// with a 405; this only bounds one that does neither.
 const STANDALONE_SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
+/// How many requests rmcp's client has open at once on one upstream HTTP
+/// session (`tools/call` goes its own way and is not counted).
+const UPSTREAM_POSTS_AT_ONCE: usize = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     #[error("cannot start `{command}`: {source}")]
@@ -202,6 +206,14 @@ async fn start(
             // re-initialization would drop the upstream's subscriptions
             // and (per-session mounts) its state without anyone noticing.
             config.reinit_on_expired_session = false;
+            // rmcp's default, 16 POSTs at once per upstream session, is
+            // a hidden queue on a shared mount: an upstream answering with
+            // JSON holds its POST for the request's whole run, and with 16
+            // slow requests (say, blocking `tasks/result`s) every other
+            // request of every client on the mount waits, rmcp's loop
+            // taking nothing meanwhile. Clients are bounded by `[limits]`
+            // already; this only keeps a runaway bounded.
+            config.max_concurrent_requests = UPSTREAM_POSTS_AT_ONCE;
             let (inject, injected) = tokio::sync::mpsc::channel(INJECT_CAPACITY);
             let direct = Arc::new(DirectCalls::new(
                 client.clone(),

@@ -10,13 +10,18 @@ request to that upstream.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 
-from conftest import Gateway, everything_http_config, tcp_sockets
+from conftest import Gateway, everything_http_config, free_port, tcp_sockets, toml_str
 from test_relay import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -84,3 +89,65 @@ async def test_idle_connections_the_upstream_closed_are_let_go(start_everything_
         f"the gateway still holds connections the upstream closed, {LET_GO_WITHIN_S}s on: "
         f"{sockets_to(pid, upstream.port)}"
     )
+
+
+HOLDING = Path(__file__).parent / "fixtures" / "holding_server.py"
+READS = 24  # more than rmcp's default of 16 requests at once per upstream session
+
+
+@pytest.fixture
+def holding_upstream(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path / "holding.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(HOLDING), str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 20
+        with httpx.Client(trust_env=False, timeout=2.0) as http:
+            while True:
+                assert proc.poll() is None, f"fixture exited: {log.read_text(errors='replace')}"
+                try:
+                    if http.get(url).status_code == 405:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"fixture not listening: {log.read_text(errors='replace')}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def test_slow_requests_do_not_queue_the_shared_upstream_session(holding_upstream: str, start_gateway) -> None:
+    """A shared mount's upstream answers with JSON, so each request holds its
+    POST for its whole run: many slow requests at once must all reach the
+    upstream, not wait in a small hidden queue in front of it (which would
+    hold every other request of every client on the mount too)."""
+    gateway = start_gateway(f'[server]\nlisten = "127.0.0.1:0"\n\n[mounts.slow]\nurl = {toml_str(holding_upstream)}\n')
+    with anyio.fail_after(60):
+        async with Client(gateway.mcp_url, mode="auto") as c:
+            held_now = 0
+
+            async def read() -> None:
+                result = await c.read_resource("slow+held://thing")
+                assert result.contents[0].text == "let go"
+
+            async with anyio.create_task_group() as group:
+                for _ in range(READS):
+                    group.start_soon(read)
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    held_now = int((await c.call_tool("slow__held", {})).content[0].text)
+                    if held_now == READS:
+                        break
+                    await anyio.sleep(0.1)
+                await c.call_tool("slow__release", {})
+            assert held_now == READS, f"only {held_now} of {READS} reads reached the upstream at once"
