@@ -32,7 +32,7 @@ use super::{
 use crate::{
     catalog::{MergedCatalog, PageError},
     config::Isolation,
-    gateway::{Gateway, Mount, SubscriptionError},
+    gateway::{bounded, Gateway, Mount, SubscriptionError},
     naming::MountName,
     upstream::{Caller, ClientProfile, UpstreamSession},
 };
@@ -446,9 +446,10 @@ impl ServerHandler for DownstreamSession {
                 sessions.subscribe(key, &uri, &route);
                 let mut params = SubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;
-                if let Err(error) = upstream.peer().subscribe(params).await {
+                let timeout = mount.timeouts().request;
+                if let Err(error) = bounded(timeout, upstream.peer().subscribe(params)).await {
                     sessions.unsubscribe(key, &uri);
-                    return Err(RouteError::upstream(&mount.config, error.into()));
+                    return Err(subscription_failed(&mount, error));
                 }
                 Ok(())
             }
@@ -481,11 +482,10 @@ impl ServerHandler for DownstreamSession {
                 sessions.unsubscribe(key, &uri);
                 let mut params = UnsubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;
-                upstream
-                    .peer()
-                    .unsubscribe(params)
+                let timeout = mount.timeouts().request;
+                bounded(timeout, upstream.peer().unsubscribe(params))
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error.into()))
+                    .map_err(|error| subscription_failed(&mount, error))
             }
             .await;
             answer.map_err(RouteError::into_mcp_error)
@@ -551,7 +551,11 @@ impl ServerHandler for DownstreamSession {
                 .gateway
                 .sessions()
                 .set_log_level(self.state().key, request.level);
-            for mount in self.gateway.mounts().iter() {
+            // Every mount at once, each within its request timeout: one
+            // upstream that never answers holds neither the client nor
+            // the mounts after it.
+            let mounts = self.gateway.mounts();
+            let tell = mounts.iter().map(|mount| async move {
                 let (upstream, level) = match mount.config.isolation {
                     Isolation::Shared => (mount.shared_session().await.ok(), shared_level),
                     Isolation::PerSession => {
@@ -559,15 +563,17 @@ impl ServerHandler for DownstreamSession {
                     }
                 };
                 let Some(upstream) = upstream else {
-                    continue;
+                    return;
                 };
                 if declares(&upstream, |c| c.logging.is_some()) {
                     let params = SetLevelRequestParams::new(level);
-                    if let Err(error) = upstream.peer().set_level(params).await {
+                    let timeout = mount.timeouts().request;
+                    if let Err(error) = bounded(timeout, upstream.peer().set_level(params)).await {
                         tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
                     }
                 }
-            }
+            });
+            futures::future::join_all(tell).await;
             Ok(())
         })
         .await

@@ -32,6 +32,7 @@ pub use mount::{
 };
 pub use reload::ReloadOutcome;
 pub use sessions::{notify_list_changed, SessionKey, SessionRegistry, SessionTicket};
+pub(crate) use subscriptions::bounded;
 pub use subscriptions::SubscriptionError;
 pub use supervisor::{restart_delay, STABLE_AFTER};
 

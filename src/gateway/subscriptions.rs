@@ -192,7 +192,9 @@ async fn let_go(
     bounded(timeout, upstream.peer().unsubscribe(params)).await
 }
 
-async fn bounded<T>(
+/// `call`, within `timeout` (an upstream's answer to a subscription or a
+/// log level is never waited for longer than a request's).
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, SubscriptionError> {

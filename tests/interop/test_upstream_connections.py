@@ -151,3 +151,23 @@ async def test_slow_requests_do_not_queue_the_shared_upstream_session(holding_up
                     await anyio.sleep(0.1)
                 await c.call_tool("slow__release", {})
             assert held_now == READS, f"only {held_now} of {READS} reads reached the upstream at once"
+
+
+@pytest.mark.parametrize("isolation", ["shared", "per_session"])
+async def test_an_upstream_that_never_answers_holds_no_request(holding_upstream: str, start_gateway, isolation: str) -> None:
+    """`logging/setLevel` and `resources/subscribe` reach the upstream and
+    are bounded by the mount's request timeout like every other request: an
+    upstream that never answers them holds neither the client nor (for the
+    level) the other mounts."""
+    gateway = start_gateway(
+        '[server]\nlisten = "127.0.0.1:0"\n\n'
+        f"[mounts.slow]\nurl = {toml_str(holding_upstream)}\nisolation = {toml_str(isolation)}\n"
+        'timeouts = { request = "1s" }\n'
+    )
+    with anyio.fail_after(30):
+        async with Client(gateway.mcp_url, mode="auto") as c:
+            # A per-session upstream is opened by the first request to it.
+            assert (await c.call_tool("slow__held", {})).content[0].text == "0"
+            await c.set_logging_level("debug")
+            with pytest.raises(Exception, match="(?i)time"):
+                await c.subscribe_resource("slow+held://thing")
