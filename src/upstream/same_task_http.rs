@@ -111,8 +111,10 @@ impl SameTaskError {
     }
 }
 
-/// Whether an upstream at `url` can be reached this way: plain `http`, and
-/// no proxy in the environment (reqwest would use it).
+/// Whether an upstream at `url` can be reached this way: plain `http`, no
+/// credentials in the URL (reqwest sends them as Basic auth; requests here
+/// carry only the configured headers), and no proxy in the environment
+/// (reqwest would use it).
 pub fn suits(url: &reqwest::Url) -> bool {
     suits_in(url, |name| std::env::var_os(name))
 }
@@ -123,6 +125,8 @@ fn suits_in(url: &reqwest::Url, variable: impl Fn(&str) -> Option<std::ffi::OsSt
     const PROXY_VARIABLES: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
     url.scheme() == "http"
         && url.host_str().is_some()
+        && url.username().is_empty()
+        && url.password().is_none()
         && PROXY_VARIABLES
             .iter()
             .all(|name| variable(name).is_none_or(|value| value.is_empty()))
@@ -1020,6 +1024,16 @@ mod tests {
         assert!(!suits_in(&https, no_variables));
         let http: reqwest::Url = "http://example.com/mcp".parse().unwrap();
         assert!(suits_in(&http, no_variables));
+        for with_credentials in [
+            "http://user:token@example.com/mcp",
+            "http://token@example.com/mcp",
+        ] {
+            let url: reqwest::Url = with_credentials.parse().unwrap();
+            assert!(
+                !suits_in(&url, no_variables),
+                "{url}: reqwest sends its credentials"
+            );
+        }
         for proxy in ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"] {
             let set = |name: &str| (name == proxy).then(|| "http://proxy:3128".into());
             assert!(!suits_in(&http, set), "{proxy} set: reqwest must proxy it");
