@@ -28,7 +28,9 @@ impl<V, const MAX: usize> Default for BoundedMap<V, MAX> {
 
 impl<V, const MAX: usize> BoundedMap<V, MAX> {
     /// Inserts or replaces `key`; past the bound, the oldest keys go.
-    pub fn insert(&mut self, key: String, value: V) {
+    /// Returns the keys whose entries went.
+    pub fn insert(&mut self, key: String, value: V) -> Vec<String> {
+        let mut evicted = Vec::new();
         if self.entries.insert(key.clone(), value).is_none() {
             self.order.push_back(key);
         }
@@ -36,11 +38,12 @@ impl<V, const MAX: usize> BoundedMap<V, MAX> {
             if let Some(oldest) = self.order.pop_front() {
                 // Only if that key was not inserted again since (then it
                 // is queued a second time, further back).
-                if !self.order.contains(&oldest) {
-                    self.entries.remove(&oldest);
+                if !self.order.contains(&oldest) && self.entries.remove(&oldest).is_some() {
+                    evicted.push(oldest);
                 }
             }
         }
+        evicted
     }
 
     pub fn get(&self, key: &str) -> Option<&V> {

@@ -135,6 +135,8 @@ pub enum Unattributed {
     Nobody,
     #[error("{0} client sessions have requests in flight on this shared upstream session, and the message does not say which one it is for")]
     Ambiguous(usize),
+    #[error("the message is about task {0}, whose client session is no longer remembered")]
+    ForgottenTask(String),
 }
 
 struct Inflight {
@@ -176,6 +178,9 @@ pub struct TaskOwner {
 
 /// Bound on the tasks remembered per upstream session (oldest go first).
 const TASKS_MAX: usize = 1024;
+/// Bound on the ids of tasks whose owner was let go (see
+/// `Relay::forgotten_tasks`); only the ids are kept.
+const FORGOTTEN_TASKS_MAX: usize = 16 * 1024;
 /// Bound on the URL elicitations remembered per upstream session.
 const ELICITATIONS_MAX: usize = 1024;
 /// The JSON-RPC error of a request that needs URL elicitations first
@@ -196,6 +201,11 @@ pub struct Relay {
     elicitations: Mutex<BoundedMap<Caller, ELICITATIONS_MAX>>,
     /// Upstream task id → its owner.
     tasks: Mutex<BoundedMap<TaskOwner, TASKS_MAX>>,
+    /// Tasks whose owner went from `tasks` to keep it bounded. A message
+    /// naming one of them belongs to a session no longer known here: it
+    /// must not go to whichever session the other rules would pick (an
+    /// elicitation of one client's task answered by another).
+    forgotten_tasks: Mutex<BoundedMap<(), FORGOTTEN_TASKS_MAX>>,
     /// Status notifications of tasks no session is known to own yet: a
     /// server may announce a task before it answers the request that
     /// created it. Kept for [`LINGER`], at most [`RECENT_MAX`].
@@ -329,6 +339,11 @@ impl Relay {
                 (Some(only), None) => only.caller.clone(),
                 _ => owner.caller,
             });
+        }
+        if let Some(id) = related_task {
+            if self.owner.get().is_none() && lock(&self.forgotten_tasks).get(id).is_some() {
+                return Err(Unattributed::ForgottenTask(id.to_owned()));
+            }
         }
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
@@ -479,7 +494,13 @@ impl Relay {
             task_id,
             progress,
         };
-        tasks.insert(upstream_id.to_owned(), owner.clone());
+        let let_go = tasks.insert(upstream_id.to_owned(), owner.clone());
+        if !let_go.is_empty() {
+            let mut forgotten = lock(&self.forgotten_tasks);
+            for id in let_go {
+                forgotten.insert(id, ());
+            }
+        }
         // Taken under the tasks lock: a status arriving from now on finds
         // the owner, so none is parked after this.
         let mut early = lock(&self.early_statuses);
@@ -682,6 +703,41 @@ mod tests {
         let _inflight = relay.register(RequestId::Number(2), token(2), chatty);
         drop(sending);
         assert_eq!(attribution.await.ok().map(|caller| caller.session), Some(2));
+    }
+
+    /// A message about a task whose owner was let go (the table is
+    /// bounded) reaches no session, rather than the one session that
+    /// happens to have a request in flight.
+    #[tokio::test]
+    async fn a_message_about_a_forgotten_task_goes_to_nobody() {
+        let relay = Arc::new(Relay::default());
+        let (first, _first_peer) = caller(1);
+        let (other, _other_peer) = caller(2);
+        relay.remember_task("task-of-1", first, "t1".into(), token(0));
+        for n in 0..TASKS_MAX {
+            relay.remember_task(
+                &format!("task-{n}"),
+                other.clone(),
+                format!("o{n}"),
+                token(0),
+            );
+        }
+        assert!(
+            relay.task_owner("task-of-1").is_none(),
+            "let go, to stay bounded"
+        );
+        let _inflight = relay.register(RequestId::Number(7), token(7), other);
+        let extensions = Extensions::new();
+        let attributed = relay.attribute(&extensions, Some("task-of-1"));
+        assert!(
+            matches!(attributed, Err(Unattributed::ForgottenTask(_))),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+        // A task not known yet (its creating request not answered) still
+        // goes by the other rules.
+        let attributed = relay.attribute(&extensions, Some("not-yet-known"));
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
     }
 
     #[tokio::test]
