@@ -222,7 +222,8 @@ async fn start(
                 StreamableHttpResponseLimits::default(),
                 timeouts.connect,
             ));
-            let (client, standalone) = TracingHttpClient::new(client, raw.clone(), direct.clone());
+            let (client, standalone) =
+                TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone());
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),

@@ -24,6 +24,7 @@ use rmcp::{
 };
 use sse_stream::Sse;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     direct_call::{DirectCalls, SessionPost},
@@ -38,6 +39,9 @@ pub struct TracingHttpClient {
     standalone: Arc<watch::Sender<bool>>,
     raw: Arc<RawAnswers>,
     direct: Arc<DirectCalls>,
+    /// The upstream session's end (`UpstreamSession::ended`), cancelled
+    /// when a `GET` shows the session gone (see [`Self::saw_get`]).
+    ended: CancellationToken,
 }
 
 impl TracingHttpClient {
@@ -45,6 +49,7 @@ impl TracingHttpClient {
         client: reqwest::Client,
         raw: Arc<RawAnswers>,
         direct: Arc<DirectCalls>,
+        ended: CancellationToken,
     ) -> (Self, StandaloneStream) {
         let (standalone, settled) = watch::channel(false);
         let client = Self {
@@ -52,12 +57,47 @@ impl TracingHttpClient {
             standalone: Arc::new(standalone),
             raw,
             direct,
+            ended,
         };
         (client, StandaloneStream(settled))
     }
 
     fn standalone_settled(&self) {
         self.standalone.send_replace(true);
+    }
+
+    /// What a `GET` of a session's stream says about the session. rmcp
+    /// opens it again whenever it drops, and on an error only logs and
+    /// retries, for ever: an upstream that forgot the session (idle
+    /// expiry, a restart: 404) would be noticed only when a client's call
+    /// failed on it, and meanwhile its list changes and resource updates
+    /// would go nowhere. Such a `GET` ends the session now, as a `POST`
+    /// answered 404 does, so the supervisor (or the next per-session call)
+    /// reconnects.
+    fn saw_get<T>(&self, session: bool, result: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        let Err(error) = result else {
+            return;
+        };
+        if session && get_means_session_gone(error) && !self.ended.is_cancelled() {
+            tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
+            self.ended.cancel();
+        }
+    }
+}
+
+/// Whether a failed `GET` of a session's stream means the session is over:
+/// the server answered that it does not know it (404, which rmcp reports
+/// for a `GET` as a plain HTTP error). Not a refused connection: the
+/// server may be on its way back, and reconnecting before it is would
+/// only count failed starts against the mount (rmcp's next `GET` finds
+/// out once it is back).
+fn get_means_session_gone(error: &StreamableHttpError<reqwest::Error>) -> bool {
+    match error {
+        StreamableHttpError::SessionExpired => true,
+        StreamableHttpError::Client(error) => {
+            error.status() == Some(reqwest::StatusCode::NOT_FOUND)
+        }
+        _ => false,
     }
 }
 
@@ -225,11 +265,13 @@ impl StreamableHttpClient for TracingHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let session = session_id.is_some();
         let stream = self
             .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await;
         self.standalone_settled();
+        self.saw_get(session, &stream);
         stream
     }
 
@@ -242,6 +284,7 @@ impl StreamableHttpClient for TracingHttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let session = session_id.is_some();
         let stream = self
             .client
             .get_stream_with_max_sse_event_size(
@@ -254,6 +297,7 @@ impl StreamableHttpClient for TracingHttpClient {
             )
             .await;
         self.standalone_settled();
+        self.saw_get(session, &stream);
         stream
     }
 }
