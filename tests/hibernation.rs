@@ -212,3 +212,60 @@ async fn a_session_in_use_outlives_the_idle_timeout() {
     }
     assert!(calls >= 10, "only {calls} requests in 4 s");
 }
+
+/// What a session would have been told while asleep (a resource it
+/// subscribed to changed, a list changed) it is told on waking: awake
+/// without a `GET` stream, rmcp would have kept both for its next `GET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_changed_while_asleep_is_told_on_waking() {
+    let gateway = Gateway::start(&config("session_hibernate_after = \"200ms\"")).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let sleeper = raw::open_session(&http, &url).await;
+    let uri = "demo+demo://notes/while-asleep";
+    let subscribe = request(2, "resources/subscribe", json!({ "uri": uri }));
+    let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, subscribe).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    wait_asleep(&http, &gateway, 1).await;
+
+    // Another client (its GET stream open: it never sleeps) changes both.
+    let other = connect(&url).await;
+    let changes_before = other.service().tool_list_changes();
+    call(&other, "demo__remember", json!({"key": "while-asleep", "value": "v"})).await;
+    call(&other, "demo__toggle_bonus", json!({})).await;
+    eventually("the other client to hear of the change", SETTLE, || async {
+        (other.service().tool_list_changes() > changes_before).then_some(())
+    })
+    .await;
+    assert_eq!(asleep(&http, &gateway).await, 1, "the sleeper woke too early");
+
+    // The sleeper's GET wakes it; both come on that stream.
+    let mut stream = within(
+        "GET",
+        http.get(&url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sleeper)
+            .header("mcp-protocol-version", raw::VERSION)
+            .send(),
+    )
+    .await
+    .expect("GET");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut seen = String::new();
+    let heard = |seen: &str| {
+        seen.contains("notifications/tools/list_changed")
+            && seen.contains("notifications/resources/updated")
+            && seen.contains(uri)
+    };
+    let _ = tokio::time::timeout(SETTLE, async {
+        while !heard(&seen) {
+            match stream.chunk().await {
+                Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    assert!(heard(&seen), "the woken session's GET stream: {seen:?}");
+    close(other).await;
+}

@@ -5,7 +5,8 @@
 //! ends. Resource subscriptions are kept here, by client-visible URI with
 //! the route to the upstream's own, so an update from a shared upstream
 //! reaches exactly the sessions subscribed to it and no other, and so
-//! `subscriptions.rs` can tell what a shared upstream must hold.
+//! `subscriptions.rs` can tell what a shared upstream must hold. A session
+//! asleep has no peer; what it misses meanwhile is told when it wakes.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -45,6 +46,18 @@ struct SessionEntry {
     log_level: Option<LoggingLevel>,
     /// Client-visible URI → the mount and the upstream's own URI.
     subscriptions: HashMap<String, Route>,
+    /// What the session was to be told while it slept, told when it wakes.
+    missed: Missed,
+}
+
+/// The notifications a sleeping session missed. An awake session without a
+/// `GET` stream has them kept by rmcp for its next `GET`; asleep it has no
+/// rmcp session to keep them, so they are kept here, as what they are about
+/// (bounded by the lists and the session's subscriptions).
+#[derive(Default)]
+struct Missed {
+    lists: Vec<ListKind>,
+    updated: Vec<String>,
 }
 
 /// A place under `max_sessions`, held by a session from before it is
@@ -79,7 +92,10 @@ impl SessionRegistry {
     pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>, profile: ClientProfile) {
         let mut sessions = self.lock();
         if let Some(entry) = sessions.get_mut(&key) {
-            entry.peer = Some(peer);
+            let missed = std::mem::take(&mut entry.missed);
+            entry.peer = Some(peer.clone());
+            drop(sessions);
+            tell_missed(peer, missed);
             return;
         }
         crate::telemetry::metrics().downstream_sessions.inc();
@@ -90,6 +106,7 @@ impl SessionRegistry {
                 profile,
                 log_level: None,
                 subscriptions: HashMap::new(),
+                missed: Missed::default(),
             },
         );
     }
@@ -195,9 +212,14 @@ impl SessionRegistry {
     pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(ClientProfile) -> bool) {
         let peers: Vec<_> = self
             .lock()
-            .values()
+            .values_mut()
             .filter(|entry| filter(entry.profile))
-            .filter_map(|entry| entry.peer.clone())
+            .filter_map(|entry| {
+                if entry.peer.is_none() && !entry.missed.lists.contains(&kind) {
+                    entry.missed.lists.push(kind);
+                }
+                entry.peer.clone()
+            })
             .collect();
         for peer in peers {
             crate::telemetry::metrics().count_relayed("list_changed");
@@ -209,9 +231,15 @@ impl SessionRegistry {
     pub fn notify_resource_updated(&self, uri: &str) {
         let peers: Vec<_> = self
             .lock()
-            .values()
+            .values_mut()
             .filter(|entry| entry.subscriptions.contains_key(uri))
-            .filter_map(|entry| entry.peer.clone())
+            .filter_map(|entry| {
+                if entry.peer.is_none() && !entry.missed.updated.iter().any(|missed| missed == uri)
+                {
+                    entry.missed.updated.push(uri.to_owned());
+                }
+                entry.peer.clone()
+            })
             .collect();
         for peer in peers {
             crate::telemetry::metrics().count_relayed("resource_updated");
@@ -229,6 +257,24 @@ impl SessionRegistry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Tells a session that just woke what it missed asleep.
+fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
+    if missed.lists.is_empty() && missed.updated.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        for kind in missed.lists {
+            notify_list_changed(peer.clone(), kind).await;
+        }
+        for uri in missed.updated {
+            let params = ResourceUpdatedNotificationParam::new(uri);
+            if let Err(error) = peer.notify_resource_updated(params).await {
+                tracing::debug!(%error, "could not send a missed resources/updated");
+            }
+        }
+    });
 }
 
 pub async fn notify_list_changed(peer: Peer<RoleServer>, kind: ListKind) {
