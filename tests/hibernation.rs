@@ -231,13 +231,22 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     // Another client (its GET stream open: it never sleeps) changes both.
     let other = connect(&url).await;
     let changes_before = other.service().tool_list_changes();
-    call(&other, "demo__remember", json!({"key": "while-asleep", "value": "v"})).await;
+    call(
+        &other,
+        "demo__remember",
+        json!({"key": "while-asleep", "value": "v"}),
+    )
+    .await;
     call(&other, "demo__toggle_bonus", json!({})).await;
     eventually("the other client to hear of the change", SETTLE, || async {
         (other.service().tool_list_changes() > changes_before).then_some(())
     })
     .await;
-    assert_eq!(asleep(&http, &gateway).await, 1, "the sleeper woke too early");
+    assert_eq!(
+        asleep(&http, &gateway).await,
+        1,
+        "the sleeper woke too early"
+    );
 
     // The sleeper's GET wakes it; both come on that stream.
     let mut stream = within(
