@@ -885,3 +885,60 @@ async fn a_client_gone_before_a_quick_answer_has_not_cancelled_the_call() {
     );
     session.assert_working().await;
 }
+
+/// A session that slept and woke is a new rmcp session underneath, which
+/// numbers its `GET` stream's events from 0 again; its client resuming
+/// that stream with an id from before the sleep must get what was sent
+/// since, not have it skipped as if it were already seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_stream_resumes_across_a_sleep() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
+        stdio_demo_mount("demo", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let id = open_session(&http, &gateway.mcp_url()).await;
+    let session = Session { gateway, http, id };
+
+    let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
+    standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    session.toggle_bonus("before-sleep").await;
+    let before = expect_list_changes(&mut standalone).await;
+    let last = before
+        .iter()
+        .filter_map(|e| e.id.clone())
+        .max_by_key(|id| id.parse::<u64>().unwrap_or(0));
+    let last = last.expect("an id");
+    drop(standalone);
+
+    // Asleep (no stream open, nothing in flight), then woken by a call
+    // whose list changes wait for the client's next GET.
+    eventually("the session to sleep", OP_TIMEOUT, || async {
+        let metrics = session
+            .http
+            .get(session.gateway.url("/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        metrics
+            .contains("junction_downstream_sessions_asleep 1")
+            .then_some(())
+    })
+    .await;
+    session.toggle_bonus("after-waking").await;
+
+    let mut resumed = session.resume(&last).await;
+    let after = expect_list_changes(&mut resumed).await;
+    let before_ids: HashSet<_> = before.iter().map(|e| e.id.clone()).collect();
+    for event in &after {
+        assert!(
+            !before_ids.contains(&event.id),
+            "an id given twice: {event:?}"
+        );
+    }
+    session.assert_working().await;
+}

@@ -156,6 +156,7 @@ impl ResumableSessions {
                 }
                 self.activity.set_phase(&id, Phase::Asleep);
                 self.activity.rekey(&id, &fresh_id);
+                self.streams.rekey_standalone_ids(&id, &fresh_id);
                 slept += 1;
             } else {
                 self.activity.set_phase(&id, Phase::Awake);
@@ -366,9 +367,10 @@ impl SessionManager for ResumableSessions {
                 // rmcp replaces its standalone stream only once it sees the
                 // old one closed.
                 self.streams.cut_standalone(id);
-                // Ours are rmcp's plus one, and rmcp replays from the index
-                // it is given: rmcp's `index` is the first event after ours.
-                let stream = self.sessions.resume(id, index.to_string()).await?;
+                // rmcp replays from the index it is given: the first
+                // event after the client's (`standalone.rs`).
+                let from = self.streams.standalone_ids(id).replay_from(index);
+                let stream = self.sessions.resume(id, from.to_string()).await?;
                 let stream = self.streams.standalone(id, Box::pin(stream));
                 Ok(counted(stream, open).right_stream())
             }
@@ -385,6 +387,7 @@ impl SessionManager for ResumableSessions {
         let outcome = self.sessions.restore_session(id.clone()).await?;
         if matches!(outcome, RestoreOutcome::Restored(_)) {
             self.activity.created(&id);
+            self.streams.standalone_woke(&id);
             // rmcp calls the session factory next, without an await between.
             idle::mark_waking();
         }
@@ -447,12 +450,15 @@ struct Streams {
     /// The last request stream's number.
     last_stream: std::sync::atomic::AtomicU64,
     standalone: Mutex<standalone::OpenStandalone>,
+    /// Each session's standalone event ids (see `standalone.rs`).
+    standalone_ids: Mutex<HashMap<SessionId, standalone::StandaloneIds>>,
 }
 
 impl Streams {
     /// A closed session's streams end and can no longer be resumed.
     fn forget_session(&self, session: &SessionId) {
         self.cut_standalone(session);
+        lock(&self.standalone_ids).remove(session);
         self.forget_request_streams(session);
     }
 }

@@ -8,6 +8,12 @@
 //! its dead connection would get a keep-alive-only "shadow" stream that
 //! never carries a message. So each session's standalone streams stay
 //! cuttable, and a resume cuts the old ones first.
+//!
+//! A session that slept and woke is a new rmcp session, numbering from 0
+//! again, while its client still holds ids of the streams before: its ids
+//! therefore continue after the last one the session gave out
+//! ([`StandaloneIds`]), and a resume naming an id from before the wake
+//! replays all that this rmcp session has kept.
 
 use std::{
     pin::Pin,
@@ -24,6 +30,32 @@ pub(super) type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send
 
 /// Each session's open standalone streams.
 pub(super) type OpenStandalone = std::collections::HashMap<SessionId, Vec<Weak<Cuttable>>>;
+
+/// The ids a session's standalone streams give out: rmcp's index `n` is
+/// `base + n + 1`, and `last` the highest given so far. `base` moves past
+/// `last` each time the session wakes (a new rmcp session, from 0 again).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StandaloneIds {
+    base: usize,
+    last: usize,
+}
+
+impl StandaloneIds {
+    /// The client's id for rmcp's index `n`.
+    fn client_id(&self, index: usize) -> usize {
+        self.base + index + 1
+    }
+
+    /// The rmcp index to replay from after the client's id `after`: the
+    /// event after it, or (an id from before the session woke) all.
+    pub(super) fn replay_from(&self, after: usize) -> usize {
+        after.saturating_sub(self.base)
+    }
+
+    fn woke(&mut self) {
+        self.base = self.last;
+    }
+}
 
 impl Streams {
     /// Wraps one of `session`'s standalone streams so that a later resume
@@ -46,6 +78,40 @@ impl Streams {
             session: session.clone(),
             streams: Arc::downgrade(self),
         }
+    }
+
+    /// `session`'s standalone ids now.
+    pub(super) fn standalone_ids(&self, session: &SessionId) -> StandaloneIds {
+        lock(&self.standalone_ids)
+            .get(session)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// `session` woke as a new rmcp session: its ids go on after the last.
+    pub(super) fn standalone_woke(&self, session: &SessionId) {
+        if let Some(ids) = lock(&self.standalone_ids).get_mut(session) {
+            ids.woke();
+        }
+    }
+
+    /// Keys `session`'s ids by `fresh` (the same id, allocated now), as
+    /// `Activity::rekey` does, for the same reason.
+    pub(super) fn rekey_standalone_ids(&self, session: &SessionId, fresh: &SessionId) {
+        let mut all = lock(&self.standalone_ids);
+        if let Some(ids) = all.remove(session) {
+            all.insert(fresh.clone(), ids);
+        }
+    }
+
+    /// rmcp's event `index` of `session`'s standalone stream, by the id its
+    /// client sees; remembered as the last given.
+    fn give_id(&self, session: &SessionId, index: usize) -> usize {
+        let mut all = lock(&self.standalone_ids);
+        let ids = all.entry(session.clone()).or_default();
+        let id = ids.client_id(index);
+        ids.last = ids.last.max(id);
+        id
     }
 
     /// Ends every standalone stream `session` has open.
@@ -100,7 +166,16 @@ impl Stream for StandaloneStream {
         let Some(events) = stream.as_mut() else {
             return Poll::Ready(None);
         };
-        events.poll_next_unpin(cx).map(|event| event.map(shift_id))
+        let streams = self.streams.upgrade();
+        events.poll_next_unpin(cx).map(|event| {
+            event.map(|mut event| {
+                let index = event.event_id.as_deref().and_then(|id| id.parse().ok());
+                if let (Some(index), Some(streams)) = (index, &streams) {
+                    event.event_id = Some(streams.give_id(&self.session, index).to_string());
+                }
+                event
+            })
+        })
     }
 }
 
@@ -110,18 +185,6 @@ impl Drop for StandaloneStream {
             streams.drop_standalone(&self.session, &self.cuttable);
         }
     }
-}
-
-/// rmcp's id `n` becomes `n + 1`.
-pub(super) fn shift_id(mut event: ServerSseMessage) -> ServerSseMessage {
-    if let Some(index) = event
-        .event_id
-        .as_deref()
-        .and_then(|id| id.parse::<usize>().ok())
-    {
-        event.event_id = Some((index + 1).to_string());
-    }
-    event
 }
 
 #[cfg(test)]
@@ -135,9 +198,21 @@ mod tests {
     }
 
     #[test]
-    fn ids_start_after_the_priming_zero() {
-        assert_eq!(shift_id(event("0")).event_id.as_deref(), Some("1"));
-        assert_eq!(shift_id(event("9")).event_id.as_deref(), Some("10"));
+    fn ids_start_after_the_priming_zero_and_go_on_after_a_wake() {
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        assert_eq!(streams.give_id(&session, 0), 1);
+        assert_eq!(streams.give_id(&session, 4), 5);
+        // Resuming after 3: rmcp's index 3 is the next event.
+        assert_eq!(streams.standalone_ids(&session).replay_from(3), 3);
+        streams.standalone_woke(&session);
+        // rmcp starts from 0 again; its ids go on after 5.
+        assert_eq!(streams.give_id(&session, 0), 6);
+        assert_eq!(streams.give_id(&session, 1), 7);
+        let ids = streams.standalone_ids(&session);
+        assert_eq!(ids.replay_from(6), 1, "after an id of this life");
+        assert_eq!(ids.replay_from(3), 0, "an id from before the wake: all");
+        assert_eq!(ids.replay_from(5), 0);
     }
 
     #[tokio::test]
