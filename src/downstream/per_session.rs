@@ -57,7 +57,10 @@ impl UpstreamEvents for PerSessionEvents {
             return;
         };
         let uri = mount.config.namespace.qualify_uri(&params.uri);
-        if !gateway.sessions().is_subscribed(state.key, &uri) {
+        if !gateway
+            .sessions()
+            .is_subscribed(state.key, &mount.config.name, &uri)
+        {
             return;
         }
         let Some(peer) = state.peer() else {

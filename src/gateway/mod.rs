@@ -554,7 +554,9 @@ impl UpstreamEvents for MountSessionEvents {
             return;
         };
         let uri = mount.config.namespace.qualify_uri(&params.uri);
-        gateway.sessions.notify_resource_updated(&uri);
+        gateway
+            .sessions
+            .notify_resource_updated(&mount.config.name, &uri);
     }
 }
 

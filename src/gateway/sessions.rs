@@ -50,6 +50,18 @@ struct SessionEntry {
     missed: Missed,
 }
 
+impl SessionEntry {
+    /// Whether an update of `uri` from `mount` is this session's: it
+    /// subscribed to `uri` there. Two pass-through mounts can offer the
+    /// same URI; a session subscribed through one (the one the URI routes
+    /// to) is not told of the other's updates.
+    fn wants_update(&self, mount: &MountName, uri: &str) -> bool {
+        self.subscriptions
+            .get(uri)
+            .is_some_and(|route| route.mount == *mount)
+    }
+}
+
 /// The notifications a sleeping session missed. An awake session without a
 /// `GET` stream has them kept by rmcp for its next `GET`; asleep it has no
 /// rmcp session to keep them, so they are kept here, as what they are about
@@ -201,10 +213,11 @@ impl SessionRegistry {
             .unwrap_or_default()
     }
 
-    pub fn is_subscribed(&self, key: SessionKey, uri: &str) -> bool {
+    /// Whether session `key` subscribed to `uri` on `mount`.
+    pub fn is_subscribed(&self, key: SessionKey, mount: &MountName, uri: &str) -> bool {
         self.lock()
             .get(&key)
-            .is_some_and(|entry| entry.subscriptions.contains_key(uri))
+            .is_some_and(|entry| entry.wants_update(mount, uri))
     }
 
     /// Tells every session whose client profile passes `filter` that a list
@@ -227,12 +240,13 @@ impl SessionRegistry {
         }
     }
 
-    /// Tells the sessions subscribed to `uri` (client-visible) it changed.
-    pub fn notify_resource_updated(&self, uri: &str) {
+    /// Tells the sessions subscribed to `uri` (client-visible) on `mount`
+    /// that it changed.
+    pub fn notify_resource_updated(&self, mount: &MountName, uri: &str) {
         let peers: Vec<_> = self
             .lock()
             .values_mut()
-            .filter(|entry| entry.subscriptions.contains_key(uri))
+            .filter(|entry| entry.wants_update(mount, uri))
             .filter_map(|entry| {
                 if entry.peer.is_none() && !entry.missed.updated.iter().any(|missed| missed == uri)
                 {
@@ -285,5 +299,36 @@ pub async fn notify_list_changed(peer: Peer<RoleServer>, kind: ListKind) {
     };
     if let Err(error) = sent {
         tracing::debug!(%error, ?kind, "could not send list_changed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+    impl rmcp::ServerHandler for Nothing {}
+
+    /// A subscription belongs to the mount the URI routed to: the same
+    /// URI's update from another mount is not the session's.
+    #[tokio::test]
+    async fn an_update_is_for_the_sessions_subscribed_on_its_mount() {
+        let (transport, _other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let registry = SessionRegistry::default();
+        let key = registry.next_key();
+        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let (first, second) = (
+            MountName::new("first").unwrap(),
+            MountName::new("second").unwrap(),
+        );
+        let route = Route {
+            mount: first.clone(),
+            original: "demo://x".into(),
+        };
+        registry.subscribe(key, "demo://x", &route);
+        assert!(registry.is_subscribed(key, &first, "demo://x"));
+        assert!(!registry.is_subscribed(key, &second, "demo://x"));
+        assert!(!registry.is_subscribed(key, &first, "demo://y"));
     }
 }
