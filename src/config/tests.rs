@@ -344,6 +344,42 @@ fn the_endpoint_path_is_literal_and_not_reserved() {
     }
 }
 
+/// serde stops at a field's first bad entry; every bad entry of a list or
+/// table is reported, each at its own path, however deep.
+#[test]
+fn every_bad_entry_of_a_list_or_table_is_reported() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        allowed_hosts = [1, "a", [2]]
+        [mounts.m]
+        command = "x"
+        args = ["ok", [1], {}]
+        env = { A = [], B = {}, C = "fine" }
+        timeouts = { tools = { t1 = 5, t2 = [] } }
+        "#,
+    );
+    let paths: Vec<&str> = found
+        .iter()
+        .map(|problem| problem.split(": ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "server.allowed_hosts[0]",
+            "server.allowed_hosts[2]",
+            "mounts.m.args[1]",
+            "mounts.m.args[2]",
+            "mounts.m.env.A",
+            "mounts.m.env.B",
+            "mounts.m.timeouts.tools.t1",
+            "mounts.m.timeouts.tools.t2",
+        ],
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn env_keys_become_config_paths() {
     for (key, path) in [

@@ -178,7 +178,21 @@ fn parse_section<T: DeserializeOwned>(
                 let alone = Value::Object(serde_json::Map::from_iter([(key.clone(), field)]));
                 match serde_path_to_error::deserialize::<_, T>(alone.clone()) {
                     Ok(_) => good.extend(alone.as_object().cloned().unwrap_or_default()),
-                    Err(error) => push_deserialize_problem(path, error, problems),
+                    Err(error) => {
+                        let before = problems.len();
+                        let field = alone[key.as_str()].clone();
+                        let within_field = |inner: Value| json_object(&key, inner);
+                        report_each_member::<T>(
+                            path,
+                            &within_field,
+                            &field,
+                            MEMBER_DEPTH,
+                            problems,
+                        );
+                        if problems.len() == before {
+                            push_deserialize_problem(path, error, problems);
+                        }
+                    }
                 }
             }
             Value::Object(good)
@@ -191,6 +205,91 @@ fn parse_section<T: DeserializeOwned>(
             push_deserialize_problem(path, error, problems);
             None
         }
+    }
+}
+
+/// How deep [`report_each_member`] looks into a bad field: far enough for
+/// `mounts.NAME.timeouts.tools.TOOL`.
+const MEMBER_DEPTH: usize = 3;
+
+/// `{key: inner}`.
+fn json_object(key: &str, inner: Value) -> Value {
+    Value::Object(serde_json::Map::from_iter([(key.to_owned(), inner)]))
+}
+
+/// serde stops at a field's first bad member too (`env = { A = [], B = {} }`
+/// reports only `A`): reads each member of the bad field `value` on its own,
+/// inside the document `wrap` makes of it, and reports every bad one
+/// (looking into members that are tables or lists themselves, `depth`
+/// levels down). Reports nothing if no member alone is bad: the field is
+/// then wrong as a whole, and the caller reports that.
+fn report_each_member<T: DeserializeOwned>(
+    path: &str,
+    wrap: &dyn Fn(Value) -> Value,
+    value: &Value,
+    depth: usize,
+    problems: &mut Problems,
+) {
+    if depth == 0 {
+        return;
+    }
+    type Wrap<'a> = Box<dyn Fn(Value) -> Value + 'a>;
+    let members: Vec<(Value, Wrap<'_>)> = match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, member)| {
+                let rewrap: Wrap<'_> = Box::new(move |inner| wrap(json_object(key, inner)));
+                (member.clone(), rewrap)
+            })
+            .collect(),
+        // Each item alone, in a list of one (its index is put back below).
+        Value::Array(items) => items
+            .iter()
+            .map(|item| {
+                let rewrap: Wrap<'_> = Box::new(move |inner| wrap(Value::Array(vec![inner])));
+                (item.clone(), rewrap)
+            })
+            .collect(),
+        _ => return,
+    };
+    let is_list = value.is_array();
+    for (index, (member, rewrap)) in members.into_iter().enumerate() {
+        let Err(error) = serde_path_to_error::deserialize::<_, T>(rewrap(member.clone())) else {
+            continue;
+        };
+        // Looked into only if its kind fits (an empty one reads): else
+        // the member itself is what is wrong (a list where text goes).
+        let empty = match &member {
+            Value::Object(_) => Some(Value::Object(serde_json::Map::new())),
+            Value::Array(_) => Some(Value::Array(Vec::new())),
+            _ => None,
+        };
+        let fits = empty
+            .is_some_and(|empty| serde_path_to_error::deserialize::<_, T>(rewrap(empty)).is_ok());
+        let before = problems.len();
+        if fits {
+            report_each_member::<T>(path, &*rewrap, &member, depth - 1, problems);
+        }
+        if problems.len() == before {
+            let inner = error.path().to_string();
+            // The member was read at index 0 of a list of one.
+            let inner = if is_list {
+                at_index(&inner, index)
+            } else {
+                inner
+            };
+            problems.push(format!("{path}.{inner}"), error.into_inner().to_string());
+        }
+    }
+}
+
+/// `inner`, an error path through a list read as a list of one, with the
+/// last `[0]` made `[index]` (the config's lists hold text, so a list is
+/// always the last level looked into).
+fn at_index(inner: &str, index: usize) -> String {
+    match inner.rfind("[0]") {
+        Some(at) => format!("{}[{index}]{}", &inner[..at], &inner[at + 3..]),
+        None => inner.to_owned(),
     }
 }
 
