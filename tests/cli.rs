@@ -220,14 +220,30 @@ async fn env_override_moves_the_endpoint() {
     assert_eq!(readyz["ready"], true);
 }
 
-/// `--listen` and `--config` may follow `serve` as they may precede it.
+/// `--listen` and `--config` may follow `serve` as they may precede it:
+/// the file's path is served, on the address given rather than the file's.
 #[tokio::test]
-async fn serve_takes_listen_after_the_subcommand() {
+async fn serve_takes_listen_and_config_after_the_subcommand() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("after.toml");
+    std::fs::write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:1\"\npath = \"/after\"\n",
+    )
+    .expect("write config");
     let mut command = junction_command();
-    command.args(["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config);
     let mut proc = Proc::spawn("junction serve", command);
     let line = proc.wait_for_line("listening on ", START_TIMEOUT).await;
-    assert!(parse_listening(&line).ip().is_loopback(), "{line}");
+    let addr = parse_listening(&line);
+    assert!(addr.ip().is_loopback(), "{line}");
+    assert_ne!(addr.port(), 1, "--listen after serve was ignored: {line}");
+    assert!(
+        line.contains("/after"),
+        "--config after serve was ignored: {line}"
+    );
 }
 
 /// A flag the demo server does not use is refused, not silently ignored.

@@ -92,6 +92,9 @@ async fn junction(args: &[&str], envs: &[(&str, &str)]) -> Run {
             break status;
         }
         if Instant::now() >= deadline {
+            // Its upstreams first (each leads its own process group),
+            // which it will have no chance to stop.
+            kill_child_groups(child.id());
             let _ = child.kill();
             let _ = child.wait();
             panic!(
@@ -105,6 +108,30 @@ async fn junction(args: &[&str], envs: &[(&str, &str)]) -> Run {
         status,
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+/// SIGKILLs the process group of each child of `parent` (the upstreams a
+/// gateway started lead their own groups).
+fn kill_child_groups(parent: u32) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
@@ -162,13 +189,21 @@ fn marked_processes(marker: &str) -> Vec<u32> {
 /// were sent SIGKILL, which a process acts on once it is next scheduled,
 /// so on a loaded machine one may still be running for a moment: waited
 /// for, up to 5 s (a process nobody killed would live on far longer).
+/// Ones still running then are killed before the test fails, so a
+/// regression does not leave them behind.
 async fn assert_no_marked_processes(marker: &str) {
-    eventually(
-        "the upstreams to be gone after the command",
-        Duration::from_secs(5),
-        || async { marked_processes(marker).is_empty().then_some(()) },
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = marked_processes(marker);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            drop(left.iter().copied().map(KillOnDrop).collect::<Vec<_>>());
+            panic!("upstreams still running after the command: {left:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 #[tokio::test]

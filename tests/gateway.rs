@@ -886,6 +886,7 @@ async fn an_upstreams_children_end_with_its_session() {
     // The discovery session and this session's upstream each wrote the
     // marker; the last write is this session's grandchild.
     let grandchild = straggler_pid(&marker).await;
+    let _reaper = KillOnDrop(grandchild);
     assert!(
         process_alive(grandchild),
         "sleep {grandchild} should be running"

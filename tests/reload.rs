@@ -145,7 +145,9 @@ async fn reload_touches_only_what_changed() {
         }
         // Still ready while the added mount starts: a reload applied by
         // every replica at once must not take them all out of service.
-        let readyz = reqwest::get(gateway.url("/readyz")).await.expect("readyz");
+        let readyz = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
+            .await
+            .expect("readyz");
         assert_eq!(readyz.status(), 200, "readiness dropped during a reload");
         assert!(
             !slow_done.load(Ordering::SeqCst),
@@ -284,9 +286,13 @@ async fn a_reload_never_makes_a_ready_gateway_unready() {
     );
     rewrite_config(&gateway.config_path, &format!("{before}{slow_start}"));
     wait_for_log(&gateway, &["config reloaded", "added=late"], 1).await;
-    let response = reqwest::get(gateway.url("/readyz")).await.expect("readyz");
+    let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
+        .await
+        .expect("readyz");
     assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.expect("readyz JSON");
+    let body: Value = within("readyz body", response.json())
+        .await
+        .expect("readyz JSON");
     assert_eq!(readyz_mount(&body, "late")["state"], "starting", "{body}");
     assert_eq!(body["ready"], true, "{body}");
 }

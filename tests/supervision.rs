@@ -32,10 +32,10 @@ fn kill(pid: u32) {
 }
 
 async fn readyz(gateway: &Gateway) -> Value {
-    reqwest::get(gateway.url("/readyz"))
+    let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
         .await
-        .expect("readyz answers")
-        .json()
+        .expect("readyz answers");
+    within("readyz body", response.json())
         .await
         .expect("readyz JSON")
 }

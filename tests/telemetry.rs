@@ -447,6 +447,8 @@ async fn rmcps_lines_show_upstream_session_ids_only_as_fingerprints() {
 
     demo.proc.stop();
     gateway.proc.stop();
+    // The line looked for is printed just before the process exits.
+    gateway.proc.stderr.drained().await;
     let stderr = gateway.proc.stderr.text();
     let fingerprint = junction::telemetry::redact::session_fingerprint(&upstream_session);
     assert!(
