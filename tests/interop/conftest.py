@@ -132,6 +132,24 @@ def _descendants_of(pid: int) -> list[int]:
     return out
 
 
+def _session_members(sid: int) -> list[int]:
+    """Live processes of session `sid` (a gateway started in its own session,
+    and everything it started: process groups stay within the session)."""
+    out: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        # state ppid pgrp session ...
+        if len(fields) > 3 and fields[3] == str(sid) and int(entry.name) != sid and _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -189,6 +207,9 @@ class Gateway:
             stderr=subprocess.STDOUT,
             cwd=str(config_path.parent),
             env={**os.environ, "RUST_BACKTRACE": "1", "NO_COLOR": "1"},
+            # Its own session: what it started can be found by session id
+            # even if it exits first (see `stop`).
+            start_new_session=True,
         )
         gw = cls(proc=proc, log_path=log_path)
         gw._reader = threading.Thread(target=gw._read_output, name=f"junction-{proc.pid}-output", daemon=True)
@@ -240,11 +261,14 @@ class Gateway:
         """Stop the gateway by pid and check it and its children exited. Returns problems found."""
         problems: list[str] = []
         pid = self.proc.pid
-        children = _descendants_of(pid) if self.proc.poll() is None else []
-        if self.proc.poll() is None:
+        if self.proc.poll() is not None:
+            problems.append(f"gateway pid {pid} exited by itself with {self.proc.returncode} before the test ended")
+        else:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
+                if self.proc.returncode != 0:
+                    problems.append(f"gateway pid {pid} exited with {self.proc.returncode} on SIGTERM")
             except subprocess.TimeoutExpired:
                 problems.append(f"gateway pid {pid} ignored SIGTERM for {STOP_TIMEOUT_S}s; sent SIGKILL")
                 self.proc.kill()
@@ -254,9 +278,10 @@ class Gateway:
                     problems.append(f"gateway pid {pid} still running after SIGKILL")
         if self._reader is not None:
             self._reader.join(5)
-        # Upstream processes the gateway spawned must not outlive it.
+        # Upstream processes the gateway spawned must not outlive it (found
+        # by the session it was started in, even if it exited first).
         deadline = time.monotonic() + CHILD_EXIT_TIMEOUT_S
-        leftover = [c for c in children if _alive(c)]
+        leftover = _session_members(pid)
         while leftover and time.monotonic() < deadline:
             time.sleep(0.1)
             leftover = [c for c in leftover if _alive(c)]
