@@ -514,10 +514,18 @@ async fn a_refresh_nobody_answers_is_given_up() {
             .await
         }
     };
+    let lists = || async {
+        let answer = call(&client, "silent__lists", Value::Null).await;
+        ok_text(&answer).parse::<u32>().expect("a count")
+    };
+    let discovered = lists().await;
     for announcement in 1..=2 {
         ok_text(&call(&client, "silent__announce", Value::Null).await);
         given_up(announcement).await;
     }
+    // Each announcement was refreshed: the second was not swallowed behind
+    // a first refresh still waiting.
+    assert_eq!(lists().await, discovered + 2);
     close(client).await;
 }
 
