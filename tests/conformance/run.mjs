@@ -223,8 +223,35 @@ function loadBaseline() {
     const doc = YAML.parse(fs.readFileSync(BASELINE, 'utf8')) ?? {};
     const problems = [];
     if (typeof doc !== 'object' || Array.isArray(doc)) throw new Fatal(`${BASELINE}: expected a mapping of run -> {scenario: reason}`);
-    const baseline = {};
-    for (const run of RUNS) baseline[run] = new Map();
+    const baseline = { checks: {} };
+    for (const run of RUNS) {
+        baseline[run] = new Map();
+        baseline.checks[run] = new Map();
+    }
+    // `checks`: run -> {"scenario/check-id": reason}, a check that succeeds
+    // against the fixture and not through the gateway, in a scenario both
+    // pass (a SUCCESS the gateway turns into INFO, say).
+    const checkEntries = doc.checks ?? {};
+    delete doc.checks;
+    if (typeof checkEntries !== 'object' || Array.isArray(checkEntries)) {
+        problems.push('checks: expected a mapping of run -> {"scenario/check-id": reason}');
+    } else {
+        for (const [run, entries] of Object.entries(checkEntries)) {
+            if (!RUNS.includes(run)) {
+                problems.push(`checks: unknown run "${run}" (known: ${RUNS.join(', ')})`);
+                continue;
+            }
+            for (const [key, reason] of Object.entries(entries ?? {})) {
+                if (typeof reason !== 'string' || reason.trim() === '') {
+                    problems.push(`checks.${run}.${key}: needs a reason (a non-empty string)`);
+                } else if (!key.includes('/')) {
+                    problems.push(`checks.${run}.${key}: expected "scenario/check-id"`);
+                } else {
+                    baseline.checks[run].set(key, reason.trim());
+                }
+            }
+        }
+    }
     for (const [run, entries] of Object.entries(doc)) {
         if (!RUNS.includes(run)) {
             problems.push(`unknown run "${run}" (known: ${RUNS.join(', ')})`);
@@ -456,7 +483,8 @@ async function startGateway(fixtureUrl) {
 
 function scenarioStatus(entry) {
     if (!entry) return 'NOT RUN';
-    if (!entry.checks) return 'NO RESULT';
+    // A scenario that checked nothing proves nothing.
+    if (!entry.checks || entry.checks.length === 0) return 'NO RESULT';
     if (entry.checks.some((c) => c.status === 'FAILURE')) return 'FAIL';
     if (entry.checks.some((c) => c.status === 'WARNING')) return 'WARN';
     return 'PASS';
@@ -527,14 +555,28 @@ function judge(directRun, gatewayRun, baseline) {
         }
 
         // Check-level: a check that succeeded directly but not through the
-        // gateway, in a scenario both pass (e.g. SUCCESS -> INFO).
+        // gateway, in a scenario both pass (e.g. SUCCESS -> INFO), is a
+        // regression unless `checks` in the baseline accepts it.
         if (passing(ds) && passing(gs)) {
             for (const c of d.checks.filter((c) => c.status === 'SUCCESS')) {
                 const gc = g.checks.filter((x) => x.id === c.id);
+                const key = `${name}/${c.id}`;
+                const accepted = baseline.checks[gatewayRun.run].get(key);
                 if (!gc.some((x) => x.status === 'SUCCESS')) {
                     const got = gc.map((x) => x.status).join('/') || 'absent';
                     const why = gc.map((x) => x.details?.message ?? x.errorMessage).filter(Boolean)[0];
-                    notes.push(`${gatewayRun.run} / ${name}: check ${c.id} SUCCESS direct, ${got} through the gateway${why ? ` (${why})` : ''}`);
+                    const seen = `check ${c.id} SUCCESS direct, ${got} through the gateway${why ? ` (${why})` : ''}`;
+                    if (accepted !== undefined) {
+                        notes.push(`${gatewayRun.run} / ${name}: ${seen}; accepted: ${accepted}`);
+                    } else {
+                        bad = true;
+                        verdicts.push('CHECK REGRESSION');
+                        problems.push(`${gatewayRun.run} / ${name}: ${seen}, and not in the baseline's checks`);
+                    }
+                } else if (accepted !== undefined) {
+                    bad = true;
+                    verdicts.push('STALE BASELINE (check)');
+                    problems.push(`${gatewayRun.run} / ${key}: succeeds through the gateway but the baseline's checks list it; delete the entry`);
                 }
             }
         }
@@ -647,7 +689,7 @@ async function main() {
     out.push(table(`Stable suite ${stable.version} (--suite active) + runner probe`, stableJ.rows));
     out.push(table(`Alpha suite ${alpha.version} (--requirements 2025-11-25)`, alphaJ.rows));
     const notes = [...stableJ.notes, ...alphaJ.notes];
-    if (notes.length) out.push(`\nNotes (not failures):\n  ${notes.join('\n  ')}`);
+    if (notes.length) out.push(`\nAccepted check differences (baseline.yml checks):\n  ${notes.join('\n  ')}`);
     if (problems.length) out.push(`\nProblems:\n  - ${problems.join('\n  - ')}`);
     out.push(`\nArtifacts: ${OUT} (suite logs, checks.json per scenario, junction.log, fixture.log)`);
     const allRows = [...stableJ.rows, ...alphaJ.rows];
