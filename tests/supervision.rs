@@ -135,6 +135,48 @@ async fn a_crashed_shared_upstream_fails_its_call_then_restarts() {
     close(client).await;
 }
 
+/// A shared upstream restarted is told the log level sessions asked for,
+/// as the one before it was: a server that logs nothing until told, or
+/// less than asked, would otherwise go quiet for every session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_shared_upstream_is_told_the_log_level_again() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        stdio_demo_mount("loud", "isolation = \"shared\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let level =
+        || async { ok_text(&call(&client, "loud__log_level", Value::Null).await).to_owned() };
+    assert_eq!(level().await, "unset");
+    client
+        .peer()
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Debug,
+        ))
+        .await
+        .expect("logging/setLevel");
+    assert_eq!(level().await, "debug");
+
+    let pid = call_pid(&client, "loud__pid").await;
+    kill(pid);
+    eventually(
+        "the restarted upstream to be told the level",
+        OP_TIMEOUT,
+        || async {
+            let answer = call(&client, "loud__pid", Value::Null).await;
+            let new_pid: u32 = text(&answer).parse().ok()?;
+            if new_pid == pid {
+                return None;
+            }
+            let answer = call(&client, "loud__log_level", Value::Null).await;
+            (text(&answer) == "debug").then_some(())
+        },
+    )
+    .await;
+    close(client).await;
+}
+
 /// A per-session upstream killed mid-call: only that call fails (saying the
 /// next call restarts it); the next call opens a new process for the same
 /// client, and another client's upstream is untouched.

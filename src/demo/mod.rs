@@ -87,6 +87,9 @@ struct State {
     /// Numbers the Streamable HTTP sessions, so each one's subscriptions
     /// are its own.
     next_session: AtomicU64,
+    /// The last `logging/setLevel` a client sent this process: the
+    /// `log_level` tool lets tests see what a gateway told it.
+    log_level: Mutex<Option<rmcp::model::LoggingLevel>>,
 }
 
 impl State {
@@ -468,6 +471,26 @@ impl DemoServer {
         text_result(lines.join("\n"))
     }
 
+    #[tool(
+        description = "The level the last logging/setLevel this process got asked for, or \"unset\"."
+    )]
+    async fn log_level(&self) -> CallToolResult {
+        let level = *self
+            .state
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match level {
+            Some(level) => text_result(
+                serde_json::to_value(level)
+                    .ok()
+                    .and_then(|value| value.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            ),
+            None => text_result("unset".to_owned()),
+        }
+    }
+
     #[tool(description = "Return the value stored under a key in this server process.")]
     async fn recall(
         &self,
@@ -680,6 +703,19 @@ impl ServerHandler for DemoServer {
             ));
         };
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into())
+    }
+
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self
+            .state
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(request.level);
+        Ok(())
     }
 
     async fn subscribe(

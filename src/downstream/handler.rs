@@ -557,7 +557,9 @@ impl ServerHandler for DownstreamSession {
             let mounts = self.gateway.mounts();
             let tell = mounts.iter().map(|mount| async move {
                 let (upstream, level) = match mount.config.isolation {
-                    Isolation::Shared => (mount.shared_session().await.ok(), shared_level),
+                    // Not waited for: one still starting is told the level
+                    // when it starts (`session_started`).
+                    Isolation::Shared => (mount.live_shared_session(), shared_level),
                     Isolation::PerSession => {
                         (self.state().open_upstream(&mount.config.name), request.level)
                     }

@@ -525,9 +525,11 @@ impl UpstreamEvents for MountSessionEvents {
 
     /// A new shared session (a restart, or the first start of a mount a
     /// reload built while sessions were subscribed to it) knows nothing of
-    /// the subscriptions the one before held: subscribe it to every URI of
-    /// this mount that a session wants. Only the full-profile session of a
-    /// shared mount serves requests, so only it is subscribed.
+    /// the subscriptions the one before held, nor of the log level it was
+    /// told: subscribe it to every URI of this mount that a session wants,
+    /// and tell it the most verbose level a session asked for. Only the
+    /// full-profile session of a shared mount serves requests, so only it
+    /// is told.
     fn session_started(&self, session: Arc<UpstreamSession>) {
         if self.profile != ClientProfile::FULL {
             return;
@@ -546,6 +548,16 @@ impl UpstreamEvents for MountSessionEvents {
                 .subscriptions
                 .renew(&gateway.sessions, &mount.config.name, &session, timeout)
                 .await;
+            let logs = session
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.capabilities.logging.is_some());
+            if let (true, Some(level)) = (logs, gateway.sessions.shared_log_level()) {
+                let params = rmcp::model::SetLevelRequestParams::new(level);
+                if let Err(error) = bounded(timeout, session.peer().set_level(params)).await {
+                    tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed on a new upstream session");
+                }
+            }
         });
     }
 

@@ -162,6 +162,15 @@ impl SessionRegistry {
             .unwrap_or(level)
     }
 
+    /// The most verbose level any session asked for, if any did: what a
+    /// new shared upstream session is told.
+    pub fn shared_log_level(&self) -> Option<LoggingLevel> {
+        self.lock()
+            .values()
+            .filter_map(|entry| entry.log_level)
+            .min_by_key(|level| *level as u8)
+    }
+
     /// Records that session `key` is subscribed to `uri` (client-visible),
     /// which `route` leads to.
     pub fn subscribe(&self, key: SessionKey, uri: &str, route: &Route) {
