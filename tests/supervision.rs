@@ -149,6 +149,9 @@ async fn a_restarted_shared_upstream_is_told_the_log_level_again() {
     let level =
         || async { ok_text(&call(&client, "loud__log_level", Value::Null).await).to_owned() };
     assert_eq!(level().await, "unset");
+    // Logging is deprecated by SEP-2577 in rmcp, not yet in the protocol
+    // versions clients speak.
+    #[allow(deprecated)]
     client
         .peer()
         .set_level(rmcp::model::SetLevelRequestParams::new(
