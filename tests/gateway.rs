@@ -1569,3 +1569,71 @@ async fn private_bonus_on(client: &Client) {
     })
     .await;
 }
+
+/// A call cancelled while its per-session upstream is still starting is
+/// never sent: its effects (here, the demo's counter) do not happen once
+/// the upstream is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_before_its_upstream_opened_is_not_sent() {
+    // Each of the mount's processes takes at least 3 s to start.
+    let config = format!(
+        "{SERVER_TOML}[mounts.late]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 3; exec {BIN} demo-server\"]\nisolation = \"per_session\"\n\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+    let counter = |id: &str| {
+        json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "late__counter", "arguments": {}},
+        })
+        .to_string()
+    };
+    // The first call opens this session's upstream (3 s at least); it is
+    // cancelled well after the gateway took it and well before that.
+    let calling = tokio::spawn({
+        let (http, mcp, session, call) =
+            (http.clone(), mcp.clone(), session.clone(), counter("first"));
+        async move { post_streaming(&http, &mcp, &session, call).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cancel = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "first", "reason": "changed my mind"},
+    });
+    let posted = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        cancel.to_string(),
+    )
+    .await;
+    assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+    // Once the upstream is up, two calls are its process's first two (the
+    // first of them may race the cancelled one, had it been sent; the
+    // second comes after both).
+    let second = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        counter("second"),
+    )
+    .await;
+    assert!(second.body["result"].is_object(), "{second:?}");
+    let third = raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        raw::JSON_POST,
+        counter("third"),
+    )
+    .await;
+    calling.abort();
+    assert_eq!(
+        third.body["result"]["content"][0]["text"], "2",
+        "the cancelled call ran upstream: {third:?}"
+    );
+}

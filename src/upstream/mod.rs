@@ -248,6 +248,14 @@ impl UpstreamSession {
         cancel: &CancellationToken,
         limit: RequestLimit,
     ) -> Result<Exchange, RequestError> {
+        // Cancelled while it waited for a catalog, a per-session upstream
+        // to open or a shared one to start: not sent at all (the tool's
+        // effects would happen; a cancel after it cannot undo them).
+        if cancel.is_cancelled() {
+            return Err(RequestError::Service(ServiceError::Cancelled {
+                reason: Some("cancelled by the client before it was sent".to_owned()),
+            }));
+        }
         // The upstream continues the client's trace (W3C, in `_meta`).
         crate::telemetry::context::inject_into(&mut request.get_meta_mut().0);
         // Until registered, what the upstream sends about this request
