@@ -4,12 +4,21 @@
 //! (server-everything lists `trigger-sampling-request` only with sampling).
 //! A per-session upstream is opened with its client's own capabilities, so
 //! the lists that session must see are the ones a client with the same
-//! *profile* sees. Profiles are few (a handful of booleans), so the gateway
+//! *profile* sees (the MCP Apps extension counts: Apps servers list UI
+//! tools to hosts that declare it). Profiles are few (a handful of
+//! booleans), so the gateway
 //! discovers each mount once per profile actually in use and shares the
 //! result between every session with that profile.
 
 use rmcp::model::ClientCapabilities;
 use serde_json::json;
+
+/// The MCP Apps extension (SEP-1724 extensions, `capabilities.extensions`):
+/// servers list their UI tools, or UI variants of them, only to hosts that
+/// declare it.
+pub const APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
+/// The UI resources' MIME type an Apps host renders.
+const APPS_MIME_TYPE: &str = "text/html;profile=mcp-app";
 
 /// The parts of a client's capabilities that can change what a server lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -18,6 +27,8 @@ pub struct ClientProfile {
     pub elicitation_form: bool,
     pub elicitation_url: bool,
     pub roots: bool,
+    /// Declares the MCP Apps extension ([`APPS_EXTENSION`]).
+    pub apps: bool,
 }
 
 impl ClientProfile {
@@ -27,6 +38,7 @@ impl ClientProfile {
         elicitation_form: true,
         elicitation_url: true,
         roots: true,
+        apps: true,
     };
 
     pub fn of(capabilities: &ClientCapabilities) -> Self {
@@ -37,6 +49,10 @@ impl ClientProfile {
             elicitation_form: elicitation.is_some_and(|e| e.form.is_some() || e.url.is_none()),
             elicitation_url: elicitation.is_some_and(|e| e.url.is_some()),
             roots: capabilities.roots.is_some(),
+            apps: capabilities
+                .extensions
+                .as_ref()
+                .is_some_and(|extensions| extensions.contains_key(APPS_EXTENSION)),
         }
     }
 
@@ -59,6 +75,12 @@ impl ClientProfile {
         if !elicitation.is_empty() {
             declared.insert("elicitation".into(), elicitation.into());
         }
+        if self.apps {
+            declared.insert(
+                "extensions".into(),
+                json!({ APPS_EXTENSION: { "mimeTypes": [APPS_MIME_TYPE] } }),
+            );
+        }
         // Built from JSON: rmcp's builder marks these handshake-era
         // capabilities deprecated (SEP-2577).
         serde_json::from_value(declared.into()).unwrap_or_default()
@@ -72,6 +94,7 @@ impl std::fmt::Display for ClientProfile {
             (self.elicitation_form, "elicitation"),
             (self.elicitation_url, "url-elicitation"),
             (self.roots, "roots"),
+            (self.apps, "apps"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -98,13 +121,16 @@ mod tests {
             for form in [false, true] {
                 for url in [false, true] {
                     for roots in [false, true] {
-                        let p = ClientProfile {
-                            sampling,
-                            elicitation_form: form,
-                            elicitation_url: url,
-                            roots,
-                        };
-                        assert_eq!(ClientProfile::of(&p.capabilities()), p, "{p}");
+                        for apps in [false, true] {
+                            let p = ClientProfile {
+                                sampling,
+                                elicitation_form: form,
+                                elicitation_url: url,
+                                roots,
+                                apps,
+                            };
+                            assert_eq!(ClientProfile::of(&p.capabilities()), p, "{p}");
+                        }
                     }
                 }
             }
@@ -124,13 +150,14 @@ mod tests {
         assert_eq!(
             profile(serde_json::json!({
                 "sampling": {}, "roots": {"listChanged": true},
-                "elicitation": {"form": {}, "url": {}}
+                "elicitation": {"form": {}, "url": {}},
+                "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}
             })),
             ClientProfile::FULL
         );
         assert_eq!(
             ClientProfile::FULL.to_string(),
-            "sampling+elicitation+url-elicitation+roots"
+            "sampling+elicitation+url-elicitation+roots+apps"
         );
     }
 }
