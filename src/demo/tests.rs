@@ -66,6 +66,7 @@ async fn lists_all_tools() {
             "fail",
             "links",
             "log",
+            "log_level",
             "meta",
             "pid",
             "recall",
