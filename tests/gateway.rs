@@ -1637,3 +1637,40 @@ async fn a_call_cancelled_before_its_upstream_opened_is_not_sent() {
         "the cancelled call ran upstream: {third:?}"
     );
 }
+
+/// A call to a name already listed does not wait for a per-session
+/// mount's discovery for the client's profile (up to 10 s): here that
+/// discovery is held (its process waits for a gate file) while a client
+/// without capabilities calls another mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_does_not_wait_for_another_mounts_profile_discovery() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
+    // The first process (the full-profile discovery at start) runs at
+    // once; later ones wait for the gate (at most 30 s).
+    let script = format!(
+        "if [ -e {started:?} ]; then i=0; while [ ! -e {gate:?} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; fi; touch {started:?}; exec {BIN} demo-server"
+    );
+    let config = format!(
+        "{SERVER_TOML}{}[mounts.gated]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n\n",
+        stdio_demo_mount("demo", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    // A client with no capabilities: a profile the gated mount has not
+    // been discovered for.
+    let session = raw::open_session(&http, &mcp).await;
+    let echo = raw::echo_request("1", "not held");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        raw::post(&http, &mcp, Some(&session), raw::JSON_POST, echo),
+    )
+    .await
+    .expect("the call waited for the gated mount's discovery");
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "not held",
+        "{answer:?}"
+    );
+    std::fs::write(&gate, "").expect("open the gate");
+}

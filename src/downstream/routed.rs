@@ -27,6 +27,7 @@ use super::{
     RouteError, SessionState,
 };
 use crate::{
+    catalog::{MergedCatalog, Route},
     gateway::{Gateway, Mount},
     rewrite,
     upstream::{Caller, UpstreamSession},
@@ -117,6 +118,19 @@ struct Upstream<'a> {
 }
 
 impl Upstream<'_> {
+    /// The route `resolve` finds in this session's catalog as it is, or,
+    /// if the name is not there, once its per-session mounts know their
+    /// lists for this client's profile: a call to a name already listed
+    /// does not wait on another mount's discovery for a new profile (up to
+    /// `PROFILE_DISCOVERY_WAIT`; until then the catalog shows that mount's
+    /// full list).
+    async fn route(&self, resolve: impl Fn(&MergedCatalog) -> Option<Route>) -> Option<Route> {
+        if let Some(route) = resolve(&self.state.catalog(self.gateway)) {
+            return Some(route);
+        }
+        resolve(&*self.state.ready_catalog(self.gateway).await)
+    }
+
     /// Sends `request` on `upstream` for the client's request; a call's
     /// limit depends on its tool.
     async fn send(
@@ -141,10 +155,8 @@ impl Upstream<'_> {
         let name = params.name.to_string();
         let answer = async {
             let route = self
-                .state
-                .ready_catalog(self.gateway)
+                .route(|catalog| catalog.resolve_tool(&name))
                 .await
-                .resolve_tool(&name)
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
             let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
             params.name = route.original.to_string().into();
@@ -173,10 +185,8 @@ impl Upstream<'_> {
         mut params: GetPromptRequestParams,
     ) -> Result<GetPromptResult, RouteError> {
         let route = self
-            .state
-            .ready_catalog(self.gateway)
+            .route(|catalog| catalog.resolve_prompt(&params.name))
             .await
-            .resolve_prompt(&params.name)
             .ok_or_else(|| RouteError::UnknownPrompt(params.name.clone()))?;
         let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
         params.name = route.original.to_string();
@@ -196,10 +206,8 @@ impl Upstream<'_> {
         mut params: ReadResourceRequestParams,
     ) -> Result<ReadResourceResult, RouteError> {
         let route = self
-            .state
-            .ready_catalog(self.gateway)
+            .route(|catalog| catalog.resolve_uri(&params.uri))
             .await
-            .resolve_uri(&params.uri)
             .ok_or_else(|| RouteError::UnknownResource(params.uri.clone()))?;
         let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
         params.uri = route.original.to_string();
