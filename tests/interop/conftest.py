@@ -18,7 +18,9 @@ import signal
 import subprocess
 import threading
 import time
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -377,6 +379,45 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def python_http_fixture(script: Path, args: list[str], log: Path, *, graceful: bool = True) -> Iterator[str]:
+    """Runs a hand-written Python Streamable HTTP fixture (tests/interop/
+    fixtures) on a free 127.0.0.1 port, `{port}` in `args` standing for it;
+    yields its MCP URL once it answers `GET` with 405 (they send nothing
+    unsolicited). Stopped by pid: SIGTERM, or SIGKILL at once when not
+    `graceful` (uvicorn waits for the requests it holds)."""
+    port = free_port()
+    command = [sys.executable, str(script), *(arg.replace("{port}", str(port)) for arg in args)]
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        with httpx.Client(trust_env=False, timeout=2.0) as http:
+            while True:
+                assert proc.poll() is None, f"fixture exited: {log.read_text(errors='replace')}"
+                try:
+                    if http.get(url).status_code == 405:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"fixture not listening: {log.read_text(errors='replace')}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        if graceful:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        else:
+            proc.kill()
+            proc.wait(10)
+        print(f"---- {script.name} pid {proc.pid} exit {proc.returncode}, output:\n{log.read_text(errors='replace')}")
 
 
 def tcp_sockets() -> Iterator[list[str]]:

@@ -14,18 +14,15 @@ its own token.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import mcp_types as types
 import pytest
 
-from conftest import free_port, toml_str
+from conftest import python_http_fixture, toml_str
 from test_relay import (
     Peer,
     connect,
@@ -42,39 +39,12 @@ pytestmark = pytest.mark.anyio
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tasks_server.py"
 TTL_MS, POLL_MS = 45_000, 150  # as the fixture sets them
-START_TIMEOUT_S = 20.0
 
 
 @pytest.fixture
 def json_upstream(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path / "json-tasks.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, str(FIXTURE), "http", str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        with httpx.Client(trust_env=False, timeout=2.0) as http:
-            while True:
-                assert proc.poll() is None, f"fixture exited: {log.read_text(errors='replace')}"
-                try:
-                    if http.get(url).status_code == 405:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"fixture not listening: {log.read_text(errors='replace')}"
-                time.sleep(0.1)
+    with python_http_fixture(FIXTURE, ["http", "{port}"], tmp_path / "json-tasks.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        print(f"---- json-tasks fixture pid {proc.pid} exit {proc.returncode}, output:\n{log.read_text(errors='replace')}")
 
 
 @pytest.mark.parametrize("isolation", ["shared", "per_session"])

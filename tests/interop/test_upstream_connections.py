@@ -10,19 +10,16 @@ request to that upstream.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import Gateway, everything_http_config, free_port, tcp_sockets, toml_str
+from conftest import Gateway, everything_http_config, python_http_fixture, tcp_sockets, toml_str
 from test_relay import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -98,30 +95,9 @@ READS = 24  # more than rmcp's default of 16 requests at once per upstream sessi
 
 @pytest.fixture
 def holding_upstream(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path / "holding.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, str(HOLDING), str(port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 20
-        with httpx.Client(trust_env=False, timeout=2.0) as http:
-            while True:
-                assert proc.poll() is None, f"fixture exited: {log.read_text(errors='replace')}"
-                try:
-                    if http.get(url).status_code == 405:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, f"fixture not listening: {log.read_text(errors='replace')}"
-                time.sleep(0.1)
+    # Killed outright: uvicorn would wait for the requests it holds.
+    with python_http_fixture(HOLDING, ["{port}"], tmp_path / "holding.log", graceful=False) as url:
         yield url
-    finally:
-        # Killed outright: uvicorn would wait for the requests it holds.
-        proc.kill()
-        proc.wait(10)
 
 
 async def test_slow_requests_do_not_queue_the_shared_upstream_session(holding_upstream: str, start_gateway) -> None:
