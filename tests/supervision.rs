@@ -398,40 +398,11 @@ async fn a_restarted_http_upstream_that_answers_400_is_reconnected() {
     reconnects_after_restart(&["--unknown-session-400"]).await;
 }
 
-/// An HTTP upstream restarted (its sessions forgotten) is reconnected
-/// as soon as the session's message stream finds out (its `GET` answered
-/// 404), not when a client's call fails on it: the first call after is
-/// served by the new server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_http_upstream_is_reconnected_before_any_call() {
-    let mut upstream = DemoHttp::start().await;
-    let addr = upstream.addr;
-    let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
-        http_mount("remote", &upstream.mcp_url(), "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
-    assert_eq!(call_pid(&client, "remote__pid").await, upstream.proc.pid());
-
-    upstream.proc.stop();
-    let mut command = junction_command();
-    command.args(["demo-server", "--http", &addr.to_string()]);
-    let mut replacement = Proc::spawn("demo-server --http (again)", command);
-    replacement
-        .wait_for_line("junction demo-server listening on ", START_TIMEOUT)
-        .await;
-    eventually("the mount to reconnect by itself", OP_TIMEOUT, || async {
-        let body = readyz(&gateway).await;
-        let mount = readyz_mount(&body, "remote").clone();
-        (mount["state"] == "ready" && mount["restarts"].as_u64() >= Some(1)).then_some(())
-    })
-    .await;
-    assert_eq!(call_pid(&client, "remote__pid").await, replacement.pid());
-    close(client).await;
-}
-
-async fn reconnects_after_restart(flags: &[&str]) {
+/// A gateway mounting an HTTP demo upstream as `remote`, a client that
+/// has called it, and the upstream replaced (stopped, then a new one with
+/// `flags` on the same address, its sessions unknown): returns the
+/// gateway, the client, the replacement and the first upstream's pid.
+async fn restarted_http_upstream(flags: &[&str]) -> (Gateway, Client, Proc, u32) {
     let mut upstream = DemoHttp::start().await;
     let addr = upstream.addr;
     let config = format!(
@@ -452,6 +423,28 @@ async fn reconnects_after_restart(flags: &[&str]) {
     replacement
         .wait_for_line("junction demo-server listening on ", START_TIMEOUT)
         .await;
+    (gateway, client, replacement, pid)
+}
+
+/// An HTTP upstream restarted (its sessions forgotten) is reconnected
+/// as soon as the session's message stream finds out (its `GET` answered
+/// 404), not when a client's call fails on it: the first call after is
+/// served by the new server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_http_upstream_is_reconnected_before_any_call() {
+    let (gateway, client, replacement, _) = restarted_http_upstream(&[]).await;
+    eventually("the mount to reconnect by itself", OP_TIMEOUT, || async {
+        let body = readyz(&gateway).await;
+        let mount = readyz_mount(&body, "remote").clone();
+        (mount["state"] == "ready" && mount["restarts"].as_u64() >= Some(1)).then_some(())
+    })
+    .await;
+    assert_eq!(call_pid(&client, "remote__pid").await, replacement.pid());
+    close(client).await;
+}
+
+async fn reconnects_after_restart(flags: &[&str]) {
+    let (gateway, client, replacement, pid) = restarted_http_upstream(flags).await;
     let new_pid = eventually("the mount to reach the new server", OP_TIMEOUT, || async {
         let result = call(&client, "remote__pid", Value::Null).await;
         let pid: u32 = text(&result).parse().ok()?;
