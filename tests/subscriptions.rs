@@ -213,3 +213,42 @@ fn kill(pid: u32) {
     )
     .expect("kill the demo server");
 }
+
+/// The mount's `upstream_sessions` in `/status.json`.
+async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
+    let response = within(
+        "GET /status.json",
+        reqwest::get(gateway.url("/status.json")),
+    )
+    .await
+    .expect("/status.json");
+    let status: serde_json::Value = within("status body", response.json())
+        .await
+        .expect("status JSON");
+    status["mounts"]
+        .as_array()
+        .and_then(|mounts| mounts.iter().find(|m| m["name"] == mount))
+        .and_then(|m| m["upstream_sessions"].as_i64())
+        .unwrap_or_else(|| panic!("no {mount} in {status}"))
+}
+
+/// Unsubscribing from a per-session mount this session never used opens
+/// no upstream for it (a new process only to unsubscribe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_opens_no_per_session_upstream() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    ))
+    .await;
+    let client = gateway.connect().await;
+    let before = upstream_sessions(&gateway, "own").await;
+    unsubscribe(&client, &format!("own+{NOTE}")).await;
+    assert_eq!(upstream_sessions(&gateway, "own").await, before);
+    // A subscribe opens it (and this profile's discovery, if needed);
+    // an unsubscribe then reaches it.
+    subscribe(&client, &format!("own+{NOTE}")).await;
+    assert!(upstream_sessions(&gateway, "own").await > before);
+    unsubscribe(&client, &format!("own+{NOTE}")).await;
+    close(client).await;
+}

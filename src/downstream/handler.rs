@@ -97,6 +97,26 @@ impl DownstreamSession {
         Ok((route, mount, upstream))
     }
 
+    /// Unsubscribes `uri` here alone if it routes to a per-session mount
+    /// whose upstream this session has not opened (or no longer has): it
+    /// holds no subscription there, and opening one (a new process) only
+    /// to unsubscribe would be waste. Whether that was the case.
+    fn unsubscribe_without_upstream(&self, uri: &str) -> bool {
+        let state = self.state();
+        let Some(route) = state.catalog(&self.gateway).resolve_uri(uri) else {
+            return false;
+        };
+        let per_session = self
+            .gateway
+            .mount(&route.mount)
+            .is_some_and(|mount| mount.config.isolation == Isolation::PerSession);
+        if !per_session || state.open_upstream(&route.mount).is_some() {
+            return false;
+        }
+        self.gateway.sessions().unsubscribe(state.key, uri);
+        true
+    }
+
     /// The session's catalog, after making sure its per-session mounts
     /// were discovered for this client's profile.
     pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
@@ -467,6 +487,9 @@ impl ServerHandler for DownstreamSession {
         self.handle("resources/unsubscribe", None, &context, async {
             let uri = request.uri.clone();
             let answer = async {
+                if self.unsubscribe_without_upstream(&uri) {
+                    return Ok(());
+                }
                 let (route, mount, upstream) = self.resource_upstream(&uri).await?;
                 let key = self.state().key;
                 let sessions = self.gateway.sessions();
