@@ -1331,19 +1331,7 @@ async fn a_cancel_reaches_the_upstream_while_the_call_is_quick() {
             async move { post_streaming(&http, &mcp, &session, call.to_string()).await }
         });
         tokio::time::sleep(Duration::from_millis(5 * attempt)).await;
-        let cancel = json!({
-            "jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": id, "reason": "changed my mind"},
-        });
-        let posted = raw::post(
-            &http,
-            &mcp,
-            Some(&session),
-            raw::JSON_POST,
-            cancel.to_string(),
-        )
-        .await;
-        assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+        post_cancel(&http, &mcp, &session, &id).await;
         for _ in 0..30 {
             if cancellations().await == "1" {
                 calling.abort();
@@ -1570,16 +1558,70 @@ async fn private_bonus_on(client: &Client) {
     .await;
 }
 
+/// A per-session demo mount `name` whose processes after the first (the
+/// full-profile discovery at start, which runs at once) are held: each
+/// marks `waiting`, then waits until the gate is opened (at most 30 s).
+struct GatedMount {
+    _dir: tempfile::TempDir,
+    config: String,
+    waiting: std::path::PathBuf,
+    gate: std::path::PathBuf,
+}
+
+impl GatedMount {
+    fn new(name: &str) -> GatedMount {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (started, waiting, gate) = (
+            dir.path().join("started"),
+            dir.path().join("waiting"),
+            dir.path().join("gate"),
+        );
+        let script = format!(
+            "if [ -e {started:?} ]; then touch {waiting:?}; i=0; while [ ! -e {gate:?} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; fi; touch {started:?}; exec {BIN} demo-server"
+        );
+        let config = format!(
+            "[mounts.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n\n"
+        );
+        GatedMount {
+            _dir: dir,
+            config,
+            waiting,
+            gate,
+        }
+    }
+
+    /// Waits until one of its processes is held at the gate.
+    async fn wait_until_held(&self) {
+        eventually(
+            "a process of the gated mount to be held",
+            OP_TIMEOUT,
+            || async { self.waiting.exists().then_some(()) },
+        )
+        .await;
+    }
+
+    fn open(&self) {
+        std::fs::write(&self.gate, "").expect("open the gate");
+    }
+}
+
+/// POSTs `notifications/cancelled` for request `id` on `session`.
+async fn post_cancel(http: &reqwest::Client, mcp: &str, session: &str, id: &str) {
+    let cancel = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": "changed my mind"},
+    });
+    let posted = raw::post(http, mcp, Some(session), raw::JSON_POST, cancel.to_string()).await;
+    assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+}
+
 /// A call cancelled while its per-session upstream is still starting is
 /// never sent: its effects (here, the demo's counter) do not happen once
 /// the upstream is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cancelled_before_its_upstream_opened_is_not_sent() {
-    // Each of the mount's processes takes at least 3 s to start.
-    let config = format!(
-        "{SERVER_TOML}[mounts.late]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 3; exec {BIN} demo-server\"]\nisolation = \"per_session\"\n\n"
-    );
-    let gateway = Gateway::start(&config).await;
+    let gated = GatedMount::new("late");
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", gated.config)).await;
     let http = reqwest::Client::new();
     let mcp = gateway.mcp_url();
     let session = raw::open_session(&http, &mcp).await;
@@ -1590,27 +1632,16 @@ async fn a_call_cancelled_before_its_upstream_opened_is_not_sent() {
         })
         .to_string()
     };
-    // The first call opens this session's upstream (3 s at least); it is
-    // cancelled well after the gateway took it and well before that.
+    // The first call opens this session's upstream, which is held; it is
+    // cancelled meanwhile, and then the upstream is let start.
     let calling = tokio::spawn({
         let (http, mcp, session, call) =
             (http.clone(), mcp.clone(), session.clone(), counter("first"));
         async move { post_streaming(&http, &mcp, &session, call).await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let cancel = json!({
-        "jsonrpc": "2.0", "method": "notifications/cancelled",
-        "params": {"requestId": "first", "reason": "changed my mind"},
-    });
-    let posted = raw::post(
-        &http,
-        &mcp,
-        Some(&session),
-        raw::JSON_POST,
-        cancel.to_string(),
-    )
-    .await;
-    assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+    gated.wait_until_held().await;
+    post_cancel(&http, &mcp, &session, "first").await;
+    gated.open();
     // Once the upstream is up, two calls are its process's first two (the
     // first of them may race the cancelled one, had it been sent; the
     // second comes after both).
@@ -1639,28 +1670,31 @@ async fn a_call_cancelled_before_its_upstream_opened_is_not_sent() {
 }
 
 /// A call to a name already listed does not wait for a per-session
-/// mount's discovery for the client's profile (up to 10 s): here that
-/// discovery is held (its process waits for a gate file) while a client
-/// without capabilities calls another mount.
+/// mount's discovery for the client's profile (up to 10 s): here a list
+/// call has started that discovery, which is held, while a client without
+/// capabilities calls another mount.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_does_not_wait_for_another_mounts_profile_discovery() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
-    // The first process (the full-profile discovery at start) runs at
-    // once; later ones wait for the gate (at most 30 s).
-    let script = format!(
-        "if [ -e {started:?} ]; then i=0; while [ ! -e {gate:?} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; fi; touch {started:?}; exec {BIN} demo-server"
-    );
+    let gated = GatedMount::new("gated");
     let config = format!(
-        "{SERVER_TOML}{}[mounts.gated]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n\n",
-        stdio_demo_mount("demo", "")
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("demo", ""),
+        gated.config
     );
     let gateway = Gateway::start(&config).await;
     let http = reqwest::Client::new();
     let mcp = gateway.mcp_url();
     // A client with no capabilities: a profile the gated mount has not
-    // been discovered for.
+    // been discovered for. Its list call starts that discovery (and waits
+    // for it, as a list must).
     let session = raw::open_session(&http, &mcp).await;
+    let listing = tokio::spawn({
+        let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
+        let list = json!({"jsonrpc": "2.0", "id": "list", "method": "tools/list"}).to_string();
+        async move { raw::post(&http, &mcp, Some(&session), raw::JSON_POST, list).await }
+    });
+    gated.wait_until_held().await;
+    // The bug made this wait out the discovery's 10 s.
     let echo = raw::echo_request("1", "not held");
     let answer = tokio::time::timeout(
         Duration::from_secs(5),
@@ -1672,5 +1706,6 @@ async fn a_call_does_not_wait_for_another_mounts_profile_discovery() {
         answer.body["result"]["content"][0]["text"], "not held",
         "{answer:?}"
     );
-    std::fs::write(&gate, "").expect("open the gate");
+    gated.open();
+    listing.abort();
 }
