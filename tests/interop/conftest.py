@@ -103,9 +103,10 @@ def everything_config(isolation: str, mount: str = "everything") -> str:
 # ------------------------------------------------------------------- process
 
 
-def _children_of(pid: int) -> list[int]:
-    """Direct children of `pid`, read from /proc (Linux)."""
-    kids: list[int] = []
+def _process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Each live process's pid and the fields of /proc/PID/stat after its
+    command name (state, ppid, pgrp, session, ...): the name (field 2) may
+    hold spaces or parens, so the split is after the last ')'."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -113,11 +114,12 @@ def _children_of(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # The command name (field 2) may hold spaces or parens: split after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 2 and int(fields[1]) == pid:
-            kids.append(int(entry.name))
-    return kids
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def _children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, read from /proc (Linux)."""
+    return [child for child, fields in _process_stats() if len(fields) >= 2 and int(fields[1]) == pid]
 
 
 def _descendants_of(pid: int) -> list[int]:
@@ -137,19 +139,11 @@ def _descendants_of(pid: int) -> list[int]:
 def _session_members(sid: int) -> list[int]:
     """Live processes of session `sid` (a gateway started in its own session,
     and everything it started: process groups stay within the session)."""
-    out: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        # state ppid pgrp session ...
-        if len(fields) > 3 and fields[3] == str(sid) and int(entry.name) != sid and _alive(int(entry.name)):
-            out.append(int(entry.name))
-    return out
+    return [
+        pid
+        for pid, fields in _process_stats()
+        if len(fields) > 3 and fields[3] == str(sid) and pid != sid and fields[0] != "Z"
+    ]
 
 
 def _alive(pid: int) -> bool:
