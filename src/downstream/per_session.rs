@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Weak};
 
-use rmcp::model::ResourceUpdatedNotificationParam;
+use rmcp::model::{ResourceUpdatedNotificationParam, ServerNotification};
 
 use super::SessionState;
 use crate::{
@@ -44,6 +44,16 @@ impl UpstreamEvents for PerSessionEvents {
                 }
             }
         });
+    }
+
+    /// Always this one session (a per-session upstream keeps it awake).
+    fn tell_session(&self, _session: u64, notification: ServerNotification) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        if let Some(gateway) = state.gateway.upgrade() {
+            gateway.sessions().tell(state.key, notification);
+        }
     }
 
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {

@@ -561,6 +561,12 @@ impl UpstreamEvents for MountSessionEvents {
         });
     }
 
+    fn tell_session(&self, session: SessionKey, notification: rmcp::model::ServerNotification) {
+        if let Some(gateway) = self.gateway.upgrade() {
+            gateway.sessions.tell(session, notification);
+        }
+    }
+
     fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
         let Some((gateway, mount)) = self.shared_mount() else {
             return;

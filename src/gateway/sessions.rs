@@ -17,7 +17,7 @@ use std::{
 };
 
 use rmcp::{
-    model::{LoggingLevel, ResourceUpdatedNotificationParam},
+    model::{LoggingLevel, ResourceUpdatedNotificationParam, ServerNotification},
     Peer, RoleServer,
 };
 
@@ -65,12 +65,21 @@ impl SessionEntry {
 /// The notifications a sleeping session missed. An awake session without a
 /// `GET` stream has them kept by rmcp for its next `GET`; asleep it has no
 /// rmcp session to keep them, so they are kept here, as what they are about
-/// (bounded by the lists and the session's subscriptions).
+/// (bounded by the lists and the session's subscriptions), or as they are
+/// (`told`, bounded by [`MISSED_TOLD_MAX`]).
 #[derive(Default)]
 struct Missed {
     lists: Vec<ListKind>,
     updated: Vec<String>,
+    /// Notifications for this session alone (an elicitation's completion).
+    told: Vec<ServerNotification>,
 }
+
+/// Bound on the notifications for one session alone kept while it sleeps.
+/// They are completions of URL elicitations the session was given (a
+/// handful at a time in any real use); past this, more are dropped (and
+/// logged) rather than let one sleeper grow without limit.
+const MISSED_TOLD_MAX: usize = 64;
 
 /// A place under `max_sessions`, held by a session from before it is
 /// created until it ends; dropping it frees the place.
@@ -128,6 +137,35 @@ impl SessionRegistry {
         if let Some(entry) = self.lock().get_mut(&key) {
             entry.peer = None;
         }
+    }
+
+    /// Sends `notification` to session `key` alone, or keeps it until the
+    /// session wakes if it sleeps. For what concerns the session rather than
+    /// a request of it: the peer of the request that caused it may be gone
+    /// (the session slept and woke with a new one since).
+    pub fn tell(&self, key: SessionKey, notification: ServerNotification) {
+        let mut sessions = self.lock();
+        let Some(entry) = sessions.get_mut(&key) else {
+            tracing::debug!(session = key, "a notification for a session that has ended");
+            return;
+        };
+        let Some(peer) = entry.peer.clone() else {
+            if entry.missed.told.len() < MISSED_TOLD_MAX {
+                entry.missed.told.push(notification);
+            } else {
+                tracing::debug!(
+                    session = key,
+                    "a sleeping session's kept notifications are full; one dropped"
+                );
+            }
+            return;
+        };
+        drop(sessions);
+        tokio::spawn(async move {
+            if let Err(error) = peer.send_notification(notification).await {
+                tracing::debug!(%error, "could not send a notification to its session");
+            }
+        });
     }
 
     /// The session ended; returns what it was subscribed to, so the
@@ -284,10 +322,15 @@ impl SessionRegistry {
 
 /// Tells a session that just woke what it missed asleep.
 fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
-    if missed.lists.is_empty() && missed.updated.is_empty() {
+    if missed.lists.is_empty() && missed.updated.is_empty() && missed.told.is_empty() {
         return;
     }
     tokio::spawn(async move {
+        for notification in missed.told {
+            if let Err(error) = peer.send_notification(notification).await {
+                tracing::debug!(%error, "could not send a missed notification");
+            }
+        }
         for kind in missed.lists {
             notify_list_changed(peer.clone(), kind).await;
         }
@@ -339,5 +382,36 @@ mod tests {
         assert!(registry.is_subscribed(key, &first, "demo://x"));
         assert!(!registry.is_subscribed(key, &second, "demo://x"));
         assert!(!registry.is_subscribed(key, &first, "demo://y"));
+    }
+
+    /// A session asleep keeps what it was told for itself, up to a bound;
+    /// one that ended keeps nothing.
+    #[tokio::test]
+    async fn a_sleeping_session_keeps_what_it_is_told_up_to_a_bound() {
+        let (transport, _other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let registry = SessionRegistry::default();
+        let key = registry.next_key();
+        registry.register(key, service.peer().clone(), ClientProfile::default());
+        registry.set_asleep(key);
+        let told = || {
+            ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(serde_json::json!({ "elicitationId": "e" })),
+            ))
+        };
+        for _ in 0..MISSED_TOLD_MAX + 5 {
+            registry.tell(key, told());
+        }
+        let kept = |registry: &SessionRegistry| {
+            registry
+                .lock()
+                .get(&key)
+                .map_or(0, |entry| entry.missed.told.len())
+        };
+        assert_eq!(kept(&registry), MISSED_TOLD_MAX);
+        registry.unregister(key);
+        registry.tell(key, told());
+        assert_eq!(kept(&registry), 0);
     }
 }

@@ -45,6 +45,10 @@ pub trait UpstreamEvents: Send + Sync + 'static {
     /// The session is live: started for the first time, or replacing one
     /// that ended.
     fn session_started(&self, _session: Arc<super::UpstreamSession>) {}
+    /// A notification for downstream session `session` alone that no
+    /// request of it waits for (an elicitation's completion): sent now, or
+    /// when the session wakes if it sleeps.
+    fn tell_session(&self, session: u64, notification: ServerNotification);
 }
 
 #[derive(Clone)]
@@ -313,10 +317,11 @@ impl ClientHandler for UpstreamHandler {
                 return;
             };
             metrics().count_relayed("elicitation_complete");
-            let relayed = rmcp::model::ServerNotification::CustomNotification(notification);
-            if let Err(error) = caller.peer.send_notification(relayed).await {
-                tracing::debug!(%error, "could not relay elicitation/complete");
-            }
+            // To the session, not the peer of the request that got the
+            // elicitation: the client may take minutes in its browser, and
+            // the session may sleep and wake with a new peer meanwhile.
+            let relayed = ServerNotification::CustomNotification(notification);
+            self.events.tell_session(caller.session, relayed);
             return;
         }
         if notification.method == "notifications/tasks/status" {

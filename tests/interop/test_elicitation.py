@@ -31,6 +31,7 @@ one upstream session could have sent both, by that same upstream session.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -355,3 +357,108 @@ async def test_upstream_cancel_reaches_the_client_under_its_id(target: Target) -
                 assert w.interrupted == w.sampling_ids, f"{w.label}: interrupted {w.interrupted}"
             assert len(a.cancels()) == 1, f"A got B's cancel too: {a.cancels()}"
             assert len(b.cancels()) == 1, f"B got A's cancel: {b.cancels()}"
+
+
+# ------------------------------------------------- a session asleep meanwhile
+
+HIBERNATE_AFTER = "300ms"  # short, so A sleeps within the test
+SLEEP_WAIT_S = 10.0  # how long A may take to fall asleep
+PROTOCOL = "2025-11-25"
+SSE_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def asleep_count(http: httpx.AsyncClient, gateway: Gateway) -> Any:
+    async def read() -> int:
+        metrics = (await http.get(f"{gateway.base_url}/metrics")).text
+        for line in metrics.splitlines():
+            if line.startswith("junction_downstream_sessions_asleep "):
+                return int(float(line.split()[1]))
+        return 0
+
+    return read()
+
+
+def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a POST's answer, JSON or SSE."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return [response.json()]
+
+
+async def test_completion_reaches_a_session_that_slept_meanwhile(start_gateway) -> None:
+    """A (a raw client without a GET stream, so it may sleep) calls
+    `needs_browser(Y)` on a shared mount and gets the -32042; while it is
+    "in the browser" its session falls asleep. B then calls `complete(Y)`:
+    the upstream's completion is A's. It reaches A when A comes back (its
+    GET wakes it), as it would have on A's next GET had A stayed awake,
+    although the peer of A's request that got the -32042 died with A's
+    sleep. Positive control that the completion was handled while A slept:
+    B's own `open_url` after it, on the same upstream session and stream."""
+    config = mount_config("stdio", "shared", None).replace(
+        "[server]\n", f'[server]\nsession_hibernate_after = "{HIBERNATE_AFTER}"\n', 1
+    )
+    gateway = start_gateway(config)
+    url = gateway.mcp_url
+    b = Watcher("B")
+    y, yb = fresh_id("asleep"), fresh_id("b")
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with httpx.AsyncClient(trust_env=False, timeout=ARRIVAL_S * 2) as http:
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {"elicitation": {"form": {}, "url": {}}},
+                    "clientInfo": {"name": "sleeper", "version": "1"},
+                },
+            }
+            opened = await http.post(url, json=initialize, headers=SSE_JSON)
+            assert opened.status_code == 200, opened.text
+            session = opened.headers["mcp-session-id"]
+            headers = {**SSE_JSON, "mcp-session-id": session, "mcp-protocol-version": PROTOCOL}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": f"{MOUNT}__needs_browser", "arguments": {"elicitation_id": y, "url": url_for(y)}},
+            }
+            failed = await http.post(url, json=call, headers=headers)
+            answers = [m for m in messages_of(failed) if m.get("id") == 2]
+            assert answers and answers[0].get("error", {}).get("code") == URL_ELICITATION_REQUIRED, failed.text
+
+            slept = await wait_until_async(lambda: asleep_count(http, gateway), 1, SLEEP_WAIT_S)
+            assert slept, f"A never fell asleep within {SLEEP_WAIT_S}s"
+
+            async with watched(url, b) as cb:
+                await complete(cb, y)
+                await open_url(cb, b, yb)  # positive control: handled after Y's
+            assert b.completes() == [yb], f"B got A's completion {y}; {b.seen()}"
+            assert await asleep_count(http, gateway) == 1, "A woke before its GET: the test no longer tests sleep"
+
+            seen = ""
+            get_headers = {"accept": "text/event-stream", "mcp-session-id": session, "mcp-protocol-version": PROTOCOL}
+            try:
+                with anyio.fail_after(ARRIVAL_S):
+                    async with http.stream("GET", url, headers=get_headers) as stream:
+                        assert stream.status_code == 200, await stream.aread()
+                        async for chunk in stream.aiter_text():
+                            seen += chunk
+                            if y in seen:
+                                break
+            except TimeoutError:
+                pass
+            gateway_lines = debug_lines(gateway, "elicitation/complete") + debug_lines(gateway, "notification")
+            assert COMPLETE in seen and y in seen, f"A's GET after waking: {seen!r}; gateway: {gateway_lines}"
+
+
+async def wait_until_async(read: Any, want: int, limit_s: float) -> bool:
+    """Polls `read()` (a coroutine factory) until it returns `want`, for at most `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if await read() == want:
+            return True
+        await anyio.sleep(0.05)
+    return False
