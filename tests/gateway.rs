@@ -810,8 +810,20 @@ fn rpc_response(body: &str, id: u64) -> Value {
 /// the gateway ends its session, and with it the per-session child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_session_is_ended_with_its_child() {
+    assert_idle_session_ends_with_its_child("").await;
+}
+
+/// The same when sessions sleep sooner than they time out: the session
+/// cannot sleep (its per-session child is open), and each refused attempt
+/// must not count as use (it did, so such a session lived for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_that_cannot_sleep_is_ended_with_its_child() {
+    assert_idle_session_ends_with_its_child("session_hibernate_after = \"200ms\"\n").await;
+}
+
+async fn assert_idle_session_ends_with_its_child(server_extra: &str) {
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"1s\"\n\n{}",
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"1s\"\n{server_extra}\n{}",
         stdio_demo_mount("private", "isolation = \"per_session\""),
     );
     let gateway = Gateway::start(&config).await;

@@ -99,10 +99,12 @@ impl Activity {
         }
     }
 
+    /// Not a use: a session refused sleep (a per-session upstream open, a
+    /// task) goes back to `Awake` as idle as it was, so that
+    /// `session_idle_timeout` still ends it.
     pub(super) fn set_phase(&self, id: &SessionId, phase: Phase) {
         if let Some(entry) = lock(&self.sessions).get_mut(id) {
             entry.phase = phase;
-            entry.last_used = Instant::now();
         }
         self.settled.notify_waiters();
     }
