@@ -163,6 +163,9 @@ impl ResumableSessions {
             }
         }
         for id in self.hibernation.expire(std::time::Instant::now()) {
+            // rmcp has no session for a sleeper, so it never calls
+            // `close_session` for one: its streams' state goes here.
+            self.streams.forget_session(&id);
             self.activity.forget(&id);
         }
         if slept > 0 {
