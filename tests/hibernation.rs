@@ -246,11 +246,27 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     );
 
     // The sleeper's GET wakes it; both come on that stream.
+    let seen = get_until_told(&http, &url, &sleeper, uri).await;
+    assert!(told(&seen, uri), "the woken session's GET stream: {seen:?}");
+    close(other).await;
+}
+
+/// Whether a `GET` stream's text so far carries a tools list change and
+/// an update of `uri`.
+fn told(seen: &str, uri: &str) -> bool {
+    seen.contains("notifications/tools/list_changed")
+        && seen.contains("notifications/resources/updated")
+        && seen.contains(uri)
+}
+
+/// Opens `session`'s `GET` stream and reads it until it has been told of a
+/// tools change and `uri`'s update, or for `SETTLE`; returns what it read.
+async fn get_until_told(http: &reqwest::Client, url: &str, session: &str, uri: &str) -> String {
     let mut stream = within(
         "GET",
-        http.get(&url)
+        http.get(url)
             .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sleeper)
+            .header("mcp-session-id", session)
             .header("mcp-protocol-version", raw::VERSION)
             .send(),
     )
@@ -258,13 +274,8 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     .expect("GET");
     assert_eq!(stream.status(), StatusCode::OK);
     let mut seen = String::new();
-    let heard = |seen: &str| {
-        seen.contains("notifications/tools/list_changed")
-            && seen.contains("notifications/resources/updated")
-            && seen.contains(uri)
-    };
     let _ = tokio::time::timeout(SETTLE, async {
-        while !heard(&seen) {
+        while !told(&seen, uri) {
             match stream.chunk().await {
                 Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
                 _ => break,
@@ -272,6 +283,56 @@ async fn what_changed_while_asleep_is_told_on_waking() {
         }
     })
     .await;
-    assert!(heard(&seen), "the woken session's GET stream: {seen:?}");
+    seen
+}
+
+/// What was sent to a session awake without a `GET` stream waits in rmcp
+/// for its next `GET`; falling asleep closes rmcp's session, so that is
+/// kept too, and told on waking. Twice: woken by a request (not a `GET`),
+/// what it is told waits in the new rmcp session, and it sleeps again
+/// before its `GET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_waited_for_a_get_survives_sleeping_twice() {
+    let gateway = Gateway::start(&config("session_hibernate_after = \"1s\"")).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let sleeper = raw::open_session(&http, &url).await;
+    let uri = "demo+demo://notes/before-sleep";
+    let subscribe = request(2, "resources/subscribe", json!({ "uri": uri }));
+    let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, subscribe).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+
+    // Changed while the sleeper is awake, its GET not open.
+    let other = connect(&url).await;
+    let changes_before = other.service().tool_list_changes();
+    call(
+        &other,
+        "demo__remember",
+        json!({"key": "before-sleep", "value": "v"}),
+    )
+    .await;
+    call(&other, "demo__toggle_bonus", json!({})).await;
+    eventually("the other client to hear of the change", SETTLE, || async {
+        (other.service().tool_list_changes() > changes_before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        asleep(&http, &gateway).await,
+        0,
+        "the sleeper slept before the change: the test no longer tests it"
+    );
+
+    wait_asleep(&http, &gateway, 1).await;
+    let ping = request(3, "ping", json!({}));
+    let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, ping).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(asleep(&http, &gateway).await, 0, "the ping did not wake it");
+    wait_asleep(&http, &gateway, 1).await;
+
+    let seen = get_until_told(&http, &url, &sleeper, uri).await;
+    assert!(
+        told(&seen, uri),
+        "the twice-woken session's GET stream: {seen:?}"
+    );
     close(other).await;
 }

@@ -747,6 +747,38 @@ async fn standalone_stream_resumes_after_the_last_id() {
     session.assert_working().await;
 }
 
+/// A new `GET` (no `Last-Event-ID`) after one that closed carries only
+/// what no stream has carried: rmcp alone replays all it keeps, so the
+/// first stream's messages came again, under the same ids (transport spec:
+/// a message is not broadcast across streams; ids unique in the session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_get_stream_does_not_repeat_what_an_earlier_one_carried() {
+    let session = Session::start().await;
+    let mut first = SseReader::new("GET", session.get(&session.id, None).await);
+    first.expect_event(Instant::now() + OP_TIMEOUT).await;
+    session.toggle_bonus("toggle-1").await;
+    let carried = expect_list_changes(&mut first).await;
+    drop(first);
+    // The server sees the connection close at once on loopback (hyper
+    // reads its end); until it does, rmcp would take a new GET for a
+    // second, message-less one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut second = SseReader::new("GET", session.get(&session.id, None).await);
+    let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert!(priming.message().is_none(), "priming: {priming:?}");
+    session.toggle_bonus("toggle-2").await;
+    let next = expect_list_changes(&mut second).await;
+    let carried_ids: HashSet<_> = carried.iter().map(|e| e.id.clone()).collect();
+    for event in &next {
+        assert!(
+            !carried_ids.contains(&event.id),
+            "carried again on the second stream: {event:?}"
+        );
+    }
+    session.assert_working().await;
+}
+
 /// The next three events on `stream`: the demo's `toggle_bonus` changes
 /// its tool, prompt and resource lists, and each is announced once.
 async fn expect_list_changes(stream: &mut SseReader) -> Vec<SseEvent> {

@@ -18,9 +18,11 @@
 //! from the session's creation: those sat among rmcp's freed blocks and
 //! would hold their pages resident (glibc frees only whole pages).
 //!
-//! Only a session that would lose nothing sleeps: no `GET` stream (so no
-//! message could reach it meanwhile anyway), no request in flight, no
-//! per-session upstream (its relay holds the session's peer), no task. A
+//! Only a session that would lose nothing sleeps: no `GET` stream, no
+//! request in flight, no per-session upstream (its relay holds the
+//! session's peer), no task. What rmcp held for its next `GET` is kept by
+//! the session registry, with what it is told asleep, and told on waking
+//! (`http::resumable`'s sweep hands it over before closing rmcp's session). A
 //! session asleep past `session_idle_timeout` (counted from its last
 //! request) or deleted by its client ends as an awake one would.
 
@@ -148,26 +150,22 @@ impl Hibernation {
 
     /// Puts session `id` to sleep if it would lose nothing, keyed by
     /// `fresh_id` (the same id, allocated now: rmcp's was allocated with
-    /// the session and would pin a page); the caller then closes rmcp's
+    /// the session and would pin a page), and returns its key; the caller
+    /// then keeps what rmcp holds undelivered for it and closes rmcp's
     /// session.
-    pub fn put_to_sleep(&self, id: &str, fresh_id: &Arc<str>) -> bool {
-        let Some(after) = self.after else {
-            return false;
-        };
+    pub fn put_to_sleep(&self, id: &str, fresh_id: &Arc<str>) -> Option<SessionKey> {
+        let after = self.after?;
         if self.closed.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
-        let Some(state) = lock(&self.live).get(id).and_then(Weak::upgrade) else {
-            return false;
-        };
+        let state = lock(&self.live).get(id).and_then(Weak::upgrade)?;
         let ends_at = Instant::now() + self.idle_timeout.saturating_sub(after);
-        let Some(sleeper) = state.fall_asleep(ends_at) else {
-            return false;
-        };
+        let sleeper = state.fall_asleep(ends_at)?;
+        let key = sleeper.key;
         lock(&self.live).remove(id);
         lock(&self.asleep).insert(fresh_id.clone(), sleeper);
         crate::telemetry::metrics().downstream_sessions_asleep.inc();
-        true
+        Some(key)
     }
 
     /// Session `id`, asleep until now.

@@ -71,13 +71,43 @@ impl SessionEntry {
 struct Missed {
     lists: Vec<ListKind>,
     updated: Vec<String>,
-    /// Notifications for this session alone (an elicitation's completion).
+    /// Anything else (an elicitation's completion, a log line that found
+    /// its request's stream closed).
     told: Vec<ServerNotification>,
 }
 
-/// Bound on the notifications for one session alone kept while it sleeps.
-/// They are completions of URL elicitations the session was given (a
-/// handful at a time in any real use); past this, more are dropped (and
+impl Missed {
+    /// Keeps `notification` for session `key`'s waking: a list change or
+    /// an update as what it is about (once), anything else as it is.
+    fn keep(&mut self, key: SessionKey, notification: ServerNotification) {
+        let kind = match &notification {
+            ServerNotification::ToolListChangedNotification(_) => Some(ListKind::Tools),
+            ServerNotification::PromptListChangedNotification(_) => Some(ListKind::Prompts),
+            ServerNotification::ResourceListChangedNotification(_) => Some(ListKind::Resources),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            if !self.lists.contains(&kind) {
+                self.lists.push(kind);
+            }
+        } else if let ServerNotification::ResourceUpdatedNotification(updated) = &notification {
+            if !self.updated.contains(&updated.params.uri) {
+                self.updated.push(updated.params.uri.clone());
+            }
+        } else if self.told.len() < MISSED_TOLD_MAX {
+            self.told.push(notification);
+        } else {
+            tracing::debug!(
+                session = key,
+                "a sleeping session's kept notifications are full; one dropped"
+            );
+        }
+    }
+}
+
+/// Bound on the other notifications kept while a session sleeps:
+/// completions of URL elicitations it was given, and what rmcp held for
+/// its next `GET` (rmcp itself keeps 16); past this, more are dropped (and
 /// logged) rather than let one sleeper grow without limit.
 const MISSED_TOLD_MAX: usize = 64;
 
@@ -150,14 +180,7 @@ impl SessionRegistry {
             return;
         };
         let Some(peer) = entry.peer.clone() else {
-            if entry.missed.told.len() < MISSED_TOLD_MAX {
-                entry.missed.told.push(notification);
-            } else {
-                tracing::debug!(
-                    session = key,
-                    "a sleeping session's kept notifications are full; one dropped"
-                );
-            }
+            entry.missed.keep(key, notification);
             return;
         };
         drop(sessions);

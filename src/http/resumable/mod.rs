@@ -43,7 +43,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use rmcp::{
     model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage},
     transport::streamable_http_server::session::{
@@ -148,7 +148,8 @@ impl ResumableSessions {
                 continue;
             }
             let fresh_id = SessionId::from(&*id);
-            if self.hibernation.put_to_sleep(&id, &fresh_id) {
+            if let Some(key) = self.hibernation.put_to_sleep(&id, &fresh_id) {
+                self.keep_undelivered(&id, key).await;
                 // Its request streams stay resumable: only rmcp's session goes.
                 self.activity.closing_for_sleep(&id);
                 if let Err(error) = self.sessions.close_session(&id).await {
@@ -173,6 +174,44 @@ impl ResumableSessions {
             release_freed_memory().await;
         }
         slept
+    }
+}
+
+impl ResumableSessions {
+    /// What rmcp holds for session `id`'s next `GET` that no stream has
+    /// taken (sent while no `GET` was open), handed to the session registry
+    /// to be told when the session wakes: closing rmcp's session to sleep
+    /// drops it. The session is asleep in the registry already, so nothing
+    /// new goes to rmcp's session meanwhile.
+    async fn keep_undelivered(&self, id: &SessionId, key: crate::gateway::SessionKey) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        let from = self.streams.standalone_ids(id).undelivered_from();
+        // No `GET` is open (or the session would not sleep): this stream
+        // becomes rmcp's standalone one, and rmcp puts what it kept from
+        // `from` on it before returning it.
+        let stream = match self.sessions.resume(id, from.to_string()).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "reading what a session put to sleep had not been sent");
+                return;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Some(event)) = stream.next().now_or_never() {
+            let Some(message) = event.message else {
+                continue;
+            };
+            match Arc::unwrap_or_clone(message) {
+                rmcp::model::ServerJsonRpcMessage::Notification(notification) => {
+                    gateway.sessions().tell(key, notification.notification);
+                }
+                _ => tracing::debug!(
+                    "a request or answer for no request, dropped as its session sleeps"
+                ),
+            }
+        }
     }
 }
 
@@ -347,7 +386,11 @@ impl SessionManager for ResumableSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let stream = self.sessions.create_standalone_stream(id).await?;
+        // rmcp would replay all it keeps (`sync(0)`), events an earlier
+        // `GET` already carried included; a new stream carries only what
+        // no stream has.
+        let from = self.streams.standalone_ids(id).undelivered_from();
+        let stream = self.sessions.resume(id, from.to_string()).await?;
         let open = self.activity.stream_opened(id);
         Ok(counted(self.streams.standalone(id, Box::pin(stream)), open))
     }

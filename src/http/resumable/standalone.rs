@@ -1,4 +1,4 @@
-//! The standalone (`GET`) stream: rmcp's, with two repairs.
+//! The standalone (`GET`) stream: rmcp's, with three repairs.
 //!
 //! rmcp numbers its events from 0, the id of the priming event it sends
 //! first, and replays *from* the index a resume names; its ids are shifted
@@ -7,7 +7,10 @@
 //! sees the old one closed; a client that resumes before the server noticed
 //! its dead connection would get a keep-alive-only "shadow" stream that
 //! never carries a message. So each session's standalone streams stay
-//! cuttable, and a resume cuts the old ones first.
+//! cuttable, and a resume cuts the old ones first. And rmcp replays all
+//! it keeps on every new `GET`, what an earlier stream carried included; a
+//! new stream starts after the last event given out
+//! ([`StandaloneIds::undelivered_from`]).
 //!
 //! A session that slept and woke is a new rmcp session, numbering from 0
 //! again, while its client still holds ids of the streams before: its ids
@@ -50,6 +53,11 @@ impl StandaloneIds {
     /// event after it, or (an id from before the session woke) all.
     pub(super) fn replay_from(&self, after: usize) -> usize {
         after.saturating_sub(self.base)
+    }
+
+    /// The rmcp index of the first event no stream has given out yet.
+    pub(super) fn undelivered_from(&self) -> usize {
+        self.replay_from(self.last)
     }
 
     fn woke(&mut self) {
