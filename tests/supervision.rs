@@ -669,14 +669,15 @@ async fn a_stdio_upstream_gets_only_a_safe_environment_and_its_own() {
 /// A credential in an upstream's URL (hosted servers often take their key
 /// in the path or query) shows nowhere: not in `/readyz`, not in the error
 /// a client's call gets, not in the log, though the failure names the
-/// server it could not reach.
+/// server it could not reach. A `,` in the query (as written, valid in a
+/// URL) does not end what is hidden.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_urls_credential_is_not_shown_in_errors() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = closed.local_addr().expect("its address").port();
     drop(closed);
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.leaky]\nurl = \"http://127.0.0.1:{port}/k/PATH-SECRET/mcp?api_key=QUERY-SECRET\"\n"
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.leaky]\nurl = \"http://127.0.0.1:{port}/k/PATH-SECRET/mcp?tools=a,b&api_key=QUERY-SECRET\"\n"
     );
     let gateway = Gateway::start(&config).await;
     let readyz = gateway.wait_ready().await.to_string();

@@ -50,9 +50,14 @@ pub fn origins_only(text: &str) -> String {
     {
         out.push_str(&rest[..start]);
         let candidate = &rest[start..];
+        // A URL may hold `,`, `)` or `'` (serialized as they are), so it
+        // runs to what it cannot hold; punctuation closing it is the text's.
         let end = candidate
-            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | ',' | '>'))
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '<' | '>' | '`'))
             .unwrap_or(candidate.len());
+        let end = candidate[..end]
+            .trim_end_matches([')', ']', ',', '.', ':', ';', '\''])
+            .len();
         match reqwest::Url::parse(&candidate[..end]) {
             Ok(url) => {
                 out.push_str(url.scheme());
@@ -65,7 +70,14 @@ pub fn origins_only(text: &str) -> String {
                     out.push_str("/…");
                 }
             }
-            Err(_) => out.push_str(&candidate[..end]),
+            // Not a URL after all: nothing of it past the scheme is shown.
+            Err(_) => {
+                let scheme_end = candidate.find("//").map_or(0, |at| at + 2);
+                out.push_str(&candidate[..scheme_end.min(end)]);
+                if end > scheme_end {
+                    out.push('…');
+                }
+            }
         }
         rest = &candidate[end..];
     }
@@ -88,6 +100,16 @@ mod tests {
             origins_only("http://127.0.0.1:9000/ and http://u:p@h:1/x?q=1, then"),
             "http://127.0.0.1:9000 and http://h:1/…, then"
         );
+        // `,`, `)` and `'` may stand in a URL as they are.
+        assert_eq!(
+            origins_only("for url (https://h/mcp?t=a,b)&api_key=SECRET'x): refused"),
+            "for url (https://h/…): refused"
+        );
+        assert_eq!(
+            origins_only("at https://h/v1/it's(SECRET),more. Then"),
+            "at https://h/…. Then"
+        );
+        assert_eq!(origins_only("https://[::1/SECRET x"), "https://… x");
         assert_eq!(origins_only("no url here"), "no url here");
         assert_eq!(origins_only("http:// broken"), "http:// broken");
     }
