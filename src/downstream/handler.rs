@@ -323,7 +323,7 @@ impl ServerHandler for DownstreamSession {
             }
             if let Some(upstream) = self.state().open_upstream(&mount.config.name) {
                 if let Err(error) = upstream.peer().notify_roots_list_changed().await {
-                    tracing::debug!(mount = %mount.config.name, %error, "could not relay roots/list_changed");
+                    tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "could not relay roots/list_changed");
                 }
             }
         }
@@ -594,7 +594,7 @@ impl ServerHandler for DownstreamSession {
                     let params = SetLevelRequestParams::new(level);
                     let timeout = mount.timeouts().request;
                     if let Err(error) = bounded(timeout, upstream.peer().set_level(params)).await {
-                        tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed upstream");
+                        tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed upstream");
                     }
                 }
             });

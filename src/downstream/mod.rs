@@ -458,9 +458,11 @@ impl SessionState {
                 .subscriptions_on(self.key, &mount.config.name)
             {
                 let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
-                let renewed = tokio::time::timeout(limit, session.peer().subscribe(params)).await;
-                if !matches!(renewed, Ok(Ok(_))) {
-                    tracing::warn!(mount = %mount.config.name, %uri, ?renewed, "could not renew a subscription on a reopened upstream");
+                let renewed =
+                    crate::gateway::bounded(limit, session.peer().subscribe(params)).await;
+                if let Err(error) = renewed {
+                    let error = crate::upstream::http_client::with_causes(&error);
+                    tracing::warn!(mount = %mount.config.name, %uri, %error, "could not renew a subscription on a reopened upstream");
                 }
             }
         }

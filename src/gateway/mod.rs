@@ -555,7 +555,7 @@ impl UpstreamEvents for MountSessionEvents {
             if let (true, Some(level)) = (logs, gateway.sessions.shared_log_level()) {
                 let params = rmcp::model::SetLevelRequestParams::new(level);
                 if let Err(error) = bounded(timeout, session.peer().set_level(params)).await {
-                    tracing::debug!(mount = %mount.config.name, %error, "logging/setLevel failed on a new upstream session");
+                    tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed on a new upstream session");
                 }
             }
         });

@@ -136,7 +136,7 @@ impl UpstreamSubscriptions {
     ) {
         let mut held = self.held.lock().await;
         if let Err(error) = let_go(&mut held, registry, route, upstream, None, timeout).await {
-            tracing::debug!(mount = %route.mount, uri = %route.original, %error, "could not unsubscribe after the last subscriber ended");
+            tracing::debug!(mount = %route.mount, uri = %route.original, error = %crate::upstream::http_client::with_causes(&error), "could not unsubscribe after the last subscriber ended");
         }
     }
 
@@ -163,7 +163,7 @@ impl UpstreamSubscriptions {
                     uris.insert(original);
                 }
                 Err(error) => {
-                    tracing::warn!(%mount, uri = %original, %error, "could not renew a subscription on a new upstream session");
+                    tracing::warn!(%mount, uri = %original, error = %crate::upstream::http_client::with_causes(&error), "could not renew a subscription on a new upstream session");
                 }
             }
         }

@@ -149,7 +149,10 @@ async fn start_and_discover(
         Ok(Ok(catalog)) => catalog,
         Ok(Err(error)) => {
             session.close().await;
-            return Err(format!("discovery failed: {error}"));
+            return Err(format!(
+                "discovery failed: {}",
+                crate::upstream::http_client::with_causes(&error)
+            ));
         }
         Err(_) => {
             session.close().await;

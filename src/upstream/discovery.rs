@@ -105,7 +105,7 @@ pub async fn refresh_within(
     let mut fresh = MountCatalog::default();
     match tokio::time::timeout(limit, refresh(session, kind, &mut fresh)).await {
         Ok(Ok(())) => Ok(fresh),
-        Ok(Err(error)) => Err(error.to_string()),
+        Ok(Err(error)) => Err(super::http_client::with_causes(&error)),
         Err(_) => Err(format!(
             "no answer within {}",
             humantime::format_duration(limit)

@@ -335,6 +335,13 @@ pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn with_causes_as_written(error: &(dyn std::error::Error + 'static)) -> String {
+    // rmcp's transport error names the transport's Rust type: only what
+    // it wraps says what happened.
+    if let Some(rmcp::service::ServiceError::TransportSend(sent)) =
+        error.downcast_ref::<rmcp::service::ServiceError>()
+    {
+        return with_causes_as_written(&*sent.error);
+    }
     let mut text = error.to_string();
     // rmcp's client error holds reqwest's without naming it its source.
     let mut cause = match error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {

@@ -344,7 +344,7 @@ impl UpstreamSession {
             if http_client::means_session_gone(error) {
                 // The connection cannot serve another request: end it, so
                 // the supervisor (or the next per-session call) reconnects.
-                tracing::warn!(mount = %self.mount, %error, "upstream session gone");
+                tracing::warn!(mount = %self.mount, error = %http_client::with_causes(&*error.error), "upstream session gone");
                 self.ended.cancel();
                 return Err(RequestError::Ended);
             }
@@ -486,7 +486,7 @@ impl Drop for CancelUpstreamOnDrop {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 if let Err(error) = peer.send_notification(notification.into()).await {
-                    tracing::debug!(%error, "could not send a cancel upstream");
+                    tracing::debug!(error = %http_client::with_causes(&error), "could not send a cancel upstream");
                 }
             });
         }
