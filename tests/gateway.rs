@@ -617,6 +617,39 @@ async fn raw_http_surface() {
     }
 }
 
+/// The operator pages on the gateway's listener get the MCP endpoint's
+/// DNS-rebinding protection: they tell mount names, upstream hosts and
+/// their errors to whoever can read them. The probes stay unchecked
+/// (Kubernetes calls them by the pod's address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_pages_refuse_a_foreign_host() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let http = reqwest::Client::new();
+    let local = format!("localhost:{}", gateway.addr.port());
+    for path in ["/status", "/status.json", "/metrics"] {
+        for (host, status) in [("evil.example", 403), (local.as_str(), 200)] {
+            let response = within(
+                path,
+                http.get(gateway.url(path)).header("host", host).send(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(response.status(), status, "{path} with Host {host}");
+        }
+    }
+    for path in ["/healthz", "/readyz"] {
+        let response = within(
+            path,
+            http.get(gateway.url(path))
+                .header("host", "evil.example")
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+}
+
 /// A list change announced by an upstream reaches the sessions it concerns:
 /// a per-session upstream's change only its own session, a shared
 /// upstream's change every session. (The demo's `toggle_bonus` lists or

@@ -34,6 +34,7 @@ pub mod admin;
 mod admission;
 mod answer_slot;
 mod connections;
+mod host_check;
 mod json_guard;
 mod lane_dispatch;
 pub mod lanes;
@@ -145,7 +146,14 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .route("/readyz", get(readyz))
         .with_state(gateway.clone());
     if admin_here {
-        app.merge(admin::router(gateway))
+        let allowed =
+            host_check::AllowedHosts(gateway.config().server.allowed_hosts.clone().into());
+        app.merge(
+            admin::router(gateway).layer(axum::middleware::from_fn_with_state(
+                allowed,
+                host_check::require_allowed_host,
+            )),
+        )
     } else {
         app
     }
