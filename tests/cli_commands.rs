@@ -546,6 +546,24 @@ async fn tools_with_an_invalid_config_exits_2() {
     );
 }
 
+/// A TOML syntax error is placed by line and column; the line itself,
+/// which toml would print and which may hold a token (an unclosed quote
+/// around one is the typical mistake), is not shown.
+#[tokio::test]
+async fn a_toml_syntax_error_does_not_show_its_line() {
+    let (_dir, path) = config_file(
+        "[mounts.a]\nurl = \"https://h.example/mcp\"\nheaders = { Authorization = \"Bearer sk-live-abc }\n",
+    );
+    let run = junction(&["check", "--config", &path], &[]).await;
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("invalid TOML at line 3, column "),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("sk-live"), "{}", run.stderr);
+}
+
 /// Imports `file`, expecting `code`; checks the TOML loads with `junction
 /// check` given `envs` and lists exactly `mounts`. Returns the import run.
 async fn import_and_check(file: &str, code: i32, mounts: &[&str], envs: &[(&str, &str)]) -> Run {

@@ -289,10 +289,34 @@ fn a_replaced_binary_is_named_by_its_path() {
     assert_eq!(installed_path("/usr/bin/junction"), "/usr/bin/junction");
 }
 
+/// A TOML syntax error by line and column, without the offending line
+/// toml prints under it: that line may hold a secret (an unclosed quote
+/// around a token is a typical mistake).
+fn toml_syntax_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    let Some(span) = error.span() else {
+        return format!("invalid TOML: {message}");
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("invalid TOML at line {line}, column {column}: {message}")
+}
+
+#[cfg(test)]
+#[test]
+fn a_toml_syntax_error_does_not_show_the_line() {
+    let text = "[mounts.a]\nheaders = { Authorization = \"Bearer sk-live-abc }\n";
+    let error = toml::from_str::<Value>(text).expect_err("unclosed string");
+    let said = toml_syntax_error(text, &error);
+    assert!(said.starts_with("invalid TOML at line 2, column "), "{said}");
+    assert!(!said.contains("sk-live"), "{said}");
+}
+
 /// Mount names in the order the document lists them.
 fn document_mount_order(text: &str, format: &FileFormat) -> Result<Vec<String>, String> {
     let document: Value = match format {
-        FileFormat::Toml => toml::from_str(text).map_err(|e| format!("invalid TOML: {e}"))?,
+        FileFormat::Toml => toml::from_str(text).map_err(|e| toml_syntax_error(text, &e))?,
         FileFormat::Yaml => {
             if text.trim().is_empty() {
                 Value::Null
