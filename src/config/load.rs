@@ -309,7 +309,10 @@ fn a_toml_syntax_error_does_not_show_the_line() {
     let text = "[mounts.a]\nheaders = { Authorization = \"Bearer sk-live-abc }\n";
     let error = toml::from_str::<Value>(text).expect_err("unclosed string");
     let said = toml_syntax_error(text, &error);
-    assert!(said.starts_with("invalid TOML at line 2, column "), "{said}");
+    assert!(
+        said.starts_with("invalid TOML at line 2, column "),
+        "{said}"
+    );
     assert!(!said.contains("sk-live"), "{said}");
 }
 
