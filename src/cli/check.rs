@@ -137,22 +137,28 @@ fn masked_url(url: &str) -> String {
         .find('/')
         .map_or(base.len(), |at| authority_start + at);
     let authority = &base[authority_start..authority_end];
-    match authority.rfind('@').and_then(|at| {
-        let user_info = &authority[..at];
-        user_info.find(':').map(|colon| (&user_info[..colon], at))
-    }) {
-        Some((user, at)) => {
+    let is_variable = |value: &str| {
+        value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
+    };
+    match authority.rfind('@') {
+        Some(at) => {
+            let user_info = &authority[..at];
             out.push_str(&base[..authority_start]);
-            out.push_str(user);
-            out.push_str(":***");
+            match user_info.split_once(':') {
+                Some((user, _)) => {
+                    out.push_str(user);
+                    out.push_str(":***");
+                }
+                // A user alone is sent as Basic credentials, and is often
+                // a token (`https://TOKEN@host`).
+                None if is_variable(user_info) => out.push_str(user_info),
+                None => out.push_str("***"),
+            }
             out.push_str(&base[authority_start + at..]);
         }
         None => out.push_str(base),
     }
     if let Some(query) = query {
-        let is_variable = |value: &str| {
-            value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
-        };
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {
@@ -182,7 +188,9 @@ fn url_secrets_are_masked_as_written_or_parsed() {
             "https://user:hunter2@${HOST}/mcp",
             "https://user:***@${HOST}/mcp",
         ),
-        ("https://u@h/mcp", "https://u@h/mcp"),
+        ("https://u@h/mcp", "https://***@h/mcp"),
+        ("https://sk-TOKEN@h/mcp", "https://***@h/mcp"),
+        ("https://${TOKEN}@h/mcp", "https://${TOKEN}@h/mcp"),
         (
             "https://h/mcp?api_key=abc&profile=${PROFILE}&flag&x=",
             "https://h/mcp?api_key=***&profile=${PROFILE}&***&x=",
