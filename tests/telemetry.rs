@@ -424,6 +424,33 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
     );
 }
 
+/// Nor at debug level, where the gateway's own sweep says which idle
+/// session it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_ended_is_logged_by_its_fingerprint() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_idle_timeout = \"1s\"\nsession_hibernate_after = \"off\"\n\n{}",
+        stdio_demo_mount("demo", ""),
+    );
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "info,junction=debug")]).await;
+    gateway.wait_ready().await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+    let fingerprint = junction::telemetry::redact::session_fingerprint(&session);
+    let line = eventually(
+        "the idle session to end",
+        Duration::from_secs(10),
+        || async { gateway.proc.stderr.find("idle session ended") },
+    )
+    .await;
+    assert!(line.contains(&fingerprint), "{line}");
+    let stderr = gateway.proc.stderr.text();
+    assert!(
+        !stderr.contains(&session),
+        "the session id {session} is in the log:\n{stderr}"
+    );
+}
+
 /// rmcp logs the upstream session it fails to delete, id and all (here:
 /// the upstream is gone when the gateway shuts down). The gateway's log
 /// gets that line with the id's fingerprint instead.

@@ -132,7 +132,9 @@ impl ResumableSessions {
     /// asleep.
     pub async fn sweep(&self) -> usize {
         for id in self.activity.idle_for(self.idle_timeout) {
-            tracing::debug!(session = %id, "idle session ended");
+            // Never the id itself: it is all a client shows to act in it.
+            let session = crate::telemetry::redact::session_fingerprint(&id);
+            tracing::debug!(%session, "idle session ended");
             if let Err(error) = self.close_session(&id).await {
                 tracing::debug!(%error, "ending an idle session");
             }
