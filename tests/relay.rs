@@ -387,3 +387,69 @@ async fn unknown_meta_keys_pass_through_both_ways() {
     }
     close(client).await;
 }
+
+/// What an upstream puts in a log message's or a progress notification's
+/// `_meta` (trace context, a related task, its own keys) reaches the
+/// client with it, on shared and per-session stdio mounts and on an HTTP
+/// one (whose calls take the direct path): the relay rebuilt both from
+/// their params alone, and rmcp hands a notification's `_meta` over where
+/// it was not looked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_and_progress_keep_their_meta() {
+    let upstream = DemoHttp::start().await;
+    let config = format!(
+        "{SERVER_TOML}{}{}{}",
+        stdio_demo_mount("shared", "isolation = \"shared\""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+        http_mount("remote", &upstream.mcp_url(), ""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let meta = json!({"x-trace": "t1", "vendor.example/span": {"id": 7}});
+    let mut id = 2;
+    for mount in ["shared", "private", "remote"] {
+        let calls = [
+            (
+                "notifications/message",
+                json!({"name": format!("{mount}__log"), "arguments": {"level": "info", "data": "d", "meta": meta}}),
+            ),
+            (
+                "notifications/progress",
+                json!({"name": format!("{mount}__slow"), "arguments": {"steps": 1, "delay_ms": 1, "meta": meta},
+                       "_meta": {"progressToken": "p1"}}),
+            ),
+        ];
+        for (method, params) in calls {
+            // rmcp's HTTP server (the demo's) sends a tool's log message on
+            // its GET stream, not the call's; the gateway then relays it by
+            // who has a call in flight, which may already be answered.
+            if mount == "remote" && method == "notifications/message" {
+                continue;
+            }
+            id += 1;
+            let body =
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+            let answer = raw::post(
+                &http,
+                &url,
+                Some(&session),
+                raw::JSON_POST,
+                body.to_string(),
+            )
+            .await;
+            let relayed: Vec<&Value> = answer
+                .messages
+                .iter()
+                .filter(|message| message["method"] == method)
+                .collect();
+            assert_eq!(relayed.len(), 1, "{mount}: {:#?}", answer.messages);
+            assert_eq!(
+                relayed[0]["params"]["_meta"], meta,
+                "{mount}: {:#?}",
+                relayed[0]
+            );
+        }
+    }
+}

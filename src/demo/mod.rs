@@ -177,6 +177,9 @@ struct SlowArgs {
     steps: u32,
     /// Milliseconds per step.
     delay_ms: u64,
+    /// `_meta` to send with each progress notification.
+    #[serde(default)]
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -185,6 +188,9 @@ struct LogArgs {
     level: rmcp::model::LoggingLevel,
     /// Any JSON value.
     data: serde_json::Value,
+    /// `_meta` to send with the message.
+    #[serde(default)]
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -210,6 +216,18 @@ fn number(x: f64) -> serde_json::Value {
     } else {
         serde_json::Value::from(x)
     }
+}
+
+/// `notification` with `meta` as its `_meta`, if given.
+fn with_meta(
+    mut notification: rmcp::model::ServerNotification,
+    meta: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> rmcp::model::ServerNotification {
+    use rmcp::model::GetMeta;
+    if let Some(meta) = meta {
+        notification.get_meta_mut().0 .0 = meta.clone();
+    }
+    notification
 }
 
 fn text_result(text: impl Into<String>) -> CallToolResult {
@@ -343,7 +361,13 @@ impl DemoServer {
                     rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(step));
                 progress.total = Some(f64::from(steps));
                 progress.message = Some(format!("step {step} of {steps}"));
-                let _ = context.peer.notify_progress(progress).await;
+                let notification = rmcp::model::ServerNotification::ProgressNotification(
+                    rmcp::model::Notification::new(progress),
+                );
+                let _ = context
+                    .peer
+                    .send_notification(with_meta(notification, args.meta.as_ref()))
+                    .await;
             }
         }
         unfinished.1 = true;
@@ -409,7 +433,11 @@ impl DemoServer {
     ) -> CallToolResult {
         let message = rmcp::model::LoggingMessageNotificationParam::new(args.level, args.data)
             .with_logger("junction-demo");
-        match context.peer.notify_logging_message(message).await {
+        let notification = rmcp::model::ServerNotification::LoggingMessageNotification(
+            rmcp::model::Notification::new(message),
+        );
+        let notification = with_meta(notification, args.meta.as_ref());
+        match context.peer.send_notification(notification).await {
             Ok(()) => text_result("logged"),
             Err(error) => error_result(format!("could not log: {error}")),
         }

@@ -61,6 +61,10 @@ impl<V, const MAX: usize> BoundedMap<V, MAX> {
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.values()
     }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> {
+        self.entries.iter()
+    }
 }
 
 #[cfg(test)]

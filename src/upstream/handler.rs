@@ -202,7 +202,14 @@ impl ClientHandler for UpstreamHandler {
         set_elicit_meta(&mut params, self.passed_meta(&context));
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
         match self.forward(&caller, request, &context).await? {
-            ClientResult::ElicitResult(result) => Ok(result),
+            ClientResult::ElicitResult(mut result) => {
+                // The client names the task as it knows it; the upstream
+                // knows it by its own id.
+                if let Some(meta) = result.meta.as_mut() {
+                    self.relay.name_task_as_upstream(&mut meta.0);
+                }
+                Ok(result)
+            }
             _ => Err(unexpected_answer()),
         }
     }
@@ -216,7 +223,10 @@ impl ClientHandler for UpstreamHandler {
             return Err(missing_capability("roots"));
         }
         metrics().count_relayed("roots");
-        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        let mut request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        if let Some(meta) = self.passed_meta(&context) {
+            *request.get_meta_mut() = meta;
+        }
         match self.forward(&caller, request, &context).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
             _ => Err(unexpected_answer()),
@@ -250,7 +260,11 @@ impl ClientHandler for UpstreamHandler {
         // the token.
         caller.on_its_stream().await;
         relayed.my_turn().await;
-        if let Err(error) = caller.peer.notify_progress(params).await {
+        let mut message = ServerNotification::ProgressNotification(Notification::new(params));
+        if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
+            *message.get_meta_mut() = meta;
+        }
+        if let Err(error) = caller.peer.send_notification(message).await {
             tracing::debug!(%error, "could not relay progress");
         }
     }
@@ -261,7 +275,7 @@ impl ClientHandler for UpstreamHandler {
         context: NotificationContext<RoleClient>,
     ) {
         let relayed = RelayedOnDrop(&self.relay, context.extensions.get().copied());
-        let related_task = related_task(&context.meta.0);
+        let related_task = related_task(&notification_meta(&context).0);
         let attributed = self
             .relay
             .attribute_notification(&context.extensions, related_task)
@@ -276,8 +290,11 @@ impl ClientHandler for UpstreamHandler {
                 // still open; else on the session's `GET` stream.
                 caller.on_its_stream().await;
                 relayed.my_turn().await;
-                let message =
+                let mut message =
                     ServerNotification::LoggingMessageNotification(Notification::new(params));
+                if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
+                    *message.get_meta_mut() = meta;
+                }
                 let unsent = match &caller.request_stream {
                     Some(stream) => stream.push(message),
                     None => Some(message),
@@ -302,9 +319,13 @@ impl ClientHandler for UpstreamHandler {
 
     async fn on_custom_notification(
         &self,
-        notification: CustomNotification,
-        _context: NotificationContext<RoleClient>,
+        mut notification: CustomNotification,
+        context: NotificationContext<RoleClient>,
     ) {
+        // Relayed with its `_meta` (see `notification_meta`).
+        if let Some(meta) = context.extensions.get::<NotificationMetaObject>() {
+            *notification.get_meta_mut() = meta.clone();
+        }
         if notification.method == "notifications/elicitation/complete" {
             let id = notification
                 .params
@@ -351,6 +372,17 @@ impl ClientHandler for UpstreamHandler {
     }
 }
 
+/// A notification's `_meta`. rmcp 3.11 moves a notification's extensions
+/// into its context before its `_meta` (requests are done the other way
+/// round), so `context.meta` is always empty and the `_meta` is among the
+/// extensions.
+fn notification_meta(context: &NotificationContext<RoleClient>) -> &NotificationMetaObject {
+    context
+        .extensions
+        .get::<NotificationMetaObject>()
+        .unwrap_or(&context.meta)
+}
+
 /// Marks a notification counted by `OrderedTransport` as handled, on every
 /// path out of its handler.
 struct RelayedOnDrop<'a>(&'a Relay, Option<Arrival>);
@@ -380,6 +412,18 @@ impl UpstreamHandler {
         context: &RequestContext<RoleClient>,
     ) -> Option<rmcp::model::RequestMetaObject> {
         let mut meta = context.meta.clone();
+        meta.0.remove("progressToken");
+        rename_related_task(&self.relay, &mut meta.0);
+        (!meta.0.is_empty()).then_some(meta)
+    }
+
+    /// An upstream notification's `_meta` as its client gets it (see
+    /// `passed_meta`); `None` when nothing is left.
+    fn passed_notification_meta(
+        &self,
+        meta: &NotificationMetaObject,
+    ) -> Option<NotificationMetaObject> {
+        let mut meta = meta.clone();
         meta.0.remove("progressToken");
         rename_related_task(&self.relay, &mut meta.0);
         (!meta.0.is_empty()).then_some(meta)

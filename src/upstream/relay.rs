@@ -537,6 +537,21 @@ impl Relay {
         None
     }
 
+    /// Makes a related-task `_meta` object that names a task by the id
+    /// its client knows it by name it by the upstream's own id.
+    pub fn name_task_as_upstream(&self, meta: &mut serde_json::Map<String, serde_json::Value>) {
+        let Some(client_id) = related_task(meta) else {
+            return;
+        };
+        let upstream_id = lock(&self.tasks)
+            .iter()
+            .find(|(_, owner)| owner.task_id == client_id)
+            .map(|(upstream_id, _)| upstream_id.clone());
+        if let Some(upstream_id) = upstream_id {
+            set_related_task(meta, &upstream_id);
+        }
+    }
+
     pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
         lock(&self.tasks).get(upstream_id).cloned()
     }
@@ -738,6 +753,27 @@ mod tests {
         // goes by the other rules.
         let attributed = relay.attribute(&extensions, Some("not-yet-known"));
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
+    }
+
+    /// A client's answer names a task as the client knows it; the
+    /// upstream gets its own id back. Other ids and other keys stay.
+    #[tokio::test]
+    async fn a_client_named_task_goes_back_under_the_upstreams_id() {
+        let relay = Relay::default();
+        let (owner, _peer) = caller(1);
+        relay.remember_task("u-7", owner, "tasks/u-7".into(), token(0));
+        let named = |id: &str| {
+            serde_json::json!({ RELATED_TASK: { "taskId": id }, "x-other": 1 })
+                .as_object()
+                .cloned()
+                .expect("an object")
+        };
+        let mut meta = named("tasks/u-7");
+        relay.name_task_as_upstream(&mut meta);
+        assert_eq!(meta, named("u-7"));
+        let mut unknown = named("someone-else");
+        relay.name_task_as_upstream(&mut unknown);
+        assert_eq!(unknown, named("someone-else"));
     }
 
     #[tokio::test]

@@ -32,6 +32,9 @@ pub struct Answer {
     /// A JSON body as is; the JSON-RPC response inside an SSE body; any
     /// other body as a JSON string (empty if there was none).
     pub body: Value,
+    /// Every JSON-RPC message of an SSE body, in order (notifications
+    /// included); the JSON body alone otherwise.
+    pub messages: Vec<Value>,
 }
 
 impl Answer {
@@ -80,18 +83,20 @@ pub async fn post(
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    let body = if content_type.starts_with("text/event-stream") {
-        sse_response(&text)
+    let (body, messages) = if content_type.starts_with("text/event-stream") {
+        (sse_response(&text), sse_messages(&text))
     } else if content_type.starts_with("application/json") {
-        serde_json::from_str(&text)
-            .unwrap_or_else(|error| panic!("{status} with a bad JSON body {text:?}: {error}"))
+        let body: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("{status} with a bad JSON body {text:?}: {error}"));
+        (body.clone(), vec![body])
     } else {
-        Value::String(text)
+        (Value::String(text), Vec::new())
     };
     Answer {
         status,
         headers,
         body,
+        messages,
     }
 }
 
@@ -99,6 +104,15 @@ pub async fn post(
 /// joined, priming events (empty data) skipped, the first message with a
 /// `result` or an `error`.
 pub fn sse_response(text: &str) -> Value {
+    sse_messages(text)
+        .into_iter()
+        .find(|message| message.get("result").is_some() || message.get("error").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC response in the SSE body {text:?}"))
+}
+
+/// Every JSON-RPC message of an SSE body, in order: each event's `data`
+/// lines joined, priming events (empty data) skipped.
+pub fn sse_messages(text: &str) -> Vec<Value> {
     let text = text.replace("\r\n", "\n");
     text.split("\n\n")
         .map(|event| {
@@ -114,8 +128,7 @@ pub fn sse_response(text: &str) -> Value {
             serde_json::from_str::<Value>(&data)
                 .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"))
         })
-        .find(|message| message.get("result").is_some() || message.get("error").is_some())
-        .unwrap_or_else(|| panic!("no JSON-RPC response in the SSE body {text:?}"))
+        .collect()
 }
 
 /// `initialize`, then `notifications/initialized`; returns the session id.
