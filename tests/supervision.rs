@@ -520,6 +520,34 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
     assert!(connect_timed_out, "{mount}");
 }
 
+/// An upstream that declares resources but answers
+/// `resources/templates/list` with "method not found" (the SDKs' low-level
+/// servers with only list and read handlers) serves its tools and
+/// resources; its discovery failed on it, so the mount never came up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_without_a_templates_handler_comes_up() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no_templates.py");
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.notpl]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    assert_eq!(
+        ok_text(&call(&client, "notpl__ping", Value::Null).await),
+        "pong"
+    );
+    let resources = client.list_all_resources().await.expect("resources/list");
+    assert!(
+        resources
+            .iter()
+            .any(|resource| resource.uri == "notpl+notes://one"),
+        "{resources:?}"
+    );
+    close(client).await;
+}
+
 /// An upstream that announces a list change and then never answers the
 /// list: the refresh is given up after the mount's request timeout, so the
 /// next announcement is refreshed again rather than swallowed behind a

@@ -1,7 +1,8 @@
 //! Reading an upstream's lists into a [`MountCatalog`].
 //!
 //! Only lists the upstream declared a capability for are requested (asking
-//! for others gets "method not found" from strict servers). rmcp's
+//! for others gets "method not found" from strict servers); a server with
+//! `resources` but no templates handler has no templates. rmcp's
 //! `list_all_*` follow every `nextCursor`, so no page is dropped; tools are
 //! paged here, to keep each tool's `execution` (2025-11-25), which rmcp's
 //! `Tool` has no field for, from the upstream's own answer.
@@ -84,7 +85,18 @@ pub async fn refresh(
         ListKind::Resources => {
             if declared(|c| c.resources.is_some()) {
                 catalog.resources = peer.list_all_resources().await?;
-                catalog.templates = peer.list_all_resource_templates().await?;
+                catalog.templates = match peer.list_all_resource_templates().await {
+                    // The SDKs' low-level servers declare `resources` with
+                    // only a list and a read handler: no templates, not a
+                    // broken server.
+                    Err(ServiceError::McpError(error))
+                        if error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+                    {
+                        tracing::debug!(mount = %session.mount(), "resources/templates/list: method not found; no templates");
+                        Vec::new()
+                    }
+                    templates => templates?,
+                };
             } else {
                 catalog.resources = Vec::new();
                 catalog.templates = Vec::new();
