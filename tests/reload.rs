@@ -327,3 +327,45 @@ async fn a_reload_that_reorders_pass_through_mounts_is_announced() {
     assert_ne!(pid_after, pid_before, "the first mount still serves `pid`");
     close(client).await;
 }
+
+/// A mount a reload changes keeps its names while its new upstream starts:
+/// a call waits for the start, as after a restart. Its catalog was empty
+/// until the new one's discovery, so a pass-through name it won went to
+/// the other mount that offers it meanwhile (a different server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_mount_keeps_its_names_while_it_restarts() {
+    let config = |first: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n{first}{}",
+            stdio_demo_mount("second", "namespace = \"\""),
+        )
+    };
+    let gateway = Gateway::start(&config(&stdio_demo_mount("first", "namespace = \"\""))).await;
+    let client = gateway.connect().await;
+    let pid_before = call_pid(&client, "pid").await;
+
+    // `first` changes (now started through `sh`, answering after 2 s).
+    let slow_first = format!(
+        "[mounts.first]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 2; exec {BIN} demo-server\"]\nnamespace = \"\"\n\n"
+    );
+    rewrite_config(&gateway.config_path, &config(&slow_first));
+    wait_for_log(&gateway, &["config reloaded", "changed=first"], 1).await;
+    let during = call_pid(&client, "pid").await;
+    eventually("the new `first` to be ready", RELOAD_TIMEOUT, || async {
+        let body: Value = reqwest::get(gateway.url("/readyz"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (readyz_mount(&body, "first")["state"] == "ready").then_some(())
+    })
+    .await;
+    let after = call_pid(&client, "pid").await;
+    assert_ne!(after, pid_before, "the old `first` still serves");
+    assert_eq!(
+        during, after,
+        "a call during the restart went to another mount than the one that serves it after"
+    );
+    close(client).await;
+}

@@ -88,6 +88,9 @@ pub struct Mount {
     id: u64,
     /// What the shared session is subscribed to (`shared` mounts).
     pub subscriptions: super::subscriptions::UpstreamSubscriptions,
+    /// The catalog of the mount this one replaced in a reload, listed
+    /// until this one's first discovery (see [`Mount::inherit_catalog`]).
+    inherited: ArcSwapOption<MountCatalog>,
 }
 
 /// What a [`ProfileSession`]'s supervisor says about its upstream session.
@@ -195,7 +198,22 @@ impl Mount {
             per_session_open: Arc::new(AtomicUsize::new(0)),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
             subscriptions: Default::default(),
+            inherited: ArcSwapOption::empty(),
         }
+    }
+
+    /// Lists what `replaced` (the mount of the same name this one replaces
+    /// in a reload) last knew until this one's first discovery, as a
+    /// restarted mount lists its last good catalog: its names stay
+    /// routable (a call waits for the start rather than being refused, or
+    /// going to a pass-through mount that offers the same name), and that
+    /// discovery tells clients only the lists that really changed.
+    pub(super) fn inherit_catalog(&self, replaced: &Mount) {
+        let catalog = lock(&replaced.profiles)
+            .get(&ClientProfile::FULL)
+            .and_then(|p| p.catalog())
+            .or_else(|| replaced.inherited.load_full());
+        self.inherited.store(catalog);
     }
 
     /// Unique among every mount this process ever built.
@@ -292,6 +310,7 @@ impl Mount {
             .get(&profile)
             .and_then(|p| p.catalog())
             .or_else(|| profiles.get(&ClientProfile::FULL).and_then(|p| p.catalog()))
+            .or_else(|| self.inherited.load_full())
             .unwrap_or_default()
     }
 
@@ -415,7 +434,11 @@ impl Mount {
         profile_session: &ProfileSession,
         catalog: MountCatalog,
     ) {
-        let old = profile_session.catalog();
+        let old = profile_session.catalog().or_else(|| {
+            (profile_session.profile == ClientProfile::FULL)
+                .then(|| self.inherited.load_full())
+                .flatten()
+        });
         let changed: Vec<ListKind> = match &old {
             // A first discovery for a client profile is awaited by the list
             // call that needs it (`Gateway::prepare`): nobody saw a

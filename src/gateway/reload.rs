@@ -4,9 +4,10 @@
 //! running untouched (its sessions, in-flight calls and per-session
 //! upstreams go on); an added one starts; a removed one is retired (its
 //! supervisors stop, every upstream session opened for it closes and its
-//! children are reaped); a changed one is retired and started anew. The new
-//! mount list and config are swapped in atomically, then every downstream
-//! session is told its lists changed.
+//! children are reaped); a changed one is retired and started anew, listing
+//! the old one's catalog until its own discovery (so its names stay
+//! routable meanwhile). The new mount list and config are swapped in
+//! atomically, then every downstream session is told its lists changed.
 //!
 //! `[timeouts]`, `[supervision]` and `[limits]` apply at once to every
 //! mount (they are read live). `[server]`, `[telemetry]` and `[admin]` are
@@ -69,14 +70,15 @@ impl Gateway {
                     next.push(mount.clone());
                 }
                 other => {
+                    let mount = Arc::new(build_mount(&self.weak, &self.config, config.clone()));
                     match other {
-                        Some(mount) => {
+                        Some(replaced) => {
                             outcome.changed.push(config.name.clone());
-                            retired.push(mount.clone());
+                            mount.inherit_catalog(replaced);
+                            retired.push(replaced.clone());
                         }
                         None => outcome.added.push(config.name.clone()),
                     }
-                    let mount = Arc::new(build_mount(&self.weak, &self.config, config.clone()));
                     started.push(mount.clone());
                     next.push(mount);
                 }
