@@ -821,3 +821,42 @@ async fn initialize_then_hang_up(listener: tokio::net::TcpListener) {
         });
     }
 }
+
+/// A client profile whose first discovery on a per-session mount fails is
+/// shown the full profile's lists meanwhile; the retry that succeeds tells
+/// those clients what differs (here: `ask_model`, listed only to clients
+/// that can sample, goes). It stored the lists silently, so they kept the
+/// full ones until some unrelated change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profiles_late_first_discovery_is_announced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let count = dir.path().join("starts");
+    // The second start (the first for a client without sampling) fails.
+    let script = format!(
+        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -eq 2 ] && exit 1; exec {BIN} demo-server",
+        count = count.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let changes_before = client.service().tool_list_changes();
+    let shown = tool_names(&client).await;
+    assert!(
+        shown.iter().any(|name| name == "own__ask_model"),
+        "the profile's first discovery was to fail, showing the full list: {shown:?}"
+    );
+    eventually(
+        "the profile's lists to be announced",
+        OP_TIMEOUT,
+        || async { (client.service().tool_list_changes() > changes_before).then_some(()) },
+    )
+    .await;
+    let names = tool_names(&client).await;
+    assert!(
+        !names.iter().any(|name| name == "own__ask_model"),
+        "{names:?}"
+    );
+    close(client).await;
+}

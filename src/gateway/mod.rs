@@ -247,10 +247,12 @@ impl Gateway {
                     Ok(Ok(())) => true,
                     Ok(Err(error)) => {
                         tracing::warn!(mount = %mount.config.name, %profile, %error, "discovery for a client profile failed; showing the full list");
+                        mount.showed_full_lists(serving);
                         false
                     }
                     Err(_) => {
                         tracing::warn!(mount = %mount.config.name, %profile, "discovery for a client profile is slow; showing the full list meanwhile");
+                        mount.showed_full_lists(serving);
                         false
                     }
                 }

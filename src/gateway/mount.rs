@@ -117,6 +117,10 @@ pub struct ProfileSession {
     slot: watch::Sender<SessionSlot>,
     /// Whether a first start attempt has finished (either way).
     attempted: watch::Sender<bool>,
+    /// Whether sessions of this profile were shown the full profile's lists
+    /// because this one's first discovery failed or was slow
+    /// (`Gateway::prepare`): its discovery must then tell them.
+    showed_full: std::sync::atomic::AtomicBool,
 }
 
 impl ProfileSession {
@@ -126,6 +130,7 @@ impl ProfileSession {
             catalog: ArcSwapOption::empty(),
             slot: watch::Sender::new(SessionSlot::Starting),
             attempted: watch::Sender::new(false),
+            showed_full: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -330,6 +335,15 @@ impl Mount {
             .is_some_and(|p| *p.attempted.borrow())
     }
 
+    /// Sessions of `profile` are shown the full profile's lists for now
+    /// (its first discovery failed or is slow); its discovery tells them
+    /// what differs.
+    pub fn showed_full_lists(self: &Arc<Self>, profile: ClientProfile) {
+        self.profile_session(profile)
+            .showed_full
+            .store(true, Ordering::Release);
+    }
+
     /// Waits for `profile`'s first start; `Ok` when its lists are known.
     pub async fn discover(self: &Arc<Self>, profile: ClientProfile) -> Result<(), String> {
         let profile_session = self.profile_session(profile);
@@ -435,9 +449,17 @@ impl Mount {
         catalog: MountCatalog,
     ) {
         let old = profile_session.catalog().or_else(|| {
-            (profile_session.profile == ClientProfile::FULL)
-                .then(|| self.inherited.load_full())
-                .flatten()
+            if profile_session.profile == ClientProfile::FULL {
+                self.inherited.load_full()
+            } else if profile_session.showed_full.load(Ordering::Acquire) {
+                // What those sessions were shown instead.
+                lock(&self.profiles)
+                    .get(&ClientProfile::FULL)
+                    .and_then(|full| full.catalog())
+                    .or_else(|| Some(Arc::default()))
+            } else {
+                None
+            }
         });
         let changed: Vec<ListKind> = match &old {
             // A first discovery for a client profile is awaited by the list
