@@ -1754,3 +1754,80 @@ async fn a_call_does_not_wait_for_another_mounts_profile_discovery() {
     gated.open();
     listing.abort();
 }
+
+/// A call whose client went away within the quick-answer window runs on
+/// with nobody waiting; a DELETE of its session cancels it, as rmcp cancels
+/// the calls it holds, and the session's per-session child ends at once.
+/// It ran to its end (here 30 s), holding the session, its child and its
+/// place under `max_sessions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_ends_a_call_its_client_walked_away_from() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "info,junction=debug")]).await;
+    gateway.wait_ready().await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let walked_away = "the client went away before a quick answer";
+    // The client must go within the call's first 20 ms: tried a bounded
+    // number of times, each in a session of its own.
+    for _ in 0..10 {
+        let session = raw::open_session(&http, &url).await;
+        let pid_call = raw::echo_request("1", "x").replace("demo__echo", "own__pid");
+        let answer = raw::post(&http, &url, Some(&session), raw::JSON_POST, pid_call).await;
+        let pid: u32 = answer.body["result"]["content"][0]["text"]
+            .as_str()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {answer:?}"));
+        let before = gateway
+            .proc
+            .stderr
+            .snapshot()
+            .iter()
+            .filter(|l| l.contains(walked_away))
+            .count();
+        let slow = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "own__slow", "arguments": {"steps": 300, "delay_ms": 100}}});
+        let request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", raw::ACCEPT_BOTH)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .body(slow.to_string())
+            .send();
+        let _ = tokio::time::timeout(Duration::from_millis(5), request).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = gateway
+            .proc
+            .stderr
+            .snapshot()
+            .iter()
+            .filter(|l| l.contains(walked_away))
+            .count();
+        let deleted = within(
+            "DELETE",
+            http.delete(&url)
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", raw::VERSION)
+                .send(),
+        )
+        .await
+        .expect("DELETE");
+        assert_eq!(deleted.status(), 204);
+        if after == before {
+            // The call never started, or was handed over: not the case here.
+            continue;
+        }
+        eventually(
+            "the session's child to exit",
+            CHILD_EXIT_TIMEOUT,
+            || async { (!process_alive(pid)).then_some(()) },
+        )
+        .await;
+        return;
+    }
+    panic!("the client never walked away within the quick window in 10 tries");
+}

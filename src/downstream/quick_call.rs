@@ -143,6 +143,24 @@ impl QuickCalls {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Session `session` ended (deleted, or idle): calls of it that run on
+    /// with nobody waiting (their clients went away) are cancelled, as
+    /// rmcp cancels the calls it holds. Each holds the session's state, and
+    /// with it its per-session upstreams and its place under
+    /// `max_sessions`, until it ends.
+    pub(crate) fn session_closed(&self, session: &str) {
+        let handoffs: Vec<Arc<Handoff>> = self
+            .pending()
+            .get(session)
+            .map(|requests| requests.values().cloned().collect())
+            .unwrap_or_default();
+        for handoff in handoffs {
+            if let Some(cancel) = handoff.abandoned.get() {
+                cancel.cancel();
+            }
+        }
+    }
+
     /// Before `message` goes to rmcp: if it cancels a quick call of
     /// `session`, that call is handed over first, so rmcp knows the request
     /// the cancel names.

@@ -331,6 +331,7 @@ impl SessionManager for ResumableSessions {
             return Ok(());
         }
         self.streams.forget_session(id);
+        self.quick_calls.session_closed(id);
         let asleep = self.activity.used(id).await == Some(Phase::Asleep);
         self.activity.forget(id);
         if asleep && self.hibernation.end_asleep(id) {
