@@ -860,3 +860,40 @@ async fn a_profiles_late_first_discovery_is_announced() {
     );
     close(client).await;
 }
+
+/// Lists a session's own per-session upstream announced go with that
+/// upstream: once its child dies, the session lists (and is told of) what
+/// every session sees. They stayed listed until the session's next call
+/// to the mount, and a call to a tool only the dead process had reached a
+/// fresh one without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_per_session_upstreams_lists_go_with_it() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let toggled = call(&client, "own__toggle_bonus", Value::Null).await;
+    assert_eq!(ok_text(&toggled), "bonus on");
+    eventually("own__bonus to be listed", OP_TIMEOUT, || async {
+        tool_names(&client)
+            .await
+            .iter()
+            .any(|name| name == "own__bonus")
+            .then_some(())
+    })
+    .await;
+    let pid = call_pid(&client, "own__pid").await;
+    let changes_before = client.service().tool_list_changes();
+    kill(pid);
+    eventually(
+        "the session to be told its lists changed",
+        OP_TIMEOUT,
+        || async { (client.service().tool_list_changes() > changes_before).then_some(()) },
+    )
+    .await;
+    let names = tool_names(&client).await;
+    assert!(!names.iter().any(|name| name == "own__bonus"), "{names:?}");
+    close(client).await;
+}

@@ -468,15 +468,21 @@ impl SessionState {
         }
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
         let session = Arc::new(session);
-        watch_per_session(mount, &session, permit);
+        watch_per_session(mount, &session, permit, Arc::downgrade(self));
         Ok(session)
     }
 }
 
 /// Holds the mount's slot for `session` until it ends, then closes what is
-/// left of it; closes it at once if the mount is retired first (removed or
+/// left of it and drops the lists it announced to `state` (its downstream
+/// session); closes it at once if the mount is retired first (removed or
 /// replaced by a reload, or shutdown).
-fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: UpstreamPermit) {
+fn watch_per_session(
+    mount: &Mount,
+    session: &Arc<UpstreamSession>,
+    permit: UpstreamPermit,
+    state: Weak<SessionState>,
+) {
     let retired = mount.retired_token();
     let ended = session.ended_token();
     let session = Arc::downgrade(session);
@@ -491,6 +497,14 @@ fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, permit: Upst
                 // group id could be another's by then).
                 if let Some(session) = session.upgrade() {
                     session.close().await;
+                }
+                // Its lists went with it: the session sees (and is told of)
+                // the lists every session sees, unless a new upstream of
+                // its own has already taken over.
+                if let Some(state) = state.upgrade() {
+                    if state.open_upstream(&name).is_none() {
+                        state.drop_overlay(&name);
+                    }
                 }
             }
             _ = retired.cancelled() => {
