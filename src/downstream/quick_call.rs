@@ -506,7 +506,15 @@ async fn observed(
 /// The JSON-RPC response carrying `answer` to request `id`.
 fn json_rpc_answer(id: &RequestId, answer: Answer) -> Bytes {
     let message = match answer {
-        Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
+        Ok(mut result) => {
+            // As rmcp's handler shapes every answer for a client before
+            // 2026-07-28, and the gateway offers none newer
+            // (`handler::NEWEST_PROTOCOL`): no `resultType`, no non-object
+            // `structuredContent` (it goes into `content` as text).
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            ServerJsonRpcMessage::response(result, id.clone())
+        }
         Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
     };
     match serde_json::to_vec(&message) {
@@ -544,6 +552,25 @@ mod tests {
 
     fn message() -> ServerNotification {
         ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
+    }
+
+    /// A quick answer has the shape rmcp's handler gives every answer to a
+    /// client before 2026-07-28: non-object structured content goes into
+    /// `content` as text, and no `resultType`.
+    #[test]
+    fn a_quick_answer_is_shaped_for_the_clients_protocol() {
+        let mut result = rmcp::model::CallToolResult::structured(serde_json::json!([1, 2]));
+        result.content.clear();
+        let json = json_rpc_answer(
+            &RequestId::Number(4),
+            Ok(ServerResult::CallToolResult(result)),
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+        let result = &answer["result"];
+        assert!(result.get("structuredContent").is_none(), "{answer}");
+        assert!(result.get("resultType").is_none(), "{answer}");
+        assert_eq!(result["content"][0]["text"], "[1,2]", "{answer}");
+        assert_eq!(answer["id"], 4);
     }
 
     #[tokio::test]

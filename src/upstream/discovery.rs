@@ -46,7 +46,7 @@ async fn all_tools(
                 execution.insert(name.to_owned(), declared.clone());
             }
         }
-        tools.extend(page.tools);
+        tools.extend(page.tools.into_iter().map(legacy_output_schema));
         cursor = page.next_cursor;
         if cursor.is_none() {
             return Ok((tools, execution));
@@ -54,6 +54,17 @@ async fn all_tools(
     }
     tracing::warn!(mount = %session.mount(), "tools/list still had more pages after {MAX_TOOL_PAGES}; keeping what was read");
     Ok((tools, execution))
+}
+
+/// `tool` as clients before 2026-07-28 may see it (every client: the
+/// gateway offers none newer): an `outputSchema` whose root is not an
+/// object is dropped, as rmcp's handler drops it from every `tools/list`
+/// answer it writes. Done here, once, so that every path that lists tools
+/// (prebuilt pages, rmcp's, the raw one with `execution`) agrees.
+fn legacy_output_schema(mut tool: Tool) -> Tool {
+    tool.output_schema
+        .take_if(|schema| schema.get("type").and_then(Value::as_str) != Some("object"));
+    tool
 }
 
 /// Re-reads one list into `catalog`, leaving the others as they are.
@@ -140,5 +151,23 @@ pub fn replace_kind(catalog: &mut MountCatalog, kind: ListKind, fresh: MountCata
             catalog.resources = fresh.resources;
             catalog.templates = fresh.templates;
         }
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn only_object_output_schemas_are_kept() {
+    let tool = |schema: Value| {
+        let mut tool = Tool::new("t", "", serde_json::Map::new());
+        tool.output_schema = schema.as_object().cloned().map(std::sync::Arc::new);
+        tool
+    };
+    let object = serde_json::json!({"type": "object", "properties": {}});
+    assert!(legacy_output_schema(tool(object)).output_schema.is_some());
+    for dropped in [
+        serde_json::json!({"type": "array", "items": {}}),
+        serde_json::json!({"oneOf": [{"type": "object"}]}),
+    ] {
+        assert!(legacy_output_schema(tool(dropped)).output_schema.is_none());
     }
 }
