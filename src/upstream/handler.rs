@@ -14,7 +14,7 @@ use rmcp::{
         ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
         CreateMessageResult, CustomNotification, ElicitRequest, ElicitRequestParams, ElicitResult,
         ErrorCode, GetExtensions, GetMeta, ListRootsRequest, ListRootsResult,
-        LoggingMessageNotificationParam, Notification, NotificationMetaObject,
+        LoggingMessageNotificationParam, MetaObject, Notification, NotificationMetaObject,
         ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerNotification,
         ServerRequest,
     },
@@ -322,9 +322,10 @@ impl ClientHandler for UpstreamHandler {
         mut notification: CustomNotification,
         context: NotificationContext<RoleClient>,
     ) {
-        // Relayed with its `_meta` (see `notification_meta`).
-        if let Some(meta) = context.extensions.get::<NotificationMetaObject>() {
-            *notification.get_meta_mut() = meta.clone();
+        // Relayed with its `_meta` (see `notification_meta`), as its
+        // client gets it.
+        if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
+            *notification.get_meta_mut() = meta;
         }
         if notification.method == "notifications/elicitation/complete" {
             let id = notification
@@ -404,29 +405,32 @@ impl Drop for RelayedOnDrop<'_> {
 }
 
 impl UpstreamHandler {
-    /// The upstream request's `_meta`, minus its progress token (a token
-    /// the client never issued means nothing to it), with a related task
-    /// under the id the client knows it by.
+    /// An upstream message's `_meta` as its client gets it: minus a
+    /// progress token (one the client never issued means nothing to it),
+    /// with a related task under the id the client knows it by; `None`
+    /// when nothing is left.
+    fn passed(&self, meta: &MetaObject) -> Option<MetaObject> {
+        let mut meta = meta.clone();
+        meta.remove("progressToken");
+        rename_related_task(&self.relay, &mut meta);
+        (!meta.is_empty()).then_some(meta)
+    }
+
+    /// The upstream request's `_meta`, as its client gets it.
     fn passed_meta(
         &self,
         context: &RequestContext<RoleClient>,
     ) -> Option<rmcp::model::RequestMetaObject> {
-        let mut meta = context.meta.clone();
-        meta.0.remove("progressToken");
-        rename_related_task(&self.relay, &mut meta.0);
-        (!meta.0.is_empty()).then_some(meta)
+        self.passed(&context.meta.0)
+            .map(rmcp::model::RequestMetaObject)
     }
 
-    /// An upstream notification's `_meta` as its client gets it (see
-    /// `passed_meta`); `None` when nothing is left.
+    /// An upstream notification's `_meta`, as its client gets it.
     fn passed_notification_meta(
         &self,
         meta: &NotificationMetaObject,
     ) -> Option<NotificationMetaObject> {
-        let mut meta = meta.clone();
-        meta.0.remove("progressToken");
-        rename_related_task(&self.relay, &mut meta.0);
-        (!meta.0.is_empty()).then_some(meta)
+        self.passed(&meta.0).map(NotificationMetaObject)
     }
 
     /// `notifications/tasks/status`: to the session that created the task,
