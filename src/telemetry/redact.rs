@@ -36,6 +36,50 @@ pub fn session_fingerprint(id: &str) -> String {
     hex
 }
 
+/// Ids shorter than this after "session " are words, not ids ("session
+/// store load failed").
+const SHORTEST_ID: usize = 8;
+
+/// Whether the token after "session " is an id: long enough and with a
+/// digit in it (rmcp's are UUIDs), not a word ("session restored").
+fn is_an_id(token: &str) -> bool {
+    token.len() >= SHORTEST_ID && token.bytes().any(|b| b.is_ascii_digit())
+}
+
+/// `text` with each session id after "session " (or rmcp's "Session not
+/// found: ") replaced by its fingerprint, or `None` if it names none.
+pub fn fingerprint_session_ids(text: &str) -> Option<String> {
+    const MARKS: [&str; 3] = ["Session not found: ", "session ", "Session "];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut found = false;
+    while let Some((at, mark)) = MARKS
+        .iter()
+        .filter_map(|mark| rest.find(mark).map(|at| (at, mark.len())))
+        .min_by_key(|&(at, len)| (at, std::cmp::Reverse(len)))
+    {
+        let (before, after) = rest.split_at(at + mark);
+        out.push_str(before);
+        let id_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(after.len());
+        if is_an_id(&after[..id_len]) {
+            out.push_str(&session_fingerprint(&after[..id_len]));
+            found = true;
+        } else {
+            out.push_str(&after[..id_len]);
+        }
+        rest = &after[id_len..];
+    }
+    out.push_str(rest);
+    found.then_some(out)
+}
+
+/// `text` with its session ids fingerprinted (see [`fingerprint_session_ids`]).
+pub fn without_session_ids(text: String) -> String {
+    fingerprint_session_ids(&text).unwrap_or(text)
+}
+
 /// Every `http://` or `https://` URL in `text` cut to its origin, with
 /// `/…` where there was more: an upstream's URL may carry a credential in
 /// its path or query (hosted MCP servers often take the key there), and
@@ -112,6 +156,31 @@ mod tests {
         assert_eq!(origins_only("https://[::1/SECRET x"), "https://… x");
         assert_eq!(origins_only("no url here"), "no url here");
         assert_eq!(origins_only("http:// broken"), "http:// broken");
+    }
+
+    #[test]
+    fn ids_in_messages_are_fingerprinted_and_words_are_not() {
+        let id = "0b5a7e52-5f47-4bd6-9d1e-2f3c1f0e9a11";
+        let message = format!("Failed to close session {id}: gone");
+        let rewritten = fingerprint_session_ids(&message).expect("an id");
+        assert_eq!(
+            rewritten,
+            format!("Failed to close session {}: gone", session_fingerprint(id))
+        );
+        assert_eq!(fingerprint_session_ids("session store load failed"), None);
+        assert_eq!(
+            fingerprint_session_ids("session restored from external store"),
+            None
+        );
+        assert_eq!(fingerprint_session_ids("no session here"), None);
+        let twice = format!("session {id} and session {id}");
+        let rewritten = fingerprint_session_ids(&twice).expect("ids");
+        assert!(!rewritten.contains(id), "{rewritten}");
+        let not_found = format!("Session not found: {id}");
+        assert_eq!(
+            fingerprint_session_ids(&not_found),
+            Some(format!("Session not found: {}", session_fingerprint(id)))
+        );
     }
 
     #[test]

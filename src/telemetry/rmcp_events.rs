@@ -24,7 +24,7 @@ use std::fmt::{Debug, Write};
 use tracing::{field::Field, subscriber::Interest, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 
-use super::redact::{origins_only, session_fingerprint};
+use super::redact::{fingerprint_session_ids, origins_only, session_fingerprint};
 
 /// Keeps rmcp's events and spans that carry a session id from a layer.
 pub struct WithoutSessionIds;
@@ -111,9 +111,12 @@ fn rewritten(event: &Event<'_>) -> Option<String> {
     }
     let mut fields = RmcpFields::default();
     event.record(&mut fields);
-    let message = fingerprint_session_ids(&fields.message);
-    let names_a_session = fields.session_id.is_some() || message.is_some();
-    let line = fields.rewritten(message);
+    // Ids stand in the message and in other fields (an error's text:
+    // "Session not found: <id>").
+    let written = fields.rewritten(None);
+    let fingerprinted = fingerprint_session_ids(&written);
+    let names_a_session = fields.session_id.is_some() || fingerprinted.is_some();
+    let line = fingerprinted.unwrap_or(written);
     let redacted = origins_only(&line);
     if redacted != line {
         return Some(redacted);
@@ -167,41 +170,6 @@ impl tracing::field::Visit for RmcpFields {
     }
 }
 
-/// Ids shorter than this after "session " are words, not ids ("session
-/// store load failed").
-const SHORTEST_ID: usize = 8;
-
-/// Whether the token after "session " is an id: long enough and with a
-/// digit in it (rmcp's are UUIDs), not a word ("session restored").
-fn is_an_id(token: &str) -> bool {
-    token.len() >= SHORTEST_ID && token.bytes().any(|b| b.is_ascii_digit())
-}
-
-/// `message` with each id after "session " replaced by its fingerprint,
-/// or `None` if it names none.
-fn fingerprint_session_ids(message: &str) -> Option<String> {
-    const MARK: &str = "session ";
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    let mut found = false;
-    while let Some(at) = rest.find(MARK) {
-        let (before, after) = rest.split_at(at + MARK.len());
-        out.push_str(before);
-        let id_len = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-            .unwrap_or(after.len());
-        if is_an_id(&after[..id_len]) {
-            out.push_str(&session_fingerprint(&after[..id_len]));
-            found = true;
-        } else {
-            out.push_str(&after[..id_len]);
-        }
-        rest = &after[id_len..];
-    }
-    out.push_str(rest);
-    found.then_some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -210,26 +178,6 @@ mod tests {
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
-
-    #[test]
-    fn ids_in_messages_are_fingerprinted_and_words_are_not() {
-        let id = "0b5a7e52-5f47-4bd6-9d1e-2f3c1f0e9a11";
-        let message = format!("Failed to close session {id}: gone");
-        let rewritten = fingerprint_session_ids(&message).expect("an id");
-        assert_eq!(
-            rewritten,
-            format!("Failed to close session {}: gone", session_fingerprint(id))
-        );
-        assert_eq!(fingerprint_session_ids("session store load failed"), None);
-        assert_eq!(
-            fingerprint_session_ids("session restored from external store"),
-            None
-        );
-        assert_eq!(fingerprint_session_ids("no session here"), None);
-        let twice = format!("session {id} and session {id}");
-        let rewritten = fingerprint_session_ids(&twice).expect("ids");
-        assert!(!rewritten.contains(id), "{rewritten}");
-    }
 
     /// What a layer behind [`WithoutSessionIds`] gets: event targets and
     /// messages, and span names.

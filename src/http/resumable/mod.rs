@@ -59,6 +59,7 @@ mod standalone;
 pub use idle::take_waking;
 
 use super::answer_slot;
+use crate::telemetry::redact::without_session_ids;
 use crate::{
     downstream::{
         hibernation::Hibernation,
@@ -136,7 +137,7 @@ impl ResumableSessions {
             let session = crate::telemetry::redact::session_fingerprint(&id);
             tracing::debug!(%session, "idle session ended");
             if let Err(error) = self.close_session(&id).await {
-                tracing::debug!(%error, "ending an idle session");
+                tracing::debug!(error = %without_session_ids(error.to_string()), "ending an idle session");
             }
         }
         let Some(after) = self.hibernation.after() else {
@@ -155,7 +156,7 @@ impl ResumableSessions {
                 // Its request streams stay resumable: only rmcp's session goes.
                 self.activity.closing_for_sleep(&id);
                 if let Err(error) = self.sessions.close_session(&id).await {
-                    tracing::debug!(%error, "closing a session put to sleep");
+                    tracing::debug!(error = %without_session_ids(error.to_string()), "closing a session put to sleep");
                 }
                 self.activity.set_phase(&id, Phase::Asleep);
                 self.activity.rekey(&id, &fresh_id);
@@ -196,7 +197,7 @@ impl ResumableSessions {
         let stream = match self.sessions.resume(id, from.to_string()).await {
             Ok(stream) => stream,
             Err(error) => {
-                tracing::debug!(%error, "reading what a session put to sleep had not been sent");
+                tracing::debug!(error = %without_session_ids(error.to_string()), "reading what a session put to sleep had not been sent");
                 return;
             }
         };
