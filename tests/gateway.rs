@@ -619,8 +619,9 @@ async fn raw_http_surface() {
 
 /// The operator pages on the gateway's listener get the MCP endpoint's
 /// DNS-rebinding protection: they tell mount names, upstream hosts and
-/// their errors to whoever can read them. The probes stay unchecked
-/// (Kubernetes calls them by the pod's address).
+/// their errors to whoever can read them. The probes answer any Host
+/// (Kubernetes calls them by the pod's address), `/readyz` without its
+/// mounts to a foreign one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_pages_refuse_a_foreign_host() {
     let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
@@ -648,6 +649,23 @@ async fn operator_pages_refuse_a_foreign_host() {
         .unwrap();
         assert_eq!(response.status(), 200, "{path}");
     }
+    // `/readyz` names the mounts (and their errors) to an allowed Host only.
+    let readyz = |host: &str| {
+        let request = http.get(gateway.url("/readyz")).header("host", host);
+        async move {
+            let body: Value = within("/readyz", request.send())
+                .await
+                .unwrap()
+                .json()
+                .await
+                .expect("JSON");
+            body
+        }
+    };
+    let foreign = readyz("evil.example").await;
+    assert_eq!(foreign, json!({"ready": true}));
+    let local = readyz(&local).await;
+    assert_eq!(local["mounts"][0]["name"], "demo", "{local}");
 }
 
 /// A list change announced by an upstream reaches the sessions it concerns:

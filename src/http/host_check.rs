@@ -8,7 +8,8 @@
 //! last errors, so they get the same check here; rmcp's own is private to
 //! its service. Entries match as rmcp's do: `host` any port, `host:port`
 //! that port, an empty list (`["*"]`) anything. `/healthz` and `/readyz`
-//! are left unchecked: probes call them by the pod's address.
+//! answer any Host (probes call them by the pod's address), but `/readyz`
+//! names its mounts and their errors only to an allowed one.
 
 use std::sync::Arc;
 
@@ -49,6 +50,13 @@ pub async fn require_allowed_host(
             .into_response();
     }
     next.run(request).await
+}
+
+/// Whether the request's `Host` is allowed (an empty list allows any).
+pub fn host_allowed(uri: &Uri, headers: &axum::http::HeaderMap, allowed: &[String]) -> bool {
+    allowed.is_empty()
+        || request_authority(uri, headers)
+            .is_some_and(|(host, port)| is_allowed(&host, port, allowed))
 }
 
 /// The request's host (lowercase, without IPv6 brackets) and port.

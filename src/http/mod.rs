@@ -326,8 +326,24 @@ async fn healthz() -> impl IntoResponse {
     (StatusCode::OK, "ok\n")
 }
 
-async fn readyz(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+/// Readiness, and each mount's state and last error. A probe may call by
+/// any Host (the pod's address); what the mounts are and why they fail is
+/// told only to an allowed one, as the operator pages are (DNS rebinding).
+async fn readyz(
+    State(gateway): State<Arc<Gateway>>,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     let ready = gateway.is_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let allowed = &gateway.config().server.allowed_hosts;
+    if !host_check::host_allowed(&uri, &headers, allowed) {
+        return (status, Json(json!({ "ready": ready })));
+    }
     let mounts: Vec<_> = gateway
         .mounts()
         .iter()
@@ -343,10 +359,5 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
             })
         })
         .collect();
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
     (status, Json(json!({ "ready": ready, "mounts": mounts })))
 }
