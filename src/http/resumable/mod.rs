@@ -152,6 +152,7 @@ impl ResumableSessions {
             }
             let fresh_id = SessionId::from(&*id);
             if let Some(key) = self.hibernation.put_to_sleep(&id, &fresh_id) {
+                self.quick_calls.session_slept(&id);
                 self.keep_undelivered(&id, key).await;
                 // Its request streams stay resumable: only rmcp's session goes.
                 self.activity.closing_for_sleep(&id);
