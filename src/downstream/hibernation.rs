@@ -148,18 +148,24 @@ impl Hibernation {
         lock(&self.live).remove(id);
     }
 
-    /// Puts session `id` to sleep if it would lose nothing, keyed by
-    /// `fresh_id` (the same id, allocated now: rmcp's was allocated with
-    /// the session and would pin a page), and returns its key; the caller
-    /// then keeps what rmcp holds undelivered for it and closes rmcp's
-    /// session.
-    pub fn put_to_sleep(&self, id: &str, fresh_id: &Arc<str>) -> Option<SessionKey> {
-        let after = self.after?;
+    /// Puts session `id`, unused for `unused_for`, to sleep if it would
+    /// lose nothing, keyed by `fresh_id` (the same id, allocated now:
+    /// rmcp's was allocated with the session and would pin a page), and
+    /// returns its key; the caller then keeps what rmcp holds undelivered
+    /// for it and closes rmcp's session. It ends `session_idle_timeout`
+    /// after its last use, as an awake one would.
+    pub fn put_to_sleep(
+        &self,
+        id: &str,
+        fresh_id: &Arc<str>,
+        unused_for: Duration,
+    ) -> Option<SessionKey> {
+        self.after?;
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
         let state = lock(&self.live).get(id).and_then(Weak::upgrade)?;
-        let ends_at = Instant::now() + self.idle_timeout.saturating_sub(after);
+        let ends_at = Instant::now() + self.idle_timeout.saturating_sub(unused_for);
         let sleeper = state.fall_asleep(ends_at)?;
         let key = sleeper.key;
         lock(&self.live).remove(id);

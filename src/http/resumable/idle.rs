@@ -168,8 +168,9 @@ impl Activity {
     }
 
     /// Awake sessions unused for `after` with no stream open, now marked
-    /// `Closing` (the caller settles each one).
-    pub(super) fn begin_sleep(&self, after: Duration) -> Vec<SessionId> {
+    /// `Closing` (the caller settles each one), with how long each has
+    /// been unused (it may have been refused sleep before).
+    pub(super) fn begin_sleep(&self, after: Duration) -> Vec<(SessionId, Duration)> {
         let now = Instant::now();
         let mut sessions = lock(&self.sessions);
         sessions
@@ -181,7 +182,7 @@ impl Activity {
             })
             .map(|(id, entry)| {
                 entry.phase = Phase::Closing;
-                id.clone()
+                (id.clone(), now.duration_since(entry.last_used))
             })
             .collect()
     }
@@ -240,23 +241,45 @@ mod tests {
         tokio::time::advance(Duration::from_millis(20)).await;
         assert_eq!(
             activity.begin_sleep(Duration::from_millis(10)),
-            std::slice::from_ref(&quiet)
+            [(quiet.clone(), Duration::from_millis(20))]
         );
-        assert_eq!(
-            activity.begin_sleep(Duration::from_millis(10)),
-            Vec::<SessionId>::new()
-        );
+        assert_eq!(activity.begin_sleep(Duration::from_millis(10)), []);
         drop(stream);
         // Just used (its stream closed): not yet.
         assert!(activity.begin_sleep(Duration::from_millis(10)).is_empty());
         tokio::time::advance(Duration::from_millis(10)).await;
         assert_eq!(
             activity.begin_sleep(Duration::from_millis(10)),
-            std::slice::from_ref(&streaming)
+            [(streaming.clone(), Duration::from_millis(10))]
         );
         activity.set_phase(&quiet, Phase::Asleep);
         assert_eq!(activity.used(&quiet).await, Some(Phase::Asleep));
         assert_eq!(activity.used(&"unknown".into()).await, None);
+    }
+
+    /// A session refused sleep (a per-session upstream open, say) is as
+    /// unused as before: the idle timeout and its sleep's end still count
+    /// from its last use.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_sleep_is_not_a_use() {
+        let activity = Arc::new(Activity::default());
+        let id: SessionId = "kept-awake".into();
+        activity.created(&id);
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert_eq!(
+            activity.begin_sleep(Duration::from_millis(10)),
+            [(id.clone(), Duration::from_millis(20))]
+        );
+        activity.set_phase(&id, Phase::Awake);
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert_eq!(
+            activity.idle_for(Duration::from_millis(30)),
+            std::slice::from_ref(&id)
+        );
+        assert_eq!(
+            activity.begin_sleep(Duration::from_millis(10)),
+            [(id.clone(), Duration::from_millis(40))]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -285,7 +308,7 @@ mod tests {
         activity.created(&id);
         assert_eq!(
             activity.begin_sleep(Duration::ZERO),
-            std::slice::from_ref(&id)
+            [(id.clone(), Duration::ZERO)]
         );
         let waiter = {
             let activity = activity.clone();

@@ -144,14 +144,14 @@ impl ResumableSessions {
             return 0;
         };
         let mut slept = 0;
-        for id in self.activity.begin_sleep(after) {
+        for (id, unused_for) in self.activity.begin_sleep(after) {
             if !self.sessions.has_session(&id).await.unwrap_or(false) {
                 // rmcp ended it (idle timeout, a failed start).
                 self.activity.forget(&id);
                 continue;
             }
             let fresh_id = SessionId::from(&*id);
-            if let Some(key) = self.hibernation.put_to_sleep(&id, &fresh_id) {
+            if let Some(key) = self.hibernation.put_to_sleep(&id, &fresh_id, unused_for) {
                 self.quick_calls.session_slept(&id);
                 self.keep_undelivered(&id, key).await;
                 // Its request streams stay resumable: only rmcp's session goes.
