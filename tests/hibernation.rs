@@ -293,7 +293,9 @@ async fn get_until_told(http: &reqwest::Client, url: &str, session: &str, uri: &
 /// before its `GET`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_waited_for_a_get_survives_sleeping_twice() {
-    let gateway = Gateway::start(&config("session_hibernate_after = \"1s\"")).await;
+    // Long enough for the changes below to come before the first sleep on
+    // a loaded machine (the test says so if they do not).
+    let gateway = Gateway::start(&config("session_hibernate_after = \"3s\"")).await;
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
     let sleeper = raw::open_session(&http, &url).await;

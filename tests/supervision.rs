@@ -874,14 +874,20 @@ async fn a_dead_per_session_upstreams_lists_go_with_it() {
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
+    let before_toggle = client.service().tool_list_changes();
     let toggled = call(&client, "own__toggle_bonus", Value::Null).await;
     assert_eq!(ok_text(&toggled), "bonus on");
+    // The toggle's own announcement has arrived, and its list is read.
+    eventually("the toggle to be announced", OP_TIMEOUT, || async {
+        (client.service().tool_list_changes() > before_toggle).then_some(())
+    })
+    .await;
+    let listed = |name: &'static str| {
+        let client = &client;
+        async move { tool_names(client).await.iter().any(|n| n == name) }
+    };
     eventually("own__bonus to be listed", OP_TIMEOUT, || async {
-        tool_names(&client)
-            .await
-            .iter()
-            .any(|name| name == "own__bonus")
-            .then_some(())
+        listed("own__bonus").await.then_some(())
     })
     .await;
     let pid = call_pid(&client, "own__pid").await;
@@ -893,7 +899,9 @@ async fn a_dead_per_session_upstreams_lists_go_with_it() {
         || async { (client.service().tool_list_changes() > changes_before).then_some(()) },
     )
     .await;
-    let names = tool_names(&client).await;
-    assert!(!names.iter().any(|name| name == "own__bonus"), "{names:?}");
+    eventually("own__bonus to go", OP_TIMEOUT, || async {
+        (!listed("own__bonus").await).then_some(())
+    })
+    .await;
     close(client).await;
 }
