@@ -77,6 +77,20 @@ struct Missed {
 }
 
 impl Missed {
+    /// A `kind` list changed (kept once).
+    fn list_changed(&mut self, kind: ListKind) {
+        if !self.lists.contains(&kind) {
+            self.lists.push(kind);
+        }
+    }
+
+    /// `uri` was updated (kept once).
+    fn updated(&mut self, uri: &str) {
+        if !self.updated.iter().any(|missed| missed == uri) {
+            self.updated.push(uri.to_owned());
+        }
+    }
+
     /// Keeps `notification` for session `key`'s waking: a list change or
     /// an update as what it is about (once), anything else as it is.
     fn keep(&mut self, key: SessionKey, notification: ServerNotification) {
@@ -87,13 +101,9 @@ impl Missed {
             _ => None,
         };
         if let Some(kind) = kind {
-            if !self.lists.contains(&kind) {
-                self.lists.push(kind);
-            }
+            self.list_changed(kind);
         } else if let ServerNotification::ResourceUpdatedNotification(updated) = &notification {
-            if !self.updated.contains(&updated.params.uri) {
-                self.updated.push(updated.params.uri.clone());
-            }
+            self.updated(&updated.params.uri);
         } else if self.told.len() < MISSED_TOLD_MAX {
             self.told.push(notification);
         } else {
@@ -298,8 +308,8 @@ impl SessionRegistry {
             .values_mut()
             .filter(|entry| filter(entry.profile))
             .filter_map(|entry| {
-                if entry.peer.is_none() && !entry.missed.lists.contains(&kind) {
-                    entry.missed.lists.push(kind);
+                if entry.peer.is_none() {
+                    entry.missed.list_changed(kind);
                 }
                 entry.peer.clone()
             })
@@ -318,9 +328,8 @@ impl SessionRegistry {
             .values_mut()
             .filter(|entry| entry.wants_update(mount, uri))
             .filter_map(|entry| {
-                if entry.peer.is_none() && !entry.missed.updated.iter().any(|missed| missed == uri)
-                {
-                    entry.missed.updated.push(uri.to_owned());
+                if entry.peer.is_none() {
+                    entry.missed.updated(uri);
                 }
                 entry.peer.clone()
             })

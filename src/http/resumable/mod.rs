@@ -185,8 +185,11 @@ impl ResumableSessions {
     /// What rmcp holds for session `id`'s next `GET` that no stream has
     /// taken (sent while no `GET` was open), handed to the session registry
     /// to be told when the session wakes: closing rmcp's session to sleep
-    /// drops it. The session is asleep in the registry already, so nothing
-    /// new goes to rmcp's session meanwhile.
+    /// drops it. The session is asleep in the registry already, so what is
+    /// sent from now on is kept there; a send spawned just before (the
+    /// registry sends from tasks of their own) may still reach rmcp's
+    /// session after this read and be lost with it, a window of a task's
+    /// scheduling.
     async fn keep_undelivered(&self, id: &SessionId, key: crate::gateway::SessionKey) {
         let Some(gateway) = self.gateway.upgrade() else {
             return;
