@@ -905,3 +905,29 @@ async fn a_dead_per_session_upstreams_lists_go_with_it() {
     .await;
     close(client).await;
 }
+
+/// An upstream whose stderr carries a byte that is not UTF-8 (a Latin-1
+/// file name) keeps its stderr read: the reader stopped at it and closed
+/// the pipe, so the server's next stderr write killed it (BrokenPipeError
+/// here; SIGPIPE for most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_writing_latin1_to_stderr_lives_on() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/latin1_stderr.py");
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.latin]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    eventually("the bad line to be logged", OP_TIMEOUT, || async {
+        gateway.proc.stderr.find("opened caf\u{fffd}.txt")
+    })
+    .await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "latin__pid").await;
+    for _ in 0..3 {
+        assert_eq!(ok_text(&call(&client, "latin__say", Value::Null).await), "said");
+    }
+    assert_eq!(call_pid(&client, "latin__pid").await, pid, "the server was restarted");
+    close(client).await;
+}

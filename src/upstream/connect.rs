@@ -26,7 +26,6 @@ use rmcp::{
     },
     ClientCacheConfig, ServiceExt,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{
     child::{self, ChildTransport},
@@ -163,13 +162,7 @@ async fn start(
             // the whole group.
             let group = ProcessGroupGuard::new(pid);
             if let Some(stderr) = stderr {
-                let mount_name = mount.name.clone();
-                tokio::spawn(async move {
-                    let mut lines = BufReader::new(stderr).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        tracing::info!(target: "junction::upstream_stderr", mount = %mount_name, "{line}");
-                    }
-                });
+                tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }
             let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw);
             let service = handler.serve(transport).await.map_err(initialize_error)?;

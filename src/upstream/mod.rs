@@ -20,6 +20,7 @@ pub mod raw;
 mod raw_post;
 pub mod relay;
 pub mod same_task_http;
+mod stderr;
 
 use std::{
     sync::{Arc, Mutex},
