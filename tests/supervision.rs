@@ -926,8 +926,53 @@ async fn an_upstream_writing_latin1_to_stderr_lives_on() {
     let client = gateway.connect().await;
     let pid = call_pid(&client, "latin__pid").await;
     for _ in 0..3 {
-        assert_eq!(ok_text(&call(&client, "latin__say", Value::Null).await), "said");
+        assert_eq!(
+            ok_text(&call(&client, "latin__say", Value::Null).await),
+            "said"
+        );
     }
-    assert_eq!(call_pid(&client, "latin__pid").await, pid, "the server was restarted");
+    assert_eq!(
+        call_pid(&client, "latin__pid").await,
+        pid,
+        "the server was restarted"
+    );
     close(client).await;
+}
+
+/// An upstream that announces list changes that are none does not make
+/// every session re-list (and every cursor stale) each time: only the real
+/// change after them is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_is_none_is_not_announced() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/needless_change.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.chatty]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    let (caller, watcher) = tokio::join!(gateway.connect(), gateway.connect());
+    for _ in 0..3 {
+        call(&caller, "chatty__announce", Value::Null).await;
+    }
+    call(&caller, "chatty__change", Value::Null).await;
+    eventually("the real change to be listed", OP_TIMEOUT, || async {
+        tool_names(&watcher)
+            .await
+            .iter()
+            .any(|name| name == "chatty__extra")
+            .then_some(())
+    })
+    .await;
+    eventually("the real change to be announced", OP_TIMEOUT, || async {
+        (watcher.service().tool_list_changes() >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        watcher.service().tool_list_changes(),
+        1,
+        "announcements of lists that did not change reached the session"
+    );
+    close(caller).await;
+    close(watcher).await;
 }

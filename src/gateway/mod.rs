@@ -443,6 +443,13 @@ impl Gateway {
                 return;
             }
         };
+        // An upstream may announce changes that are none (some do on every
+        // call): every session told, every cursor made stale, for nothing.
+        let known = profile_session.catalog().unwrap_or_default();
+        if !discovery::differs(&known, &fresh, kind) {
+            tracing::debug!(mount = %name, %profile, ?kind, "list_changed, but the list is as it was");
+            return;
+        }
         // Only this list is written back: a refresh of another list (or a
         // restart's rediscovery) may have stored its own meanwhile.
         profile_session.update_catalog(|current| {

@@ -467,22 +467,10 @@ impl Mount {
             // different list to be told about.
             None if profile_session.profile != ClientProfile::FULL => Vec::new(),
             None => vec![ListKind::Tools, ListKind::Prompts, ListKind::Resources],
-            Some(old) => [
-                // `execution` is kept beside the tools (rmcp's `Tool` has
-                // no such field): a change to it alone is a change too.
-                (
-                    ListKind::Tools,
-                    old.tools != catalog.tools || old.tool_execution != catalog.tool_execution,
-                ),
-                (ListKind::Prompts, old.prompts != catalog.prompts),
-                (
-                    ListKind::Resources,
-                    old.resources != catalog.resources || old.templates != catalog.templates,
-                ),
-            ]
-            .into_iter()
-            .filter_map(|(kind, changed)| changed.then_some(kind))
-            .collect(),
+            Some(old) => [ListKind::Tools, ListKind::Prompts, ListKind::Resources]
+                .into_iter()
+                .filter(|kind| crate::upstream::discovery::differs(old, &catalog, *kind))
+                .collect(),
         };
         profile_session.store_catalog(catalog);
         if !changed.is_empty() {

@@ -140,6 +140,17 @@ pub async fn refresh_within(
 /// Refreshes of different lists run concurrently; each must write back
 /// only its own list, or the slower one would put back a stale copy of the
 /// other's.
+/// Whether `old` and `new` list something different of `kind`
+/// (`execution` is kept beside the tools, rmcp's `Tool` having no field for
+/// it: a change to it alone is a change too).
+pub fn differs(old: &MountCatalog, new: &MountCatalog, kind: ListKind) -> bool {
+    match kind {
+        ListKind::Tools => old.tools != new.tools || old.tool_execution != new.tool_execution,
+        ListKind::Prompts => old.prompts != new.prompts,
+        ListKind::Resources => old.resources != new.resources || old.templates != new.templates,
+    }
+}
+
 pub fn replace_kind(catalog: &mut MountCatalog, kind: ListKind, fresh: MountCatalog) {
     match kind {
         ListKind::Tools => {
