@@ -254,17 +254,34 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         "the session, recorded as the handler's spans do (not as sent): {recorded_session:?}"
     );
 
-    // A failed request records its JSON-RPC error code.
-    let error = call_err(&client, "nobody__nothing", Value::Null).await;
+    // A failed request records its JSON-RPC error code, as its error type.
+    // The tool name the client made up (any length) names nothing: the
+    // span is `tools/call`, without a tool.
+    let made_up = format!("nobody__{}", "x".repeat(10_000));
+    let error = call_err(&client, &made_up, Value::Null).await;
     assert_eq!(error.code.0, -32602);
     let failed = exported_span(&spans, "the failed request's span", |s| {
-        s.name == "tools/call nobody__nothing"
+        s.name == "tools/call" && attribute(s, "error.type").as_deref() == Some("-32602")
     })
     .await;
     assert_eq!(
         attribute(&failed, "rpc.jsonrpc.error_code").as_deref(),
         Some("-32602")
     );
+    assert_eq!(attribute(&failed, "gen_ai.tool.name"), None);
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "ERROR");
+    // A tool's own failure (`isError`) is an error too, of type tool_error.
+    let failed = common::call(&client, "shared__fail", Value::Null).await;
+    assert_eq!(failed.is_error, Some(true));
+    let tool_error = exported_span(&spans, "the failing tool's span", |s| {
+        s.name == "tools/call shared__fail"
+    })
+    .await;
+    assert_eq!(
+        attribute(&tool_error, "error.type").as_deref(),
+        Some("tool_error")
+    );
+    assert_eq!(tool_error.status.as_ref().map(|s| s.code), Some(2), "ERROR");
     close(client).await;
 }
 

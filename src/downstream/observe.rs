@@ -32,15 +32,41 @@ use crate::{
 };
 
 tokio::task_local! {
-    /// The mount the current request was routed to, set by routing.
-    static ROUTED_MOUNT: RefCell<Option<MountName>>;
+    /// The current request's routing, set by routing.
+    static ROUTED: RefCell<Routed>;
+}
+
+/// Where the current request went.
+struct Routed {
+    method: &'static str,
+    /// The tool the client named (`tools/call`), named on the span only
+    /// once it resolved.
+    tool: Option<String>,
+    mount: Option<MountName>,
 }
 
 /// Records the mount the current request goes to (metrics label, span
-/// attribute). A no-op outside a request.
+/// attribute) and, the name having resolved, the tool it calls: a name
+/// the client made up (any length, any number of them) never becomes a
+/// span's name or attribute. A no-op outside a request.
 pub(crate) fn routed_to(mount: &MountName) {
-    let _ = ROUTED_MOUNT.try_with(|routed| *routed.borrow_mut() = Some(mount.clone()));
-    tracing::Span::current().record("junction.mount", mount.as_str());
+    let span = tracing::Span::current();
+    span.record("junction.mount", mount.as_str());
+    let _ = ROUTED.try_with(|routed| {
+        let mut routed = routed.borrow_mut();
+        routed.mount = Some(mount.clone());
+        if let Some(tool) = &routed.tool {
+            // The exported span has started by now: renamed through
+            // OpenTelemetry (tracing-opentelemetry reads `otel.name` only
+            // before a span starts).
+            use opentelemetry::trace::TraceContextExt;
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            span.context()
+                .span()
+                .update_name(format!("{} {tool}", routed.method));
+            span.record("gen_ai.tool.name", tool.as_str());
+        }
+    });
 }
 
 /// Whether a successful answer reports a failure anyway (`isError: true`).
@@ -140,39 +166,49 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         .and_then(|headers| headers.get("mcp-session-id"))
         .and_then(|value| value.to_str().ok())
         .unwrap_or("");
-    let span_name = match tool {
-        Some(tool) => format!("{method} {tool}"),
-        None => method.to_owned(),
-    };
     let span = tracing::info_span!(
         "mcp.request",
-        otel.name = %span_name,
+        // `{method} {tool}` once the tool resolves (`routed_to`).
+        otel.name = method,
         otel.kind = "server",
         mcp.method.name = method,
         // Never the id itself: logs and traces are read by more people
         // than the client that owns the session.
         mcp.session.id = %crate::telemetry::redact::session_fingerprint(session_id),
-        gen_ai.tool.name = tool.unwrap_or(""),
+        gen_ai.tool.name = Empty,
         junction.mount = Empty,
         rpc.jsonrpc.error_code = Empty,
+        error.type = Empty,
         otel.status_code = Empty,
     );
     adopt_parent(&span, origin.meta, origin.headers);
 
     let started = Instant::now();
-    let (result, mount) = ROUTED_MOUNT
-        .scope(RefCell::new(None), async {
+    let routed = Routed {
+        method,
+        tool: tool.map(str::to_owned),
+        mount: None,
+    };
+    let (result, mount) = ROUTED
+        .scope(RefCell::new(routed), async {
             let result = work.await;
-            let mount = ROUTED_MOUNT.with(|routed| routed.borrow().clone());
+            let mount = ROUTED.with(|routed| routed.borrow().mount.clone());
             (result, mount)
         })
         .instrument(span.clone())
         .await;
+    // OpenTelemetry's MCP conventions: a tool's own failure is an error
+    // too (`error.type` "tool_error"); a JSON-RPC error's type is its code.
     let outcome = match &result {
-        Ok(answer) if answer.is_tool_error() => "tool_error",
+        Ok(answer) if answer.is_tool_error() => {
+            span.record("error.type", "tool_error");
+            span.record("otel.status_code", "ERROR");
+            "tool_error"
+        }
         Ok(_) => "ok",
         Err(error) => {
             span.record("rpc.jsonrpc.error_code", error.code.0);
+            span.record("error.type", error.code.0.to_string());
             span.record("otel.status_code", "ERROR");
             "error"
         }
