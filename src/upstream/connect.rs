@@ -94,11 +94,14 @@ pub async fn open(
     };
     let peer = service.peer().clone();
     let relay = service.service().relay().clone();
-    crate::telemetry::metrics().upstream_session_opened(mount.name.as_str());
     let mut no_cache = ClientCacheConfig::default();
     no_cache.enabled = false;
     no_cache.serve_stale_on_error = false;
     peer.set_response_cache_config(no_cache).await;
+    // Counted with no await before the session that uncounts it on drop:
+    // an open abandoned at that await (a retire, a shutdown) left the
+    // gauge one too high for good.
+    crate::telemetry::metrics().upstream_session_opened(mount.name.as_str());
     static NEXT_SESSION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     Ok(UpstreamSession {
         id: NEXT_SESSION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
