@@ -33,7 +33,8 @@ pub enum LogFormat {
 /// Where spans go, if anywhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceExport {
-    /// Base OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318`.
+    /// Where spans are posted: the traces URL itself, e.g.
+    /// `http://127.0.0.1:4318/v1/traces`.
     pub endpoint: String,
     pub json: bool,
     pub service_name: String,
@@ -122,16 +123,9 @@ pub fn init_from_config(
     format: Option<LogFormat>,
 ) -> Telemetry {
     let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-    let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| config.otlp_endpoint.clone());
-    let json = match env("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
-        Some("http/json") => true,
-        Some(_) => false,
-        None => config.otlp_json,
-    };
-    let traces = endpoint.map(|endpoint| TraceExport {
-        endpoint,
-        json,
-        service_name: env("OTEL_SERVICE_NAME").unwrap_or_else(|| config.service_name.clone()),
+    let traces = trace_export(config, env).unwrap_or_else(|problem| {
+        eprintln!("junction: traces disabled: {problem}");
+        None
     });
     init(
         format.unwrap_or(config.log_format),
@@ -140,8 +134,48 @@ pub fn init_from_config(
     )
 }
 
+/// Where and how traces are exported, from the config and the standard
+/// OpenTelemetry variables (`env`), which win: `OTEL_SDK_DISABLED=true`
+/// turns export off; `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is the traces URL
+/// as is, `OTEL_EXPORTER_OTLP_ENDPOINT` a base that `/v1/traces` is added
+/// to; `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, else `..._PROTOCOL`, must be
+/// an OTLP/HTTP one (`http/protobuf`, `http/json`): gRPC is not built in,
+/// and posting HTTP to a gRPC port would fail silently.
+fn trace_export(
+    config: &crate::config::TelemetryConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<TraceExport>, String> {
+    if env("OTEL_SDK_DISABLED").is_some_and(|value| value.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    let base = |endpoint: String| format!("{}/v1/traces", endpoint.trim_end_matches('/'));
+    let endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(base))
+        .or_else(|| config.otlp_endpoint.clone().map(base));
+    let Some(endpoint) = endpoint else {
+        return Ok(None);
+    };
+    let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"));
+    let json = match protocol.as_deref() {
+        Some("http/json") => true,
+        Some("http/protobuf") => false,
+        Some(other) => {
+            return Err(format!(
+                "OTLP protocol {other:?} is not supported (use http/protobuf or http/json)"
+            ))
+        }
+        None => config.otlp_json,
+    };
+    Ok(Some(TraceExport {
+        endpoint,
+        json,
+        service_name: env("OTEL_SERVICE_NAME").unwrap_or_else(|| config.service_name.clone()),
+    }))
+}
+
 fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, String> {
-    let endpoint = format!("{}/v1/traces", export.endpoint.trim_end_matches('/'));
+    let endpoint = export.endpoint.clone();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(if export.json {
@@ -160,4 +194,47 @@ fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, String> {
                 .build(),
         )
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export(vars: &[(&str, &str)]) -> Result<Option<TraceExport>, String> {
+        let config = crate::config::TelemetryConfig {
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+            otlp_endpoint: Some("http://config:4318/".to_owned()),
+            otlp_json: false,
+            service_name: "junction".to_owned(),
+        };
+        trace_export(&config, |name| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    #[test]
+    fn the_standard_variables_decide_the_export() {
+        let url = |vars| export(vars).unwrap().map(|export| export.endpoint);
+        assert_eq!(url(&[]).as_deref(), Some("http://config:4318/v1/traces"));
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318")]).as_deref(),
+            Some("http://env:4318/v1/traces")
+        );
+        assert_eq!(
+            url(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:9/spans")
+            ])
+            .as_deref(),
+            Some("http://traces:9/spans")
+        );
+        assert_eq!(url(&[("OTEL_SDK_DISABLED", "true")]), None);
+        assert!(url(&[("OTEL_SDK_DISABLED", "false")]).is_some());
+        assert!(export(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).is_err());
+        let json = export(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]).unwrap();
+        assert!(json.is_some_and(|export| export.json));
+    }
 }
