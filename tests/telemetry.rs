@@ -425,6 +425,12 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
     )
     .await;
     let record: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    // Every span the line is in, outermost first: a line inside an
+    // upstream request still names the downstream request's session.
+    let spans = record["spans"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{record}"));
+    assert_eq!(spans[0]["name"], "mcp.request", "{record}");
     let span = &record["span"];
     assert_eq!(span["mcp.method.name"], "tools/call", "{record}");
     assert_eq!(span["junction.mount"], "private", "{record}");

@@ -74,10 +74,13 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
         .with_ansi(false);
     let fmt = match format {
         LogFormat::Text => fmt.boxed(),
+        // `span` is the innermost span; `spans` every one the line is in,
+        // so a line inside an upstream request keeps the downstream
+        // request's session and tool.
         LogFormat::Json => fmt
             .json()
             .with_current_span(true)
-            .with_span_list(false)
+            .with_span_list(true)
             .boxed(),
     };
     let mut telemetry = Telemetry::default();
@@ -155,8 +158,8 @@ fn trace_export(
     let Some(endpoint) = endpoint else {
         return Ok(None);
     };
-    let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"));
+    let protocol =
+        env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"));
     let json = match protocol.as_deref() {
         Some("http/json") => true,
         Some("http/protobuf") => false,
@@ -226,7 +229,10 @@ mod tests {
         assert_eq!(
             url(&[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
-                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:9/spans")
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://traces:9/spans"
+                )
             ])
             .as_deref(),
             Some("http://traces:9/spans")
