@@ -28,7 +28,7 @@
 //! Anything else is ambiguous and is refused, never guessed or broadcast.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::{
         atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
@@ -224,6 +224,10 @@ pub struct Relay {
     /// The arrival whose turn it is to be relayed: every one before it has
     /// been (or was given up on, [`TURN_LIMIT`]).
     turn: AtomicU64,
+    /// Notifications waiting for their turn, by arrival: each is woken
+    /// once, when its turn comes (waking every waiter on every relay made
+    /// a burst of N notifications cost N² wake-ups).
+    turn_waiters: Mutex<BTreeMap<u64, Arc<Notify>>>,
     /// Requests handed to rmcp whose id is not registered yet: rmcp picks
     /// the id while sending, so the upstream can answer (with a sampling
     /// request, progress) before the request is in `inflight`.
@@ -422,10 +426,22 @@ impl Relay {
     /// the next one's turn comes.
     pub fn notification_relayed(&self, arrival: Option<Arrival>) {
         if let Some(Arrival(place)) = arrival {
-            self.turn.fetch_max(place + 1, Ordering::AcqRel);
+            let turn = self
+                .turn
+                .fetch_max(place + 1, Ordering::AcqRel)
+                .max(place + 1);
+            let due = {
+                let mut waiting = lock(&self.turn_waiters);
+                let later = waiting.split_off(&(turn + 1));
+                std::mem::replace(&mut *waiting, later)
+            };
+            for woken in due.into_values() {
+                woken.notify_one();
+            }
         }
         let before = self.pending_notifications.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "more notifications relayed than arrived");
+        // For `drain` (a waiter per answer, not per notification).
         self.relayed.notify_waiters();
     }
 
@@ -435,18 +451,22 @@ impl Relay {
     /// reach the client in whatever order those tasks run, progress 2
     /// before progress 1.
     pub async fn wait_turn(&self, arrival: Arrival) {
-        let deadline = tokio::time::Instant::now() + TURN_LIMIT;
-        loop {
-            // Created before the check, so a relay in between still wakes.
-            let woken = self.relayed.notified();
-            if self.turn.load(Ordering::Acquire) >= arrival.0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                tracing::debug!("relaying a notification before an earlier one");
-                return;
-            }
+        if self.turn.load(Ordering::Acquire) >= arrival.0 {
+            return;
         }
+        let woken = Arc::new(Notify::new());
+        lock(&self.turn_waiters).insert(arrival.0, woken.clone());
+        // Checked again once registered: a relay that advanced the turn
+        // before seeing this waiter is seen here (it advances the turn
+        // before it looks for waiters); one after leaves a permit.
+        if self.turn.load(Ordering::Acquire) < arrival.0
+            && tokio::time::timeout(TURN_LIMIT, woken.notified())
+                .await
+                .is_err()
+        {
+            tracing::debug!("relaying a notification before an earlier one");
+        }
+        lock(&self.turn_waiters).remove(&arrival.0);
     }
 
     /// Waits (bounded) until every notification that arrived so far has
