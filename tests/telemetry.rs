@@ -260,6 +260,11 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     let made_up = format!("nobody__{}", "x".repeat(10_000));
     let error = call_err(&client, &made_up, Value::Null).await;
     assert_eq!(error.code.0, -32602);
+    // Under a real namespace too: the name reaches the mount (whose
+    // upstream refuses it), but it is not a listed tool.
+    let unlisted = format!("shared__{}", "y".repeat(10_000));
+    let refused = call_err(&client, &unlisted, Value::Null).await;
+    assert_eq!(refused.code.0, -32602);
     let failed = exported_span(&spans, "the failed request's span", |s| {
         s.name == "tools/call" && attribute(s, "error.type").as_deref() == Some("-32602")
     })
@@ -270,6 +275,19 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     );
     assert_eq!(attribute(&failed, "gen_ai.tool.name"), None);
     assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "ERROR");
+    let unlisted_span = exported_span(&spans, "the unlisted tool's span", |s| {
+        s.name == "tools/call" && attribute(s, "junction.mount").as_deref() == Some("shared")
+    })
+    .await;
+    assert_eq!(attribute(&unlisted_span, "gen_ai.tool.name"), None);
+    assert!(
+        spans
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|s| !s.name.contains("yyyy")),
+        "a made-up name named a span"
+    );
     // A tool's own failure (`isError`) is an error too, of type tool_error.
     let failed = common::call(&client, "shared__fail", Value::Null).await;
     assert_eq!(failed.is_error, Some(true));

@@ -26,6 +26,12 @@ impl MergedCatalog {
             .or_else(|| self.resolve_by_name_prefix(name))
     }
 
+    /// Whether `name` is a tool the lists name (not one a namespace
+    /// merely claims).
+    pub fn lists_tool(&self, name: &str) -> bool {
+        self.tool_routes.contains_key(name)
+    }
+
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {
         self.prompt_routes
             .get(name)

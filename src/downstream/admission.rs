@@ -71,7 +71,6 @@ impl DownstreamSession {
     pub(crate) fn handle<'a, T, W>(
         &'a self,
         method: &'static str,
-        tool: Option<&'a str>,
         context: &'a RequestContext<RoleServer>,
         work: W,
     ) -> impl Future<Output = Result<T, ErrorData>> + 'a
@@ -84,7 +83,6 @@ impl DownstreamSession {
             &self.state().requests,
             limit,
             method,
-            tool,
             RequestOrigin::of(context),
             work,
         )
@@ -98,7 +96,6 @@ pub(crate) fn admit_and_observe<'a, T, W>(
     slots: &RequestSlots,
     limit: usize,
     method: &'static str,
-    tool: Option<&'a str>,
     origin: RequestOrigin<'a>,
     work: W,
 ) -> impl Future<Output = Result<T, ErrorData>> + 'a
@@ -107,7 +104,7 @@ where
     W: Future<Output = Result<T, ErrorData>> + 'a,
 {
     let admitted = slots.admit(limit);
-    observe(method, tool, origin, async move {
+    observe(method, origin, async move {
         let _permit = admitted?;
         work.await
     })

@@ -139,8 +139,7 @@ impl DownstreamSession {
             return running.finish(&context.ct).await;
         }
         let method = request.method();
-        let tool = request.tool().map(str::to_owned);
-        self.handle(method, tool.as_deref(), context, async {
+        self.handle(method, context, async {
             let routed = RoutedRequest {
                 request,
                 caller: self.caller(context),
@@ -272,7 +271,7 @@ impl ServerHandler for DownstreamSession {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        self.handle("initialize", None, &context, async {
+        self.handle("initialize", &context, async {
             // rmcp replays `initialize` to wake a session asleep.
             if let Some(waking) = context.extensions.get::<SessionRestoreMarker>() {
                 let Some(sleeper) = self.gateway.hibernation().wake(&waking.id) else {
@@ -343,7 +342,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.handle("tools/list", None, &context, async {
+        self.handle("tools/list", &context, async {
             tools_page(&*self.catalog().await, &request)
         })
         .await
@@ -354,7 +353,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.handle("prompts/list", None, &context, async {
+        self.handle("prompts/list", &context, async {
             let catalog = self.catalog().await;
             cached_page(&request, |cursor| catalog.prompts_page(cursor))
         })
@@ -366,7 +365,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.handle("resources/list", None, &context, async {
+        self.handle("resources/list", &context, async {
             let catalog = self.catalog().await;
             cached_page(&request, |cursor| catalog.resources_page(cursor))
         })
@@ -378,7 +377,7 @@ impl ServerHandler for DownstreamSession {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.handle("resources/templates/list", None, &context, async {
+        self.handle("resources/templates/list", &context, async {
             let catalog = self.catalog().await;
             cached_page(&request, |cursor| catalog.templates_page(cursor))
         })
@@ -434,7 +433,7 @@ impl ServerHandler for DownstreamSession {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.handle("resources/subscribe", None, &context, async {
+        self.handle("resources/subscribe", &context, async {
             let uri = request.uri.clone();
             let answer = async {
                 let (route, mount, upstream) = self.resource_upstream(&uri).await?;
@@ -484,7 +483,7 @@ impl ServerHandler for DownstreamSession {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.handle("resources/unsubscribe", None, &context, async {
+        self.handle("resources/unsubscribe", &context, async {
             let uri = request.uri.clone();
             let answer = async {
                 if self.unsubscribe_without_upstream(&uri) {
@@ -535,7 +534,7 @@ impl ServerHandler for DownstreamSession {
                     .map(serde_json::from_value::<PaginatedRequestParams>)
                     .transpose()
                     .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-                self.handle("tools/list", None, &context, async {
+                self.handle("tools/list", &context, async {
                     // One catalog for the page and its tools' `execution`.
                     let catalog = self.catalog().await;
                     let result = tools_page(&catalog, &params)?;
@@ -565,7 +564,7 @@ impl ServerHandler for DownstreamSession {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.handle("logging/setLevel", None, &context, async {
+        self.handle("logging/setLevel", &context, async {
             self.state().log_level.set(request.level);
             // A shared upstream serves every session: it logs at the most
             // verbose level any of them asked for; each session's own level

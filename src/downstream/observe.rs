@@ -39,33 +39,32 @@ tokio::task_local! {
 /// Where the current request went.
 struct Routed {
     method: &'static str,
-    /// The tool the client named (`tools/call`), named on the span only
-    /// once it resolved.
-    tool: Option<String>,
     mount: Option<MountName>,
 }
 
 /// Records the mount the current request goes to (metrics label, span
-/// attribute) and, the name having resolved, the tool it calls: a name
-/// the client made up (any length, any number of them) never becomes a
-/// span's name or attribute. A no-op outside a request.
+/// attribute). A no-op outside a request.
 pub(crate) fn routed_to(mount: &MountName) {
+    tracing::Span::current().record("junction.mount", mount.as_str());
+    let _ = ROUTED.try_with(|routed| routed.borrow_mut().mount = Some(mount.clone()));
+}
+
+/// The current request calls `tool`, a tool the lists name: the span is
+/// named after it and carries it. Only then: a name the client made up
+/// (any length, any number of them, under a real namespace or not) never
+/// becomes a span's name or attribute. A no-op outside a request.
+pub(crate) fn calls_listed_tool(tool: &str) {
     let span = tracing::Span::current();
-    span.record("junction.mount", mount.as_str());
     let _ = ROUTED.try_with(|routed| {
-        let mut routed = routed.borrow_mut();
-        routed.mount = Some(mount.clone());
-        if let Some(tool) = &routed.tool {
-            // The exported span has started by now: renamed through
-            // OpenTelemetry (tracing-opentelemetry reads `otel.name` only
-            // before a span starts).
-            use opentelemetry::trace::TraceContextExt;
-            use tracing_opentelemetry::OpenTelemetrySpanExt;
-            span.context()
-                .span()
-                .update_name(format!("{} {tool}", routed.method));
-            span.record("gen_ai.tool.name", tool.as_str());
-        }
+        // The exported span has started by now: renamed through
+        // OpenTelemetry (tracing-opentelemetry reads `otel.name` only
+        // before a span starts).
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        span.context()
+            .span()
+            .update_name(format!("{} {tool}", routed.borrow().method));
+        span.record("gen_ai.tool.name", tool);
     });
 }
 
@@ -141,10 +140,9 @@ pub(crate) fn sent_meta<'a>(
 }
 
 /// Runs one downstream request's `work` inside its span, then counts and
-/// times it. `tool` is the tool name for `tools/call`.
+/// times it (a listed tool names the span: [`calls_listed_tool`]).
 pub(crate) fn observe<'a, T, W>(
     method: &'static str,
-    tool: Option<&'a str>,
     origin: RequestOrigin<'a>,
     work: W,
 ) -> impl Future<Output = Result<T, ErrorData>> + 'a
@@ -152,12 +150,11 @@ where
     T: Outcome + 'a,
     W: Future<Output = Result<T, ErrorData>> + 'a,
 {
-    observe_inner(method, tool, origin, Box::pin(work))
+    observe_inner(method, origin, Box::pin(work))
 }
 
 async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     method: &'static str,
-    tool: Option<&str>,
     origin: RequestOrigin<'_>,
     work: std::pin::Pin<Box<W>>,
 ) -> Result<T, ErrorData> {
@@ -186,7 +183,6 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     let started = Instant::now();
     let routed = Routed {
         method,
-        tool: tool.map(str::to_owned),
         mount: None,
     };
     let (result, mount) = ROUTED

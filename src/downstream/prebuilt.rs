@@ -70,7 +70,7 @@ pub(crate) async fn list(
     };
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = listing.method();
-    let answer = admit_and_observe(&state.requests, limit, method, None, origin, async {
+    let answer = admit_and_observe(&state.requests, limit, method, origin, async {
         crate::telemetry::metrics().cache_hits.inc();
         catalog.first_page_json(listing).ok_or_else(|| {
             ErrorData::internal_error(format!("the {method} page could not be serialized"), None)

@@ -506,21 +506,12 @@ async fn observed(
 ) -> Answer {
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = call.request.method();
-    let tool = call.request.tool().map(str::to_owned);
     let origin = RequestOrigin {
         headers: headers.as_ref(),
         meta: Some(&meta.0),
     };
     let work = routed::answer(&gateway, &state, call, &meta);
-    admit_and_observe(
-        &state.requests,
-        limit,
-        method,
-        tool.as_deref(),
-        origin,
-        work,
-    )
-    .await
+    admit_and_observe(&state.requests, limit, method, origin, work).await
 }
 
 /// The JSON-RPC response carrying `answer` to request `id`.

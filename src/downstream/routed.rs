@@ -51,14 +51,6 @@ impl Routed {
             Routed::Complete(_) => "completion/complete",
         }
     }
-
-    /// The tool called, for a `tools/call`.
-    pub(crate) fn tool(&self) -> Option<&str> {
-        match self {
-            Routed::CallTool(params) => Some(&params.name),
-            _ => None,
-        }
-    }
 }
 
 /// A routed request, and where what it causes downstream goes.
@@ -158,6 +150,9 @@ impl Upstream<'_> {
                 .route(|catalog| catalog.resolve_tool(&name))
                 .await
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+            if self.state.catalog(self.gateway).lists_tool(&name) {
+                super::observe::calls_listed_tool(&name);
+            }
             let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
             params.name = route.original.to_string().into();
             params.meta = forwarded_meta(self.meta);

@@ -325,13 +325,15 @@ impl DownstreamSession {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        self.handle("tools/call", Some(&tool_name), &context, async {
+        self.handle("tools/call", &context, async {
             let answer = async {
-                let route = self
-                    .catalog()
-                    .await
+                let catalog = self.catalog().await;
+                let route = catalog
                     .resolve_tool(&tool_name)
                     .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
+                if catalog.lists_tool(&tool_name) {
+                    super::observe::calls_listed_tool(&tool_name);
+                }
                 let (mount, upstream) = self.connect(&route.mount).await?;
                 params.insert("name".to_owned(), Value::String(route.original.to_string()));
                 set_meta(&mut params, &context);
@@ -396,7 +398,7 @@ impl DownstreamSession {
         params: Option<Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
-        self.handle(method, None, &context, async {
+        self.handle(method, &context, async {
             let id = task_id_param(&params)?;
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
@@ -454,7 +456,7 @@ impl DownstreamSession {
         params: Option<Value>,
         context: RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
-        self.handle("tasks/list", None, &context, async {
+        self.handle("tasks/list", &context, async {
             let mut tasks = Vec::new();
             for (mount_name, ids) in self.state().tasks.by_mount().into_values() {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
