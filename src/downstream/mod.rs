@@ -156,6 +156,10 @@ pub(crate) struct SessionState {
     /// This session's place under `max_sessions`, until its sleeper takes
     /// it over as it falls asleep.
     ticket: Mutex<Option<SessionTicket>>,
+    /// Cancelled when the session ends: every quick call of it runs under
+    /// a child of it (on a task of its own, which rmcp's session end does
+    /// not reach).
+    quick_calls: tokio_util::sync::CancellationToken,
 }
 
 impl SessionState {
@@ -177,7 +181,23 @@ impl SessionState {
             requests: admission::RequestSlots::default(),
             tasks: tasks::TaskTable::default(),
             ticket: Mutex::new(Some(ticket)),
+            quick_calls: tokio_util::sync::CancellationToken::new(),
         })
+    }
+
+    /// The token a quick call of this session is cancelled with; already
+    /// cancelled if the session has ended.
+    pub(crate) fn quick_call_token(&self) -> tokio_util::sync::CancellationToken {
+        self.quick_calls.child_token()
+    }
+
+    /// The session ended (deleted, or idle): its quick calls are cancelled,
+    /// as rmcp cancels the calls it holds, whatever became of them (running
+    /// on with nobody waiting, handed over to a session gone by then). Each
+    /// holds this state, and with it the per-session upstreams and the
+    /// place under `max_sessions`.
+    pub(crate) fn end_quick_calls(&self) {
+        self.quick_calls.cancel();
     }
 
     /// The state of a session waking up, as it was when it fell asleep.

@@ -129,12 +129,10 @@ impl Handoff {
 }
 
 /// Quick calls not yet handed over, by HTTP session and request id, for
-/// the client's cancellations; and each session's token, which every
-/// quick call of it is cancelled with when the session ends.
+/// the client's cancellations.
 #[derive(Default)]
 pub(crate) struct QuickCalls {
     pending: Mutex<PendingCalls>,
-    sessions: Mutex<HashMap<Arc<str>, CancellationToken>>,
 }
 
 /// By HTTP session id, then request id.
@@ -143,42 +141,6 @@ type PendingCalls = HashMap<Arc<str>, HashMap<RequestId, Arc<Handoff>>>;
 impl QuickCalls {
     fn pending(&self) -> MutexGuard<'_, PendingCalls> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The token a quick call of `session` is cancelled with (a child of
-    /// the session's, which ends with the session).
-    fn call_token(&self, session: &Arc<str>) -> CancellationToken {
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(session.clone())
-            .or_default()
-            .child_token()
-    }
-
-    /// Session `session` ended (deleted, or idle): its quick calls are
-    /// cancelled, as rmcp cancels the calls it holds, whatever became of
-    /// them (running on with nobody waiting, handed over to a session
-    /// that was gone by then). Each holds the session's state, and with
-    /// it its per-session upstreams and its place under `max_sessions`.
-    pub(crate) fn session_closed(&self, session: &str) {
-        let token = self
-            .sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(session);
-        if let Some(token) = token {
-            token.cancel();
-        }
-    }
-
-    /// Session `session` fell asleep (nothing of it in flight): its token
-    /// goes; it is made again if the session wakes and calls.
-    pub(crate) fn session_slept(&self, session: &str) {
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(session);
     }
 
     /// Before `message` goes to rmcp: if it cancels a quick call of
@@ -456,7 +418,7 @@ pub(crate) async fn offer(
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
     let pending = Pending::new(calls, session, &request.id);
-    let cancel = calls.call_token(session);
+    let cancel = state.quick_call_token();
     let routed = RoutedRequest {
         request: routed,
         caller: Caller {

@@ -152,7 +152,6 @@ impl ResumableSessions {
             }
             let fresh_id = SessionId::from(&*id);
             if let Some(key) = self.hibernation.put_to_sleep(&id, &fresh_id, unused_for) {
-                self.quick_calls.session_slept(&id);
                 self.keep_undelivered(&id, key).await;
                 // Its request streams stay resumable: only rmcp's session goes.
                 self.activity.closing_for_sleep(&id);
@@ -336,7 +335,9 @@ impl SessionManager for ResumableSessions {
             return Ok(());
         }
         self.streams.forget_session(id);
-        self.quick_calls.session_closed(id);
+        if let Some(state) = self.hibernation.awake(id) {
+            state.end_quick_calls();
+        }
         let asleep = self.activity.used(id).await == Some(Phase::Asleep);
         self.activity.forget(id);
         if asleep && self.hibernation.end_asleep(id) {
