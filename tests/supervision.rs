@@ -944,20 +944,34 @@ async fn an_upstream_writing_latin1_to_stderr_lives_on() {
 /// change after them is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_that_is_none_is_not_announced() {
+    assert_only_the_real_change_is_announced("shared").await;
+}
+
+/// The same for a session's own per-session upstream, whose lists become
+/// the session's overlay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_session_change_that_is_none_is_not_announced() {
+    assert_only_the_real_change_is_announced("per_session").await;
+}
+
+async fn assert_only_the_real_change_is_announced(isolation: &str) {
     let fixture =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/needless_change.py");
     let config = format!(
-        "{SERVER_TOML}[mounts.chatty]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        "{SERVER_TOML}[mounts.chatty]\ncommand = \"python3\"\nargs = [{:?}]\nisolation = \"{isolation}\"\n",
         fixture.to_str().expect("a UTF-8 path")
     );
     let gateway = Gateway::start(&config).await;
-    let (caller, watcher) = tokio::join!(gateway.connect(), gateway.connect());
+    // One session calls and watches: a per-session upstream's changes are
+    // its own session's alone.
+    let caller = gateway.connect().await;
+    let watcher = &caller;
     for _ in 0..3 {
         call(&caller, "chatty__announce", Value::Null).await;
     }
     call(&caller, "chatty__change", Value::Null).await;
     eventually("the real change to be listed", OP_TIMEOUT, || async {
-        tool_names(&watcher)
+        tool_names(watcher)
             .await
             .iter()
             .any(|name| name == "chatty__extra")
@@ -974,5 +988,4 @@ async fn a_change_that_is_none_is_not_announced() {
         "announcements of lists that did not change reached the session"
     );
     close(caller).await;
-    close(watcher).await;
 }

@@ -315,12 +315,14 @@ impl SessionState {
     /// Replaces this session's overlay for `mount` with what `update` makes
     /// of the current one, atomically.
     /// `upstream` (this session's, for `mount`) announced the lists.
+    /// `update` returns `None` when nothing changes; returns whether the
+    /// overlay changed.
     pub(crate) fn update_overlay(
         &self,
         mount: &Mount,
         upstream: &UpstreamSession,
-        update: impl FnOnce(Option<&MountCatalog>) -> MountCatalog,
-    ) {
+        update: impl FnOnce(Option<&MountCatalog>) -> Option<MountCatalog>,
+    ) -> bool {
         let mut overlays = lock(&self.overlays);
         let current = overlays
             .by_mount
@@ -329,13 +331,17 @@ impl SessionState {
                 overlay.mount_id == mount.id() && overlay.upstream_id == upstream.id()
             })
             .map(|overlay| &*overlay.catalog);
+        let Some(catalog) = update(current) else {
+            return false;
+        };
         let updated = Overlay {
             mount_id: mount.id(),
             upstream_id: upstream.id(),
-            catalog: Arc::new(update(current)),
+            catalog: Arc::new(catalog),
         };
         overlays.by_mount.insert(mount.config.name.clone(), updated);
         overlays.merged = None;
+        true
     }
 
     /// The upstream whose lists `mount`'s overlay holds is gone: this

@@ -106,19 +106,28 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
         }
     };
     // Merged under the lock into the overlay as it is now: another list's
-    // refresh may have finished meanwhile.
-    state.update_overlay(&mount, &upstream, |current| {
+    // refresh may have finished meanwhile. A list as the session already
+    // sees it changes nothing (some servers announce on every call): no
+    // overlay rebuilt, no cursor made stale, nobody told.
+    let changed = state.update_overlay(&mount, &upstream, |current| {
         let mut catalog = current.cloned().unwrap_or_else(|| {
             MountCatalog::clone(&mount.catalog_now(mount.serving_profile(state.profile())))
         });
+        if !discovery::differs(&catalog, &fresh, kind) {
+            return None;
+        }
         discovery::replace_kind(&mut catalog, kind, fresh);
         // Its `tools/list` must then keep `execution`, as for a mount's
         // own catalog (see `TaskToolsListed`).
         if !catalog.tool_execution.is_empty() {
             gateway.task_tools().saw_one();
         }
-        catalog
+        Some(catalog)
     });
+    if !changed {
+        tracing::debug!(mount = %mount_name, session = state.key, ?kind, "list_changed, but the list is as it was");
+        return;
+    }
     if let Some(peer) = state.peer() {
         notify_list_changed(peer.clone(), kind).await;
     }
