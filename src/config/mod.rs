@@ -155,7 +155,9 @@ pub struct TelemetryConfig {
     /// `RUST_LOG` wins when set.
     pub log_level: String,
     /// OTLP/HTTP base endpoint (`http://collector:4318`); `None` = no trace
-    /// export unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    /// export unless `OTEL_EXPORTER_OTLP_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (both win; see
+    /// `telemetry::trace_export`).
     pub otlp_endpoint: Option<String>,
     /// `http/protobuf` (default) or `http/json`.
     pub otlp_json: bool,

@@ -118,9 +118,9 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
     telemetry
 }
 
-/// Installs logging and tracing as the config (and the standard
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_SERVICE_NAME` variables, which win)
-/// say; `format` overrides the configured log format (`--log-format`).
+/// Installs logging and tracing as the config and the standard
+/// OpenTelemetry variables (which win; see [`trace_export`]) say; `format`
+/// overrides the configured log format (`--log-format`).
 pub fn init_from_config(
     config: &crate::config::TelemetryConfig,
     format: Option<LogFormat>,

@@ -136,10 +136,6 @@ pub async fn refresh_within(
     }
 }
 
-/// Copies the `kind` lists of `fresh` into `catalog`, leaving the others.
-/// Refreshes of different lists run concurrently; each must write back
-/// only its own list, or the slower one would put back a stale copy of the
-/// other's.
 /// Whether `old` and `new` list something different of `kind`
 /// (`execution` is kept beside the tools, rmcp's `Tool` having no field for
 /// it: a change to it alone is a change too).
@@ -151,6 +147,10 @@ pub fn differs(old: &MountCatalog, new: &MountCatalog, kind: ListKind) -> bool {
     }
 }
 
+/// Copies the `kind` lists of `fresh` into `catalog`, leaving the others.
+/// Refreshes of different lists run concurrently; each must write back
+/// only its own list, or the slower one would put back a stale copy of the
+/// other's.
 pub fn replace_kind(catalog: &mut MountCatalog, kind: ListKind, fresh: MountCatalog) {
     match kind {
         ListKind::Tools => {
