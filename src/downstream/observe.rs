@@ -61,9 +61,12 @@ pub(crate) fn calls_listed_tool(tool: &str) {
         // before a span starts).
         use opentelemetry::trace::TraceContextExt;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
-        span.context()
-            .span()
-            .update_name(format!("{} {tool}", routed.borrow().method));
+        let context = span.context();
+        let exported = context.span();
+        // Not exported (no endpoint): no name to build on every call.
+        if exported.span_context().is_valid() {
+            exported.update_name(format!("{} {tool}", routed.borrow().method));
+        }
         span.record("gen_ai.tool.name", tool);
     });
 }
