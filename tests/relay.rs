@@ -453,3 +453,43 @@ async fn log_and_progress_keep_their_meta() {
         }
     }
 }
+
+/// An upstream that sends its client more requests (sampling here) than
+/// the client answers is refused past a bound: they have no timeout of
+/// their own (a person may take minutes), so each one held a task and an
+/// entry on both sides for as long as the session lived. The client here
+/// declares sampling and never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_client_are_bounded() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/flood_sampling.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.flood]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
+    let session = raw::open_session_with(&http, &url, initialize).await;
+    let flood = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "flood__flood", "arguments": {"n": 40}}});
+    let answer = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        flood.to_string(),
+    )
+    .await;
+    let asked = answer
+        .messages
+        .iter()
+        .filter(|message| message["method"] == "sampling/createMessage")
+        .count();
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "errors=8 results=0",
+        "{answer:?}"
+    );
+    assert_eq!(asked, 32, "sampling requests that reached the client");
+}

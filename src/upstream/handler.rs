@@ -51,11 +51,20 @@ pub trait UpstreamEvents: Send + Sync + 'static {
     fn tell_session(&self, session: u64, notification: ServerNotification);
 }
 
+/// Bound on an upstream session's requests (sampling, elicitation, roots)
+/// waiting for clients at once. They have no timeout of their own (a
+/// person may take minutes to answer an elicitation), so without a bound
+/// an upstream could keep any number open against its clients, each a
+/// task and an entry on both sides; past it the upstream is refused.
+pub const CLIENT_REQUESTS_MAX: usize = 32;
+
 #[derive(Clone)]
 pub struct UpstreamHandler {
     info: ClientConfig,
     events: Arc<dyn UpstreamEvents>,
     relay: Arc<Relay>,
+    /// Places for requests waiting for clients ([`CLIENT_REQUESTS_MAX`]).
+    client_requests: Arc<tokio::sync::Semaphore>,
 }
 
 impl UpstreamHandler {
@@ -64,6 +73,7 @@ impl UpstreamHandler {
             info,
             events,
             relay,
+            client_requests: Arc::new(tokio::sync::Semaphore::new(CLIENT_REQUESTS_MAX)),
         }
     }
 
@@ -93,6 +103,17 @@ impl UpstreamHandler {
         mut request: ServerRequest,
         context: &RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
+        let Ok(_place) = self.client_requests.try_acquire() else {
+            tracing::debug!(
+                "refusing an upstream request: {CLIENT_REQUESTS_MAX} already wait for clients"
+            );
+            return Err(ErrorData::internal_error(
+                format!(
+                    "too many requests from this server are waiting for their clients (at most {CLIENT_REQUESTS_MAX})"
+                ),
+                None,
+            ));
+        };
         if let Some(id) = &caller.request_id {
             request
                 .extensions_mut()

@@ -133,7 +133,12 @@ pub fn sse_messages(text: &str) -> Vec<Value> {
 
 /// `initialize`, then `notifications/initialized`; returns the session id.
 pub async fn open_session(http: &reqwest::Client, url: &str) -> String {
-    let answer = post(http, url, None, JSON_POST, INITIALIZE).await;
+    open_session_with(http, url, INITIALIZE).await
+}
+
+/// [`open_session`] with this `initialize` request (id 1).
+pub async fn open_session_with(http: &reqwest::Client, url: &str, initialize: &str) -> String {
+    let answer = post(http, url, None, JSON_POST, initialize.to_owned()).await;
     assert_eq!(answer.status, StatusCode::OK, "initialize: {answer:?}");
     assert_eq!(answer.body["id"], 1, "initialize: {answer:?}");
     assert!(
