@@ -989,3 +989,51 @@ async fn assert_only_the_real_change_is_announced(isolation: &str) {
     );
     close(caller).await;
 }
+
+/// An upstream that stops answering altogether (a single-threaded server
+/// blocked in a synchronous tool) is restarted once a request times out
+/// and a ping goes unanswered: it took every later request, each timing
+/// out, while the mount looked ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_answers_nothing_is_restarted() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hang_on_call.py");
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.stuck]\ncommand = \"python3\"\nargs = [{:?}]\ntimeouts = {{ request = \"1s\" }}\n",
+        fixture.to_str().expect("a UTF-8 path")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "stuck__pid").await;
+    let hung = call(&client, "stuck__hang", Value::Null).await;
+    assert_eq!(hung.is_error, Some(true), "{hung:?}");
+    let _reaper = KillOnDrop(pid);
+    let restarted = eventually(
+        "a new upstream process",
+        Duration::from_secs(20),
+        || async {
+            let answer = client
+                .peer()
+                .call_tool(rmcp::model::CallToolRequestParams::new("stuck__pid"))
+                .await
+                .ok()?;
+            let text = answer
+                .content
+                .first()?
+                .as_text()?
+                .text
+                .parse::<u32>()
+                .ok()?;
+            (text != pid).then_some(text)
+        },
+    )
+    .await;
+    assert_ne!(restarted, pid);
+    eventually(
+        "the stuck process to be gone",
+        Duration::from_secs(15),
+        || async { (!process_alive(pid)).then_some(()) },
+    )
+    .await;
+    close(client).await;
+}

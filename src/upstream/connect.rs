@@ -115,6 +115,7 @@ pub async fn open(
         ended,
         direct,
         counted: std::sync::atomic::AtomicBool::new(true),
+        checking_alive: Default::default(),
     })
 }
 

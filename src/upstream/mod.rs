@@ -76,7 +76,13 @@ pub struct UpstreamSession {
     /// stops at the close (a dead session may be held a while longer), or
     /// at the drop of one never closed.
     counted: std::sync::atomic::AtomicBool,
+    /// Set while a liveness check runs (see `check_alive`).
+    checking_alive: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long a ping after a timed-out request may take before the upstream
+/// counts as gone: a server that answers anything answers a ping at once.
+const LIVENESS_WAIT: Duration = Duration::from_secs(5);
 
 /// How long one upstream request may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +235,9 @@ impl UpstreamSession {
         if let Err(error) = &answer {
             if let RequestError::Service(ServiceError::McpError(error)) = error {
                 span.record("rpc.jsonrpc.error_code", error.code.0);
+            }
+            if matches!(error, RequestError::Idle(_) | RequestError::Ceiling(_)) {
+                self.check_alive();
             }
             span.record("otel.status_code", "ERROR");
         }
@@ -389,6 +398,36 @@ impl UpstreamSession {
     /// the session alive).
     pub fn ended_token(&self) -> CancellationToken {
         self.ended.clone()
+    }
+
+    /// After a request timed out: is the upstream still there? A ping
+    /// unanswered within [`LIVENESS_WAIT`] ends the session, so that the
+    /// supervisor (or the next per-session call) starts a new one. A stdio
+    /// child that stopped reading its stdin (a synchronous tool blocking a
+    /// single-threaded server, a deadlock) otherwise took every later
+    /// request, each timing out and holding what it carried, while the
+    /// mount looked ready. A slow tool leaves the ping answered. One check
+    /// at a time.
+    fn check_alive(&self) {
+        if self
+            .checking_alive
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let peer = self.peer.clone();
+        let ended = self.ended.clone();
+        let checking = self.checking_alive.clone();
+        let mount = self.mount.clone();
+        tokio::spawn(async move {
+            let ping = ClientRequest::PingRequest(Default::default());
+            let answered = tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await;
+            if !matches!(answered, Ok(Ok(_))) && !ended.is_cancelled() {
+                tracing::warn!(%mount, "the upstream answers nothing (a request timed out, then a ping); ending its session");
+                ended.cancel();
+            }
+            checking.store(false, std::sync::atomic::Ordering::Release);
+        });
     }
 
     /// Resolves when the connection has ended (child exited, HTTP session
