@@ -54,10 +54,16 @@ pub(crate) async fn list(
         _ => return None,
     };
     let params = params.as_ref();
-    if params.is_some_and(|params| params.cursor.is_some()) || state.is_asleep() {
+    // A profile whose lists are still being read (its first list call)
+    // goes rmcp's way: the wait, and what it warns, belong inside the
+    // request's span and its measured time.
+    if params.is_some_and(|params| params.cursor.is_some())
+        || state.is_asleep()
+        || !gateway.is_prepared(state.profile())
+    {
         return None;
     }
-    let catalog = state.ready_catalog(gateway).await;
+    let catalog = state.catalog(gateway);
     if listing == Listing::Tools && !catalog.tool_execution.is_empty() {
         return None;
     }

@@ -231,6 +231,15 @@ impl Gateway {
         ready
     }
 
+    /// Whether every per-session mount knows its lists for `profile`
+    /// (`prepare` would not wait).
+    pub fn is_prepared(&self, profile: ClientProfile) -> bool {
+        self.mounts().iter().all(|mount| {
+            let serving = mount.serving_profile(profile);
+            serving == ClientProfile::FULL || mount.is_discovered(serving)
+        })
+    }
+
     /// Makes sure the per-session mounts know their lists for `profile`
     /// (bounded wait); a no-op once done.
     pub async fn prepare(&self, profile: ClientProfile) {
