@@ -530,3 +530,42 @@ async fn rmcps_lines_show_upstream_session_ids_only_as_fingerprints() {
         "the upstream session id {upstream_session} is in the log:\n{stderr}"
     );
 }
+
+/// A quiet log (`warn`) still says which request a warning is about: the
+/// request spans are the log's at any level (they were off below `info`,
+/// so a warning inside a request carried no span at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warning_in_a_quiet_log_names_its_request() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let count = dir.path().join("starts");
+    // The second start (the first for a client without sampling) fails,
+    // which the list request that waited for it warns about.
+    let script = format!(
+        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -eq 2 ] && exit 1; exec {BIN} demo-server",
+        count = count.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\nlog_format = \"json\"\nlog_level = \"warn\"\n\n[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+    );
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "warn")]).await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    tool_names(&client).await;
+    let line = eventually("the warning", Duration::from_secs(10), || async {
+        gateway
+            .proc
+            .stderr
+            .find("discovery for a client profile failed")
+    })
+    .await;
+    let record: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(record["span"]["mcp.method.name"], "tools/list", "{record}");
+    assert!(
+        !record["span"]["mcp.session.id"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{record}"
+    );
+    close(client).await;
+}

@@ -62,6 +62,10 @@ impl Telemetry {
 /// log level of `warn` must not switch traces off.
 const TRACE_FILTER: &str = crate::config::defaults::LOG_LEVEL;
 
+/// The spans of a downstream request and of its upstream requests
+/// (`downstream/observe.rs`, `upstream/mod.rs`).
+const REQUEST_SPANS: [&str; 2] = ["mcp.request", "mcp.upstream.request"];
+
 /// Installs logging (and tracing export, if `traces` is given). `filter`
 /// (unless `RUST_LOG` is set) is the log's; traces have their own
 /// ([`TRACE_FILTER`]). Must run inside a tokio runtime when traces are
@@ -108,8 +112,20 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
     } else {
         FilterExt::boxed(log_filter())
     };
+    // The request spans are the log's at any level: a quiet log (`warn`)
+    // keeps the lines that matter most, and those must still say which
+    // request, session and tool they are about.
+    let request_spans = tracing_subscriber::filter::filter_fn(|metadata| {
+        metadata.is_span() && REQUEST_SPANS.contains(&metadata.name())
+    });
     let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(log_filter().and(rmcp_events::WithoutSessionIds)))
+        .with(
+            fmt.with_filter(
+                log_filter()
+                    .or(request_spans)
+                    .and(rmcp_events::WithoutSessionIds),
+            ),
+        )
         .with(otel.map(|otel| {
             otel.with_filter(EnvFilter::new(TRACE_FILTER).and(rmcp_events::WithoutSessionIds))
         }))
