@@ -461,11 +461,9 @@ async fn log_and_progress_keep_their_meta() {
 /// declares sampling and never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_waiting_for_a_client_are_bounded() {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/flood_sampling.py");
     let config = format!(
-        "{SERVER_TOML}[mounts.flood]\ncommand = \"python3\"\nargs = [{:?}]\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{}",
+        python_fixture_mount("flood", "flood_sampling.py", "")
     );
     let gateway = Gateway::start(&config).await;
     let http = reqwest::Client::new();

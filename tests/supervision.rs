@@ -526,11 +526,9 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
 /// resources; its discovery failed on it, so the mount never came up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_without_a_templates_handler_comes_up() {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no_templates.py");
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.notpl]\ncommand = \"python3\"\nargs = [{:?}]\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount("notpl", "no_templates.py", "")
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
@@ -554,11 +552,13 @@ async fn an_upstream_without_a_templates_handler_comes_up() {
 /// refresh that waits for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_nobody_answers_is_given_up() {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/silent_after_change.py");
     let config = format!(
-        "{SERVER_TOML}[mounts.silent]\ncommand = \"python3\"\nargs = [{:?}]\ntimeouts = {{ request = \"1s\" }}\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "silent",
+            "silent_after_change.py",
+            "timeouts = { request = \"1s\" }"
+        )
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
@@ -830,14 +830,10 @@ async fn initialize_then_hang_up(listener: tokio::net::TcpListener) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profiles_late_first_discovery_is_announced() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let count = dir.path().join("starts");
     // The second start (the first for a client without sampling) fails.
-    let script = format!(
-        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -eq 2 ] && exit 1; exec {BIN} demo-server",
-        count = count.display()
-    );
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        second_start_fails_mount("own", dir.path())
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
@@ -912,11 +908,9 @@ async fn a_dead_per_session_upstreams_lists_go_with_it() {
 /// here; SIGPIPE for most).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_writing_latin1_to_stderr_lives_on() {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/latin1_stderr.py");
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.latin]\ncommand = \"python3\"\nargs = [{:?}]\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount("latin", "latin1_stderr.py", "")
     );
     let gateway = Gateway::start(&config).await;
     eventually("the bad line to be logged", OP_TIMEOUT, || async {
@@ -955,11 +949,13 @@ async fn a_per_session_change_that_is_none_is_not_announced() {
 }
 
 async fn assert_only_the_real_change_is_announced(isolation: &str) {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/needless_change.py");
     let config = format!(
-        "{SERVER_TOML}[mounts.chatty]\ncommand = \"python3\"\nargs = [{:?}]\nisolation = \"{isolation}\"\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "chatty",
+            "needless_change.py",
+            &format!("isolation = \"{isolation}\"")
+        )
     );
     let gateway = Gateway::start(&config).await;
     // One session calls and watches: a per-session upstream's changes are
@@ -996,11 +992,13 @@ async fn assert_only_the_real_change_is_announced(isolation: &str) {
 /// out, while the mount looked ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_answers_nothing_is_restarted() {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hang_on_call.py");
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.stuck]\ncommand = \"python3\"\nargs = [{:?}]\ntimeouts = {{ request = \"1s\" }}\n",
-        fixture.to_str().expect("a UTF-8 path")
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount(
+            "stuck",
+            "hang_on_call.py",
+            "timeouts = { request = \"1s\" }"
+        )
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;

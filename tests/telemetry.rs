@@ -537,15 +537,11 @@ async fn rmcps_lines_show_upstream_session_ids_only_as_fingerprints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warning_in_a_quiet_log_names_its_request() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let count = dir.path().join("starts");
     // The second start (the first for a client without sampling) fails,
     // which the list request that waited for it warns about.
-    let script = format!(
-        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -eq 2 ] && exit 1; exec {BIN} demo-server",
-        count = count.display()
-    );
     let config = format!(
-        "{SERVER_TOML}[telemetry]\nlog_format = \"json\"\nlog_level = \"warn\"\n\n[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n"
+        "{SERVER_TOML}[telemetry]\nlog_format = \"json\"\nlog_level = \"warn\"\n\n{}",
+        second_start_fails_mount("own", dir.path())
     );
     let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "warn")]).await;
     gateway.wait_ready().await;

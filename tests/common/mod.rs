@@ -345,6 +345,30 @@ pub fn wrapped_demo_mount(name: &str, marker: &std::path::Path, extra: &str) -> 
     format!("[mounts.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}\n\n")
 }
 
+/// TOML for a mount running the stdlib Python fixture `file` (under
+/// `tests/fixtures/`) over stdio; `extra` is appended inside the table.
+pub fn python_fixture_mount(name: &str, file: &str, extra: &str) -> String {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(file);
+    let fixture = fixture.to_str().expect("a UTF-8 path");
+    format!("[mounts.{name}]\ncommand = \"python3\"\nargs = [{fixture:?}]\n{extra}\n\n")
+}
+
+/// TOML for a `per_session` mount of the demo server whose second start
+/// fails (the first is the mount's own discovery; the second, the first
+/// for a client profile other than the full one). `dir` keeps the count.
+pub fn second_start_fails_mount(name: &str, dir: &std::path::Path) -> String {
+    let count = dir.join("starts");
+    let script = format!(
+        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -eq 2 ] && exit 1; exec {BIN} demo-server",
+        count = count.display()
+    );
+    format!(
+        "[mounts.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nisolation = \"per_session\"\n\n"
+    )
+}
+
 /// The pid `wrapped_demo_mount`'s last start wrote to `marker`.
 pub async fn straggler_pid(marker: &std::path::Path) -> u32 {
     eventually("the straggler's pid", OP_TIMEOUT, || async {
