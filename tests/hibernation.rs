@@ -218,27 +218,12 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     let gateway = Gateway::start(&config("session_hibernate_after = \"200ms\"")).await;
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
-    let sleeper = raw::open_session(&http, &url).await;
     let uri = "demo+demo://notes/while-asleep";
-    let subscribe = request(2, "resources/subscribe", json!({ "uri": uri }));
-    let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, subscribe).await;
-    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let sleeper = subscribed_session(&http, &url, uri).await;
     wait_asleep(&http, &gateway, 1).await;
 
     // Another client (its GET stream open: it never sleeps) changes both.
-    let other = connect(&url).await;
-    let changes_before = other.service().tool_list_changes();
-    call(
-        &other,
-        "demo__remember",
-        json!({"key": "while-asleep", "value": "v"}),
-    )
-    .await;
-    call(&other, "demo__toggle_bonus", json!({})).await;
-    eventually("the other client to hear of the change", SETTLE, || async {
-        (other.service().tool_list_changes() > changes_before).then_some(())
-    })
-    .await;
+    let other = change_note_and_tools(&url, "while-asleep").await;
     assert_eq!(
         asleep(&http, &gateway).await,
         1,
@@ -298,26 +283,11 @@ async fn what_waited_for_a_get_survives_sleeping_twice() {
     let gateway = Gateway::start(&config("session_hibernate_after = \"3s\"")).await;
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
-    let sleeper = raw::open_session(&http, &url).await;
     let uri = "demo+demo://notes/before-sleep";
-    let subscribe = request(2, "resources/subscribe", json!({ "uri": uri }));
-    let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, subscribe).await;
-    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let sleeper = subscribed_session(&http, &url, uri).await;
 
     // Changed while the sleeper is awake, its GET not open.
-    let other = connect(&url).await;
-    let changes_before = other.service().tool_list_changes();
-    call(
-        &other,
-        "demo__remember",
-        json!({"key": "before-sleep", "value": "v"}),
-    )
-    .await;
-    call(&other, "demo__toggle_bonus", json!({})).await;
-    eventually("the other client to hear of the change", SETTLE, || async {
-        (other.service().tool_list_changes() > changes_before).then_some(())
-    })
-    .await;
+    let other = change_note_and_tools(&url, "before-sleep").await;
     assert_eq!(
         asleep(&http, &gateway).await,
         0,
@@ -337,4 +307,27 @@ async fn what_waited_for_a_get_survives_sleeping_twice() {
         "the twice-woken session's GET stream: {seen:?}"
     );
     close(other).await;
+}
+
+/// A session (no `GET` stream: it may sleep) subscribed to `uri`.
+async fn subscribed_session(http: &reqwest::Client, url: &str, uri: &str) -> String {
+    let session = raw::open_session(http, url).await;
+    let subscribe = request(2, "resources/subscribe", json!({ "uri": uri }));
+    let answer = raw::post(http, url, Some(&session), JSON_POST, subscribe).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    session
+}
+
+/// Another client (its `GET` stream open: it never sleeps) changes the
+/// demo note `key` and the tool list, and has heard of the change.
+async fn change_note_and_tools(url: &str, key: &str) -> Client {
+    let other = connect(url).await;
+    let changes_before = other.service().tool_list_changes();
+    call(&other, "demo__remember", json!({"key": key, "value": "v"})).await;
+    call(&other, "demo__toggle_bonus", json!({})).await;
+    eventually("the other client to hear of the change", SETTLE, || async {
+        (other.service().tool_list_changes() > changes_before).then_some(())
+    })
+    .await;
+    other
 }
