@@ -20,16 +20,18 @@ pub struct Route {
 
 impl MergedCatalog {
     pub fn resolve_tool(&self, name: &str) -> Option<Route> {
-        self.tool_routes
-            .get(name)
-            .cloned()
-            .or_else(|| self.resolve_by_name_prefix(name))
+        self.resolve_tool_listed(name).map(|(route, _)| route)
     }
 
-    /// Whether `name` is a tool the lists name (not one a namespace
-    /// merely claims).
-    pub fn lists_tool(&self, name: &str) -> bool {
-        self.tool_routes.contains_key(name)
+    /// `name`'s route, and whether the lists name it (`false`: a name a
+    /// namespace merely claims).
+    pub fn resolve_tool_listed(&self, name: &str) -> Option<(Route, bool)> {
+        match self.tool_routes.get(name) {
+            Some(route) => Some((route.clone(), true)),
+            None => self
+                .resolve_by_name_prefix(name)
+                .map(|route| (route, false)),
+        }
     }
 
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {

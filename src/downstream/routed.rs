@@ -27,7 +27,7 @@ use super::{
     RouteError, SessionState,
 };
 use crate::{
-    catalog::{MergedCatalog, Route},
+    catalog::MergedCatalog,
     gateway::{Gateway, Mount},
     rewrite,
     upstream::{Caller, UpstreamSession},
@@ -116,7 +116,7 @@ impl Upstream<'_> {
     /// does not wait on another mount's discovery for a new profile (up to
     /// `PROFILE_DISCOVERY_WAIT`; until then the catalog shows that mount's
     /// full list).
-    async fn route(&self, resolve: impl Fn(&MergedCatalog) -> Option<Route>) -> Option<Route> {
+    async fn route<T>(&self, resolve: impl Fn(&MergedCatalog) -> Option<T>) -> Option<T> {
         if let Some(route) = resolve(&self.state.catalog(self.gateway)) {
             return Some(route);
         }
@@ -146,11 +146,11 @@ impl Upstream<'_> {
     ) -> Result<CallToolResult, ErrorData> {
         let name = params.name.to_string();
         let answer = async {
-            let route = self
-                .route(|catalog| catalog.resolve_tool(&name))
+            let (route, listed) = self
+                .route(|catalog| catalog.resolve_tool_listed(&name))
                 .await
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
-            if self.state.catalog(self.gateway).lists_tool(&name) {
+            if listed {
                 super::observe::calls_listed_tool(&name);
             }
             let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;

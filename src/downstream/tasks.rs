@@ -327,11 +327,12 @@ impl DownstreamSession {
             .to_owned();
         self.handle("tools/call", &context, async {
             let answer = async {
-                let catalog = self.catalog().await;
-                let route = catalog
-                    .resolve_tool(&tool_name)
+                let (route, listed) = self
+                    .catalog()
+                    .await
+                    .resolve_tool_listed(&tool_name)
                     .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
-                if catalog.lists_tool(&tool_name) {
+                if listed {
                     super::observe::calls_listed_tool(&tool_name);
                 }
                 let (mount, upstream) = self.connect(&route.mount).await?;
