@@ -1812,11 +1812,17 @@ async fn a_delete_ends_a_call_its_client_walked_away_from() {
             .body(slow.to_string())
             .send();
         let _ = tokio::time::timeout(Duration::from_millis(5), request).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let went_away = gateway.proc.stderr.snapshot().iter().any(|line| {
-            line.contains("the client went away before a quick answer")
-                && line.contains(&walked_away)
-        });
+        // The gateway says so within moments if the call had started;
+        // waited for (bounded), then this attempt is given up.
+        let said = || {
+            gateway.proc.stderr.snapshot().iter().any(|line| {
+                line.contains("the client went away before a quick answer")
+                    && line.contains(&walked_away)
+            })
+        };
+        let went_away = poll_until(Duration::from_secs(1), || async { said().then_some(()) })
+            .await
+            .is_some();
         let deleted = within(
             "DELETE",
             http.delete(&url)

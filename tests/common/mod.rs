@@ -53,7 +53,20 @@ const POLL: Duration = Duration::from_millis(25);
 
 /// Polls `probe` until it yields `Some`, or panics after `timeout` naming
 /// `what`. Each probe is itself bounded by the time left.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll_until(timeout, probe).await {
+        Some(value) => value,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// Polls `probe` until it yields `Some`, for at most `timeout`; `None` if
+/// it never did (for a condition that may rightly not come).
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -62,10 +75,10 @@ where
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if let Ok(Some(value)) = tokio::time::timeout(left.max(POLL), probe()).await {
-            return value;
+            return Some(value);
         }
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(POLL).await;
     }
