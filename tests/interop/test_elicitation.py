@@ -367,15 +367,13 @@ PROTOCOL = "2025-11-25"
 SSE_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def asleep_count(http: httpx.AsyncClient, gateway: Gateway) -> Any:
-    async def read() -> int:
-        metrics = (await http.get(f"{gateway.base_url}/metrics")).text
-        for line in metrics.splitlines():
-            if line.startswith("junction_downstream_sessions_asleep "):
-                return int(float(line.split()[1]))
-        return 0
-
-    return read()
+async def asleep_count(http: httpx.AsyncClient, gateway: Gateway) -> int:
+    """`junction_downstream_sessions_asleep` from `/metrics`."""
+    metrics = (await http.get(f"{gateway.base_url}/metrics")).text
+    for line in metrics.splitlines():
+        if line.startswith("junction_downstream_sessions_asleep "):
+            return int(float(line.split()[1]))
+    return 0
 
 
 def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
@@ -429,7 +427,10 @@ async def test_completion_reaches_a_session_that_slept_meanwhile(start_gateway) 
             answers = [m for m in messages_of(failed) if m.get("id") == 2]
             assert answers and answers[0].get("error", {}).get("code") == URL_ELICITATION_REQUIRED, failed.text
 
-            slept = await wait_until_async(lambda: asleep_count(http, gateway), 1, SLEEP_WAIT_S)
+            async def one_asleep() -> bool:
+                return await asleep_count(http, gateway) == 1
+
+            slept = await wait_until(one_asleep, SLEEP_WAIT_S)
             assert slept, f"A never fell asleep within {SLEEP_WAIT_S}s"
 
             async with watched(url, b) as cb:
@@ -452,13 +453,3 @@ async def test_completion_reaches_a_session_that_slept_meanwhile(start_gateway) 
                 pass
             gateway_lines = debug_lines(gateway, "elicitation/complete") + debug_lines(gateway, "notification")
             assert COMPLETE in seen and y in seen, f"A's GET after waking: {seen!r}; gateway: {gateway_lines}"
-
-
-async def wait_until_async(read: Any, want: int, limit_s: float) -> bool:
-    """Polls `read()` (a coroutine factory) until it returns `want`, for at most `limit_s`."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if await read() == want:
-            return True
-        await anyio.sleep(0.05)
-    return False

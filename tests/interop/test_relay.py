@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import gzip
+import inspect
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -206,12 +207,17 @@ async def connect(url: str, peer: Peer) -> AsyncIterator[Client]:
         raise inner from None
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    """Polls `predicate` until true or `timeout` seconds passed; returns its last value."""
+async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float) -> bool:
+    """Polls `predicate` (plain or async) until true or `timeout` seconds passed; returns its last value."""
+
+    async def holds() -> bool:
+        value = predicate()
+        return await value if inspect.isawaitable(value) else value
+
     with anyio.move_on_after(timeout):
-        while not predicate():
+        while not await holds():
             await anyio.sleep(0.05)
-    return predicate()
+    return await holds()
 
 
 async def list_all(fetch: Callable[[str | None], Awaitable[tuple[list[Any], str | None]]]) -> list[Any]:
