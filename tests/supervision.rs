@@ -520,6 +520,39 @@ async fn an_unconnectable_http_upstream_fails_at_the_connect_timeout() {
     assert!(connect_timed_out, "{mount}");
 }
 
+/// An upstream whose lists hand out a next cursor for ever: discovery
+/// keeps the first 1,000 pages of each list and the mount comes up. Only
+/// tools were capped; prompts, resources and templates were read until
+/// the discovery timeout, and the mount ended down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_cursors_are_followed_a_bounded_number_of_times() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount(
+            "endless",
+            "endless_cursors.py",
+            "timeouts = { request = \"30s\" }"
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    let resources = client.list_all_resources().await.expect("resources/list");
+    let templates = client
+        .list_all_resource_templates()
+        .await
+        .expect("resources/templates/list");
+    let counts = [tools.len(), prompts.len(), resources.len(), templates.len()];
+    assert_eq!(counts, [1000; 4], "tools, prompts, resources, templates");
+    assert_eq!(prompts[999].name, "endless__p999");
+    assert_eq!(
+        ok_text(&call(&client, "endless__t999", Value::Null).await),
+        "pong"
+    );
+    close(client).await;
+}
+
 /// An upstream that declares resources but answers
 /// `resources/templates/list` with "method not found" (the SDKs' low-level
 /// servers with only list and read handlers) serves its tools and

@@ -2,21 +2,26 @@
 //!
 //! Only lists the upstream declared a capability for are requested (asking
 //! for others gets "method not found" from strict servers); a server with
-//! `resources` but no templates handler has no templates. rmcp's
-//! `list_all_*` follow every `nextCursor`, so no page is dropped; tools are
-//! paged here, to keep each tool's `execution` (2025-11-25), which rmcp's
-//! `Tool` has no field for, from the upstream's own answer.
+//! `resources` but no templates handler has no templates. Every
+//! `nextCursor` is followed, so no page is dropped, up to [`MAX_PAGES`]
+//! per list (rmcp's `list_all_*` follow a server that never stops handing
+//! out cursors for ever). Tools keep each one's `execution` (2025-11-25),
+//! which rmcp's `Tool` has no field for, from the upstream's own answer.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, future::Future};
 
-use rmcp::{model::Tool, service::ServiceError};
+use rmcp::{
+    model::{Cursor, PaginatedRequestParams, Tool},
+    service::ServiceError,
+};
 use serde_json::Value;
 
 use super::{ListKind, UpstreamSession};
 use crate::catalog::MountCatalog;
 
-/// More pages than this means a server that keeps handing out cursors.
-const MAX_TOOL_PAGES: usize = 1000;
+/// More pages than this of one list means a server that keeps handing out
+/// cursors: what was read is kept.
+const MAX_PAGES: usize = 1000;
 
 /// Reads every list the upstream offers.
 pub async fn discover(session: &UpstreamSession) -> Result<MountCatalog, ServiceError> {
@@ -27,32 +32,70 @@ pub async fn discover(session: &UpstreamSession) -> Result<MountCatalog, Service
     Ok(catalog)
 }
 
+/// The items of every page of one list, `list` naming it in the warning
+/// given when the upstream still has more after [`MAX_PAGES`].
+async fn all_pages<T, Page>(
+    session: &UpstreamSession,
+    list: &str,
+    mut read_page: impl FnMut(Option<PaginatedRequestParams>) -> Page,
+) -> Result<Vec<T>, ServiceError>
+where
+    Page: Future<Output = Result<(Vec<T>, Option<Cursor>), ServiceError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params =
+            cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let (page, next) = read_page(params).await?;
+        items.extend(page);
+        cursor = next;
+        if cursor.is_none() {
+            return Ok(items);
+        }
+    }
+    tracing::warn!(mount = %session.mount(), "{list} still had more pages after {MAX_PAGES}; keeping what was read");
+    Ok(items)
+}
+
 /// Every page of the upstream's tools, and the `execution` of those that
 /// declare one.
 async fn all_tools(
     session: &UpstreamSession,
 ) -> Result<(Vec<Tool>, HashMap<String, Value>), ServiceError> {
-    let mut tools = Vec::new();
-    let mut execution = HashMap::new();
-    let mut cursor = None;
-    for _ in 0..MAX_TOOL_PAGES {
-        let (page, raw) = session.list_tools_page(cursor).await?;
+    let pages = all_pages(session, "tools/list", |params| async move {
+        let (page, raw) = session
+            .list_tools_page(params.and_then(|params| params.cursor))
+            .await?;
         let raw_tools = raw.as_ref().and_then(|raw| raw.get("tools")?.as_array());
-        for tool in raw_tools.into_iter().flatten() {
-            if let (Some(name), Some(declared)) = (
-                tool.get("name").and_then(Value::as_str),
-                tool.get("execution"),
-            ) {
-                execution.insert(name.to_owned(), declared.clone());
+        let execution: HashMap<&str, &Value> = raw_tools
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| Some((tool.get("name")?.as_str()?, tool.get("execution")?)))
+            .collect();
+        let tools = page
+            .tools
+            .into_iter()
+            .map(|tool| {
+                let declared = execution
+                    .get(tool.name.as_ref())
+                    .map(|&declared| declared.clone());
+                (legacy_output_schema(tool), declared)
+            })
+            .collect();
+        Ok((tools, page.next_cursor))
+    })
+    .await?;
+    let mut execution = HashMap::new();
+    let tools = pages
+        .into_iter()
+        .map(|(tool, declared)| {
+            if let Some(declared) = declared {
+                execution.insert(tool.name.to_string(), declared);
             }
-        }
-        tools.extend(page.tools.into_iter().map(legacy_output_schema));
-        cursor = page.next_cursor;
-        if cursor.is_none() {
-            return Ok((tools, execution));
-        }
-    }
-    tracing::warn!(mount = %session.mount(), "tools/list still had more pages after {MAX_TOOL_PAGES}; keeping what was read");
+            tool
+        })
+        .collect();
     Ok((tools, execution))
 }
 
@@ -88,15 +131,28 @@ pub async fn refresh(
         }
         ListKind::Prompts => {
             catalog.prompts = if declared(|c| c.prompts.is_some()) {
-                peer.list_all_prompts().await?
+                all_pages(session, "prompts/list", |params| async move {
+                    let page = peer.list_prompts(params).await?;
+                    Ok((page.prompts, page.next_cursor))
+                })
+                .await?
             } else {
                 Vec::new()
             };
         }
         ListKind::Resources => {
             if declared(|c| c.resources.is_some()) {
-                catalog.resources = peer.list_all_resources().await?;
-                catalog.templates = match peer.list_all_resource_templates().await {
+                catalog.resources = all_pages(session, "resources/list", |params| async move {
+                    let page = peer.list_resources(params).await?;
+                    Ok((page.resources, page.next_cursor))
+                })
+                .await?;
+                let templates =
+                    all_pages(session, "resources/templates/list", |params| async move {
+                        let page = peer.list_resource_templates(params).await?;
+                        Ok((page.resource_templates, page.next_cursor))
+                    });
+                catalog.templates = match templates.await {
                     // The SDKs' low-level servers declare `resources` with
                     // only a list and a read handler: no templates, not a
                     // broken server.
