@@ -156,6 +156,40 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     assert!(!attribute(&server, "mcp.session.id")
         .unwrap_or_default()
         .is_empty());
+    // OpenTelemetry's MCP conventions: the request's id, the protocol
+    // version it was sent under, the transport, a tool call's operation.
+    assert!(
+        attribute(&server, "jsonrpc.request.id").is_some_and(|id| id.parse::<u64>().is_ok()),
+        "rmcp's client numbers its requests: {:?}",
+        attribute(&server, "jsonrpc.request.id")
+    );
+    assert_eq!(
+        attribute(&server, "mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
+    assert_eq!(
+        attribute(&server, "network.transport").as_deref(),
+        Some("tcp")
+    );
+    assert_eq!(
+        attribute(&server, "gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    // The upstream span: the upstream's own id for the request, the
+    // version it negotiated, a stdio child's pipe.
+    assert!(
+        attribute(&upstream, "jsonrpc.request.id").is_some(),
+        "{:?}",
+        upstream.attributes
+    );
+    assert_eq!(
+        attribute(&upstream, "mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
+    assert_eq!(
+        attribute(&upstream, "network.transport").as_deref(),
+        Some("pipe")
+    );
     assert_eq!(hex(&upstream.trace_id), TRACE_ID);
     assert_eq!(
         upstream.parent_span_id, server.span_id,
@@ -248,6 +282,22 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         attribute(&quick, "junction.mount").as_deref(),
         Some("remote")
     );
+    assert_eq!(
+        attribute(&quick, "jsonrpc.request.id").as_deref(),
+        Some("quick")
+    );
+    assert_eq!(
+        attribute(&quick, "mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
+    let remote_upstream = exported_span(&spans, "the quick call's upstream span", |s| {
+        s.name == "tools/call remote" && hex(&s.trace_id) == QUICK_TRACE_ID
+    })
+    .await;
+    assert_eq!(
+        attribute(&remote_upstream, "network.transport").as_deref(),
+        Some("tcp")
+    );
     let recorded_session = attribute(&quick, "mcp.session.id").unwrap_or_default();
     assert!(
         !recorded_session.is_empty() && !session.contains(&recorded_session),
@@ -273,8 +323,19 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         attribute(&failed, "rpc.jsonrpc.error_code").as_deref(),
         Some("-32602")
     );
+    assert_eq!(
+        attribute(&failed, "rpc.response.status_code").as_deref(),
+        Some("-32602")
+    );
     assert_eq!(attribute(&failed, "gen_ai.tool.name"), None);
     assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "ERROR");
+    // The status carries the error's message, cut to a bounded length
+    // (the message names the 10,000-character tool).
+    let description = failed.status.as_ref().map_or("", |s| s.message.as_str());
+    assert!(
+        description.contains("nobody__xxx") && description.len() <= 512,
+        "{description:?}"
+    );
     let unlisted_span = exported_span(&spans, "the unlisted tool's span", |s| {
         s.name == "tools/call" && attribute(s, "junction.mount").as_deref() == Some("shared")
     })
@@ -300,6 +361,64 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         Some("tool_error")
     );
     assert_eq!(tool_error.status.as_ref().map(|s| s.code), Some(2), "ERROR");
+
+    // A listed prompt names its span as a listed tool does; a resource
+    // request carries its URI, a made-up one cut short.
+    within(
+        "prompts/get",
+        client.get_prompt(
+            rmcp::model::GetPromptRequestParams::new("shared__greet")
+                .with_arguments(serde_json::Map::from_iter([("name".into(), json!("otel"))])),
+        ),
+    )
+    .await
+    .expect("prompts/get");
+    let prompt = exported_span(&spans, "the prompt's span", |s| {
+        s.name == "prompts/get shared__greet"
+    })
+    .await;
+    assert_eq!(
+        attribute(&prompt, "gen_ai.prompt.name").as_deref(),
+        Some("shared__greet")
+    );
+    assert_eq!(attribute(&prompt, "gen_ai.operation.name"), None);
+    within(
+        "resources/read",
+        client.read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "shared+demo://readme",
+        )),
+    )
+    .await
+    .expect("resources/read");
+    let read = exported_span(&spans, "the read's span", |s| {
+        s.name == "resources/read"
+            && attribute(s, "mcp.resource.uri").as_deref() == Some("shared+demo://readme")
+    })
+    .await;
+    assert_eq!(
+        attribute(&read, "junction.mount").as_deref(),
+        Some("shared")
+    );
+    let long_uri = format!("shared+demo://{}", "z".repeat(10_000));
+    let unknown = within(
+        "resources/read",
+        client.read_resource(rmcp::model::ReadResourceRequestParams::new(long_uri)),
+    )
+    .await;
+    assert!(unknown.is_err(), "{unknown:?}");
+    let long_read = exported_span(&spans, "the long URI's span", |s| {
+        attribute(s, "mcp.resource.uri").is_some_and(|uri| uri.contains("zzzz"))
+    })
+    .await;
+    let recorded = attribute(&long_read, "mcp.resource.uri").unwrap_or_default();
+    assert_eq!(recorded.len(), 512, "{}", recorded.len());
+
+    // An initialize records the version it negotiated.
+    let initialize = exported_span(&spans, "an initialize span", |s| s.name == "initialize").await;
+    assert_eq!(
+        attribute(&initialize, "mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
     close(client).await;
 }
 

@@ -35,10 +35,17 @@ impl MergedCatalog {
     }
 
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {
-        self.prompt_routes
-            .get(name)
-            .cloned()
-            .or_else(|| self.resolve_by_name_prefix(name))
+        self.resolve_prompt_listed(name).map(|(route, _)| route)
+    }
+
+    /// `name`'s route, and whether the lists name it.
+    pub fn resolve_prompt_listed(&self, name: &str) -> Option<(Route, bool)> {
+        match self.prompt_routes.get(name) {
+            Some(route) => Some((route.clone(), true)),
+            None => self
+                .resolve_by_name_prefix(name)
+                .map(|route| (route, false)),
+        }
     }
 
     /// For `resources/read`, subscriptions and `ref/resource` completions.

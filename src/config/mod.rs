@@ -227,6 +227,14 @@ impl UpstreamTransport {
             UpstreamTransport::StreamableHttp { .. } => "streamable_http",
         }
     }
+
+    /// OpenTelemetry's `network.transport` for it.
+    pub fn network_transport(&self) -> &'static str {
+        match self {
+            UpstreamTransport::Stdio { .. } => "pipe",
+            UpstreamTransport::StreamableHttp { .. } => "tcp",
+        }
+    }
 }
 
 /// Defaults for the `[server]` table, documented in README.md.

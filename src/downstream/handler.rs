@@ -435,6 +435,7 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<(), ErrorData> {
         self.handle("resources/subscribe", &context, async {
             let uri = request.uri.clone();
+            super::observe::concerns_resource(&uri);
             let answer = async {
                 let (route, mount, upstream) = self.resource_upstream(&uri).await?;
                 let subscribable = |c: &ServerCapabilities| {
@@ -485,6 +486,7 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<(), ErrorData> {
         self.handle("resources/unsubscribe", &context, async {
             let uri = request.uri.clone();
+            super::observe::concerns_resource(&uri);
             let answer = async {
                 if self.unsubscribe_without_upstream(&uri) {
                     return Ok(());

@@ -1,14 +1,17 @@
 //! One span and one set of metrics per downstream request.
 //!
 //! The session's handler runs each request through [`observe`]: it runs
-//! inside a `tracing` span carrying the MCP semantic
-//! convention attributes (`mcp.method.name`, `mcp.session.id`,
-//! `gen_ai.tool.name`, the mount once routed, the JSON-RPC error code on
-//! failure), parented to the client's W3C trace context if it sent one, and
-//! is counted and timed in the Prometheus metrics. Log lines written while
-//! it is handled carry the span's fields. The session id is the
-//! `Mcp-Session-Id` the client sent; no header value that could hold a
-//! secret is ever recorded.
+//! inside a `tracing` span carrying OpenTelemetry's MCP server span
+//! attributes (`mcp.method.name`, `jsonrpc.request.id`,
+//! `mcp.protocol.version`, `mcp.session.id`, `network.transport`,
+//! `gen_ai.tool.name` / `gen_ai.prompt.name` of a listed tool or prompt,
+//! `mcp.resource.uri`, `error.type` and `rpc.response.status_code` on
+//! failure, the mount once routed), parented to the client's W3C trace
+//! context if it sent one, and is counted and timed in the Prometheus
+//! metrics. Log lines written while it is handled carry the span's fields.
+//! The session id is a fingerprint of the `Mcp-Session-Id` the client
+//! sent; no header value that could hold a secret is ever recorded, and
+//! what else the client chose (ids, URIs) is cut to a bounded length.
 
 use std::{cell::RefCell, future::Future, time::Instant};
 
@@ -16,7 +19,8 @@ use rmcp::{
     model::{
         CallToolResponse, CallToolResult, CompleteResult, Extensions, GetPromptResponse,
         InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, MetaObject, ReadResourceResponse, RequestMetaObject, ServerResult,
+        ListToolsResult, MetaObject, ProtocolVersion, ReadResourceResponse, RequestId,
+        RequestMetaObject, ServerResult,
     },
     service::RequestContext,
     ErrorData, RoleServer,
@@ -49,11 +53,19 @@ pub(crate) fn routed_to(mount: &MountName) {
     let _ = ROUTED.try_with(|routed| routed.borrow_mut().mount = Some(mount.clone()));
 }
 
-/// The current request calls `tool`, a tool the lists name: the span is
-/// named after it and carries it. Only then: a name the client made up
-/// (any length, any number of them, under a real namespace or not) never
+/// What a request names that the lists list.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    Tool,
+    Prompt,
+}
+
+/// The current request calls tool (or gets prompt) `name`, one the lists
+/// name: the span is named after it and carries it (`gen_ai.tool.name`,
+/// `gen_ai.prompt.name`). Only then: a name the client made up (any
+/// length, any number of them, under a real namespace or not) never
 /// becomes a span's name or attribute. A no-op outside a request.
-pub(crate) fn calls_listed_tool(tool: &str) {
+pub(crate) fn names_listed(target: Target, name: &str) {
     let span = tracing::Span::current();
     let _ = ROUTED.try_with(|routed| {
         // The exported span has started by now: renamed through
@@ -65,16 +77,49 @@ pub(crate) fn calls_listed_tool(tool: &str) {
         let exported = context.span();
         // Not exported (no endpoint): no name to build on every call.
         if exported.span_context().is_valid() {
-            exported.update_name(format!("{} {tool}", routed.borrow().method));
+            exported.update_name(format!("{} {name}", routed.borrow().method));
         }
-        span.record("gen_ai.tool.name", tool);
+        match target {
+            Target::Tool => span.record("gen_ai.tool.name", name),
+            Target::Prompt => span.record("gen_ai.prompt.name", name),
+        };
     });
 }
 
-/// Whether a successful answer reports a failure anyway (`isError: true`).
+/// The current request is about resource `uri` (`resources/read`,
+/// subscriptions): `mcp.resource.uri`, cut to a bounded length. A no-op
+/// outside a request.
+pub(crate) fn concerns_resource(uri: &str) {
+    tracing::Span::current().record("mcp.resource.uri", bounded(uri));
+}
+
+/// Longest value recorded of a string the client chose (a request id, a
+/// URI): any length is allowed on the wire, and one span too large makes
+/// the exporter drop its whole batch.
+const CLIENT_VALUE_LIMIT: usize = 512;
+
+/// `value` cut to [`CLIENT_VALUE_LIMIT`] bytes, at a character boundary.
+fn bounded(value: &str) -> &str {
+    if value.len() <= CLIENT_VALUE_LIMIT {
+        return value;
+    }
+    let mut end = CLIENT_VALUE_LIMIT;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+/// What a successful answer tells its span.
 pub(crate) trait Outcome {
+    /// Whether it reports a failure anyway (`isError: true`).
     fn is_tool_error(&self) -> bool {
         false
+    }
+
+    /// The protocol version it negotiated (`initialize`).
+    fn negotiated_version(&self) -> Option<&str> {
+        None
     }
 }
 
@@ -96,12 +141,17 @@ impl Outcome for CallToolResponse {
     }
 }
 
+impl Outcome for InitializeResult {
+    fn negotiated_version(&self) -> Option<&str> {
+        Some(self.protocol_version.as_str())
+    }
+}
+
 macro_rules! plain_outcome {
     ($($t:ty),*) => { $(impl Outcome for $t {})* };
 }
 plain_outcome!(
     (),
-    InitializeResult,
     ListToolsResult,
     ListPromptsResult,
     ListResourcesResult,
@@ -113,11 +163,13 @@ plain_outcome!(
     bytes::Bytes
 );
 
-/// Where a request came from, as far as its span is concerned: its HTTP
-/// headers (session id, W3C trace context) and its `_meta` (trace context
-/// sent in the message, which wins).
+/// Where a request came from, as far as its span is concerned: its
+/// JSON-RPC id, its HTTP headers (session id, protocol version, W3C trace
+/// context) and its `_meta` (trace context sent in the message, which
+/// wins).
 #[derive(Clone, Copy)]
 pub(crate) struct RequestOrigin<'a> {
+    pub id: &'a RequestId,
     pub headers: Option<&'a axum::http::HeaderMap>,
     pub meta: Option<&'a MetaObject>,
 }
@@ -126,9 +178,28 @@ impl<'a> RequestOrigin<'a> {
     /// The origin of a request rmcp handed to the session's handler.
     pub(crate) fn of(context: &'a RequestContext<RoleServer>) -> Self {
         Self {
+            id: &context.id,
             headers: super::http_headers(context),
             meta: Some(&context.meta.0),
         }
+    }
+
+    /// The protocol version the request was sent under: its
+    /// `MCP-Protocol-Version` header, or 2025-03-26 without one (as the
+    /// transport spec has servers assume). Only a version the gateway
+    /// knows: rmcp refuses others, and a header is no place to take an
+    /// attribute's value from unchecked.
+    fn protocol_version(&self) -> Option<&'static str> {
+        let Some(sent) = self
+            .headers
+            .and_then(|headers| headers.get("mcp-protocol-version"))
+        else {
+            return Some("2025-03-26");
+        };
+        ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .map(ProtocolVersion::as_str)
+            .find(|known| sent.as_bytes() == known.as_bytes())
     }
 }
 
@@ -166,20 +237,33 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         .and_then(|headers| headers.get("mcp-session-id"))
         .and_then(|value| value.to_str().ok())
         .unwrap_or("");
+    let request_id = origin.id.to_string();
+    let initialize = method == "initialize";
     let span = tracing::info_span!(
         "mcp.request",
-        // `{method} {tool}` once the tool resolves (`routed_to`).
+        // `{method} {tool}` once a listed tool resolves (`names_listed`).
         otel.name = method,
         otel.kind = "server",
         mcp.method.name = method,
+        jsonrpc.request.id = bounded(&request_id),
+        // An `initialize`'s is the version it negotiates, once answered.
+        mcp.protocol.version = if initialize { None } else { origin.protocol_version() },
         // Never the id itself: logs and traces are read by more people
         // than the client that owns the session.
         mcp.session.id = %crate::telemetry::redact::session_fingerprint(session_id),
+        // Downstream is Streamable HTTP, always.
+        network.transport = "tcp",
+        network.protocol.name = "http",
+        gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
         gen_ai.tool.name = Empty,
+        gen_ai.prompt.name = Empty,
+        mcp.resource.uri = Empty,
         junction.mount = Empty,
         rpc.jsonrpc.error_code = Empty,
+        rpc.response.status_code = Empty,
         error.type = Empty,
         otel.status_code = Empty,
+        otel.status_description = Empty,
     );
     adopt_parent(&span, origin.meta, origin.headers);
 
@@ -198,6 +282,9 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         .await;
     // OpenTelemetry's MCP conventions: a tool's own failure is an error
     // too (`error.type` "tool_error"); a JSON-RPC error's type is its code.
+    if let Some(version) = result.as_ref().ok().and_then(Outcome::negotiated_version) {
+        span.record("mcp.protocol.version", version);
+    }
     let outcome = match &result {
         Ok(answer) if answer.is_tool_error() => {
             span.record("error.type", "tool_error");
@@ -206,9 +293,14 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         }
         Ok(_) => "ok",
         Err(error) => {
+            let code = error.code.0.to_string();
+            // `rpc.jsonrpc.error_code` is the older conventions' name,
+            // kept for dashboards built on it.
             span.record("rpc.jsonrpc.error_code", error.code.0);
-            span.record("error.type", error.code.0.to_string());
-            span.record("otel.status_code", "ERROR");
+            span.record("rpc.response.status_code", code.as_str());
+            span.record("error.type", code.as_str());
+            // Sets the status to ERROR with the message as description.
+            span.record("otel.status_description", bounded(&error.message));
             "error"
         }
     };
@@ -228,4 +320,38 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         })
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_values_are_cut_at_a_character_boundary() {
+        assert_eq!(bounded("short"), "short");
+        let long = format!("a{}", "é".repeat(CLIENT_VALUE_LIMIT));
+        let cut = bounded(&long);
+        assert!(cut.len() <= CLIENT_VALUE_LIMIT && cut.len() >= CLIENT_VALUE_LIMIT - 1);
+        assert!(long.starts_with(cut));
+    }
+
+    #[test]
+    fn the_protocol_version_is_a_known_one_or_the_assumed_one() {
+        let id = RequestId::Number(1);
+        let version = |sent: Option<&str>| {
+            let mut headers = axum::http::HeaderMap::new();
+            if let Some(sent) = sent {
+                headers.insert("mcp-protocol-version", sent.parse().unwrap());
+            }
+            let origin = RequestOrigin {
+                id: &id,
+                headers: Some(&headers),
+                meta: None,
+            };
+            origin.protocol_version()
+        };
+        assert_eq!(version(None), Some("2025-03-26"));
+        assert_eq!(version(Some("2025-06-18")), Some("2025-06-18"));
+        assert_eq!(version(Some("1999-01-01")), None);
+    }
 }

@@ -68,6 +68,7 @@ pub(crate) async fn list(
         return None;
     }
     let origin = RequestOrigin {
+        id: &request.id,
         headers: extensions
             .get::<axum::http::request::Parts>()
             .map(|parts| &parts.headers),

@@ -433,7 +433,14 @@ pub(crate) async fn offer(
         },
         cancel: cancel.clone(),
     };
-    let observed = observed(gateway.clone(), state.clone(), routed, meta, headers);
+    let observed = observed(
+        gateway.clone(),
+        state.clone(),
+        routed,
+        request.id.clone(),
+        meta,
+        headers,
+    );
     let handoff = pending.handoff.clone();
     let mut waiting = Waiting {
         call: Some((Box::pin(observed), pending)),
@@ -457,18 +464,20 @@ pub(crate) async fn offer(
     Quick::HandedOver(pending)
 }
 
-/// The call, admitted and observed as rmcp's handler does it; `meta` and
-/// `headers` are the client's.
+/// The call, admitted and observed as rmcp's handler does it; `id`,
+/// `meta` and `headers` are the client's.
 async fn observed(
     gateway: Arc<Gateway>,
     state: Arc<SessionState>,
     call: RoutedRequest,
+    id: RequestId,
     meta: RequestMetaObject,
     headers: Option<axum::http::HeaderMap>,
 ) -> Answer {
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = call.request.method();
     let origin = RequestOrigin {
+        id: &id,
         headers: headers.as_ref(),
         meta: Some(&meta.0),
     };

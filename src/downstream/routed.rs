@@ -151,7 +151,7 @@ impl Upstream<'_> {
                 .await
                 .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
             if listed {
-                super::observe::calls_listed_tool(&name);
+                super::observe::names_listed(super::observe::Target::Tool, &name);
             }
             let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
             params.name = route.original.to_string().into();
@@ -179,10 +179,13 @@ impl Upstream<'_> {
         self,
         mut params: GetPromptRequestParams,
     ) -> Result<GetPromptResult, RouteError> {
-        let route = self
-            .route(|catalog| catalog.resolve_prompt(&params.name))
+        let (route, listed) = self
+            .route(|catalog| catalog.resolve_prompt_listed(&params.name))
             .await
             .ok_or_else(|| RouteError::UnknownPrompt(params.name.clone()))?;
+        if listed {
+            super::observe::names_listed(super::observe::Target::Prompt, &params.name);
+        }
         let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
         params.name = route.original.to_string();
         params.meta = forwarded_meta(self.meta);
@@ -200,6 +203,7 @@ impl Upstream<'_> {
         self,
         mut params: ReadResourceRequestParams,
     ) -> Result<ReadResourceResult, RouteError> {
+        super::observe::concerns_resource(&params.uri);
         let route = self
             .route(|catalog| catalog.resolve_uri(&params.uri))
             .await

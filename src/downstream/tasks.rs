@@ -333,7 +333,7 @@ impl DownstreamSession {
                     .resolve_tool_listed(&tool_name)
                     .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
                 if listed {
-                    super::observe::calls_listed_tool(&tool_name);
+                    super::observe::names_listed(super::observe::Target::Tool, &tool_name);
                 }
                 let (mount, upstream) = self.connect(&route.mount).await?;
                 params.insert("name".to_owned(), Value::String(route.original.to_string()));

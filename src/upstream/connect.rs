@@ -106,6 +106,7 @@ pub async fn open(
     Ok(UpstreamSession {
         id: NEXT_SESSION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         mount: mount.name.clone(),
+        network_transport: mount.transport.network_transport(),
         peer,
         service: Mutex::new(Some(service)),
         pid,

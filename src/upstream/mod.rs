@@ -56,6 +56,8 @@ pub struct UpstreamSession {
     /// said in one session (a task id) means nothing in the next.
     id: u64,
     mount: MountName,
+    /// `pipe` (stdio) or `tcp`, for spans.
+    network_transport: &'static str,
     peer: Peer<RoleClient>,
     /// Taken out by `close`; a std mutex because it is never held across an
     /// await.
@@ -218,28 +220,55 @@ impl UpstreamSession {
         limit: RequestLimit,
     ) -> Result<Exchange, RequestError> {
         let method = request.method().to_owned();
+        let protocol_version = self
+            .peer
+            .peer_info()
+            .map(|info| info.protocol_version.to_string());
         let span = tracing::info_span!(
             "mcp.upstream.request",
             otel.name = %format!("{method} {}", self.mount),
             otel.kind = "client",
             mcp.method.name = %method,
+            // The upstream's id for it, once sent (`request_in_span`).
+            jsonrpc.request.id = tracing::field::Empty,
+            mcp.protocol.version = protocol_version,
+            network.transport = self.network_transport,
             junction.mount = %self.mount,
             rpc.jsonrpc.error_code = tracing::field::Empty,
+            rpc.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
         let answer = self
             .request_in_span(request, caller, cancel, limit)
             .instrument(span.clone())
             .await;
-        if let Err(error) = &answer {
-            if let RequestError::Service(ServiceError::McpError(error)) = error {
+        match &answer {
+            Ok(Exchange {
+                typed: ServerResult::CallToolResult(result),
+                ..
+            }) if result.is_error == Some(true) => {
+                span.record("error.type", "tool_error");
+                span.record("otel.status_code", "ERROR");
+            }
+            Ok(_) => {}
+            Err(RequestError::Service(ServiceError::McpError(error))) => {
+                let code = error.code.0.to_string();
                 span.record("rpc.jsonrpc.error_code", error.code.0);
+                span.record("rpc.response.status_code", code.as_str());
+                span.record("error.type", code.as_str());
+                span.record("otel.status_description", error.message.as_ref());
             }
-            if matches!(error, RequestError::Idle(_) | RequestError::Ceiling(_)) {
-                self.check_alive();
+            Err(error) => {
+                if matches!(error, RequestError::Idle(_) | RequestError::Ceiling(_)) {
+                    self.check_alive();
+                }
+                // No JSON-RPC code: the conventions' fallback type.
+                span.record("error.type", "_OTHER");
+                span.record("otel.status_description", error.to_string().as_str());
             }
-            span.record("otel.status_code", "ERROR");
         }
         metrics()
             .upstream_duration
@@ -299,6 +328,7 @@ impl UpstreamSession {
                 (id, token, Either::Right(Box::pin(handle.await_response())))
             }
         };
+        tracing::Span::current().record("jsonrpc.request.id", id.to_string());
         // Whatever happens to the request, its mark goes with it.
         let raw_answer = keeps_raw.then(|| TakeRawAnswer {
             raw: &self.raw,
