@@ -727,6 +727,39 @@ async fn missing_session_is_a_bad_request() {
     hostile.assert_unharmed().await;
 }
 
+/// A request whose `_meta` names its version and capabilities (2026-07-28's
+/// stateless lifecycle, which rmcp serves on a handler made for it alone)
+/// is refused with or without a session id: served, it escaped every
+/// session limit and state. The gateway speaks versions up to 2025-11-25.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_outside_any_session_is_refused() {
+    let mut hostile = Hostile::start().await;
+    let request = json!({
+        "jsonrpc": "2.0", "id": "stateless", "method": "tools/call",
+        "params": {
+            "name": "demo__echo", "arguments": {"message": "escaped"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string();
+    let live = hostile.session.clone();
+    let headers = [JSON_POST, &[("mcp-protocol-version", "2025-11-25")]].concat();
+    for (session, headers) in [(None, &headers[..]), (Some(live.as_str()), JSON_POST)] {
+        let answer = hostile.post(session, headers, request.clone()).await;
+        assert!(
+            [StatusCode::OK, StatusCode::BAD_REQUEST].contains(&answer.status),
+            "{answer:?}"
+        );
+        let body = rpc_error(&answer, INVALID_REQUEST);
+        assert_eq!(body["id"], "stateless", "{answer:?}");
+        assert!(answer.text().contains("outside a session"), "{answer:?}");
+    }
+    hostile.assert_unharmed().await;
+}
+
 // Session floods.
 
 /// Sends [`FLOOD`] `initialize` requests, [`FLOOD_CONCURRENCY`] at a time;

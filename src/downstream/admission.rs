@@ -2,7 +2,8 @@
 //!
 //! Every handler method runs through [`DownstreamSession::handle`], which
 //! takes a slot before the work starts and gives it back when the work ends
-//! (or the request is dropped). A session already at
+//! (or the request is dropped), and refuses a request outside a session
+//! ([`stateless_refused`]). A session already at
 //! `[limits] max_concurrent_requests` gets a JSON-RPC error at once for the
 //! extra request; its other requests and every other session are
 //! unaffected.
@@ -79,14 +80,40 @@ impl DownstreamSession {
         W: Future<Output = Result<T, ErrorData>> + 'a,
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
+        let initialized = method == "initialize" || self.state().initialize.get().is_some();
         admit_and_observe(
             &self.state().requests,
             limit,
             method,
             RequestOrigin::of(context),
-            work,
+            async move {
+                if !initialized {
+                    return Err(stateless_refused());
+                }
+                work.await
+            },
         )
     }
+}
+
+/// The answer to a request that reached the handler outside any session.
+///
+/// rmcp serves a request whose `_meta` carries
+/// `io.modelcontextprotocol/protocolVersion` and `…/clientCapabilities`
+/// (2026-07-28's stateless lifecycle) on a handler made for it alone,
+/// whatever version it names and even with an `Mcp-Session-Id`. The
+/// gateway speaks versions up to 2025-11-25, where every request but
+/// `initialize` belongs to an initialized session: served that way it
+/// would escape its session's limits, log level and per-session mounts
+/// (and `max_concurrent_requests` altogether). Only such a request meets a
+/// handler never initialized: rmcp's session path starts with `initialize`.
+fn stateless_refused() -> ErrorData {
+    ErrorData::invalid_request(
+        "this gateway speaks MCP up to 2025-11-25 and serves no request outside a session: \
+         send initialize first, then the request with its Mcp-Session-Id and without \
+         io.modelcontextprotocol/protocolVersion and clientCapabilities in _meta",
+        None,
+    )
 }
 
 /// What [`DownstreamSession::handle`] does, for a request answered
