@@ -502,6 +502,9 @@ fn parse_event_id(id: &str) -> Option<EventPosition> {
 #[derive(Default)]
 struct Streams {
     logs: Mutex<HashMap<StreamKey, Arc<StreamLog>>>,
+    /// Each session's streams kept after their end for a client that went
+    /// away, oldest first (see `request_stream.rs`).
+    orphans: Mutex<HashMap<SessionId, std::collections::VecDeque<StreamKey>>>,
     /// The last request stream's number.
     last_stream: std::sync::atomic::AtomicU64,
     standalone: Mutex<standalone::OpenStandalone>,

@@ -10,7 +10,8 @@
 //! (a new rmcp session), while the streams from before stay resumable, and
 //! two streams must never share an id. If the client
 //! drops it before the end, the rest is read into the log in the background
-//! until the response, and the log is kept [`ORPHAN_RETENTION`] after that.
+//! until the response, and the log is kept [`ORPHAN_RETENTION`] after that
+//! (the latest [`MAX_ORPHANS_PER_SESSION`] of a session).
 //! [`follow`] is what a resume reads: the log from an index on, then each
 //! new event until the stream ends.
 
@@ -35,6 +36,12 @@ use crate::downstream::request_streams::OpenQueue;
 /// How long the events of a stream whose client went away are kept after
 /// the stream ended, for the client to come back for its response.
 const ORPHAN_RETENTION: Duration = Duration::from_secs(60);
+
+/// Most ended streams kept per session for clients that went away; past
+/// it the oldest goes. The session's limit on requests in flight bounds
+/// the streams still running, not these: a client calling and hanging up
+/// in a loop would otherwise have a minute of answers held.
+const MAX_ORPHANS_PER_SESSION: usize = 16;
 
 /// Most events kept per stream; the oldest go first. A long call's early
 /// progress may be gone by the time a late client resumes; the rest and the
@@ -73,8 +80,37 @@ impl Streams {
         }
     }
 
+    /// Keeps `key`'s ended stream for a client that went away, making room
+    /// by forgetting the session's oldest such stream.
+    fn keep_orphan(&self, key: &StreamKey) {
+        let evicted = {
+            let mut orphans = lock(&self.orphans);
+            let kept = orphans.entry(key.0.clone()).or_default();
+            kept.push_back(key.clone());
+            (kept.len() > MAX_ORPHANS_PER_SESSION).then(|| kept.pop_front())
+        };
+        if let Some(Some(oldest)) = evicted {
+            self.logs().remove(&oldest);
+        }
+    }
+
+    /// Forgets an orphan [`Self::keep_orphan`] kept, once its time is up.
+    fn drop_orphan(&self, key: &StreamKey, log: &Arc<StreamLog>) {
+        {
+            let mut orphans = lock(&self.orphans);
+            if let Some(kept) = orphans.get_mut(&key.0) {
+                kept.retain(|kept| kept != key);
+                if kept.is_empty() {
+                    orphans.remove(&key.0);
+                }
+            }
+        }
+        self.remove(key, log);
+    }
+
     /// Ends and forgets `session`'s request streams.
     pub(super) fn forget_request_streams(&self, session: &SessionId) {
+        lock(&self.orphans).remove(session);
         self.logs().retain(|(owner, _), log| {
             let keep = owner != session;
             if !keep {
@@ -334,8 +370,9 @@ async fn keep_reading<S>(
     }
     drop(related);
     logged.log.finish();
+    streams.keep_orphan(&logged.key);
     tokio::time::sleep(ORPHAN_RETENTION).await;
-    streams.remove(&logged.key, &logged.log);
+    streams.drop_orphan(&logged.key, &logged.log);
 }
 
 /// A resumed stream: the log's events after `after`, then each new one
@@ -425,6 +462,46 @@ mod tests {
         assert!(streams.get(&(Arc::from("s2"), 1)).is_none());
         streams.forget_request_streams(&session);
         assert!(streams.get(&(session, 1)).is_none());
+    }
+
+    /// A client that calls and hangs up in a loop: only the latest
+    /// [`MAX_ORPHANS_PER_SESSION`] ended streams stay; another session's
+    /// are not touched.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_keeps_a_bounded_number_of_ended_orphans() {
+        let streams = Arc::new(Streams::default());
+        let (session, other): (SessionId, SessionId) = (Arc::from("s1"), Arc::from("s2"));
+        let abandon = |session: &SessionId| {
+            let mut recorded = streams.recorded(
+                session,
+                Box::pin(futures::stream::iter([event("0/1"), event("1/1")])),
+                None,
+            );
+            async move {
+                recorded.next().await.expect("the priming event");
+                // Dropped before the answer: read to the end in the background.
+            }
+        };
+        abandon(&other).await;
+        for _ in 0..MAX_ORPHANS_PER_SESSION + 4 {
+            abandon(&session).await;
+        }
+        // Let every background reader reach its end (time is paused: the
+        // retention does not run out meanwhile).
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let kept = |owner: &SessionId| {
+            (1..=MAX_ORPHANS_PER_SESSION as u64 + 5)
+                .filter(|n| streams.get(&(owner.clone(), *n)).is_some())
+                .collect::<Vec<_>>()
+        };
+        let expected: Vec<u64> = (6..=MAX_ORPHANS_PER_SESSION as u64 + 5).collect();
+        assert_eq!(kept(&session), expected, "the latest, the oldest gone");
+        assert_eq!(kept(&other), [1]);
+        tokio::time::sleep(ORPHAN_RETENTION + Duration::from_secs(1)).await;
+        assert!(kept(&session).is_empty() && kept(&other).is_empty());
+        assert!(lock(&streams.orphans).is_empty(), "nothing left behind");
     }
 
     #[tokio::test]
