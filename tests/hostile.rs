@@ -876,6 +876,42 @@ async fn session_flood_beyond_max_sessions_is_refused() {
     hostile.assert_unharmed().await;
 }
 
+/// A POST without a session whose body has not arrived holds no session
+/// place (it did, for up to `request_read_timeout`: a few such sockets
+/// locked new sessions out), and one whose body is refused gets its 400
+/// even when the gateway is full, not a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_still_arriving_holds_no_session_place() {
+    // The live session takes one place of two.
+    let mut hostile = Hostile::start_with("[limits]\nmax_sessions = 2\n").await;
+    let mut trickling = tokio::net::TcpStream::connect(hostile.gateway.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {length}\r\n\r\n{{",
+        addr = hostile.gateway.addr,
+        length = INITIALIZE.len(),
+    );
+    trickling
+        .write_all(head.as_bytes())
+        .await
+        .expect("write the head and one byte");
+    // Nothing tells when the gateway has read the head; on loopback it has
+    // by the time a new connection's request is read (were it not, the
+    // test would pass without showing anything, never fail wrongly).
+    let url = hostile.gateway.mcp_url();
+    let second = open_session(&hostile.http, &url).await;
+    assert_echoes(&hostile.http, &url, &second).await;
+    // Full now: a body that is not JSON is still told so.
+    let answer = post(&hostile.http, &url, None, JSON_POST, "{not json").await;
+    assert_refused(&answer, b"{not json", 400, PARSE_ERROR);
+    let answer = post(&hostile.http, &url, None, JSON_POST, INITIALIZE).await;
+    assert_session_refused(&answer);
+    drop(trickling);
+    hostile.assert_unharmed().await;
+}
+
 // Slow and silent clients ([server] request_read_timeout): a request's head,
 // then its body, must arrive within it, and a connection idle that long
 // between requests is closed; without a deadline such clients hold a

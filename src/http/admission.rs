@@ -1,8 +1,9 @@
 //! Admitting new sessions and requests at the HTTP edge: the session limit
 //! and the refusal of new work while shutting down.
 //!
-//! A POST without `Mcp-Session-Id` may create a session. It first takes a
-//! [`SessionTicket`] under `[limits] max_sessions`; when none is left the
+//! A POST without `Mcp-Session-Id` may create a session. Once its body has
+//! passed `json_guard` it takes a [`SessionTicket`] under `[limits]
+//! max_sessions` ([`reserve_session`]); when none is left the
 //! client gets HTTP 503 with a JSON-RPC error and no session is created.
 //! The ticket is handed to the session factory through a task-local (rmcp
 //! calls the factory inside this request's future), so the count is exact
@@ -72,7 +73,7 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     } else {
         request
     };
-    let response = admit_post(&gateway, request, next).await;
+    let response = next.run(request).await;
     response.map(|body| {
         Body::new(HeldWhileSending {
             body,
@@ -135,8 +136,16 @@ impl<T: Unpin> http_body::Body for HeldWhileSending<T> {
     }
 }
 
-async fn admit_post(gateway: &Gateway, request: Request, next: Next) -> Response {
-    if request.headers().contains_key("mcp-session-id") {
+/// Reserves a session's place for a POST without `Mcp-Session-Id`. Runs
+/// after `json_guard` has read and checked the body: a body arriving a
+/// byte at a time (for up to `request_read_timeout`) or refused must not
+/// hold a place meanwhile, and a malformed one gets its 400, not a 503.
+pub async fn reserve_session(
+    State(gateway): State<Arc<Gateway>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST || request.headers().contains_key("mcp-session-id") {
         return next.run(request).await;
     }
     let limit = gateway.config().limits.max_sessions;

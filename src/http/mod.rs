@@ -123,6 +123,12 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                 }
             }),
         )
+        // Layers run outermost (last added) first: the session's place is
+        // reserved only for a body `json_guard` has read and passed.
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            admission::reserve_session,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             json_guard::BodyRules {
                 limit: body_limit(&gateway),
