@@ -96,3 +96,38 @@ async fn a_task_call_to_an_upstream_without_tasks_is_answered_plainly() {
     let answer = send(&http, &gateway, &session, list).await;
     assert_eq!(answer.body["result"], json!({"tasks": []}), "{answer:?}");
 }
+
+/// An upstream whose `tasks/list` keeps handing out cursors, slowly: its
+/// pages together take at most the mount's `request_ceiling`, and what
+/// they listed is answered. Each page got a fresh ceiling, so one
+/// `tasks/list` could run 100 pages long (here 50 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_list_that_never_ends_is_cut_at_the_ceiling() {
+    let mount = python_fixture_mount(
+        "endless",
+        "endless_task_pages.py",
+        "timeouts = { request = \"2s\", request_ceiling = \"2s\" }",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "endless__work", "arguments": {}, "task": {"ttl": 60000}},
+    });
+    let answer = send(&http, &gateway, &session, call).await;
+    let task_id = answer.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {answer:?}"))
+        .to_owned();
+    // Well within `within`'s 15 s: the pages stop at the 2 s ceiling.
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/list"});
+    let answer = send(&http, &gateway, &session, list).await;
+    let listed: Vec<&str> = answer.body["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tasks: {answer:?}"))
+        .iter()
+        .filter_map(|task| task["taskId"].as_str())
+        .collect();
+    assert_eq!(listed, [task_id.as_str()], "{answer:?}");
+}

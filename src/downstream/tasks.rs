@@ -42,7 +42,7 @@ use crate::{
     gateway::Mount,
     naming::MountName,
     rewrite,
-    upstream::{relay::set_related_task, UpstreamSession},
+    upstream::{relay::set_related_task, RequestError, RequestLimit, UpstreamSession},
 };
 
 /// The oldest protocol version with tasks.
@@ -459,8 +459,15 @@ impl DownstreamSession {
     ) -> Result<Value, ErrorData> {
         self.handle("tasks/list", &context, async {
             let mut tasks = Vec::new();
-            for (mount_name, ids) in self.state().tasks.by_mount().into_values() {
+            // Every mount at once: the answer waits for the slowest, not
+            // for their sum.
+            let by_mount = self.state().tasks.by_mount().into_values();
+            let listings = futures::future::join_all(by_mount.map(|(mount_name, ids)| async {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
+                (mount_name, ids, listed)
+            }))
+            .await;
+            for (mount_name, ids, listed) in listings {
                 let (listed, upstream) = match listed {
                     Ok(listed) => listed,
                     Err(error) => {
@@ -500,31 +507,46 @@ impl DownstreamSession {
     }
 
     /// Every task `mount`'s upstream lists for this session's connection,
-    /// and that upstream session.
+    /// and that upstream session. All its pages together take at most the
+    /// mount's `request_ceiling`; what was read by then is kept.
     async fn list_mount_tasks(
         &self,
         mount: &MountName,
         context: &RequestContext<RoleServer>,
     ) -> Result<(Vec<Value>, Arc<UpstreamSession>), RouteError> {
         let (mount, upstream) = self.connect(mount).await?;
+        let limit = mount.request_limit(None);
+        let deadline = tokio::time::Instant::now() + limit.ceiling;
         let mut tasks = Vec::new();
         let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
+        for page in 0..MAX_LIST_PAGES {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if page > 0 && left.is_zero() {
+                tracing::debug!(mount = %mount.config.name, "tasks/list: more pages past the request ceiling; keeping what was read");
+                break;
+            }
             let mut params = Map::new();
             if let Some(cursor) = cursor.take() {
                 params.insert("cursor".to_owned(), Value::String(cursor));
             }
-            let result = upstream
+            let answer = upstream
                 .request_raw(
                     "tasks/list",
                     params,
                     self.caller(context),
                     &context.ct,
-                    mount.request_limit(None),
+                    RequestLimit {
+                        idle: limit.idle,
+                        ceiling: left,
+                    },
                 )
-                .await
-                .map_err(|error| RouteError::upstream(&mount.config, error))?
-                .result;
+                .await;
+            let result = match answer {
+                Ok(answer) => answer.result,
+                // A later page out of time: the earlier ones stand.
+                Err(RequestError::Ceiling(_)) if page > 0 => break,
+                Err(error) => return Err(RouteError::upstream(&mount.config, error)),
+            };
             if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
                 tasks.extend(listed.iter().cloned());
             }
