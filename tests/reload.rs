@@ -275,11 +275,37 @@ async fn reload_touches_only_what_changed() {
 /// ready gateway unready: `/readyz` stays 200 and shows it `starting`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_never_makes_a_ready_gateway_unready() {
+    reload_adds_a_slow_mount(true).await;
+}
+
+/// The same when nothing asked `/readyz` before the reload: readiness is
+/// the gateway's, not its probe's (it was latched only when asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_readiness_nobody_asked_for() {
+    reload_adds_a_slow_mount(false).await;
+}
+
+/// Reloads a gateway serving `keep` (ready, asked or not) to add a mount
+/// that starts answering only after 5 s; `/readyz` must stay 200.
+async fn reload_adds_a_slow_mount(asked_before: bool) {
     let before = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n\n{}",
         stdio_demo_mount("keep", "")
     );
-    let gateway = Gateway::start(&before).await;
+    let gateway = if asked_before {
+        Gateway::start(&before).await
+    } else {
+        // Ready without asking: a call through `keep` is answered once its
+        // first start has finished.
+        let gateway = Gateway::launch(&before, "toml", &[]).await;
+        let client = gateway.connect().await;
+        assert_eq!(
+            ok_text(&call(&client, "keep__echo", json!({"message": "up"})).await),
+            "up"
+        );
+        close(client).await;
+        gateway
+    };
     // Starts answering only after 5 s.
     let slow_start = format!(
         "[mounts.late]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 5; exec {BIN} demo-server\"]\n\n"

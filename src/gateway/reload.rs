@@ -103,6 +103,10 @@ impl Gateway {
             .map(|mount| &mount.config.name)
             .eq(next.iter().map(|mount| &mount.config.name));
 
+        // Readiness is latched by asking: asked now, a gateway whose mounts
+        // have all started stays ready while the new ones start, whether
+        // or not a probe asked before.
+        self.is_ready();
         // Swap first, so that from here every lookup by name finds the new
         // mount; then start the new ones and retire the old.
         self.config.store(Arc::new(new));
