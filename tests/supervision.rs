@@ -1025,6 +1025,36 @@ async fn assert_only_the_real_change_is_announced(isolation: &str) {
 /// out, while the mount looked ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_answers_nothing_is_restarted() {
+    stuck_upstream_is_restarted(|client| {
+        Box::pin(async move {
+            let hung = call(client, "stuck__hang", Value::Null).await;
+            assert_eq!(hung.is_error, Some(true), "{hung:?}");
+        })
+    })
+    .await;
+}
+
+/// The same when what timed out is a subscription (shared mounts hold
+/// them for every session): only tool calls used to start the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_stuck_on_a_subscription_is_restarted() {
+    stuck_upstream_is_restarted(|client| {
+        Box::pin(async move {
+            let params = rmcp::model::SubscribeRequestParams::new("stuck+hang://here");
+            // Deprecated for 2026-07-28 only; the gateway speaks 2025-11-25.
+            #[allow(deprecated)]
+            let refused = within("resources/subscribe", client.peer().subscribe(params)).await;
+            assert!(refused.is_err(), "{refused:?}");
+        })
+    })
+    .await;
+}
+
+/// Mounts `hang_on_call.py` with a 1 s request timeout, has `hang` make it
+/// stop answering, and waits for a new process to answer `pid`.
+async fn stuck_upstream_is_restarted(
+    hang: impl for<'a> FnOnce(&'a Client) -> futures::future::BoxFuture<'a, ()>,
+) {
     let config = format!(
         "{SERVER_TOML}{QUICK_SUPERVISION}{}",
         python_fixture_mount(
@@ -1036,9 +1066,16 @@ async fn an_upstream_that_answers_nothing_is_restarted() {
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
     let pid = call_pid(&client, "stuck__pid").await;
-    let hung = call(&client, "stuck__hang", Value::Null).await;
-    assert_eq!(hung.is_error, Some(true), "{hung:?}");
+    hang(&client).await;
     let _reaper = KillOnDrop(pid);
+    // Nothing else is sent until the stuck process is gone: a later
+    // request timing out would start the check itself.
+    eventually(
+        "the stuck process to be gone",
+        Duration::from_secs(20),
+        || async { (!process_alive(pid)).then_some(()) },
+    )
+    .await;
     let restarted = eventually(
         "a new upstream process",
         Duration::from_secs(20),
@@ -1048,23 +1085,10 @@ async fn an_upstream_that_answers_nothing_is_restarted() {
                 .call_tool(rmcp::model::CallToolRequestParams::new("stuck__pid"))
                 .await
                 .ok()?;
-            let text = answer
-                .content
-                .first()?
-                .as_text()?
-                .text
-                .parse::<u32>()
-                .ok()?;
-            (text != pid).then_some(text)
+            answer.content.first()?.as_text()?.text.parse::<u32>().ok()
         },
     )
     .await;
     assert_ne!(restarted, pid);
-    eventually(
-        "the stuck process to be gone",
-        Duration::from_secs(15),
-        || async { (!process_alive(pid)).then_some(()) },
-    )
-    .await;
     close(client).await;
 }

@@ -467,7 +467,9 @@ impl ServerHandler for DownstreamSession {
                 let mut params = SubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;
                 let timeout = mount.timeouts().request;
-                if let Err(error) = bounded(timeout, upstream.peer().subscribe(params)).await {
+                if let Err(error) =
+                    bounded(&upstream, timeout, upstream.peer().subscribe(params)).await
+                {
                     sessions.unsubscribe(key, &uri);
                     return Err(subscription_failed(&mount, error));
                 }
@@ -507,7 +509,7 @@ impl ServerHandler for DownstreamSession {
                 let mut params = UnsubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;
                 let timeout = mount.timeouts().request;
-                bounded(timeout, upstream.peer().unsubscribe(params))
+                bounded(&upstream, timeout, upstream.peer().unsubscribe(params))
                     .await
                     .map_err(|error| subscription_failed(&mount, error))
             }
@@ -594,7 +596,7 @@ impl ServerHandler for DownstreamSession {
                 if declares(&upstream, |c| c.logging.is_some()) {
                     let params = SetLevelRequestParams::new(level);
                     let timeout = mount.timeouts().request;
-                    if let Err(error) = bounded(timeout, upstream.peer().set_level(params)).await {
+                    if let Err(error) = bounded(&upstream, timeout, upstream.peer().set_level(params)).await {
                         tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed upstream");
                     }
                 }

@@ -485,7 +485,8 @@ impl SessionState {
             {
                 let params = rmcp::model::SubscribeRequestParams::new(uri.clone());
                 let renewed =
-                    crate::gateway::bounded(limit, session.peer().subscribe(params)).await;
+                    crate::gateway::bounded(&session, limit, session.peer().subscribe(params))
+                        .await;
                 if let Err(error) = renewed {
                     let error = crate::upstream::http_client::with_causes(&error);
                     tracing::warn!(mount = %mount.config.name, %uri, %error, "could not renew a subscription on a reopened upstream");

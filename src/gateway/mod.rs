@@ -572,7 +572,9 @@ impl UpstreamEvents for MountSessionEvents {
                 .is_some_and(|info| info.capabilities.logging.is_some());
             if let (true, Some(level)) = (logs, gateway.sessions.shared_log_level()) {
                 let params = rmcp::model::SetLevelRequestParams::new(level);
-                if let Err(error) = bounded(timeout, session.peer().set_level(params)).await {
+                if let Err(error) =
+                    bounded(&session, timeout, session.peer().set_level(params)).await
+                {
                     tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed on a new upstream session");
                 }
             }

@@ -12,8 +12,9 @@
 //! One mount's changes are made one at a time, registry and upstream
 //! together, so a subscribe racing an unsubscribe cannot leave a session
 //! waiting for updates from an upstream that was told to stop. Upstream
-//! calls are bounded by the mount's request timeout, so a hung upstream
-//! holds the others up for that long at most.
+//! calls are bounded by the mount's request timeout, and so is the wait
+//! for the mount's turn; a renewal stops at its first timeout: a hung
+//! upstream holds the others up for about that long, not once per URI.
 
 use std::{
     collections::HashSet,
@@ -85,7 +86,7 @@ impl UpstreamSubscriptions {
         meta: Option<RequestMetaObject>,
         timeout: Duration,
     ) -> Result<(), SubscriptionError> {
-        let mut held = self.held.lock().await;
+        let mut held = one_at_a_time(&self.held, timeout).await?;
         let Some(uris) = held.on(upstream) else {
             return Err(ServiceError::TransportClosed.into());
         };
@@ -95,7 +96,7 @@ impl UpstreamSubscriptions {
         }
         let mut params = SubscribeRequestParams::new(route.original.to_string());
         params.meta = meta;
-        match bounded(timeout, upstream.peer().subscribe(params)).await {
+        match bounded(upstream, timeout, upstream.peer().subscribe(params)).await {
             Ok(()) => {
                 uris.insert(route.original.to_string());
                 Ok(())
@@ -118,7 +119,7 @@ impl UpstreamSubscriptions {
         meta: Option<RequestMetaObject>,
         timeout: Duration,
     ) -> Result<(), SubscriptionError> {
-        let mut held = self.held.lock().await;
+        let mut held = one_at_a_time(&self.held, timeout).await?;
         let Some(route) = registry.unsubscribe(key, uri) else {
             return Ok(());
         };
@@ -134,8 +135,11 @@ impl UpstreamSubscriptions {
         upstream: &Arc<UpstreamSession>,
         timeout: Duration,
     ) {
-        let mut held = self.held.lock().await;
-        if let Err(error) = let_go(&mut held, registry, route, upstream, None, timeout).await {
+        let answer = match one_at_a_time(&self.held, timeout).await {
+            Ok(mut held) => let_go(&mut held, registry, route, upstream, None, timeout).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = answer {
             tracing::debug!(mount = %route.mount, uri = %route.original, error = %crate::upstream::http_client::with_causes(&error), "could not unsubscribe after the last subscriber ended");
         }
     }
@@ -149,18 +153,30 @@ impl UpstreamSubscriptions {
         upstream: &Arc<UpstreamSession>,
         timeout: Duration,
     ) {
+        // A new session's first wait: whatever holds the lock is about the
+        // session before, and gives it up within its own timeout.
         let mut held = self.held.lock().await;
         let Some(uris) = held.on(upstream) else {
             return;
         };
-        for original in registry.wanted_on(mount) {
+        let wanted = registry.wanted_on(mount);
+        let count = wanted.len();
+        for (renewed, original) in wanted.into_iter().enumerate() {
             if uris.contains(&original) {
                 continue;
             }
             let params = SubscribeRequestParams::new(original.clone());
-            match bounded(timeout, upstream.peer().subscribe(params)).await {
+            match bounded(upstream, timeout, upstream.peer().subscribe(params)).await {
                 Ok(()) => {
                     uris.insert(original);
+                }
+                // Each of the rest would wait as long, holding every
+                // subscribe and unsubscribe to the mount meanwhile; the
+                // check that timeout started restarts a dead upstream,
+                // and its next session renews them all again.
+                Err(error @ SubscriptionError::TimedOut(_)) => {
+                    tracing::warn!(%mount, uri = %original, not_renewed = count - renewed, error = %error, "could not renew subscriptions on a new upstream session");
+                    return;
                 }
                 Err(error) => {
                     tracing::warn!(%mount, uri = %original, error = %crate::upstream::http_client::with_causes(&error), "could not renew a subscription on a new upstream session");
@@ -189,17 +205,35 @@ async fn let_go(
     }
     let mut params = UnsubscribeRequestParams::new(route.original.to_string());
     params.meta = meta;
-    bounded(timeout, upstream.peer().unsubscribe(params)).await
+    bounded(upstream, timeout, upstream.peer().unsubscribe(params)).await
 }
 
-/// `call`, within `timeout` (an upstream's answer to a subscription or a
-/// log level is never waited for longer than a request's).
+/// `call` to `upstream`, within `timeout` (an upstream's answer to a
+/// subscription or a log level is never waited for longer than a
+/// request's). Timed out, the upstream is checked as after any request
+/// that timed out: one that answers nothing, not even a ping, is ended.
 pub(crate) async fn bounded<T>(
+    upstream: &UpstreamSession,
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, SubscriptionError> {
     match tokio::time::timeout(timeout, call).await {
         Ok(answer) => Ok(answer?),
-        Err(_) => Err(SubscriptionError::TimedOut(timeout)),
+        Err(_) => {
+            upstream.check_alive();
+            Err(SubscriptionError::TimedOut(timeout))
+        }
     }
+}
+
+/// The mount's changes, one at a time: waited for no longer than an
+/// upstream call may take (a renewal holding them is cut short on its
+/// first timeout).
+async fn one_at_a_time(
+    held: &tokio::sync::Mutex<Held>,
+    timeout: Duration,
+) -> Result<tokio::sync::MutexGuard<'_, Held>, SubscriptionError> {
+    tokio::time::timeout(timeout, held.lock())
+        .await
+        .map_err(|_| SubscriptionError::TimedOut(timeout))
 }

@@ -438,7 +438,7 @@ impl UpstreamSession {
     /// request, each timing out and holding what it carried, while the
     /// mount looked ready. A slow tool leaves the ping answered. One check
     /// at a time.
-    fn check_alive(&self) {
+    pub(crate) fn check_alive(&self) {
         if self
             .checking_alive
             .swap(true, std::sync::atomic::Ordering::AcqRel)
