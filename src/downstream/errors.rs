@@ -1,8 +1,10 @@
 //! The one place where routing and upstream failures become protocol
 //! answers.
 //!
-//! A JSON-RPC error an upstream returned is relayed unchanged (code,
-//! message, data): the gateway is not the one who failed. A tool call that
+//! A JSON-RPC error an upstream returned keeps its code and message: the
+//! gateway is not the one who failed. Its `data` changes only as the client
+//! needs: a `data.uri` gets the mount's namespace, and an error without
+//! `data` gets `data.mount`. A tool call that
 //! could not reach its upstream becomes a tool result with `isError: true`
 //! naming the mount and the cause, so the model reading it can react; other
 //! methods get a JSON-RPC error carrying the mount in `data`.

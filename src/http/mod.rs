@@ -1,7 +1,8 @@
 //! The HTTP surface: the MCP endpoint, `/healthz` and `/readyz`.
 //!
 //! The MCP endpoint is rmcp's Streamable HTTP service in session mode, with
-//! the gateway's own Host allow-list and idle timeout; each new client
+//! the gateway's own Host and Origin allow-lists (idle sessions are ended
+//! by the [`resumable`] sweep, not by rmcp's timer); each new client
 //! session gets a fresh [`DownstreamSession`], and request streams survive
 //! a dropped connection ([`resumable`]). [`serve`] takes an already
 //! bound listener (tests bind port 0) and a shutdown future.

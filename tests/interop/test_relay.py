@@ -8,8 +8,8 @@ runs for the four combinations. The client is the official Python `mcp` 2.x
 roots through its callbacks, and recording every notification it receives
 through `message_handler`.
 
-What is relayed, and to whom, follows ARCHITECTURE.md ("Notification
-routing") and src/upstream/relay.rs: a message tied to a client request
+What is relayed, and to whom, follows ARCHITECTURE.md ("Routing what
+upstreams send") and src/upstream/relay.rs: a message tied to a client request
 (progress token, the HTTP response stream it arrived on, the only request in
 flight) goes to that client; a per-session upstream's messages go to its one
 session; resource updates go to the sessions subscribed to the URI; list
