@@ -53,6 +53,9 @@ pub enum RouteError {
         mount: MountName,
         feature: &'static str,
     },
+    /// A per-session limit of the gateway's own.
+    #[error("{what}")]
+    LimitExceeded { what: String, limit: usize },
 }
 
 impl RouteError {
@@ -144,6 +147,11 @@ impl RouteError {
             RouteError::Unsupported { .. } => {
                 ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, message, None)
             }
+            RouteError::LimitExceeded { limit, .. } => ErrorData::new(
+                rmcp::model::ErrorCode(super::LIMIT_EXCEEDED),
+                message,
+                Some(json!({ "limit": limit })),
+            ),
         }
     }
 

@@ -193,6 +193,10 @@ fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
             mount: mount.config.name.clone(),
             cause: timed_out.to_string(),
         },
+        too_many @ SubscriptionError::TooMany => RouteError::LimitExceeded {
+            what: too_many.to_string(),
+            limit: crate::gateway::MAX_SUBSCRIPTIONS_PER_SESSION,
+        },
     }
 }
 
@@ -463,7 +467,9 @@ impl ServerHandler for DownstreamSession {
                         .map_err(|error| subscription_failed(&mount, error));
                 }
                 // A per-session upstream belongs to this session alone.
-                sessions.subscribe(key, &uri, &route);
+                if !sessions.subscribe(key, &uri, &route) {
+                    return Err(subscription_failed(&mount, SubscriptionError::TooMany));
+                }
                 let mut params = SubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;
                 let timeout = mount.timeouts().request;

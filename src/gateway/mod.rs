@@ -31,7 +31,9 @@ pub use mount::{
     EventsFactory, LiveConfig, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit,
 };
 pub use reload::ReloadOutcome;
-pub use sessions::{notify_list_changed, SessionKey, SessionRegistry, SessionTicket};
+pub use sessions::{
+    notify_list_changed, SessionKey, SessionRegistry, SessionTicket, MAX_SUBSCRIPTIONS_PER_SESSION,
+};
 pub(crate) use subscriptions::bounded;
 pub use subscriptions::SubscriptionError;
 pub use supervisor::{restart_delay, STABLE_AFTER};

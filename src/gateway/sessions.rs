@@ -37,7 +37,16 @@ pub struct SessionRegistry {
     tickets: Arc<AtomicUsize>,
     /// A std mutex: held only to copy peers out, never across an await.
     sessions: Mutex<HashMap<SessionKey, SessionEntry>>,
+    /// How many sessions want each upstream URI of each mount: what every
+    /// session's subscriptions say, counted (changed only with `sessions`
+    /// held, taken after it), so that asking whether anyone still wants a
+    /// URI does not look through every session's subscriptions.
+    wanted: Mutex<HashMap<(MountName, Arc<str>), usize>>,
 }
+
+/// Most resources one session may be subscribed to at once: each is kept
+/// and, on a shared mount, held upstream.
+pub const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1000;
 
 struct SessionEntry {
     /// `None` while the session sleeps: nothing can reach it then.
@@ -204,9 +213,15 @@ impl SessionRegistry {
     /// The session ended; returns what it was subscribed to, so the
     /// upstreams no one else wants it from can be told.
     pub fn unregister(&self, key: SessionKey) -> Vec<Route> {
-        let Some(entry) = self.lock().remove(&key) else {
+        let mut sessions = self.lock();
+        let Some(entry) = sessions.remove(&key) else {
             return Vec::new();
         };
+        let mut wanted = self.wanted();
+        for route in entry.subscriptions.values() {
+            unwant(&mut wanted, route);
+        }
+        drop((wanted, sessions));
         crate::telemetry::metrics().downstream_sessions.dec();
         entry.subscriptions.into_values().collect()
     }
@@ -243,38 +258,52 @@ impl SessionRegistry {
     }
 
     /// Records that session `key` is subscribed to `uri` (client-visible),
-    /// which `route` leads to.
-    pub fn subscribe(&self, key: SessionKey, uri: &str, route: &Route) {
-        if let Some(entry) = self.lock().get_mut(&key) {
-            entry.subscriptions.insert(uri.to_owned(), route.clone());
+    /// which `route` leads to. `false` when the session already holds
+    /// [`MAX_SUBSCRIPTIONS_PER_SESSION`] others.
+    #[must_use]
+    pub fn subscribe(&self, key: SessionKey, uri: &str, route: &Route) -> bool {
+        let mut sessions = self.lock();
+        let Some(entry) = sessions.get_mut(&key) else {
+            return true;
+        };
+        if !entry.subscriptions.contains_key(uri)
+            && entry.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_SESSION
+        {
+            return false;
         }
+        let mut wanted = self.wanted();
+        want(&mut wanted, route);
+        if let Some(before) = entry.subscriptions.insert(uri.to_owned(), route.clone()) {
+            unwant(&mut wanted, &before);
+        }
+        true
     }
 
     /// Drops session `key`'s subscription to `uri`, if it had one.
     pub fn unsubscribe(&self, key: SessionKey, uri: &str) -> Option<Route> {
-        self.lock()
+        let mut sessions = self.lock();
+        let route = sessions
             .get_mut(&key)
-            .and_then(|entry| entry.subscriptions.remove(uri))
+            .and_then(|entry| entry.subscriptions.remove(uri))?;
+        unwant(&mut self.wanted(), &route);
+        Some(route)
     }
 
     /// Whether some session is subscribed to the upstream URI `original` of
     /// `mount`.
     pub fn wants(&self, mount: &MountName, original: &str) -> bool {
-        self.lock().values().any(|entry| {
-            entry
-                .subscriptions
-                .values()
-                .any(|route| route.mount == *mount && *route.original == *original)
-        })
+        let _sessions = self.lock();
+        self.wanted()
+            .contains_key(&(mount.clone(), Arc::from(original)))
     }
 
     /// The upstream URIs of `mount` some session is subscribed to.
     pub fn wanted_on(&self, mount: &MountName) -> HashSet<String> {
-        self.lock()
-            .values()
-            .flat_map(|entry| entry.subscriptions.values())
-            .filter(|route| route.mount == *mount)
-            .map(|route| route.original.to_string())
+        let _sessions = self.lock();
+        self.wanted()
+            .keys()
+            .filter(|(on, _)| on == mount)
+            .map(|(_, original)| original.to_string())
             .collect()
     }
 
@@ -350,6 +379,31 @@ impl SessionRegistry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// The wanted counts; only with `sessions` held.
+    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<(MountName, Arc<str>), usize>> {
+        self.wanted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One more session wants `route`'s upstream URI.
+fn want(wanted: &mut HashMap<(MountName, Arc<str>), usize>, route: &Route) {
+    *wanted
+        .entry((route.mount.clone(), route.original.clone()))
+        .or_default() += 1;
+}
+
+/// One session fewer wants `route`'s upstream URI.
+fn unwant(wanted: &mut HashMap<(MountName, Arc<str>), usize>, route: &Route) {
+    let key = (route.mount.clone(), route.original.clone());
+    if let Some(count) = wanted.get_mut(&key) {
+        *count -= 1;
+        if *count == 0 {
+            wanted.remove(&key);
+        }
+    }
 }
 
 /// Tells a session that just woke what it missed asleep.
@@ -410,10 +464,59 @@ mod tests {
             mount: first.clone(),
             original: "demo://x".into(),
         };
-        registry.subscribe(key, "demo://x", &route);
+        assert!(registry.subscribe(key, "demo://x", &route));
         assert!(registry.is_subscribed(key, &first, "demo://x"));
         assert!(!registry.is_subscribed(key, &second, "demo://x"));
         assert!(!registry.is_subscribed(key, &first, "demo://y"));
+    }
+
+    /// What sessions want is counted as they subscribe, unsubscribe and
+    /// end; one session holds at most [`MAX_SUBSCRIPTIONS_PER_SESSION`].
+    #[tokio::test]
+    async fn wanted_uris_are_counted_and_a_session_holds_a_bounded_number() {
+        let (transport, _other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let registry = SessionRegistry::default();
+        let (one, two) = (registry.next_key(), registry.next_key());
+        for key in [one, two] {
+            registry.register(key, service.peer().clone(), ClientProfile::default());
+        }
+        let mount = MountName::new("m").unwrap();
+        let route = |original: &str| Route {
+            mount: mount.clone(),
+            original: original.into(),
+        };
+        assert!(registry.subscribe(one, "m+a", &route("a")));
+        assert!(registry.subscribe(two, "m+a", &route("a")));
+        assert!(registry.subscribe(two, "m+b", &route("b")));
+        let wanted = |registry: &SessionRegistry| {
+            let mut uris: Vec<String> = registry.wanted_on(&mount).into_iter().collect();
+            uris.sort();
+            uris
+        };
+        assert_eq!(wanted(&registry), ["a", "b"]);
+        assert!(registry.unsubscribe(one, "m+a").is_some());
+        assert!(registry.wants(&mount, "a"), "the other session still does");
+        assert_eq!(registry.unregister(two).len(), 2);
+        assert!(!registry.wants(&mount, "a") && !registry.wants(&mount, "b"));
+        assert!(wanted(&registry).is_empty());
+
+        for n in 0..MAX_SUBSCRIPTIONS_PER_SESSION {
+            assert!(registry.subscribe(one, &format!("m+{n}"), &route(&n.to_string())));
+        }
+        assert!(
+            !registry.subscribe(one, "m+more", &route("more")),
+            "over the bound"
+        );
+        assert!(!registry.wants(&mount, "more"));
+        assert!(
+            registry.subscribe(one, "m+0", &route("0")),
+            "one held, again"
+        );
+        assert_eq!(
+            registry.wanted_on(&mount).len(),
+            MAX_SUBSCRIPTIONS_PER_SESSION
+        );
     }
 
     /// A session asleep keeps what it was told for itself, up to a bound;

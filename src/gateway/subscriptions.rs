@@ -69,6 +69,8 @@ pub enum SubscriptionError {
     Upstream(#[from] ServiceError),
     #[error("the upstream did not answer within {}", humantime::format_duration(*.0))]
     TimedOut(Duration),
+    #[error("this session is already subscribed to {} resources, the most one may hold; unsubscribe from some first", super::sessions::MAX_SUBSCRIPTIONS_PER_SESSION)]
+    TooMany,
 }
 
 impl UpstreamSubscriptions {
@@ -90,7 +92,9 @@ impl UpstreamSubscriptions {
         let Some(uris) = held.on(upstream) else {
             return Err(ServiceError::TransportClosed.into());
         };
-        registry.subscribe(key, uri, route);
+        if !registry.subscribe(key, uri, route) {
+            return Err(SubscriptionError::TooMany);
+        }
         if uris.contains(&*route.original) {
             return Ok(());
         }
