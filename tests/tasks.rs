@@ -131,3 +131,31 @@ async fn a_task_list_that_never_ends_is_cut_at_the_ceiling() {
         .collect();
     assert_eq!(listed, [task_id.as_str()], "{answer:?}");
 }
+
+/// A task-augmented call to a mount that cannot be reached is answered as
+/// a plain call to it is: a tool result with `isError` naming the mount
+/// (it was a JSON-RPC error, which a model never reads), and no task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_call_to_an_unreachable_mount_is_a_tool_error() {
+    let config = format!(
+        "{SERVER_TOML}[supervision]\ncrash_loop_restarts = 1\ndown_retry = \"1h\"\n\n\
+         [mounts.dead]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\n\n{}",
+        stdio_demo_mount("demo", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    for (id, task) in [(2, Some(json!({"ttl": 60000}))), (3, None)] {
+        let mut params = json!({"name": "dead__anything", "arguments": {}});
+        if let Some(task) = task {
+            params["task"] = task;
+        }
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let answer = send(&http, &gateway, &session, call).await;
+        let result = &answer.body["result"];
+        assert_eq!(result["isError"], true, "{answer:?}");
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("mount dead is unavailable"), "{answer:?}");
+        assert!(result.get("task").is_none(), "{answer:?}");
+    }
+}

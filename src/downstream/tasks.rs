@@ -386,7 +386,14 @@ impl DownstreamSession {
                 }
             }
             .await;
-            answer.map_err(RouteError::into_mcp_error)
+            // As for a plain call: a mount out of reach is a tool error the
+            // model can read (no task was created; a client must take a
+            // plain result from a receiver that made none).
+            answer.or_else(|error: RouteError| {
+                let result = error.into_tool_answer()?;
+                serde_json::to_value(result)
+                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))
+            })
         })
         .await
     }
