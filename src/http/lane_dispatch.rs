@@ -74,6 +74,12 @@ async fn accept_until(
     prepare: fn(&mut TcpStream),
     stop: CancellationToken,
 ) {
+    // Where a tie goes: the lane after the last one chosen. Always the
+    // first would put every connection of clients that connect one at a
+    // time (`Connection: close`, a proxy without a pool) on lane 0, and
+    // the sessions they start, whose rmcp workers live on the lane that
+    // served their `initialize`, with them.
+    let mut after_last = 0;
     loop {
         let (mut stream, peer) = tokio::select! {
             () = stop.cancelled() => return,
@@ -88,14 +94,20 @@ async fn accept_until(
                 continue;
             }
         };
-        let Some(lane) = lanes
+        let count = lanes.len();
+        let Some((index, lane)) = lanes
             .iter()
-            .filter(|lane| !lane.inbox.is_closed())
-            .min_by_key(|lane| lane.open.load(Ordering::Relaxed))
+            .enumerate()
+            .filter(|(_, lane)| !lane.inbox.is_closed())
+            .min_by_key(|(index, lane)| {
+                let rotated = (index + count - after_last) % count;
+                (lane.open.load(Ordering::Relaxed), rotated)
+            })
         else {
             // Every lane is gone; the server is ending.
             return;
         };
+        after_last = (index + 1) % count;
         // Counted here, not on arrival: the next connection must see it.
         lane.open.fetch_add(1, Ordering::Relaxed);
         if lane.inbox.send((stream, peer)).is_err() {
@@ -261,6 +273,22 @@ mod tests {
             assert_eq!(lane, 1);
             held.push((client, lane, served));
         }
+        stop.cancel();
+    }
+
+    /// Clients that connect one at a time (each connection closed before
+    /// the next) go round the lanes, not all to the first.
+    #[tokio::test]
+    async fn ties_go_round_the_lanes() {
+        let (address, stop, mut listeners) = lanes(3).await;
+        let mut chosen = Vec::new();
+        for _ in 0..6 {
+            let (client, lane, served) = connect(address, &mut listeners).await;
+            chosen.push(lane);
+            drop((client, served));
+            assert_eq!(listeners[lane].open.load(Ordering::SeqCst), 0);
+        }
+        assert_eq!(chosen, [0, 1, 2, 0, 1, 2]);
         stop.cancel();
     }
 
