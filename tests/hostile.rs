@@ -912,6 +912,34 @@ async fn a_body_still_arriving_holds_no_session_place() {
     hostile.assert_unharmed().await;
 }
 
+/// A session id that is not text names no session (rmcp reads it so and
+/// starts a new one): at `max_sessions` such an initialize gets the
+/// limit's 503, not a 500 from a factory that found no place reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_that_is_not_text_counts_as_none() {
+    let mut hostile = Hostile::start_with("[limits]\nmax_sessions = 1\n").await;
+    let response = within(
+        "POST",
+        hostile
+            .http
+            .post(hostile.gateway.mcp_url())
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT_BOTH)
+            .header(
+                "mcp-session-id",
+                reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").expect("obs-text"),
+            )
+            .body(INITIALIZE)
+            .send(),
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = within("the body", response.json()).await.expect("JSON");
+    assert_eq!(body["error"]["code"], SERVER_ERROR, "{body}");
+    hostile.assert_unharmed().await;
+}
+
 // Slow and silent clients ([server] request_read_timeout): a request's head,
 // then its body, must arrive within it, and a connection idle that long
 // between requests is closed; without a deadline such clients hold a

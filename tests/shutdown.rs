@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill")
@@ -50,6 +51,22 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
         (!a.service().progress().is_empty()).then_some(())
     })
     .await;
+    // An initialize whose body has not all arrived when the signal comes.
+    let mut trickling = tokio::net::TcpStream::connect(gateway.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: {accept}\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n",
+        addr = gateway.addr,
+        accept = raw::ACCEPT_BOTH,
+        length = raw::INITIALIZE.len(),
+    );
+    let (first, rest) = raw::INITIALIZE.split_at(1);
+    trickling
+        .write_all(format!("{head}{first}").as_bytes())
+        .await
+        .expect("write the head");
     signal(gateway.proc.pid(), "TERM");
 
     // While it drains, a new session is refused with 503.
@@ -68,6 +85,20 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
         },
     )
     .await;
+
+    // Its body completed while draining: refused too, not a new session.
+    trickling
+        .write_all(rest.as_bytes())
+        .await
+        .expect("write the rest");
+    let mut answer = String::new();
+    within(
+        "the answer to the late body",
+        trickling.read_to_string(&mut answer),
+    )
+    .await
+    .expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
 
     let finished = within("the call in flight", in_flight)
         .await

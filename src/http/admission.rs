@@ -82,14 +82,25 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     })
 }
 
-/// While draining: `request` if it only carries what work already in
+/// Whether `request` names a session, read as rmcp reads it: an
+/// `Mcp-Session-Id` that is not text names none, and rmcp makes a new
+/// session for the request.
+fn names_session(request: &Request) -> bool {
+    request
+        .headers()
+        .get("mcp-session-id")
+        .is_some_and(|id| id.to_str().is_ok())
+}
+
+/// While draining (asked by `admit` before the body is read and by
+/// `reserve_session` after): `request` if it only carries what work already in
 /// flight may need from its session's client (answers to sampling,
 /// elicitation or roots requests, cancellations, progress), which is let
 /// through so that work can end within the grace period instead of
 /// waiting it out; `None` for anything that would start new work. Only
 /// read while draining, so the body costs nothing otherwise.
 async fn answers_to_work_in_flight(gateway: &Gateway, request: Request) -> Option<Request> {
-    if !request.headers().contains_key("mcp-session-id") {
+    if !names_session(&request) {
         return None;
     }
     let (parts, body) = request.into_parts();
@@ -145,7 +156,24 @@ pub async fn reserve_session(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != Method::POST || request.headers().contains_key("mcp-session-id") {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    // Draining may have begun while the body arrived (`admit` looked
+    // before): what would start work is refused now, on the body read.
+    let request = if gateway.is_draining() {
+        match answers_to_work_in_flight(&gateway, request).await {
+            Some(request) => request,
+            None => {
+                return unavailable(
+                    "the gateway is shutting down; reconnect to another instance".to_owned(),
+                )
+            }
+        }
+    } else {
+        request
+    };
+    if names_session(&request) {
         return next.run(request).await;
     }
     let limit = gateway.config().limits.max_sessions;
