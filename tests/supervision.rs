@@ -553,6 +553,53 @@ async fn endless_cursors_are_followed_a_bounded_number_of_times() {
     close(client).await;
 }
 
+/// A per-session upstream that announces a list change and dies is not
+/// reopened by the refresh that announcement starts (no client asked; a
+/// server doing it at every start was restarted back to back); the
+/// session's next call reopens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_does_not_reopen_a_dead_per_session_upstream() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "private",
+            "announce_then_exit.py",
+            "isolation = \"per_session\""
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    assert_eq!(
+        ok_text(&call(&client, "private__ping", Value::Null).await),
+        "pong"
+    );
+    let died = call(&client, "private__die", Value::Null).await;
+    assert_eq!(died.is_error, Some(true), "{died:?}");
+    let reopened = || {
+        let gateway = &gateway;
+        async move {
+            gateway
+                .proc
+                .stderr
+                .text()
+                .contains("per-session upstream ended; reopening")
+                .then_some(())
+        }
+    };
+    // The refreshes follow the announcements at once; 2 s is ample.
+    assert!(
+        poll_until(Duration::from_secs(2), reopened).await.is_none(),
+        "reopened with no call:\n{}",
+        gateway.proc.stderr.text()
+    );
+    assert_eq!(
+        ok_text(&call(&client, "private__ping", Value::Null).await),
+        "pong"
+    );
+    assert!(reopened().await.is_some(), "the call reopens it");
+    close(client).await;
+}
+
 /// An upstream that declares resources but answers
 /// `resources/templates/list` with "method not found" (the SDKs' low-level
 /// servers with only list and read handlers) serves its tools and

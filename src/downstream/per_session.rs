@@ -94,7 +94,11 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     let Some(mount) = gateway.mount(mount_name) else {
         return;
     };
-    let Ok(upstream) = state.upstream_for(&mount).await else {
+    // Only the upstream open now: a refresh never opens one (a server that
+    // announces and then dies would otherwise be restarted, again and
+    // again, with no client asking); a new one starts from the shared
+    // lists anyway.
+    let Some(upstream) = state.open_upstream(mount_name) else {
         return;
     };
     let limit = mount.timeouts().request;
