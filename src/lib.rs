@@ -18,6 +18,7 @@
 //!   each request to its mount, owns its per-session upstreams.
 //! - [`http`]: the axum app: the MCP endpoint, `/healthz`, `/readyz`.
 //! - [`demo`]: a small MCP server the embedded default config mounts.
+//! - [`signals`]: SIGINT/SIGTERM (shutdown) and SIGHUP, caught from the start.
 
 // rmcp marks logging, sampling and roots deprecated (SEP-2577, 2026-07-28),
 // but they are live parts of the handshake-era protocol this gateway relays.
@@ -33,5 +34,6 @@ pub mod gateway;
 pub mod http;
 pub mod naming;
 pub mod rewrite;
+pub mod signals;
 pub mod telemetry;
 pub mod upstream;

@@ -244,6 +244,8 @@ async fn serve(
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let bound = listener.local_addr()?;
+    // Caught from here on, before any child starts.
+    let shutdown = junction::signals::shutdown_signal();
     let gateway = Gateway::new(config);
     gateway.start();
     // Printed, not logged: scripts and tests read this line whatever the
@@ -260,7 +262,7 @@ async fn serve(
     let lanes = junction::http::serve(
         listener,
         gateway.clone(),
-        shutdown_signal(),
+        shutdown,
         junction::http::lanes::count(),
     )
     .await?;
@@ -271,27 +273,4 @@ async fn serve(
     // Only now: the sessions just shut down ran on the lanes.
     lanes.close().await;
     Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM");
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }

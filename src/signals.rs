@@ -1,0 +1,78 @@
+//! The signals that stop or reload a running gateway, listened for from
+//! the start.
+//!
+//! Until a handler is installed, SIGTERM, SIGINT and SIGHUP end the process
+//! at once: no drain, and the stdio children, each the leader of its own
+//! process group, are left running. Tokio installs a signal's handler when
+//! a listener for it is created, for the rest of the process, so
+//! [`shutdown_signal`] creates its listeners when called, before the
+//! gateway starts a child, not when its future is first polled.
+
+use std::future::Future;
+
+/// Listens from now on; resolves on the first SIGINT or SIGTERM. Also
+/// installs SIGHUP's handler, which the config watcher listens to: one
+/// arriving before the watcher runs is not a reload, but it does not end
+/// the gateway either.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|error| tracing::warn!(%error, "cannot listen for {name}"))
+                .ok()
+        };
+        let interrupt = listen(SignalKind::interrupt(), "SIGINT");
+        let terminate = listen(SignalKind::terminate(), "SIGTERM");
+        drop(listen(SignalKind::hangup(), "SIGHUP"));
+        async move {
+            let received = |signal: Option<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = received(interrupt) => {}
+                () = received(terminate) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    /// Whether this process has a handler for signal `number`
+    /// (`SigCgt` in /proc/self/status).
+    fn caught(number: u32) -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let mask = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigCgt:"))
+            .map(|mask| u64::from_str_radix(mask.trim(), 16).expect("a hex mask"))
+            .expect("a SigCgt line");
+        mask & (1 << (number - 1)) != 0
+    }
+
+    /// The handlers are there once the function returns, before its
+    /// future is polled (it was an `async fn`: nothing until polled, and
+    /// a SIGTERM just after start took the default action).
+    #[tokio::test]
+    async fn handlers_are_installed_before_the_future_is_polled() {
+        let (sighup, sigint, sigterm) = (1, 2, 15);
+        let waiting = super::shutdown_signal();
+        for number in [sighup, sigint, sigterm] {
+            assert!(caught(number), "signal {number} has no handler");
+        }
+        drop(waiting);
+    }
+}
