@@ -615,6 +615,32 @@ async fn raw_http_surface() {
             .unwrap();
         assert_eq!(response.status(), status, "Origin {origin}");
     }
+
+    // Before anything else answers: a foreign Host or Origin gets 403 with
+    // a malformed body (not 400), with an unknown session (not 404), and
+    // on a DELETE.
+    let foreign: [(&str, &str); 2] = [("host", "evil.example"), ("origin", "http://evil.example")];
+    for (name, value) in foreign {
+        let requests = [
+            ("a malformed body", post("{not json").header(name, value)),
+            (
+                "an unknown session",
+                post(TOOLS_LIST)
+                    .header("mcp-session-id", "no-such-session")
+                    .header(name, value),
+            ),
+            (
+                "a DELETE",
+                http.delete(&mcp)
+                    .header("mcp-session-id", "no-such-session")
+                    .header(name, value),
+            ),
+        ];
+        for (what, request) in requests {
+            let response = within(what, request.send()).await.unwrap();
+            assert_eq!(response.status(), 403, "{what} from {name} {value}");
+        }
+    }
 }
 
 /// The operator pages on the gateway's listener get the MCP endpoint's

@@ -1,15 +1,24 @@
-//! The `Host` check of the operator pages on the gateway's own listener.
+//! The `Host` and `Origin` checks (DNS-rebinding protection), made before
+//! anything else on the gateway's listener answers.
 //!
 //! rmcp refuses an MCP request whose `Host` is not in
-//! `server.allowed_hosts` (DNS-rebinding protection: a page on
-//! `evil.example`, its name re-pointed at 127.0.0.1, would otherwise be
-//! same-origin with the gateway). `/status`, `/status.json` and `/metrics`
-//! sit on the same listener and tell mount names, upstream hosts and their
-//! last errors, so they get the same check here; rmcp's own is private to
-//! its service. Entries match as rmcp's do: `host` any port, `host:port`
-//! that port, an empty list (`["*"]`) anything. `/healthz` and `/readyz`
-//! answer any Host (probes call them by the pod's address), but `/readyz`
-//! names its mounts and their errors only to an allowed one.
+//! `server.allowed_hosts` (a page on `evil.example`, its name re-pointed at
+//! 127.0.0.1, would otherwise be same-origin with the gateway) or whose
+//! `Origin` is not in `server.allowed_origins`, but only once the request
+//! reaches its service: the gateway's own layers in front of it (the body
+//! check, the session limit, the drain, unknown sessions) would answer
+//! such a request first, with their 400, 413, 503 or 404, where the spec
+//! wants 403. So the MCP endpoint gets these checks as its outermost
+//! layer. `/status`, `/status.json` and `/metrics` sit on the same
+//! listener and tell mount names, upstream hosts and their last errors,
+//! so they get the `Host` check too; rmcp's own is private to its
+//! service. Entries match as rmcp's do: a host `host` any port, `host:port`
+//! that port, an empty list (`["*"]`) anything; an origin
+//! `scheme://host:port` that port (an origin without one has its scheme's
+//! default), `:*` any port, no port any port, `null` the opaque origin.
+//! `/healthz` and `/readyz` answer any Host (probes call them by the pod's
+//! address), but `/readyz` names its mounts and their errors only to an
+//! allowed one.
 
 use std::sync::Arc;
 
@@ -20,36 +29,120 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-/// The allow-list, as validated (`config::Server::allowed_hosts`).
+/// The allow-lists, as validated (`config::Server::allowed_hosts` and
+/// `allowed_origins`; `None`: no `Origin` check).
 #[derive(Clone)]
-pub struct AllowedHosts(pub Arc<[String]>);
+pub struct Allowed {
+    pub hosts: Arc<[String]>,
+    pub origins: Option<Arc<[String]>>,
+}
 
 /// Refuses (403) a request whose `Host` (or HTTP/2 `:authority`) is not
-/// allowed, and (400) one without a readable one.
+/// allowed, (400) one without a readable one, and (403) one whose `Origin`
+/// is present and not allowed.
 pub async fn require_allowed_host(
-    State(allowed): State<AllowedHosts>,
+    State(allowed): State<Allowed>,
     request: Request,
     next: Next,
 ) -> Response {
-    if allowed.0.is_empty() {
-        return next.run(request).await;
+    if !allowed.hosts.is_empty() {
+        let Some((host, port)) = request_authority(request.uri(), request.headers()) else {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Bad Request: missing or invalid Host header",
+            )
+                .into_response();
+        };
+        if !is_allowed(&host, port, &allowed.hosts) {
+            tracing::warn!(%host, "rejected request with disallowed Host header (possible DNS rebinding attempt)");
+            return (
+                StatusCode::FORBIDDEN,
+                "Forbidden: Host header is not allowed",
+            )
+                .into_response();
+        }
     }
-    let Some((host, port)) = request_authority(request.uri(), request.headers()) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            "Bad Request: missing or invalid Host header",
-        )
-            .into_response();
-    };
-    if !is_allowed(&host, port, &allowed.0) {
-        tracing::warn!(%host, "refused an operator page for a disallowed Host (possible DNS rebinding)");
-        return (
-            StatusCode::FORBIDDEN,
-            "Forbidden: Host header is not allowed",
-        )
-            .into_response();
+    if let (Some(origins), Some(origin)) = (&allowed.origins, request.headers().get(header::ORIGIN))
+    {
+        let origin = String::from_utf8_lossy(origin.as_bytes());
+        if !origin_allowed(&origin, origins) {
+            tracing::warn!(%origin, "rejected request with disallowed Origin header (possible cross-origin attack)");
+            return (
+                StatusCode::FORBIDDEN,
+                "Forbidden: Origin header is not allowed",
+            )
+                .into_response();
+        }
     }
     next.run(request).await
+}
+
+/// An origin, or an allow-list entry, taken apart.
+#[derive(Debug, PartialEq)]
+enum OriginParts {
+    /// `null`, a sandboxed or file page's opaque origin.
+    Opaque,
+    Tuple {
+        scheme: String,
+        host: String,
+        port: Option<u16>,
+    },
+}
+
+fn origin_parts(value: &str) -> Option<OriginParts> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("null") {
+        return Some(OriginParts::Opaque);
+    }
+    let uri = value.parse::<Uri>().ok()?;
+    let authority = uri.authority()?;
+    Some(OriginParts::Tuple {
+        scheme: uri.scheme_str()?.to_ascii_lowercase(),
+        host: normalize(authority.host()),
+        port: authority.port_u16(),
+    })
+}
+
+/// Whether `origin` (an `Origin` header's value) is in `allowed`. One that
+/// cannot be read is not.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    let Some(origin) = origin_parts(origin) else {
+        return false;
+    };
+    let default_port = |scheme: &str| match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    allowed.iter().any(|entry| {
+        let (entry, any_port) = match entry.trim().strip_suffix(":*") {
+            Some(base) => (base, true),
+            None => (entry.trim(), false),
+        };
+        match (origin_parts(entry), &origin) {
+            (Some(OriginParts::Opaque), OriginParts::Opaque) => true,
+            (
+                Some(OriginParts::Tuple {
+                    scheme,
+                    host,
+                    port: allowed_port,
+                }),
+                OriginParts::Tuple {
+                    scheme: sent_scheme,
+                    host: sent_host,
+                    port: sent_port,
+                },
+            ) => {
+                scheme == *sent_scheme
+                    && host == *sent_host
+                    && (any_port
+                        || allowed_port.is_none_or(|allowed_port| {
+                            sent_port.or_else(|| default_port(sent_scheme)) == Some(allowed_port)
+                        }))
+            }
+            _ => false,
+        }
+    })
 }
 
 /// Whether the request's `Host` is allowed (an empty list allows any).
@@ -101,6 +194,40 @@ mod tests {
         let allowed: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
         request_authority(&Uri::from_static("/status"), &headers)
             .is_some_and(|(host, port)| is_allowed(&host, port, &allowed))
+    }
+
+    #[test]
+    fn origins_match_as_rmcp_matches_them() {
+        let allowed: Vec<String> = [
+            "http://localhost:*",
+            "https://app.example.com:443",
+            "http://[::1]:*",
+            "null",
+            "https://old.example",
+        ]
+        .iter()
+        .map(|entry| entry.to_string())
+        .collect();
+        let allowed_origin = |origin: &str| origin_allowed(origin, &allowed);
+        assert!(allowed_origin("http://localhost:5173"));
+        assert!(allowed_origin("http://LOCALHOST"));
+        assert!(!allowed_origin("https://localhost:5173"), "another scheme");
+        assert!(
+            allowed_origin("https://app.example.com"),
+            "the default port"
+        );
+        assert!(allowed_origin("https://app.example.com:443"));
+        assert!(!allowed_origin("https://app.example.com:8443"));
+        assert!(allowed_origin("http://[::1]:3000"));
+        assert!(allowed_origin("null"));
+        assert!(allowed_origin("https://old.example:9999"), "no port: any");
+        assert!(!allowed_origin("http://evil.example"));
+        assert!(!allowed_origin("http://localhost.evil.example:80"));
+        assert!(!allowed_origin("not an origin"));
+        assert!(
+            !origin_allowed("http://localhost:1", &[]),
+            "an empty list allows none"
+        );
     }
 
     #[test]

@@ -145,6 +145,15 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             manager.clone(),
             session_answers,
+        ))
+        // Outermost: a foreign Host or Origin gets its 403 before any of
+        // the gateway's own answers (rmcp checks too, but last).
+        .layer(axum::middleware::from_fn_with_state(
+            host_check::Allowed {
+                hosts: server.allowed_hosts.clone().into(),
+                origins: server.allowed_origins.clone().map(Into::into),
+            },
+            host_check::require_allowed_host,
         ));
     let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
     let app = Router::new()
@@ -153,8 +162,10 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .route("/readyz", get(readyz))
         .with_state(gateway.clone());
     if admin_here {
-        let allowed =
-            host_check::AllowedHosts(gateway.config().server.allowed_hosts.clone().into());
+        let allowed = host_check::Allowed {
+            hosts: gateway.config().server.allowed_hosts.clone().into(),
+            origins: None,
+        };
         app.merge(
             admin::router(gateway).layer(axum::middleware::from_fn_with_state(
                 allowed,
