@@ -814,7 +814,11 @@ async fn an_upstream_urls_credential_is_not_shown_when_discovery_fails() {
         .await
         .expect("a free port");
     let port = listener.local_addr().expect("its address").port();
-    let fake = tokio::spawn(initialize_then_hang_up(listener));
+    let fake = tokio::spawn(scripted_http_upstream(
+        listener,
+        json!({"tools": {}}),
+        |_| None,
+    ));
     let config = format!(
         "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.leaky]\nurl = \"http://127.0.0.1:{port}/k/PATH-SECRET/mcp?api_key=QUERY-SECRET\"\n"
     );
@@ -842,64 +846,6 @@ async fn an_upstream_urls_credential_is_not_shown_when_discovery_fails() {
     }
     close(client).await;
     fake.abort();
-}
-
-/// A Streamable HTTP server that answers `initialize` (and `initialized`,
-/// and refuses `GET`), then closes the connection on any other request.
-async fn initialize_then_hang_up(listener: tokio::net::TcpListener) {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    loop {
-        let Ok((socket, _)) = listener.accept().await else {
-            return;
-        };
-        tokio::spawn(async move {
-            let mut socket = BufReader::new(socket);
-            loop {
-                let mut head = Vec::new();
-                loop {
-                    let mut line = String::new();
-                    match socket.read_line(&mut line).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => head.push(line.to_ascii_lowercase()),
-                    }
-                }
-                let length = head
-                    .iter()
-                    .find_map(|line| line.strip_prefix("content-length:"))
-                    .and_then(|value| value.trim().parse::<usize>().ok())
-                    .unwrap_or(0);
-                let mut body = vec![0; length];
-                if socket.read_exact(&mut body).await.is_err() {
-                    return;
-                }
-                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let answer = if head[0].starts_with("get ") {
-                    "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
-                } else if head[0].starts_with("delete ") {
-                    "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_owned()
-                } else if request["method"] == "initialize" {
-                    let result = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {"tools": {}},
-                        "serverInfo": {"name": "hangs-up", "version": "1"}
-                    }})
-                    .to_string();
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\ncontent-length: {}\r\n\r\n{result}",
-                        result.len()
-                    )
-                } else if request.get("id").is_none() {
-                    "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
-                } else {
-                    return; // tools/list: hang up
-                };
-                if socket.write_all(answer.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-        });
-    }
 }
 
 /// A client profile whose first discovery on a per-session mount fails is

@@ -422,6 +422,52 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
     close(client).await;
 }
 
+/// A failed upstream request's span describes the failure without the
+/// upstream URL's path and query (where hosted servers take their key):
+/// reqwest names the URL whole in its errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_is_described_without_the_url_key() {
+    let spans = Spans::default();
+    let endpoint = otlp_receiver(spans.clone()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let port = listener.local_addr().expect("its address").port();
+    // Lists its (no) resources, hangs up on anything else.
+    let upstream = tokio::spawn(scripted_http_upstream(
+        listener,
+        json!({"resources": {}}),
+        |request| match request["method"].as_str() {
+            Some("resources/list") => Some(json!({"resources": []})),
+            Some("resources/templates/list") => Some(json!({"resourceTemplates": []})),
+            _ => None,
+        },
+    ));
+    let url = format!("http://127.0.0.1:{port}/mcp?key=SECRET-KEY");
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}",
+        http_mount("remote", &url, "")
+    );
+    let gateway = Gateway::launch(&config, "toml", &[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    let refused = within(
+        "resources/read",
+        client.read_resource(rmcp::model::ReadResourceRequestParams::new("remote+x://y")),
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let failed = exported_span(&spans, "the failed upstream span", |s| {
+        s.name == "resources/read remote" && s.status.as_ref().is_some_and(|s| s.code == 2)
+    })
+    .await;
+    let description = failed.status.as_ref().map_or("", |s| s.message.as_str());
+    assert!(description.contains("127.0.0.1"), "{description}");
+    assert!(!description.contains("SECRET-KEY"), "{description}");
+    close(client).await;
+    upstream.abort();
+}
+
 /// The value of one sample line of the Prometheus exposition.
 fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics.lines().find_map(|line| {

@@ -12,6 +12,11 @@
 //! An upstream's URL may carry a credential in its path or query (hosted
 //! MCP servers often take their key there); error texts name URLs, so
 //! those are cut to their origin ([`origins_only`]).
+//!
+//! What a peer chose (a request id, a URI, an upstream's error message) is
+//! recorded cut to a bounded length ([`bounded`]): any length is allowed
+//! on the wire, and one span too large makes the exporter drop its whole
+//! batch.
 
 use std::fmt::Write;
 
@@ -20,6 +25,21 @@ use sha2::{Digest, Sha256};
 /// Hex digits kept of the SHA-256 (64 bits: no collisions among the
 /// sessions of one gateway in practice).
 const FINGERPRINT_DIGITS: usize = 16;
+
+/// Longest value recorded in a span of a string a peer chose.
+const SPAN_VALUE_LIMIT: usize = 512;
+
+/// `value` cut to [`SPAN_VALUE_LIMIT`] bytes, at a character boundary.
+pub fn bounded(value: &str) -> &str {
+    if value.len() <= SPAN_VALUE_LIMIT {
+        return value;
+    }
+    let mut end = SPAN_VALUE_LIMIT;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
 
 /// The fingerprint of session id `id`; empty for an empty id (a request
 /// outside any session).
@@ -132,6 +152,15 @@ pub fn origins_only(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn span_values_are_cut_at_a_character_boundary() {
+        assert_eq!(bounded("short"), "short");
+        let long = format!("a{}", "é".repeat(SPAN_VALUE_LIMIT));
+        let cut = bounded(&long);
+        assert!(cut.len() <= SPAN_VALUE_LIMIT && cut.len() >= SPAN_VALUE_LIMIT - 1);
+        assert!(long.starts_with(cut));
+    }
 
     #[test]
     fn urls_in_error_texts_keep_only_their_origin() {

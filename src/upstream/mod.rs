@@ -259,7 +259,10 @@ impl UpstreamSession {
                 span.record("rpc.jsonrpc.error_code", error.code.0);
                 span.record("rpc.response.status_code", code.as_str());
                 span.record("error.type", code.as_str());
-                span.record("otel.status_description", error.message.as_ref());
+                span.record(
+                    "otel.status_description",
+                    crate::telemetry::redact::bounded(&error.message),
+                );
             }
             Err(error) => {
                 if matches!(error, RequestError::Idle(_) | RequestError::Ceiling(_)) {
@@ -267,7 +270,16 @@ impl UpstreamSession {
                 }
                 // No JSON-RPC code: the conventions' fallback type.
                 span.record("error.type", "_OTHER");
-                span.record("otel.status_description", error.to_string().as_str());
+                // Through the redaction: a transport error names the
+                // upstream's URL, whose path or query may hold its key.
+                let described = match error {
+                    RequestError::Service(error) => http_client::with_causes(error),
+                    other => other.to_string(),
+                };
+                span.record(
+                    "otel.status_description",
+                    crate::telemetry::redact::bounded(&described),
+                );
             }
         }
         metrics()

@@ -826,3 +826,76 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// A Streamable HTTP server written by hand: answers `initialize`
+/// declaring `capabilities` (and `initialized`, and refuses `GET`), then
+/// each request with `answer(request)` as its result, or, for `None`,
+/// closes the connection without a word (reqwest then fails the request
+/// naming its URL whole).
+pub async fn scripted_http_upstream(
+    listener: tokio::net::TcpListener,
+    capabilities: Value,
+    answer: fn(&Value) -> Option<Value>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            return;
+        };
+        let capabilities = capabilities.clone();
+        tokio::spawn(async move {
+            let mut socket = BufReader::new(socket);
+            loop {
+                let mut head = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    match socket.read_line(&mut line).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => head.push(line.to_ascii_lowercase()),
+                    }
+                }
+                let length = head
+                    .iter()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|value| value.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0; length];
+                if socket.read_exact(&mut body).await.is_err() {
+                    return;
+                }
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let json_answer = |result: Value| {
+                    let message =
+                        serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result})
+                            .to_string();
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s1\r\ncontent-length: {}\r\n\r\n{message}",
+                        message.len()
+                    )
+                };
+                let reply = if head[0].starts_with("get ") {
+                    "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
+                } else if head[0].starts_with("delete ") {
+                    "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_owned()
+                } else if request["method"] == "initialize" {
+                    json_answer(serde_json::json!({
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": capabilities,
+                        "serverInfo": {"name": "scripted", "version": "1"}
+                    }))
+                } else if request.get("id").is_none() {
+                    "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
+                } else {
+                    match answer(&request) {
+                        Some(result) => json_answer(result),
+                        None => return,
+                    }
+                };
+                if socket.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
