@@ -158,4 +158,14 @@ async fn a_task_call_to_an_unreachable_mount_is_a_tool_error() {
         assert!(text.contains("mount dead is unavailable"), "{answer:?}");
         assert!(result.get("task").is_none(), "{answer:?}");
     }
+    // Both counted as what they are: tool errors.
+    let metrics = within("GET /metrics", async {
+        http.get(gateway.url("/metrics")).send().await?.text().await
+    })
+    .await
+    .expect("metrics");
+    let series =
+        r#"junction_requests_total{mount="dead",method="tools/call",outcome="tool_error"} "#;
+    let counted = metrics.lines().find_map(|line| line.strip_prefix(series));
+    assert_eq!(counted, Some("2"), "{metrics}");
 }

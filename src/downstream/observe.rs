@@ -143,9 +143,16 @@ plain_outcome!(
     GetPromptResponse,
     ReadResourceResponse,
     CompleteResult,
-    serde_json::Value,
     bytes::Bytes
 );
+
+/// The raw answers of task-augmented calls and `tasks/result`: a tool's
+/// result among them may report its failure.
+impl Outcome for serde_json::Value {
+    fn is_tool_error(&self) -> bool {
+        self.get("isError") == Some(&serde_json::Value::Bool(true))
+    }
+}
 
 /// Where a request came from, as far as its span is concerned: its
 /// JSON-RPC id, its HTTP headers (session id, protocol version, W3C trace
