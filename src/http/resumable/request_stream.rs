@@ -89,8 +89,12 @@ impl Streams {
             kept.push_back(key.clone());
             (kept.len() > MAX_ORPHANS_PER_SESSION).then(|| kept.pop_front())
         };
+        // Its reader holds the log until its retention ends: emptied here,
+        // or the bound would bound the map and not the memory.
         if let Some(Some(oldest)) = evicted {
-            self.logs().remove(&oldest);
+            if let Some(log) = self.logs().remove(&oldest) {
+                log.state().events.clear();
+            }
         }
     }
 
@@ -483,7 +487,12 @@ mod tests {
             }
         };
         abandon(&other).await;
-        for _ in 0..MAX_ORPHANS_PER_SESSION + 4 {
+        abandon(&session).await;
+        // Held as its background reader holds it, through the retention.
+        let first = streams
+            .get(&(session.clone(), 2))
+            .expect("the first orphan");
+        for _ in 0..MAX_ORPHANS_PER_SESSION + 3 {
             abandon(&session).await;
         }
         // Let every background reader reach its end (time is paused: the
@@ -499,6 +508,10 @@ mod tests {
         let expected: Vec<u64> = (6..=MAX_ORPHANS_PER_SESSION as u64 + 5).collect();
         assert_eq!(kept(&session), expected, "the latest, the oldest gone");
         assert_eq!(kept(&other), [1]);
+        assert!(
+            first.state().events.is_empty(),
+            "an evicted log holds nothing"
+        );
         tokio::time::sleep(ORPHAN_RETENTION + Duration::from_secs(1)).await;
         assert!(kept(&session).is_empty() && kept(&other).is_empty());
         assert!(lock(&streams.orphans).is_empty(), "nothing left behind");
