@@ -600,6 +600,54 @@ async fn a_refresh_does_not_reopen_a_dead_per_session_upstream() {
     close(client).await;
 }
 
+/// A per-session upstream that changes its tools right after its
+/// handshake, while the gateway is still opening it: the refresh that
+/// announcement starts waits for the open and reads the new list (one
+/// that found no upstream open yet would drop it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_announced_while_opening_is_not_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let counter = dir.path().join("starts");
+    // Start 1: the mount's own discovery; 2: the client's own upstream,
+    // which changes; 3: the discovery for this client's capabilities,
+    // begun once that upstream is open (which must not change: the
+    // client would see `late` through it).
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/announce_after_initialized.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.private]\ncommand = \"python3\"\nargs = [{:?}, {:?}, \"2\"]\nisolation = \"per_session\"\n\n",
+        fixture.to_str().expect("a UTF-8 path"),
+        counter.to_str().expect("a UTF-8 path"),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    // Set on the upstream as it opens (which the fixture takes 0.5 s to
+    // answer): the announcement comes while the open is under way.
+    #[allow(deprecated)]
+    within(
+        "logging/setLevel",
+        client
+            .peer()
+            .set_level(rmcp::model::SetLevelRequestParams::new(
+                rmcp::model::LoggingLevel::Info,
+            )),
+    )
+    .await
+    .expect("setLevel");
+    assert_eq!(
+        ok_text(&call(&client, "private__ping", Value::Null).await),
+        "pong"
+    );
+    eventually("the client's upstream's new tool", OP_TIMEOUT, || async {
+        tool_names(&client)
+            .await
+            .contains(&"private__late".to_owned())
+            .then_some(())
+    })
+    .await;
+    close(client).await;
+}
+
 /// An upstream that declares resources but answers
 /// `resources/templates/list` with "method not found" (the SDKs' low-level
 /// servers with only list and read handlers) serves its tools and

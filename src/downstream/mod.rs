@@ -369,6 +369,23 @@ impl SessionState {
             .filter(|session| session.is_alive())
     }
 
+    /// Like [`Self::open_upstream`], but waits for an open under way (its
+    /// events are live before it has finished: what it announces then is
+    /// about it). Never starts one.
+    pub(crate) async fn open_or_opening_upstream(
+        &self,
+        mount: &MountName,
+    ) -> Option<Arc<UpstreamSession>> {
+        let slot = lock(&self.upstreams).get(mount)?.slot.clone();
+        // Initialized already, or by the open under way once it ends;
+        // otherwise this one's init fails at once and opens nothing.
+        let session = slot
+            .get_or_try_init(|| async { Err::<Arc<UpstreamSession>, ()>(()) })
+            .await
+            .ok()?;
+        session.is_alive().then(|| session.clone())
+    }
+
     /// The upstream session serving `mount` for this session.
     pub(crate) async fn upstream_for(
         self: &Arc<Self>,

@@ -94,11 +94,11 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     let Some(mount) = gateway.mount(mount_name) else {
         return;
     };
-    // Only the upstream open now: a refresh never opens one (a server that
-    // announces and then dies would otherwise be restarted, again and
-    // again, with no client asking); a new one starts from the shared
-    // lists anyway.
-    let Some(upstream) = state.open_upstream(mount_name) else {
+    // Only the upstream open now (or opening): a refresh never opens one (a
+    // server that announces and then dies would otherwise be restarted,
+    // again and again, with no client asking); a new one starts from the
+    // shared lists anyway.
+    let Some(upstream) = state.open_or_opening_upstream(mount_name).await else {
         return;
     };
     let limit = mount.timeouts().request;
