@@ -42,7 +42,7 @@ use crate::{
     gateway::Mount,
     naming::MountName,
     rewrite,
-    upstream::{relay::set_related_task, RequestError, RequestLimit, UpstreamSession},
+    upstream::{relay::set_related_task, UpstreamSession},
 };
 
 /// The oldest protocol version with tasks.
@@ -536,24 +536,31 @@ impl DownstreamSession {
             if let Some(cursor) = cursor.take() {
                 params.insert("cursor".to_owned(), Value::String(cursor));
             }
-            let answer = upstream
-                .request_raw(
-                    "tasks/list",
-                    params,
-                    self.caller(context),
-                    &context.ct,
-                    RequestLimit {
-                        idle: limit.idle,
-                        ceiling: left,
-                    },
-                )
-                .await;
-            let result = match answer {
-                Ok(answer) => answer.result,
-                // A later page out of time: the earlier ones stand.
-                Err(RequestError::Ceiling(_)) if page > 0 => break,
-                Err(error) => return Err(RouteError::upstream(&mount.config, error)),
+            let request = upstream.request_raw(
+                "tasks/list",
+                params,
+                self.caller(context),
+                &context.ct,
+                limit,
+            );
+            // A later page is cut at the listing's deadline by dropping it
+            // (the upstream is told to cancel): the listing's own bound,
+            // not the request timing out, which would have the upstream
+            // checked for life.
+            let answer = if page == 0 {
+                request.await
+            } else {
+                match tokio::time::timeout(left, request).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        tracing::debug!(mount = %mount.config.name, "tasks/list: a page past the request ceiling; keeping what was read");
+                        break;
+                    }
+                }
             };
+            let result = answer
+                .map_err(|error| RouteError::upstream(&mount.config, error))?
+                .result;
             if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
                 tasks.extend(listed.iter().cloned());
             }
