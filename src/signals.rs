@@ -65,7 +65,9 @@ mod tests {
 
     /// The handlers are there once the function returns, before its
     /// future is polled (it was an `async fn`: nothing until polled, and
-    /// a SIGTERM just after start took the default action).
+    /// a SIGTERM just after start took the default action). SIGHUP's may
+    /// also come from `gateway::watch`'s tests in this binary; SIGINT's
+    /// and SIGTERM's only from here.
     #[tokio::test]
     async fn handlers_are_installed_before_the_future_is_polled() {
         let (sighup, sigint, sigterm) = (1, 2, 15);

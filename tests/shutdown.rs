@@ -87,6 +87,10 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
     .await;
 
     // Its body completed while draining: refused too, not a new session.
+    // (Had the signal been handled before the gateway read the head, the
+    // check before the body would refuse it: the test would pass without
+    // showing the later check, never fail wrongly. On loopback the head
+    // is read at once.)
     trickling
         .write_all(rest.as_bytes())
         .await
