@@ -45,21 +45,34 @@ pub async fn require_allowed_host(
     request: Request,
     next: Next,
 ) -> Response {
+    match refusal(&allowed, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
+/// The answer to `request` if its `Host` or `Origin` is not allowed (as
+/// [`require_allowed_host`] says), for a layer that has more to do.
+pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
     if !allowed.hosts.is_empty() {
         let Some((host, port)) = request_authority(request.uri(), request.headers()) else {
-            return (
-                StatusCode::BAD_REQUEST,
-                "Bad Request: missing or invalid Host header",
-            )
-                .into_response();
+            return Some(
+                (
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: missing or invalid Host header",
+                )
+                    .into_response(),
+            );
         };
         if !is_allowed(&host, port, &allowed.hosts) {
             tracing::warn!(%host, "rejected request with disallowed Host header (possible DNS rebinding attempt)");
-            return (
-                StatusCode::FORBIDDEN,
-                "Forbidden: Host header is not allowed",
-            )
-                .into_response();
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    "Forbidden: Host header is not allowed",
+                )
+                    .into_response(),
+            );
         }
     }
     if let (Some(origins), Some(origin)) = (&allowed.origins, request.headers().get(header::ORIGIN))
@@ -67,14 +80,16 @@ pub async fn require_allowed_host(
         let origin = String::from_utf8_lossy(origin.as_bytes());
         if !origin_allowed(&origin, origins) {
             tracing::warn!(%origin, "rejected request with disallowed Origin header (possible cross-origin attack)");
-            return (
-                StatusCode::FORBIDDEN,
-                "Forbidden: Origin header is not allowed",
-            )
-                .into_response();
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    "Forbidden: Origin header is not allowed",
+                )
+                    .into_response(),
+            );
         }
     }
-    next.run(request).await
+    None
 }
 
 /// An origin, or an allow-list entry, taken apart.
