@@ -33,8 +33,40 @@ use axum::{
 /// `allowed_origins`; `None`: no `Origin` check).
 #[derive(Clone)]
 pub struct Allowed {
-    pub hosts: Arc<[String]>,
+    pub hosts: AllowedHosts,
     pub origins: Option<Arc<[String]>>,
+}
+
+/// The `Host` allow-list, each entry taken apart once (every request is
+/// checked against it); empty: any host.
+#[derive(Clone)]
+pub struct AllowedHosts(Arc<[(String, Option<u16>)]>);
+
+impl AllowedHosts {
+    pub fn new(entries: &[String]) -> Self {
+        let parsed = entries.iter().map(|entry| {
+            let entry = entry.trim();
+            match entry.parse::<axum::http::uri::Authority>() {
+                Ok(authority) => (normalize(authority.host()), authority.port_u16()),
+                Err(_) => (normalize(entry), None),
+            }
+        });
+        Self(parsed.collect())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `host` (as sent, any case, IPv6 in brackets) on `port` is
+    /// allowed.
+    fn allows(&self, host: &str, port: Option<u16>) -> bool {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        self.0.iter().any(|(allowed, allowed_port)| {
+            allowed.eq_ignore_ascii_case(host)
+                && allowed_port.is_none_or(|allowed_port| port == Some(allowed_port))
+        })
+    }
 }
 
 /// Refuses (403) a request whose `Host` (or HTTP/2 `:authority`) is not
@@ -55,7 +87,7 @@ pub async fn require_allowed_host(
 /// [`require_allowed_host`] says), for a layer that has more to do.
 pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
     if !allowed.hosts.is_empty() {
-        let Some((host, port)) = request_authority(request.uri(), request.headers()) else {
+        let Some(authority) = request_authority(request.uri(), request.headers()) else {
             return Some(
                 (
                     StatusCode::BAD_REQUEST,
@@ -64,7 +96,8 @@ pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
                     .into_response(),
             );
         };
-        if !is_allowed(&host, port, &allowed.hosts) {
+        if !allowed.hosts.allows(authority.host(), authority.port_u16()) {
+            let host = authority.host();
             tracing::warn!(%host, "rejected request with disallowed Host header (possible DNS rebinding attempt)");
             return Some(
                 (
@@ -161,40 +194,29 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 }
 
 /// Whether the request's `Host` is allowed (an empty list allows any).
-pub fn host_allowed(uri: &Uri, headers: &axum::http::HeaderMap, allowed: &[String]) -> bool {
+pub fn host_allowed(uri: &Uri, headers: &axum::http::HeaderMap, allowed: &AllowedHosts) -> bool {
     allowed.is_empty()
         || request_authority(uri, headers)
-            .is_some_and(|(host, port)| is_allowed(&host, port, allowed))
+            .is_some_and(|authority| allowed.allows(authority.host(), authority.port_u16()))
 }
 
-/// The request's host (lowercase, without IPv6 brackets) and port.
-fn request_authority(uri: &Uri, headers: &axum::http::HeaderMap) -> Option<(String, Option<u16>)> {
-    let authority = match headers.get(header::HOST) {
-        Some(host) => host
-            .to_str()
-            .ok()?
-            .parse::<axum::http::uri::Authority>()
-            .ok()?,
-        None => uri.authority()?.clone(),
-    };
-    Some((normalize(authority.host()), authority.port_u16()))
+/// The request's authority: its `Host`, or HTTP/2's `:authority`.
+fn request_authority(
+    uri: &Uri,
+    headers: &axum::http::HeaderMap,
+) -> Option<axum::http::uri::Authority> {
+    match headers.get(header::HOST) {
+        Some(host) => host.to_str().ok()?.parse().ok(),
+        None => uri.authority().cloned(),
+    }
 }
 
+/// A host as allow-list entries and origins keep it: lowercase, without
+/// IPv6 brackets.
 fn normalize(host: &str) -> String {
     host.trim_start_matches('[')
         .trim_end_matches(']')
         .to_ascii_lowercase()
-}
-
-fn is_allowed(host: &str, port: Option<u16>, allowed: &[String]) -> bool {
-    allowed.iter().any(|entry| {
-        let entry = entry.trim();
-        let (allowed_host, allowed_port) = match entry.parse::<axum::http::uri::Authority>() {
-            Ok(authority) => (normalize(authority.host()), authority.port_u16()),
-            Err(_) => (normalize(entry), None),
-        };
-        allowed_host == host && allowed_port.is_none_or(|allowed_port| port == Some(allowed_port))
-    })
 }
 
 #[cfg(test)]
@@ -207,8 +229,11 @@ mod tests {
             host.parse().expect("a header value"),
         )]);
         let allowed: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
-        request_authority(&Uri::from_static("/status"), &headers)
-            .is_some_and(|(host, port)| is_allowed(&host, port, &allowed))
+        host_allowed(
+            &Uri::from_static("/status"),
+            &headers,
+            &AllowedHosts::new(&allowed),
+        )
     }
 
     #[test]

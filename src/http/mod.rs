@@ -148,7 +148,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             Edge {
                 sessions: manager.clone(),
                 allowed: host_check::Allowed {
-                    hosts: server.allowed_hosts.clone().into(),
+                    hosts: host_check::AllowedHosts::new(&server.allowed_hosts),
                     origins: server.allowed_origins.clone().map(Into::into),
                 },
             },
@@ -162,7 +162,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .with_state(gateway.clone());
     if admin_here {
         let allowed = host_check::Allowed {
-            hosts: gateway.config().server.allowed_hosts.clone().into(),
+            hosts: host_check::AllowedHosts::new(&gateway.config().server.allowed_hosts),
             origins: None,
         };
         app.merge(
@@ -374,8 +374,9 @@ async fn readyz(
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let allowed = &gateway.config().server.allowed_hosts;
-    if !host_check::host_allowed(&uri, &headers, allowed) {
+    // Parsed per probe: probes are rare, requests to the MCP endpoint not.
+    let allowed = host_check::AllowedHosts::new(&gateway.config().server.allowed_hosts);
+    if !host_check::host_allowed(&uri, &headers, &allowed) {
         return (status, Json(json!({ "ready": ready })));
     }
     let mounts: Vec<_> = gateway

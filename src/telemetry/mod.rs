@@ -66,6 +66,17 @@ const TRACE_FILTER: &str = crate::config::defaults::LOG_LEVEL;
 /// (`downstream/observe.rs`, `upstream/mod.rs`).
 const REQUEST_SPANS: [&str; 2] = ["mcp.request", "mcp.upstream.request"];
 
+/// Whether spans are exported (set once, by [`init`]).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether spans are exported: attributes that say nothing in a log line
+/// (a transport, a constant) are then set on the exported span alone
+/// (`OpenTelemetrySpanExt::set_attribute`), not as fields the log layer
+/// would format on every request.
+pub fn exporting_traces() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Installs logging (and tracing export, if `traces` is given). `filter`
 /// (unless `RUST_LOG` is set) is the log's; traces have their own
 /// ([`TRACE_FILTER`]). Must run inside a tokio runtime when traces are
@@ -107,6 +118,7 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
     // log and traces only as `rmcp_events` rewrites them; the rewriter sees
     // what either would.
     let exporting = otel.is_some();
+    EXPORTING.store(exporting, std::sync::atomic::Ordering::Relaxed);
     let rewrite_filter = if exporting {
         FilterExt::boxed(log_filter().or(EnvFilter::new(TRACE_FILTER)))
     } else {

@@ -220,19 +220,11 @@ impl UpstreamSession {
         limit: RequestLimit,
     ) -> Result<Exchange, RequestError> {
         let method = request.method().to_owned();
-        let protocol_version = self
-            .peer
-            .peer_info()
-            .map(|info| info.protocol_version.to_string());
         let span = tracing::info_span!(
             "mcp.upstream.request",
             otel.name = %format!("{method} {}", self.mount),
             otel.kind = "client",
             mcp.method.name = %method,
-            // The upstream's id for it, once sent (`request_in_span`).
-            jsonrpc.request.id = tracing::field::Empty,
-            mcp.protocol.version = protocol_version,
-            network.transport = self.network_transport,
             junction.mount = %self.mount,
             rpc.jsonrpc.error_code = tracing::field::Empty,
             rpc.response.status_code = tracing::field::Empty,
@@ -240,6 +232,14 @@ impl UpstreamSession {
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
+        // Traces only (see `telemetry::exporting_traces`).
+        if crate::telemetry::exporting_traces() {
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            span.set_attribute("network.transport", self.network_transport);
+            if let Some(info) = self.peer.peer_info() {
+                span.set_attribute("mcp.protocol.version", info.protocol_version.to_string());
+            }
+        }
         let started = std::time::Instant::now();
         let answer = self
             .request_in_span(request, caller, cancel, limit)
@@ -340,7 +340,12 @@ impl UpstreamSession {
                 (id, token, Either::Right(Box::pin(handle.await_response())))
             }
         };
-        tracing::Span::current().record("jsonrpc.request.id", id.to_string());
+        // The upstream's id for it, in traces only (see
+        // `telemetry::exporting_traces`).
+        if crate::telemetry::exporting_traces() {
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            tracing::Span::current().set_attribute("jsonrpc.request.id", id.to_string());
+        }
         // Whatever happens to the request, its mark goes with it.
         let raw_answer = keeps_raw.then(|| TakeRawAnswer {
             raw: &self.raw,
