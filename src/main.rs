@@ -175,16 +175,20 @@ fn main() -> ExitCode {
             junction::demo::run_http(listener, unknown_session_400).await?;
             Ok(Outcome::Ok)
         }),
-        Some(Command::Check { connect, timeout }) => Ok(runtime.block_on(cli::check::run(
-            ConfigSource::resolve(cli.config),
-            connect,
-            timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
-        ))),
-        Some(Command::Tools { json, timeout }) => Ok(runtime.block_on(cli::tools::run(
-            ConfigSource::resolve(cli.config),
-            json,
-            timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
-        ))),
+        Some(Command::Check { connect, timeout }) => {
+            Ok(runtime.block_on(cli::until_interrupted(cli::check::run(
+                ConfigSource::resolve(cli.config),
+                connect,
+                timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
+            ))))
+        }
+        Some(Command::Tools { json, timeout }) => {
+            Ok(runtime.block_on(cli::until_interrupted(cli::tools::run(
+                ConfigSource::resolve(cli.config),
+                json,
+                timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
+            ))))
+        }
         Some(Command::Import { file }) => {
             if cli.config.is_some() {
                 eprintln!("junction: import reads FILE; --config does not apply");

@@ -445,6 +445,47 @@ async fn check_connect_stops_an_upstream_that_never_initializes() {
     );
 }
 
+/// Ctrl-C (SIGINT) while `check --connect` waits on an upstream stops the
+/// command and the upstreams it started, and exits 130. The signal's
+/// default action ended junction alone: the upstream (here a `sleep`,
+/// which never reads the stdin that closed) ran on.
+#[tokio::test]
+async fn an_interrupted_check_stops_its_upstreams() {
+    let marker = unique_marker();
+    let config = format!(
+        "{SERVER_TOML}[mounts.hung]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 120; true\"]\n{}\n",
+        marker_env(&marker)
+    );
+    let (_dir, path) = config_file(&config);
+    let mut command = junction_command();
+    command
+        .args(["check", "--config", &path, "--connect", "--timeout", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start junction check");
+    let stderr = read_all(child.stderr.take().expect("stderr is piped"));
+    let _reaper = KillOnDrop(child.id());
+    eventually("the upstream to start", OP_TIMEOUT, || async {
+        (!marked_processes(&marker).is_empty()).then_some(())
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("send SIGINT");
+    let status = eventually("junction to exit", OP_TIMEOUT, || {
+        let exited = child.try_wait().expect("wait for junction");
+        async move { exited }
+    })
+    .await;
+    // First: on failure it kills what is left, so a regression leaves
+    // nothing running.
+    assert_no_marked_processes(&marker).await;
+    let stderr = stderr.join().unwrap_or_default();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+}
+
 #[tokio::test]
 async fn check_connect_timeout_requires_connect() {
     let run = junction(&["check", "--timeout", "5s"], &[]).await;

@@ -31,7 +31,8 @@ Examples:
 Exit codes: 0 valid (and, with --connect, every upstream started);
 1 valid, but an upstream failed to start or to answer in time;
 2 invalid config (every problem is printed with its field path);
-3 the output could not be written.";
+3 the output could not be written; 130 interrupted (SIGINT or SIGTERM;
+the upstreams it started are stopped).";
 
 /// `junction check`.
 pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome {

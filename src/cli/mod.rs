@@ -31,6 +31,25 @@ pub enum Outcome {
     /// command found, its output is lost, e.g. `junction import x.json >
     /// junction.toml` on a full disk.
     Unwritten,
+    /// Stopped by SIGINT or SIGTERM before the end, the upstreams it had
+    /// started stopped with it (exit 130, as a shell reports Ctrl-C).
+    Interrupted,
+}
+
+/// Runs a command that starts upstreams until it ends or SIGINT/SIGTERM
+/// comes. Dropped then, it takes its upstreams with it (each stdio
+/// child's process group is killed with its session); the signal's
+/// default action would end the process and leave children that do not
+/// read their stdin (a package still downloading) running.
+pub async fn until_interrupted(command: impl std::future::Future<Output = Outcome>) -> Outcome {
+    let interrupted = crate::signals::shutdown_signal();
+    tokio::select! {
+        outcome = command => outcome,
+        () = interrupted => {
+            eprintln!("junction: interrupted; upstreams stopped");
+            Outcome::Interrupted
+        }
+    }
 }
 
 impl Outcome {
@@ -40,6 +59,7 @@ impl Outcome {
             Outcome::Partial => 1,
             Outcome::Invalid => 2,
             Outcome::Unwritten => 3,
+            Outcome::Interrupted => 130,
         }
     }
 }

@@ -27,7 +27,8 @@ gets; a per_session mount may list fewer tools to clients without them.
 
 Exit codes: 0 every mount answered; 1 some mount failed or timed out (the
 others' tools are still printed); 2 invalid config; 3 the output could not
-be written.";
+be written; 130 interrupted (SIGINT or SIGTERM; the upstreams it started
+are stopped).";
 
 /// `junction tools`.
 pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
