@@ -26,12 +26,7 @@ impl MergedCatalog {
     /// `name`'s route, and whether the lists name it (`false`: a name a
     /// namespace merely claims).
     pub fn resolve_tool_listed(&self, name: &str) -> Option<(Route, bool)> {
-        match self.tool_routes.get(name) {
-            Some(route) => Some((route.clone(), true)),
-            None => self
-                .resolve_by_name_prefix(name)
-                .map(|route| (route, false)),
-        }
+        self.resolve_listed(&self.tool_routes, name)
     }
 
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {
@@ -40,7 +35,17 @@ impl MergedCatalog {
 
     /// `name`'s route, and whether the lists name it.
     pub fn resolve_prompt_listed(&self, name: &str) -> Option<(Route, bool)> {
-        match self.prompt_routes.get(name) {
+        self.resolve_listed(&self.prompt_routes, name)
+    }
+
+    /// A name found in `listed` (tools' or prompts' routes), else claimed
+    /// by its namespace prefix; `true` for the first.
+    fn resolve_listed(
+        &self,
+        listed: &std::collections::HashMap<String, Route>,
+        name: &str,
+    ) -> Option<(Route, bool)> {
+        match listed.get(name) {
             Some(route) => Some((route.clone(), true)),
             None => self
                 .resolve_by_name_prefix(name)

@@ -61,17 +61,9 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
     // Counted from before a draining gateway reads the body: shutdown must
     // not close while an answer for work in flight is still arriving.
     let in_flight = gateway.requests_in_flight().token();
-    let request = if gateway.is_draining() {
-        match answers_to_work_in_flight(&gateway, request).await {
-            Some(request) => request,
-            None => {
-                return unavailable(
-                    "the gateway is shutting down; reconnect to another instance".to_owned(),
-                )
-            }
-        }
-    } else {
-        request
+    let request = match refuse_new_work_while_draining(&gateway, request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
     };
     let response = next.run(request).await;
     response.map(|body| {
@@ -80,6 +72,22 @@ pub async fn admit(State(gateway): State<Arc<Gateway>>, request: Request, next: 
             _held: in_flight,
         })
     })
+}
+
+/// `request` as it is, unless the gateway is draining and it would start
+/// new work: then the 503 that says so.
+async fn refuse_new_work_while_draining(
+    gateway: &Gateway,
+    request: Request,
+) -> Result<Request, Response> {
+    if !gateway.is_draining() {
+        return Ok(request);
+    }
+    answers_to_work_in_flight(gateway, request)
+        .await
+        .ok_or_else(|| {
+            unavailable("the gateway is shutting down; reconnect to another instance".to_owned())
+        })
 }
 
 /// Whether `request` names a session, read as rmcp reads it: an
@@ -161,17 +169,9 @@ pub async fn reserve_session(
     }
     // Draining may have begun while the body arrived (`admit` looked
     // before): what would start work is refused now, on the body read.
-    let request = if gateway.is_draining() {
-        match answers_to_work_in_flight(&gateway, request).await {
-            Some(request) => request,
-            None => {
-                return unavailable(
-                    "the gateway is shutting down; reconnect to another instance".to_owned(),
-                )
-            }
-        }
-    } else {
-        request
+    let request = match refuse_new_work_while_draining(&gateway, request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
     };
     if names_session(&request) {
         return next.run(request).await;
