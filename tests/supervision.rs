@@ -858,15 +858,7 @@ async fn an_upstream_urls_credential_is_not_shown_in_errors() {
 /// `/readyz`, the log and a client's call; none shows the credential.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_urls_credential_is_not_shown_when_discovery_fails() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a free port");
-    let port = listener.local_addr().expect("its address").port();
-    let fake = tokio::spawn(scripted_http_upstream(
-        listener,
-        json!({"tools": {}}),
-        |_| None,
-    ));
+    let (port, fake) = scripted_http_upstream(json!({"tools": {}}), |_| None).await;
     let config = format!(
         "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.leaky]\nurl = \"http://127.0.0.1:{port}/k/PATH-SECRET/mcp?api_key=QUERY-SECRET\"\n"
     );

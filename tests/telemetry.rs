@@ -429,20 +429,16 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
 async fn an_upstream_failure_is_described_without_the_url_key() {
     let spans = Spans::default();
     let endpoint = otlp_receiver(spans.clone()).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a free port");
-    let port = listener.local_addr().expect("its address").port();
     // Lists its (no) resources, hangs up on anything else.
-    let upstream = tokio::spawn(scripted_http_upstream(
-        listener,
-        json!({"resources": {}}),
-        |request| match request["method"].as_str() {
-            Some("resources/list") => Some(json!({"resources": []})),
-            Some("resources/templates/list") => Some(json!({"resourceTemplates": []})),
-            _ => None,
-        },
-    ));
+    let (port, upstream) =
+        scripted_http_upstream(json!({"resources": {}}), |request| {
+            match request["method"].as_str() {
+                Some("resources/list") => Some(json!({"resources": []})),
+                Some("resources/templates/list") => Some(json!({"resourceTemplates": []})),
+                _ => None,
+            }
+        })
+        .await;
     let url = format!("http://127.0.0.1:{port}/mcp?key=SECRET-KEY");
     let config = format!(
         "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\n\n{}",

@@ -827,12 +827,25 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A Streamable HTTP server written by hand: answers `initialize`
-/// declaring `capabilities` (and `initialized`, and refuses `GET`), then
-/// each request with `answer(request)` as its result, or, for `None`,
-/// closes the connection without a word (reqwest then fails the request
-/// naming its URL whole).
+/// A Streamable HTTP server written by hand, on a free loopback port
+/// (returned, with the task serving it: abort it when done): answers
+/// `initialize` declaring `capabilities` (and `initialized`, and refuses
+/// `GET`), then each request with `answer(request)` as its result, or,
+/// for `None`, closes the connection without a word (reqwest then fails
+/// the request naming its URL whole).
 pub async fn scripted_http_upstream(
+    capabilities: Value,
+    answer: fn(&Value) -> Option<Value>,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let port = listener.local_addr().expect("its address").port();
+    let serving = tokio::spawn(serve_scripted(listener, capabilities, answer));
+    (port, serving)
+}
+
+async fn serve_scripted(
     listener: tokio::net::TcpListener,
     capabilities: Value,
     answer: fn(&Value) -> Option<Value>,
