@@ -109,6 +109,7 @@ pub async fn open(
         network_transport: mount.transport.network_transport(),
         peer,
         service: Mutex::new(Some(service)),
+        closing: Default::default(),
         pid,
         relay,
         raw,

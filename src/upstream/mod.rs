@@ -21,6 +21,8 @@ mod raw_post;
 pub mod relay;
 pub mod same_task_http;
 mod stderr;
+#[cfg(test)]
+mod tests;
 
 use std::{
     sync::{Arc, Mutex},
@@ -62,6 +64,9 @@ pub struct UpstreamSession {
     /// Taken out by `close`; a std mutex because it is never held across an
     /// await.
     service: Mutex<Option<RunningService<RoleClient, UpstreamHandler>>>,
+    /// Held by a `close` from start to end: a second one waits for the
+    /// first's graceful stop instead of killing the group under it.
+    closing: tokio::sync::Mutex<()>,
     /// The child's pid for stdio upstreams, for logs and tests.
     pid: Option<u32>,
     /// Attributes what the upstream sends to the downstream caller.
@@ -490,8 +495,11 @@ impl UpstreamSession {
     }
 
     /// Ends the session: a stdio child gets EOF, then SIGTERM, then SIGKILL;
-    /// an HTTP session gets its DELETE. Idempotent.
+    /// an HTTP session gets its DELETE. Idempotent: a second close (a
+    /// session's end racing its mount's retire) returns when the first has
+    /// finished.
     pub async fn close(&self) {
+        let _one_close_at_a_time = self.closing.lock().await;
         let service = self.service.lock().ok().and_then(|mut slot| slot.take());
         if let Some(service) = service {
             if let Err(error) = service.cancel().await {

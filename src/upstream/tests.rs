@@ -1,0 +1,80 @@
+//! An upstream session's end: what `close` does to a stdio child and what
+//! it started.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use rmcp::model::{ResourceUpdatedNotificationParam, ServerNotification};
+
+use super::*;
+use crate::config::{load, ConfigSource};
+
+/// Events nobody listens to: these tests look at processes only.
+struct NoEvents;
+
+impl UpstreamEvents for NoEvents {
+    fn list_changed(&self, _kind: ListKind) {}
+    fn resource_updated(&self, _params: ResourceUpdatedNotificationParam) {}
+    fn tell_session(&self, _session: u64, _notification: ServerNotification) {}
+}
+
+/// Opens a session to `python3 -c script`, which is handed `marker` as its
+/// first argument.
+async fn open_python(dir: &Path, script: &str, marker: &Path) -> UpstreamSession {
+    let file = dir.join("junction.toml");
+    let toml = format!(
+        "[mounts.fixture]\ncommand = \"python3\"\nargs = [\"-c\", {script:?}, {:?}]\n",
+        marker.display().to_string()
+    );
+    std::fs::write(&file, toml).expect("write the config");
+    let config = load(&ConfigSource::File(file)).expect("a valid config");
+    let mount = &config.mounts[0];
+    let handler = UpstreamHandler::new(
+        connect::client_config(ClientProfile::FULL.capabilities()),
+        Arc::new(NoEvents),
+        Arc::new(Relay::default()),
+    );
+    open(mount, config.timeouts.for_mount(&mount.timeouts), handler)
+        .await
+        .expect("the fixture starts")
+}
+
+/// A stdio server that answers `initialize` and, once its stdin closes,
+/// takes a moment to save its state (writes `marker`) before it exits.
+const SAVES_ON_EOF: &str = r#"
+import json, sys, time
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {}, "serverInfo": {"name": "saves", "version": "0"}}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+        sys.stdout.flush()
+time.sleep(0.5)
+open(sys.argv[1], "w").write("saved")
+"#;
+
+/// A session's end racing its mount's retire closes the same upstream
+/// twice: the second close waited for nothing and killed the process group
+/// while the first was still giving the server its time to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_close_waits_for_the_graceful_stop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("saved");
+    let session = open_python(dir.path(), SAVES_ON_EOF, &marker).await;
+    let first = session.close();
+    let second = async {
+        // Once the first close has begun its graceful stop.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        session.close().await;
+        std::fs::read_to_string(&marker).ok()
+    };
+    let (_, seen_by_second) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(first, second)
+    })
+    .await
+    .expect("both closes end");
+    assert_eq!(
+        seen_by_second.as_deref(),
+        Some("saved"),
+        "the server was killed before it saved"
+    );
+}
