@@ -755,6 +755,49 @@ async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
     close(client).await;
 }
 
+/// What a per-session upstream started in a session of its own (`setsid`:
+/// a browser launched by Playwright) is not in its process group, and goes
+/// when the upstream does all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_upstream_started_outside_its_group_goes_with_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pid_file = dir.path().join("straggler.pid");
+    let config = format!(
+        "{SERVER_TOML}{}",
+        detached_straggler_mount("private", &pid_file, "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let leader = call_pid(&client, "private__pid").await;
+    let straggler = straggler_pid(&pid_file).await;
+    let _reaper = KillOnDrop(straggler);
+    assert!(process_alive(straggler));
+    assert_ne!(
+        process_group(straggler),
+        leader,
+        "the straggler left the upstream's group"
+    );
+
+    close(client).await;
+    eventually(
+        "the detached straggler to be killed",
+        OP_TIMEOUT,
+        || async { (!process_alive(straggler)).then_some(()) },
+    )
+    .await;
+}
+
+/// The process group `pid` is in, from `/proc/<pid>/stat`.
+fn process_group(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // "pid (comm) state ppid pgrp ...".
+    let (_, rest) = stat.rsplit_once(')').expect("a stat line");
+    rest.split_whitespace()
+        .nth(2)
+        .and_then(|pgrp| pgrp.parse().ok())
+        .expect("a process group")
+}
+
 /// `junction_upstream_sessions` of `mount`, from `/metrics`.
 async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
     let metrics = within(

@@ -146,11 +146,13 @@ async fn start(
             env,
             cwd,
         } => {
+            let tag = super::detached::new_tag();
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args)
                 .env_clear()
                 .envs(child::inherited_env())
-                .envs(env);
+                .envs(env)
+                .env(super::detached::TAG_VARIABLE, &tag);
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
@@ -166,7 +168,7 @@ async fn start(
             let pid = process.id();
             // From here on, abandoning the start (timeout, shutdown) kills
             // the whole group.
-            let group = ProcessGroupGuard::new(pid);
+            let group = ProcessGroupGuard::new(pid, Some(tag));
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }
@@ -240,7 +242,7 @@ async fn start(
             Ok(Started {
                 service,
                 pid: None,
-                group: ProcessGroupGuard::new(None),
+                group: ProcessGroupGuard::none(),
                 direct: Some(direct),
             })
         }

@@ -9,6 +9,7 @@
 mod bounded_map;
 pub mod child;
 pub mod connect;
+mod detached;
 pub mod direct_call;
 pub mod discovery;
 pub mod handler;
@@ -508,8 +509,14 @@ impl UpstreamSession {
         }
         // The leader exited (stdin closed, then SIGTERM, then SIGKILL);
         // anything it started that is still running goes too.
-        if let Ok(mut group) = self.group.lock() {
-            group.kill();
+        let mut group = match self.group.lock() {
+            Ok(mut group) => group.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        // Should the runtime be shutting down, the dropped closure kills
+        // the group there and then.
+        if let Err(error) = tokio::task::spawn_blocking(move || group.kill()).await {
+            tracing::debug!(%error, "killing an upstream's process group failed");
         }
         self.uncount();
     }

@@ -351,8 +351,19 @@ pub fn stdio_demo_mount(name: &str, extra: &str) -> String {
 /// upstream writes it again. The straggler's stdio is not the server's, so
 /// the server's end shows on its pipe.
 pub fn wrapped_demo_mount(name: &str, marker: &std::path::Path, extra: &str) -> String {
+    straggler_mount(name, "", marker, extra)
+}
+
+/// As [`wrapped_demo_mount`], but the straggler leaves the process group
+/// for a session of its own (`setsid`), as the browsers Playwright launches
+/// do.
+pub fn detached_straggler_mount(name: &str, marker: &std::path::Path, extra: &str) -> String {
+    straggler_mount(name, "setsid ", marker, extra)
+}
+
+fn straggler_mount(name: &str, launcher: &str, marker: &std::path::Path, extra: &str) -> String {
     let script = format!(
-        "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}; exec {BIN} demo-server",
+        "{launcher}sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}; exec {BIN} demo-server",
         marker.display()
     );
     format!("[mounts.{name}]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n{extra}\n\n")

@@ -1,0 +1,145 @@
+//! Finds what a stdio upstream started outside its process group, by a tag
+//! in the environment.
+//!
+//! A stdio upstream's process group dies with it (`process_group.rs`), but a
+//! descendant that left the group (`setsid`, as Node's `detached: true` does
+//! and Playwright does for every browser it launches; `setpgid`; a
+//! daemonizing helper) would outlive it: a per-session browser server
+//! killed or crashed left its browser running for good. Without privileges
+//! there is no cgroup to hold the tree, and a subreaper would make the
+//! gateway reap zombies it never started. Environment variables are
+//! inherited through `fork`, `exec` and `setsid` alike, so each child gets
+//! a tag of its own in [`TAG_VARIABLE`], and when its group is killed every
+//! process still carrying the tag is killed too. A process that starts with
+//! an environment cleared of the tag escapes; so do other users' processes,
+//! whose environment the gateway cannot read.
+
+use std::{
+    collections::HashSet,
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
+
+/// The environment variable a stdio upstream's tag is passed in. Not
+/// `JUNCTION_*`: a gateway run as an upstream of another would read that as
+/// a config override.
+pub const TAG_VARIABLE: &str = "MCP_JUNCTION_TREE";
+
+/// How many times the process table is read for one tag: a tagged process
+/// forking while it is read can leave a child the pass did not see, found
+/// by the next one. A pass that kills nothing new ends the search.
+const MAX_PASSES: usize = 4;
+
+/// A tag no other upstream of this process, or of another gateway process
+/// on the machine, carries.
+pub fn new_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static STARTED: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let started = STARTED.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_nanos())
+            .unwrap_or_default()
+    });
+    format!(
+        "{}.{started}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Kills (SIGKILL) every process whose environment carries `tag`. Blocking:
+/// reads `/proc` (nothing happens where there is none).
+pub fn kill_tagged(tag: &str) -> usize {
+    let needle = format!("{TAG_VARIABLE}={tag}");
+    let own = std::process::id();
+    let mut killed: HashSet<u32> = HashSet::new();
+    for _ in 0..MAX_PASSES {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            break;
+        };
+        let mut new = 0;
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid == own || killed.contains(&pid) || !carries(pid, needle.as_bytes()) {
+                continue;
+            }
+            let Ok(raw) = i32::try_from(pid) else {
+                continue;
+            };
+            if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
+                killed.insert(pid);
+                new += 1;
+            }
+        }
+        if new == 0 {
+            break;
+        }
+    }
+    if !killed.is_empty() {
+        tracing::debug!(
+            count = killed.len(),
+            "killed what an upstream left running outside its process group"
+        );
+    }
+    killed.len()
+}
+
+/// Whether process `pid`'s environment (as it was at its `exec`) holds the
+/// exact entry `needle`. Unreadable (gone, another user's) counts as no.
+fn carries(pid: u32, needle: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|byte| *byte == 0)
+            .any(|entry| entry == needle)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exists(pid: u32) -> bool {
+        // A zombie has been killed; it waits for its parent to reap it.
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    }
+
+    #[test]
+    fn kills_the_tagged_only() {
+        let tag = new_tag();
+        let spawn = |tag: &str| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .env(TAG_VARIABLE, tag)
+                .spawn()
+                .expect("spawn sleep")
+        };
+        let mut tagged = spawn(&tag);
+        // A tag that merely starts with this one is another upstream's.
+        let mut other = spawn(&format!("{tag}0"));
+        assert_eq!(kill_tagged(&tag), 1);
+        tagged.wait().expect("reap the tagged");
+        assert!(exists(other.id()), "another tag's process was killed");
+        other.kill().expect("kill the other");
+        other.wait().expect("reap the other");
+        assert_eq!(kill_tagged(&tag), 0, "nothing left to kill");
+    }
+
+    #[test]
+    fn tags_differ() {
+        assert_ne!(new_tag(), new_tag());
+    }
+}
