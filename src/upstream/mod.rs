@@ -357,7 +357,7 @@ impl UpstreamSession {
             raw: &self.raw,
             id: Some(id.clone()),
         });
-        let inflight = self
+        let mut inflight = self
             .relay
             .register(id.clone(), progress_token.clone(), caller);
         drop(sending);
@@ -398,6 +398,9 @@ impl UpstreamSession {
             }
         };
         cancel_guard.id = None;
+        if matches!(&answer, Ok(_) | Err(ServiceError::McpError(_))) {
+            inflight.answered();
+        }
         if let Err(ServiceError::McpError(error)) = &answer {
             // A later `notifications/elicitation/complete` for one of the
             // elicitations this error asks for belongs to this caller.

@@ -13,6 +13,12 @@
 //! 3. the single downstream session with requests in flight;
 //! 4. the owner, for a per-session upstream (it has exactly one session).
 //!
+//! A request the gateway stopped waiting for (its client cancelled it, it
+//! timed out, its caller went away) may still be running upstream, since
+//! cancellation is advisory: for [`ABANDONED_LINGER`] it still counts in
+//! rules 1 to 3, for its session alone, so that what the upstream goes on
+//! sending for it never passes for another session's single request.
+//!
 //! A message that finds no caller waits (bounded) for requests still being
 //! sent to be registered, then is looked up again: rmcp learns a request's
 //! id only as it sends it, and the upstream may answer at once. A log
@@ -216,6 +222,9 @@ pub struct Relay {
     /// message the upstream wrote during a request can reach the gateway
     /// just after the answer (servers need not order them).
     recent: Mutex<VecDeque<(Instant, Caller)>>,
+    /// Requests abandoned unanswered within [`ABANDONED_LINGER`], newest
+    /// last, at most [`ABANDONED_MAX`], with their sessions.
+    abandoned: Mutex<VecDeque<(Instant, RequestId, Caller)>>,
     /// Progress and log notifications received but not yet relayed.
     pending_notifications: AtomicUsize,
     relayed: Notify,
@@ -240,6 +249,15 @@ pub const LINGER: Duration = Duration::from_secs(1);
 
 /// Bound on the finished requests remembered for [`LINGER`].
 const RECENT_MAX: usize = 64;
+
+/// How long a request abandoned unanswered may still be at work upstream,
+/// as far as attribution goes (see the module doc). A server that ignores
+/// cancellation for longer can have its messages refused as ambiguous,
+/// then given by rule 2 or 3, as before.
+pub const ABANDONED_LINGER: Duration = Duration::from_secs(30);
+
+/// Bound on the abandoned requests remembered for [`ABANDONED_LINGER`].
+const ABANDONED_MAX: usize = 256;
 
 /// Bound on how long an answer waits for earlier notifications to be
 /// relayed; a stuck client stream must not hold every answer.
@@ -296,6 +314,7 @@ impl Relay {
             relay: self.clone(),
             id,
             progressed,
+            answered: false,
         }
     }
 
@@ -328,11 +347,15 @@ impl Relay {
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
         let inflight = lock(&self.inflight);
+        let abandoned = self.abandoned_callers();
         if let Some(InboundStreamOrigin::OutboundRequest(id)) =
             extensions.get::<InboundStreamOrigin>()
         {
             if let Some(found) = inflight.get(id) {
                 return Ok(found.caller.clone());
+            }
+            if let Some((_, caller)) = abandoned.iter().find(|(abandoned, _)| abandoned == id) {
+                return Ok(caller.clone());
             }
         }
         if let Some(owner) = related_task.and_then(|id| self.task_owner(id)) {
@@ -351,13 +374,22 @@ impl Relay {
         }
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
-                return Ok(only.caller.clone());
+                if abandoned
+                    .iter()
+                    .all(|(_, caller)| caller.session == only.caller.session)
+                {
+                    return Ok(only.caller.clone());
+                }
             }
         }
         let mut sessions: Vec<&Caller> = Vec::new();
-        for entry in inflight.values() {
-            if !sessions.iter().any(|c| c.session == entry.caller.session) {
-                sessions.push(&entry.caller);
+        let callers = inflight
+            .values()
+            .map(|entry| &entry.caller)
+            .chain(abandoned.iter().map(|(_, caller)| caller));
+        for caller in callers {
+            if !sessions.iter().any(|c| c.session == caller.session) {
+                sessions.push(caller);
             }
         }
         if let [only] = sessions.as_slice() {
@@ -394,6 +426,23 @@ impl Relay {
             Err(Unattributed::Nobody) => self.recently_ended(),
             other => other,
         }
+    }
+
+    /// The requests abandoned within [`ABANDONED_LINGER`] (the older ones
+    /// forgotten), with their sessions.
+    fn abandoned_callers(&self) -> Vec<(RequestId, Caller)> {
+        let mut abandoned = lock(&self.abandoned);
+        let now = Instant::now();
+        while abandoned
+            .front()
+            .is_some_and(|(at, _, _)| now.duration_since(*at) > ABANDONED_LINGER)
+        {
+            abandoned.pop_front();
+        }
+        abandoned
+            .iter()
+            .map(|(_, id, caller)| (id.clone(), caller.clone()))
+            .collect()
     }
 
     /// The one session whose request ended within [`LINGER`].
@@ -600,14 +649,22 @@ impl Drop for SendingGuard {
     }
 }
 
-/// Removes an in-flight entry when the request ends, however it ends.
+/// Removes an in-flight entry when the request ends, however it ends; one
+/// that ends unanswered is remembered as abandoned.
 pub struct InflightGuard {
     relay: Arc<Relay>,
     id: RequestId,
     progressed: Arc<Notify>,
+    /// Set when the upstream answered (with a result or an error).
+    answered: bool,
 }
 
 impl InflightGuard {
+    /// The upstream answered: nothing more is expected for this request.
+    pub fn answered(&mut self) {
+        self.answered = true;
+    }
+
     /// Resolves at the next progress notification for this request (one
     /// that arrived since the last call counts).
     pub async fn progressed(&self) {
@@ -654,6 +711,13 @@ impl Drop for InflightGuard {
             return;
         };
         let now = Instant::now();
+        if !self.answered {
+            let mut abandoned = lock(&self.relay.abandoned);
+            if abandoned.len() >= ABANDONED_MAX {
+                abandoned.pop_front();
+            }
+            abandoned.push_back((now, self.id.clone(), ended.caller.session_only()));
+        }
         let mut recent = lock(&self.relay.recent);
         while recent.len() >= RECENT_MAX
             || recent
@@ -719,12 +783,61 @@ mod tests {
         ProgressToken(rmcp::model::NumberOrString::Number(n))
     }
 
+    /// Request `id` of `caller`, sent and answered.
+    fn answered(relay: &Arc<Relay>, id: i64, caller: Caller) {
+        relay
+            .register(RequestId::Number(id), token(id), caller)
+            .answered();
+    }
+
+    /// What an upstream goes on sending for a request its client cancelled
+    /// (or that timed out) is not another session's, though that session
+    /// now has the one request in flight: on the cancelled request's own
+    /// stream it is the first session's, without a stream it is ambiguous.
+    #[tokio::test]
+    async fn a_cancelled_requests_messages_do_not_go_to_another_session() {
+        let relay = Arc::new(Relay::default());
+        let (cancelling, _cancelling_peer) = caller(1);
+        let (other, _other_peer) = caller(2);
+        drop(relay.register(RequestId::Number(1), token(1), cancelling));
+        let _inflight = relay.register(RequestId::Number(2), token(2), other);
+        let mut on_its_stream = Extensions::new();
+        on_its_stream.insert(InboundStreamOrigin::OutboundRequest(RequestId::Number(1)));
+        let attributed = relay.attribute(&on_its_stream, None);
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+        let attributed = relay.attribute(&Extensions::new(), None);
+        assert!(
+            matches!(attributed, Err(Unattributed::Ambiguous(2))),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+    }
+
+    /// With nothing else in flight, the abandoned request's session gets
+    /// what its request still causes (a log line, a sampling request).
+    #[tokio::test]
+    async fn an_abandoned_requests_messages_go_to_its_session() {
+        let relay = Arc::new(Relay::default());
+        let (cancelling, _cancelling_peer) = caller(1);
+        drop(relay.register(RequestId::Number(1), token(1), cancelling));
+        let attributed = relay.attribute(&Extensions::new(), None);
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+        // An answered request leaves nothing behind to claim them.
+        let relay = Arc::new(Relay::default());
+        let (done, _done_peer) = caller(1);
+        answered(&relay, 1, done);
+        assert!(matches!(
+            relay.attribute(&Extensions::new(), None),
+            Err(Unattributed::Nobody)
+        ));
+    }
+
     #[tokio::test]
     async fn a_log_message_waits_for_a_request_being_sent_before_one_just_ended_claims_it() {
         let relay = Arc::new(Relay::default());
         let (quiet, _quiet_peer) = caller(1);
         let (chatty, _chatty_peer) = caller(2);
-        drop(relay.register(RequestId::Number(1), token(1), quiet));
+        answered(&relay, 1, quiet);
         // chatty's request is on its way: the upstream logs for it before
         // its id is registered.
         let sending = relay.sending();
@@ -800,7 +913,7 @@ mod tests {
     async fn a_late_log_message_goes_to_the_one_session_whose_request_just_ended() {
         let relay = Arc::new(Relay::default());
         let (only, _peer) = caller(1);
-        drop(relay.register(RequestId::Number(1), token(1), only));
+        answered(&relay, 1, only);
         let extensions = Extensions::new();
         let attributed = relay.attribute_notification(&extensions, None).await;
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
