@@ -28,8 +28,9 @@ pub fn qualify_tool_result(namespace: &Namespace, result: &mut CallToolResult) {
 }
 
 /// An MCP App's UI: `_meta.ui.resourceUri` (or the older
-/// `_meta["ui/resourceUri"]`) on a tool, and on some servers' call results,
-/// is the `ui://` URI the host reads next. It is qualified like the URI
+/// `_meta["ui/resourceUri"]`, or the OpenAI Apps SDK's
+/// `_meta["openai/outputTemplate"]`) on a tool, and on some servers' call
+/// results, is the `ui://` URI the host reads next. It is qualified like the URI
 /// the host finds in `resources/list`, so the read comes back to this
 /// mount; other `_meta` is the upstream's.
 pub fn qualify_ui_meta(namespace: &Namespace, meta: &mut JsonObject) {
@@ -46,6 +47,7 @@ pub fn qualify_ui_meta(namespace: &Namespace, meta: &mut JsonObject) {
             .and_then(|ui| ui.get_mut("resourceUri")),
     );
     qualify(meta.get_mut("ui/resourceUri"));
+    qualify(meta.get_mut("openai/outputTemplate"));
 }
 
 pub fn qualify_prompt_result(namespace: &Namespace, result: &mut GetPromptResult) {
@@ -104,6 +106,7 @@ mod tests {
         let mut meta: JsonObject = serde_json::from_value(json!({
             "ui": {"resourceUri": "ui://weather/forecast", "prefersBorder": true},
             "ui/resourceUri": "ui://weather/forecast",
+            "openai/outputTemplate": "ui://widget/board.html",
             "other": "ui://left/alone",
         }))
         .unwrap();
@@ -113,6 +116,7 @@ mod tests {
             json!({
                 "ui": {"resourceUri": "ui://ev/weather/forecast", "prefersBorder": true},
                 "ui/resourceUri": "ui://ev/weather/forecast",
+                "openai/outputTemplate": "ui://ev/widget/board.html",
                 "other": "ui://left/alone",
             })
         );
