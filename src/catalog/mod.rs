@@ -10,6 +10,7 @@
 
 mod page;
 mod route;
+mod uri_template;
 
 use std::{
     collections::HashMap,

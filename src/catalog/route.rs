@@ -4,11 +4,12 @@
 //! same way the lists do. Names not (yet) listed, such as a tool of a mount
 //! whose discovery has not finished or a URI produced by a resource
 //! template, resolve by their namespace prefix; pass-through mounts are
-//! tried last, the first in config order taking an unprefixed URI.
+//! tried last: the one whose listed template could expand to an unprefixed
+//! URI, else the first in config order.
 
 use std::sync::Arc;
 
-use super::MergedCatalog;
+use super::{uri_template, MergedCatalog};
 use crate::naming::MountName;
 
 /// Where a client-visible name goes: the mount and the upstream's own name.
@@ -71,14 +72,36 @@ impl MergedCatalog {
                 original: Arc::from(original),
             })
         });
-        prefixed.or_else(|| {
-            self.namespaces
+        prefixed
+            .or_else(|| self.resolve_by_pass_through_template(uri))
+            .or_else(|| {
+                self.namespaces
+                    .iter()
+                    .find(|(namespace, _)| namespace.is_pass_through())
+                    .map(|(_, mount)| Route {
+                        mount: mount.clone(),
+                        original: uri.into(),
+                    })
+            })
+    }
+
+    /// An unlisted, unprefixed URI that a pass-through mount's listed
+    /// template describes goes to that mount (the first in list order),
+    /// not to the first pass-through mount: with two, the second's
+    /// template expansions were out of reach.
+    fn resolve_by_pass_through_template(&self, uri: &str) -> Option<Route> {
+        self.templates.iter().find_map(|template| {
+            let route = self.template_routes.get(&template.uri_template)?;
+            let pass_through = self
+                .namespaces
                 .iter()
-                .find(|(namespace, _)| namespace.is_pass_through())
-                .map(|(_, mount)| Route {
-                    mount: mount.clone(),
+                .any(|(namespace, mount)| *mount == route.mount && namespace.is_pass_through());
+            (pass_through && uri_template::could_expand_to(&template.uri_template, uri)).then(
+                || Route {
+                    mount: route.mount.clone(),
                     original: uri.into(),
-                })
+                },
+            )
         })
     }
 

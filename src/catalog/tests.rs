@@ -106,6 +106,29 @@ fn pass_through_collisions_keep_the_first_mount() {
     );
 }
 
+/// With two pass-through mounts, a URI that only the second's template
+/// describes goes to the second, not to the first by default.
+#[test]
+fn an_unlisted_uri_goes_to_the_pass_through_mount_whose_template_fits() {
+    let with_template = |mount: &str, template: &str| {
+        let mut view = view(mount, "", &[], &[]);
+        let catalog = Arc::make_mut(&mut view.catalog);
+        catalog.templates = vec![ResourceTemplate::new(template, "t")];
+        view
+    };
+    let (merged, _) = merge(&[
+        with_template("one", "notes://{id}"),
+        with_template("two", "report://{id}"),
+    ]);
+    assert_eq!(merged.resolve_uri("report://7"), route("two", "report://7"));
+    assert_eq!(merged.resolve_uri("notes://7"), route("one", "notes://7"));
+    // What no template describes still goes to the first.
+    assert_eq!(
+        merged.resolve_uri("report://7/pages"),
+        route("one", "report://7/pages")
+    );
+}
+
 #[test]
 fn a_pass_through_name_can_collide_with_a_qualified_one() {
     let (merged, collisions) = merge(&[
