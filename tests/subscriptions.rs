@@ -140,6 +140,54 @@ async fn a_shared_upstream_holds_a_subscription_while_some_session_wants_it() {
     close(observer).await;
 }
 
+/// rmcp serves requests before `notifications/initialized` (as the spec
+/// allows; some clients send it alongside their first requests): a
+/// subscription made then is the session's like any other, let go when
+/// the session ends. It was answered as done and recorded nowhere, so the
+/// upstream stayed subscribed for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_made_before_initialized_is_the_sessions() {
+    let gateway = Gateway::start(&shared_config()).await;
+    let observer = gateway.connect().await;
+    let url = gateway.mcp_url();
+    let http = reqwest::Client::new();
+    let answer = raw::post(&http, &url, None, raw::JSON_POST, raw::INITIALIZE).await;
+    let session = answer.session_id().expect("a session id");
+    let subscribe = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+        "params": { "uri": format!("shared+{NOTE}") },
+    });
+    let answer = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        subscribe.to_string(),
+    )
+    .await;
+    assert!(answer.body.get("result").is_some(), "{answer:?}");
+    let answer = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        raw::INITIALIZED,
+    )
+    .await;
+    assert_eq!(answer.status, reqwest::StatusCode::ACCEPTED);
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+
+    let ended = within(
+        "DELETE",
+        http.delete(&url).header("mcp-session-id", &session).send(),
+    )
+    .await
+    .expect("DELETE");
+    assert!(ended.status().is_success(), "{ended:?}");
+    wait_until_held(&observer, "shared", &[]).await;
+    close(observer).await;
+}
+
 /// A shared upstream that restarts (its process killed) and one that a
 /// reload replaces (its config changed) are each subscribed again to what
 /// the sessions want, and the sessions keep getting their updates.

@@ -56,6 +56,8 @@ pub enum RouteError {
     /// A per-session limit of the gateway's own.
     #[error("{what}")]
     LimitExceeded { what: String, limit: usize },
+    #[error("the session has ended")]
+    SessionEnded,
 }
 
 impl RouteError {
@@ -152,6 +154,7 @@ impl RouteError {
                 message,
                 Some(json!({ "limit": limit })),
             ),
+            RouteError::SessionEnded => ErrorData::invalid_request(message, None),
         }
     }
 

@@ -197,6 +197,7 @@ fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
             what: too_many.to_string(),
             limit: crate::gateway::MAX_SUBSCRIPTIONS_PER_SESSION,
         },
+        SubscriptionError::SessionEnded => RouteError::SessionEnded,
     }
 }
 
@@ -290,6 +291,18 @@ impl ServerHandler for DownstreamSession {
             let _ = state.client_capabilities.set(request.capabilities.clone());
             let _ = state.profile.set(ClientProfile::of(&request.capabilities));
             *super::lock(&state.peer) = Some(context.peer.clone());
+            // Known to the registry from here, not from
+            // `notifications/initialized`: rmcp serves requests before it
+            // (as the spec allows), and a subscription or log level set
+            // then was answered as done and recorded nowhere (the update
+            // never came, and the upstream stayed subscribed for good). A
+            // session waking is registered again by its replayed
+            // `initialized`, which hands it what it missed.
+            if context.extensions.get::<SessionRestoreMarker>().is_none() {
+                self.gateway
+                    .sessions()
+                    .register(state.key, context.peer.clone(), state.profile());
+            }
             self.negotiate_initialize(&request)
         })
         .await
@@ -467,8 +480,8 @@ impl ServerHandler for DownstreamSession {
                         .map_err(|error| subscription_failed(&mount, error));
                 }
                 // A per-session upstream belongs to this session alone.
-                if !sessions.subscribe(key, &uri, &route) {
-                    return Err(subscription_failed(&mount, SubscriptionError::TooMany));
+                if let Err(refused) = sessions.subscribe(key, &uri, &route) {
+                    return Err(subscription_failed(&mount, refused));
                 }
                 let mut params = SubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;

@@ -258,25 +258,32 @@ impl SessionRegistry {
     }
 
     /// Records that session `key` is subscribed to `uri` (client-visible),
-    /// which `route` leads to. `false` when the session already holds
-    /// [`MAX_SUBSCRIPTIONS_PER_SESSION`] others.
-    #[must_use]
-    pub fn subscribe(&self, key: SessionKey, uri: &str, route: &Route) -> bool {
+    /// which `route` leads to. Refused when the session has ended or
+    /// already holds [`MAX_SUBSCRIPTIONS_PER_SESSION`] others.
+    pub fn subscribe(
+        &self,
+        key: SessionKey,
+        uri: &str,
+        route: &Route,
+    ) -> Result<(), super::SubscriptionError> {
         let mut sessions = self.lock();
+        // Registered at `initialize`: gone means the session has ended,
+        // and nothing would ever let an upstream subscription made for it
+        // go.
         let Some(entry) = sessions.get_mut(&key) else {
-            return true;
+            return Err(super::SubscriptionError::SessionEnded);
         };
         if !entry.subscriptions.contains_key(uri)
             && entry.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_SESSION
         {
-            return false;
+            return Err(super::SubscriptionError::TooMany);
         }
         let mut wanted = self.wanted();
         want(&mut wanted, route);
         if let Some(before) = entry.subscriptions.insert(uri.to_owned(), route.clone()) {
             unwant(&mut wanted, &before);
         }
-        true
+        Ok(())
     }
 
     /// Drops session `key`'s subscription to `uri`, if it had one.
@@ -464,7 +471,7 @@ mod tests {
             mount: first.clone(),
             original: "demo://x".into(),
         };
-        assert!(registry.subscribe(key, "demo://x", &route));
+        assert!(registry.subscribe(key, "demo://x", &route).is_ok());
         assert!(registry.is_subscribed(key, &first, "demo://x"));
         assert!(!registry.is_subscribed(key, &second, "demo://x"));
         assert!(!registry.is_subscribed(key, &first, "demo://y"));
@@ -486,9 +493,9 @@ mod tests {
             mount: mount.clone(),
             original: original.into(),
         };
-        assert!(registry.subscribe(one, "m+a", &route("a")));
-        assert!(registry.subscribe(two, "m+a", &route("a")));
-        assert!(registry.subscribe(two, "m+b", &route("b")));
+        assert!(registry.subscribe(one, "m+a", &route("a")).is_ok());
+        assert!(registry.subscribe(two, "m+a", &route("a")).is_ok());
+        assert!(registry.subscribe(two, "m+b", &route("b")).is_ok());
         let wanted = |registry: &SessionRegistry| {
             let mut uris: Vec<String> = registry.wanted_on(&mount).into_iter().collect();
             uris.sort();
@@ -502,21 +509,35 @@ mod tests {
         assert!(wanted(&registry).is_empty());
 
         for n in 0..MAX_SUBSCRIPTIONS_PER_SESSION {
-            assert!(registry.subscribe(one, &format!("m+{n}"), &route(&n.to_string())));
+            assert!(registry
+                .subscribe(one, &format!("m+{n}"), &route(&n.to_string()))
+                .is_ok());
         }
         assert!(
-            !registry.subscribe(one, "m+more", &route("more")),
+            matches!(
+                registry.subscribe(one, "m+more", &route("more")),
+                Err(crate::gateway::SubscriptionError::TooMany)
+            ),
             "over the bound"
         );
         assert!(!registry.wants(&mount, "more"));
         assert!(
-            registry.subscribe(one, "m+0", &route("0")),
+            registry.subscribe(one, "m+0", &route("0")).is_ok(),
             "one held, again"
         );
         assert_eq!(
             registry.wanted_on(&mount).len(),
             MAX_SUBSCRIPTIONS_PER_SESSION
         );
+        registry.unregister(one);
+        assert!(
+            matches!(
+                registry.subscribe(one, "m+0", &route("0")),
+                Err(crate::gateway::SubscriptionError::SessionEnded)
+            ),
+            "a session that ended holds nothing"
+        );
+        assert!(registry.wanted_on(&mount).is_empty());
     }
 
     /// A session asleep keeps what it was told for itself, up to a bound;

@@ -71,6 +71,8 @@ pub enum SubscriptionError {
     TimedOut(Duration),
     #[error("this session is already subscribed to {} resources, the most one may hold; unsubscribe from some first", super::sessions::MAX_SUBSCRIPTIONS_PER_SESSION)]
     TooMany,
+    #[error("the session has ended")]
+    SessionEnded,
 }
 
 impl UpstreamSubscriptions {
@@ -92,9 +94,7 @@ impl UpstreamSubscriptions {
         let Some(uris) = held.on(upstream) else {
             return Err(ServiceError::TransportClosed.into());
         };
-        if !registry.subscribe(key, uri, route) {
-            return Err(SubscriptionError::TooMany);
-        }
+        registry.subscribe(key, uri, route)?;
         if uris.contains(&*route.original) {
             return Ok(());
         }
