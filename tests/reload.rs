@@ -395,3 +395,45 @@ async fn a_changed_mount_keeps_its_names_while_it_restarts() {
     );
     close(client).await;
 }
+
+/// A changed stdio mount's new child starts once the old one has exited: a
+/// server holding something exclusive (here a lock file; a fixed port, a
+/// browser profile) failed its first starts against the old child still
+/// shutting down, counted as restarts, and could go `down`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_stdio_mount_starts_after_the_old_child_exits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lock = dir.path().join("server.lock");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/exclusive_lock.py");
+    let config = |generation: u32| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[mounts.locked]\ncommand = \"python3\"\nargs = [{:?}, {:?}]\nenv = {{ GENERATION = \"{generation}\" }}\n",
+            fixture.display().to_string(),
+            lock.display().to_string(),
+        )
+    };
+    let gateway = Gateway::start(&config(1)).await;
+    let client = gateway.connect().await;
+    let before = call_pid(&client, "locked__pid").await;
+
+    rewrite_config(&gateway.config_path, &config(2));
+    wait_for_log(&gateway, &["config reloaded", "changed=locked"], 1).await;
+    let after = call_pid(&client, "locked__pid").await;
+    assert_ne!(after, before, "the old child still serves");
+    let status: Value = within(
+        "GET /status.json",
+        reqwest::get(gateway.url("/status.json")),
+    )
+    .await
+    .expect("GET /status.json")
+    .json()
+    .await
+    .expect("a JSON status");
+    let mount = readyz_mount(&status, "locked");
+    assert_eq!(
+        mount["restarts"], 0,
+        "the new child failed to start: {mount}"
+    );
+    close(client).await;
+}

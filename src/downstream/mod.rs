@@ -473,6 +473,7 @@ impl SessionState {
             handoff: None,
         }));
         let handler = UpstreamHandler::new(info, events, relay);
+        mount.predecessor_gone().await;
         let session = upstream::open(&mount.config, mount.timeouts(), handler)
             .await
             .map_err(|error| error.to_string())?;

@@ -31,7 +31,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     catalog::MountCatalog,
-    config::{Config, Isolation, MountConfig, Supervision, Timeouts},
+    config::{Config, Isolation, MountConfig, Supervision, Timeouts, UpstreamTransport},
     telemetry::metrics::MountLabels,
     upstream::{
         self, ClientProfile, ListKind, Relay, RequestLimit, UpstreamError, UpstreamEvents,
@@ -83,7 +83,14 @@ pub struct Mount {
     /// The supervisors, so retiring can wait for their sessions to close.
     supervisors: TaskTracker,
     /// Per-session upstream sessions open now (`per_session` mounts).
-    per_session_open: Arc<AtomicUsize>,
+    per_session_open: Arc<PerSessionCount>,
+    /// Cancelled when [`Mount::close`] has finished: every upstream
+    /// session opened for this mount is closed, its children have exited.
+    closed: CancellationToken,
+    /// The `closed` of the stdio mount this one replaced in a reload: its
+    /// children start only once the old ones have exited (see
+    /// [`Mount::follow`]).
+    predecessor_closed: std::sync::OnceLock<CancellationToken>,
     /// Distinguishes this mount from a later one with the same name.
     id: u64,
     /// What the shared session is subscribed to (`shared` mounts).
@@ -176,13 +183,32 @@ impl ProfileSession {
 
 /// Held while a per-session upstream session is open; counts it against
 /// the mount's `max_upstream_sessions`.
-pub struct UpstreamPermit(Arc<AtomicUsize>);
+pub struct UpstreamPermit(Arc<PerSessionCount>);
 
 impl Drop for UpstreamPermit {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_open.notify_waiters();
+        }
     }
 }
+
+/// A mount's per-session upstream sessions open (or opening) now.
+#[derive(Default)]
+struct PerSessionCount {
+    open: AtomicUsize,
+    /// Woken when the count drops to zero.
+    none_open: tokio::sync::Notify,
+}
+
+/// How long a retired mount's close waits for its per-session upstream
+/// sessions to close (each closes on its own as the mount retires, in at
+/// most ~11 s: see the README's shutdown bound).
+const PER_SESSION_CLOSE_WAIT: Duration = Duration::from_secs(15);
+
+/// How long a mount replacing a stdio mount waits for the old one's
+/// children to exit before starting its own anyway.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(20);
 
 static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -200,7 +226,9 @@ impl Mount {
             events,
             retired: CancellationToken::new(),
             supervisors: TaskTracker::new(),
-            per_session_open: Arc::new(AtomicUsize::new(0)),
+            per_session_open: Default::default(),
+            closed: CancellationToken::new(),
+            predecessor_closed: Default::default(),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
             subscriptions: Default::default(),
             inherited: ArcSwapOption::empty(),
@@ -219,6 +247,32 @@ impl Mount {
             .and_then(|p| p.catalog())
             .or_else(|| replaced.inherited.load_full());
         self.inherited.store(catalog);
+    }
+
+    /// This mount replaces `replaced` in a reload: if that one runs stdio
+    /// children, this one's start only once they have exited. A server
+    /// holding something exclusive (a fixed port, a lock file, a browser
+    /// profile) otherwise failed its first starts against the old child
+    /// still shutting down, and could go `down` for `down_retry`. Streamable
+    /// HTTP upstreams start at once: the server is the same either way.
+    pub(super) fn follow(&self, replaced: &Mount) {
+        if matches!(replaced.config.transport, UpstreamTransport::Stdio { .. }) {
+            let _ = self.predecessor_closed.set(replaced.closed.clone());
+        }
+    }
+
+    /// Waits (bounded) until the mount this one replaced has closed (see
+    /// [`Mount::follow`]); at once if there is none.
+    pub async fn predecessor_gone(&self) {
+        let Some(closed) = self.predecessor_closed.get() else {
+            return;
+        };
+        if tokio::time::timeout(PREDECESSOR_WAIT, closed.cancelled())
+            .await
+            .is_err()
+        {
+            tracing::warn!(mount = %self.config.name, "the replaced mount's upstreams are still closing; starting the new ones anyway");
+        }
     }
 
     /// Unique among every mount this process ever built.
@@ -433,6 +487,7 @@ impl Mount {
         &self,
         profile: ClientProfile,
     ) -> Result<Arc<UpstreamSession>, UpstreamError> {
+        self.predecessor_gone().await;
         let info = upstream::connect::client_config(profile.capabilities());
         // A mount's own sessions serve many downstream sessions: no owner.
         let relay = Arc::new(Relay::default());
@@ -490,7 +545,7 @@ impl Mount {
             .config
             .max_upstream_sessions
             .unwrap_or(self.live.load().limits.max_upstream_sessions);
-        let open = self.per_session_open.fetch_add(1, Ordering::AcqRel);
+        let open = self.per_session_open.open.fetch_add(1, Ordering::AcqRel);
         let permit = UpstreamPermit(self.per_session_open.clone());
         if open >= limit {
             return Err(format!(
@@ -502,7 +557,7 @@ impl Mount {
 
     /// Per-session upstream sessions open now.
     pub fn per_session_open(&self) -> usize {
-        self.per_session_open.load(Ordering::Acquire)
+        self.per_session_open.open.load(Ordering::Acquire)
     }
 
     /// The upstream's own `instructions`, from its full-profile session if
@@ -531,12 +586,31 @@ impl Mount {
     }
 
     /// Retires the mount: supervisors stop and close their sessions,
-    /// per-session sessions opened for it close. Returns once the
-    /// supervisors' sessions are closed.
+    /// per-session sessions opened for it close. Returns once they are all
+    /// closed (the per-session ones waited for up to
+    /// [`PER_SESSION_CLOSE_WAIT`]).
     pub async fn close(&self) {
         self.retired.cancel();
         self.supervisors.close();
         self.supervisors.wait().await;
+        let count = &self.per_session_open;
+        let none_open = async {
+            loop {
+                // Registered before the check: a close in between wakes it.
+                let woken = count.none_open.notified();
+                if count.open.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                woken.await;
+            }
+        };
+        if tokio::time::timeout(PER_SESSION_CLOSE_WAIT, none_open)
+            .await
+            .is_err()
+        {
+            tracing::debug!(mount = %self.config.name, "per-session upstreams still closing");
+        }
+        self.closed.cancel();
     }
 }
 

@@ -6,7 +6,8 @@
 //! supervisors stop, every upstream session opened for it closes and its
 //! children are reaped); a changed one is retired and started anew, listing
 //! the old one's catalog until its own discovery (so its names stay
-//! routable meanwhile). The new mount list and config are swapped in
+//! routable meanwhile); a stdio one starts its children once the old ones
+//! have exited. The new mount list and config are swapped in
 //! atomically, then every downstream session is told its lists changed.
 //!
 //! `[timeouts]`, `[supervision]` and `[limits]` apply at once to every
@@ -75,6 +76,7 @@ impl Gateway {
                         Some(replaced) => {
                             outcome.changed.push(config.name.clone());
                             mount.inherit_catalog(replaced);
+                            mount.follow(replaced);
                             retired.push(replaced.clone());
                         }
                         None => outcome.added.push(config.name.clone()),
