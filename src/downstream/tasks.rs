@@ -342,6 +342,7 @@ impl DownstreamSession {
                 let crate::upstream::RawExchange {
                     mut result,
                     progress_token,
+                    inflight: _in_flight_until_the_task_is_recorded,
                 } = upstream
                     .request_raw(
                         "tools/call",

@@ -84,9 +84,12 @@ impl UpstreamHandler {
     /// The caller a server→client request goes to, or the error the
     /// upstream gets instead.
     async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
-        self.relay.settle().await;
         let related_task = related_task(&context.meta.0);
-        let caller = self.relay.attribute(&context.extensions, related_task).map_err(|why| {
+        let caller = self
+            .relay
+            .attribute_request(&context.extensions, related_task)
+            .await
+            .map_err(|why| {
             tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
             ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
         })?;

@@ -110,6 +110,8 @@ struct Exchange {
     raw: Option<serde_json::Value>,
     /// The token rmcp sent the request with.
     progress_token: rmcp::model::ProgressToken,
+    /// The request, still counted in flight (see [`RawExchange::inflight`]).
+    inflight: InflightGuard,
 }
 
 /// The answer to [`UpstreamSession::request_raw`].
@@ -118,6 +120,11 @@ pub struct RawExchange {
     pub result: serde_json::Value,
     /// The progress token the request was sent with upstream.
     pub progress_token: rmcp::model::ProgressToken,
+    /// The request stays in flight (for attribution) until this is
+    /// dropped: a caller recording what the answer created (a task) drops
+    /// it after, so that what the upstream sends about it meanwhile is
+    /// not taken for another session's.
+    pub inflight: InflightGuard,
 }
 
 /// Why an upstream request got no answer.
@@ -201,6 +208,7 @@ impl UpstreamSession {
             typed,
             raw,
             progress_token,
+            inflight,
         } = self.exchange(request, caller, cancel, limit).await?;
         let result = match raw {
             Some(raw) => raw,
@@ -214,6 +222,7 @@ impl UpstreamSession {
         Ok(RawExchange {
             result,
             progress_token,
+            inflight,
         })
     }
 
@@ -421,6 +430,7 @@ impl UpstreamSession {
             typed: answer?,
             raw: raw_answer.and_then(TakeRawAnswer::take),
             progress_token,
+            inflight,
         })
     }
 

@@ -29,7 +29,10 @@
 //! A message that names a task in its related-task `_meta` goes to the
 //! session that created the task (a request of that session in flight on
 //! this upstream, if exactly one is, else the session itself) before rules
-//! 2 and 3 are tried; `notifications/tasks/status` goes to it alone.
+//! 2 and 3 are tried; `notifications/tasks/status` goes to it alone. The
+//! call that creates a task stays in flight until its owner is recorded,
+//! and a request naming a task not known yet waits (bounded) for answers
+//! being recorded.
 //!
 //! Anything else is ambiguous and is refused, never guessed or broadcast.
 
@@ -242,6 +245,10 @@ pub struct Relay {
     /// request, progress) before the request is in `inflight`.
     sending: AtomicUsize,
     registered: Notify,
+    /// Requests answered but still in flight: their caller is recording
+    /// what the answer created (a task, `RawExchange::inflight`).
+    answered_in_flight: AtomicUsize,
+    released: Notify,
 }
 
 /// How long a finished request still claims late log messages.
@@ -337,6 +344,24 @@ impl Relay {
                     _ => None,
                 })
         })
+    }
+
+    /// Finds the caller of an upstream request (sampling, elicitation,
+    /// roots): once requests being sent are registered, and, for one that
+    /// names a task not known yet, once the answers being recorded are (a
+    /// task-augmented call's answer is recorded as its task's owner just
+    /// after it arrives, and the upstream may ask about the task at once).
+    /// Both waits are bounded.
+    pub async fn attribute_request(
+        &self,
+        extensions: &Extensions,
+        related_task: Option<&str>,
+    ) -> Result<Caller, Unattributed> {
+        self.settle().await;
+        if related_task.is_some_and(|id| self.task_owner(id).is_none()) {
+            wait_for_zero(&self.answered_in_flight, &self.released, DRAIN_LIMIT).await;
+        }
+        self.attribute(extensions, related_task)
     }
 
     /// Finds the downstream caller of an upstream message (see the module
@@ -662,7 +687,10 @@ pub struct InflightGuard {
 impl InflightGuard {
     /// The upstream answered: nothing more is expected for this request.
     pub fn answered(&mut self) {
-        self.answered = true;
+        if !self.answered {
+            self.answered = true;
+            self.relay.answered_in_flight.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Resolves at the next progress notification for this request (one
@@ -707,7 +735,12 @@ fn required_elicitation_ids(data: Option<&serde_json::Value>) -> Vec<String> {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let Some(ended) = lock(&self.relay.inflight).remove(&self.id) else {
+        let removed = lock(&self.relay.inflight).remove(&self.id);
+        if self.answered {
+            self.relay.answered_in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.relay.released.notify_waiters();
+        }
+        let Some(ended) = removed else {
             return;
         };
         let now = Instant::now();
@@ -811,6 +844,28 @@ mod tests {
             "went to session {:?}",
             attributed.ok().map(|caller| caller.session)
         );
+    }
+
+    /// An upstream may ask about a task (an elicitation naming it) as soon
+    /// as it has answered the call that created it, before the gateway has
+    /// recorded who owns the task: the request waits for that, rather than
+    /// being refused as ambiguous or, once the creating call no longer
+    /// counted, going to the one session with a request in flight.
+    #[tokio::test]
+    async fn a_request_about_a_task_just_created_waits_for_its_owner() {
+        let relay = Arc::new(Relay::default());
+        let (creator, _creator_peer) = caller(1);
+        let (other, _other_peer) = caller(2);
+        let mut creating = relay.register(RequestId::Number(1), token(1), creator.clone());
+        creating.answered();
+        let _other = relay.register(RequestId::Number(2), token(2), other);
+        let extensions = Extensions::new();
+        let attribution = relay.attribute_request(&extensions, Some("u1"));
+        tokio::pin!(attribution);
+        assert!(futures::poll!(&mut attribution).is_pending());
+        relay.remember_task("u1", creator, "m/u1".into(), token(1));
+        drop(creating);
+        assert_eq!(attribution.await.ok().map(|caller| caller.session), Some(1));
     }
 
     /// With nothing else in flight, the abandoned request's session gets
