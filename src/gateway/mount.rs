@@ -84,7 +84,7 @@ pub struct Mount {
     supervisors: TaskTracker,
     /// Per-session upstream sessions open now (`per_session` mounts).
     per_session_open: Arc<PerSessionCount>,
-    /// Cancelled when [`Mount::close`] has finished: every upstream
+    /// Cancelled when [`Mount::retire`] has finished: every upstream
     /// session opened for this mount is closed, its children have exited.
     closed: CancellationToken,
     /// The `closed` of the stdio mount this one replaced in a reload: its
@@ -586,13 +586,21 @@ impl Mount {
     }
 
     /// Retires the mount: supervisors stop and close their sessions,
-    /// per-session sessions opened for it close. Returns once they are all
-    /// closed (the per-session ones waited for up to
-    /// [`PER_SESSION_CLOSE_WAIT`]).
+    /// per-session sessions opened for it close. Returns once the
+    /// supervisors' sessions are closed.
     pub async fn close(&self) {
         self.retired.cancel();
         self.supervisors.close();
         self.supervisors.wait().await;
+    }
+
+    /// Retires the mount for a reload: [`Mount::close`], then waits
+    /// (bounded, [`PER_SESSION_CLOSE_WAIT`]) for its per-session upstream
+    /// sessions to close too, and tells the mount replacing it (see
+    /// [`Mount::follow`]). Shutdown does not wait so: it bounds the
+    /// sessions' teardown itself.
+    pub async fn retire(&self) {
+        self.close().await;
         let count = &self.per_session_open;
         let none_open = async {
             loop {

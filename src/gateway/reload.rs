@@ -122,7 +122,7 @@ impl Gateway {
                 self.sessions.notify_list_changed(kind, |_| true);
             }
         }
-        futures::future::join_all(retired.iter().map(|mount| mount.close())).await;
+        futures::future::join_all(retired.iter().map(|mount| mount.retire())).await;
         outcome
     }
 }
