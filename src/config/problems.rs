@@ -73,3 +73,62 @@ impl fmt::Display for ConfigError {
         Ok(())
     }
 }
+
+/// A serde message with the value it quotes left out, its kind kept:
+/// `invalid type: string "--token s3cret", expected a sequence` becomes
+/// `invalid type: text, expected a sequence`. Values are never echoed:
+/// `${VAR}` may have put a secret in any of them.
+pub fn without_the_value(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        // The value may itself hold ", expected ": the last one is serde's.
+        let Some(at) = rest.rfind(", expected ") else {
+            continue;
+        };
+        let (unexpected, expected) = rest.split_at(at);
+        let kind = [
+            ("string ", "text"),
+            ("integer ", "a number"),
+            ("floating point ", "a number"),
+            ("boolean ", "true or false"),
+            ("character ", "a character"),
+        ]
+        .into_iter()
+        .find_map(|(quoting, kind)| unexpected.starts_with(quoting).then_some(kind))
+        // The rest (`sequence`, `map`, `null`, …) quote nothing.
+        .unwrap_or(unexpected);
+        return format!("{prefix}{kind}{expected}");
+    }
+    message.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_the_value;
+
+    #[test]
+    fn serde_messages_keep_the_kind_not_the_value() {
+        for (message, expected) in [
+            (
+                r#"invalid type: string "a, expected b", expected a sequence"#,
+                "invalid type: text, expected a sequence",
+            ),
+            (
+                "invalid type: integer `1234`, expected a string",
+                "invalid type: a number, expected a string",
+            ),
+            (
+                "invalid type: sequence, expected a string",
+                "invalid type: sequence, expected a string",
+            ),
+            (
+                "unknown variant `per-session`, expected `shared` or `per_session`",
+                "unknown variant `per-session`, expected `shared` or `per_session`",
+            ),
+        ] {
+            assert_eq!(without_the_value(message), expected);
+        }
+    }
+}

@@ -738,3 +738,27 @@ fn a_tool_timeout_may_not_exceed_the_ceiling() {
         ["mounts.n.timeouts.tools.t: is longer than request_ceiling (5m)"]
     );
 }
+
+/// A value of the wrong kind is reported by its kind alone: serde quotes
+/// what it could not take, and `${VAR}` may have put a secret in it.
+#[test]
+fn a_value_of_the_wrong_kind_is_not_echoed() {
+    let found = load_file(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\nargs = \"--token ${TOKEN}\"\n\n[mounts.b]\nurl = \"https://example.com/mcp\"\nheaders = \"Bearer ${TOKEN}\"\n\n[limits]\nmax_sessions = \"${TOKEN}\"\n",
+        &[("TOKEN", "s3cret")],
+    )
+    .expect_err("wrong kinds");
+    assert_reported(
+        &found,
+        &[
+            "mounts.a.args: invalid type: text, expected a sequence",
+            "mounts.b.headers: invalid type: text, expected a map",
+            "limits.max_sessions",
+        ],
+    );
+    assert!(
+        found.iter().all(|problem| !problem.contains("s3cret")),
+        "{found:#?}"
+    );
+}

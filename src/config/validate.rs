@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     defaults,
-    problems::Problems,
+    problems::{without_the_value, Problems},
     raw::{
         text_map, texts, RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize,
         RawSupervision, RawTelemetry, RawTimeouts,
@@ -278,7 +278,10 @@ fn report_each_member<T: DeserializeOwned>(
             } else {
                 inner
             };
-            problems.push(format!("{path}.{inner}"), error.into_inner().to_string());
+            problems.push(
+                format!("{path}.{inner}"),
+                without_the_value(&error.into_inner().to_string()),
+            );
         }
     }
 }
@@ -304,7 +307,7 @@ fn push_deserialize_problem(
     } else {
         format!("{path}.{inner}")
     };
-    problems.push(full, error.into_inner().to_string());
+    problems.push(full, without_the_value(&error.into_inner().to_string()));
 }
 
 fn resolve_telemetry(raw: RawTelemetry, problems: &mut Problems) -> Option<TelemetryConfig> {
