@@ -181,21 +181,17 @@ fn env_overrides() -> Env {
 }
 
 /// figment reads an override's value as TOML-like data, so `8080`, `0123`
-/// and `true` arrive as numbers and booleans: a child's `PORT=8080` was
-/// refused as not a string (the value quoted in the error, a header's
-/// too), and a PIN `0123` would silently lose its zero. Wherever the
-/// config takes text, the override's text is put back exactly as set;
-/// only the numeric and boolean settings ([`takes_data`]) keep figment's
-/// reading. A quoted override (`"\"0123\""`) is figment's string already.
+/// and `true` arrive as numbers and booleans, `["/data"]` as a list,
+/// `"etag"` without its quotes, ` x ` trimmed: a child's `PORT=8080` was
+/// refused as not a string, a PIN `0123` would silently lose its zero, a
+/// JSON list passed to a server was refused. Wherever the config takes
+/// text, the override's text is put back exactly as set; only the settings
+/// that take numbers, booleans, lists or tables ([`takes_data`]) keep
+/// figment's reading.
 fn keep_override_text(tree: &mut Value, overrides: &Env) {
     for (key, text) in overrides.iter() {
-        let parsed: figment::value::Value = text.parse().expect("infallible");
-        let scalar = matches!(
-            parsed,
-            figment::value::Value::Num(..) | figment::value::Value::Bool(..)
-        );
         let path: Vec<&str> = key.as_str().split('.').collect();
-        if !scalar || takes_data(&path) {
+        if takes_data(&path) {
             continue;
         }
         let place = path
@@ -207,12 +203,14 @@ fn keep_override_text(tree: &mut Value, overrides: &Env) {
     }
 }
 
-/// The config paths whose values are numbers or booleans (or lists, read
-/// as figment reads them), rather than text.
+/// The config paths whose values are numbers, booleans, lists or tables
+/// (read as figment reads them), rather than text.
 fn takes_data(path: &[&str]) -> bool {
     match path {
-        ["mounts", _, "max_upstream_sessions" | "args"] => true,
-        ["mounts", _, "args", _] => false,
+        // A whole section, a whole mount.
+        [_] | ["mounts", _] => true,
+        ["mounts", _, "max_upstream_sessions" | "args" | "env" | "headers" | "timeouts"] => true,
+        ["mounts", _, "timeouts", "tools"] => true,
         ["mounts", ..] => false,
         [_, field] => matches!(
             *field,

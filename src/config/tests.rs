@@ -241,8 +241,9 @@ fn env_overrides_keep_the_case_of_what_a_mount_names() {
 }
 
 /// An override is the text it was set to wherever the config takes text
-/// (figment would read `8080` and `true` as data, `0123` as 123), and
-/// stays data where the config takes numbers and booleans.
+/// (figment would read `8080` and `true` as data, `0123` as 123, a JSON
+/// list as a list, `"007"` without its quotes, ` x ` trimmed), and stays
+/// data where the config takes numbers and booleans.
 #[test]
 fn env_overrides_are_text_where_the_config_takes_text() {
     let config = load_file(
@@ -254,6 +255,9 @@ fn env_overrides_are_text_where_the_config_takes_text() {
             ("JUNCTION_MOUNTS__LOC__ENV__DEBUG", "true"),
             ("JUNCTION_MOUNTS__LOC__ENV__RATIO", "1.50"),
             ("JUNCTION_MOUNTS__LOC__ENV__QUOTED", "\"007\""),
+            ("JUNCTION_MOUNTS__LOC__ENV__DIRS", "[\"/data\", \"/tmp\"]"),
+            ("JUNCTION_MOUNTS__LOC__ENV__OPTIONS", "{ depth = 2 }"),
+            ("JUNCTION_MOUNTS__LOC__ENV__SPACED", " x "),
             ("JUNCTION_MOUNTS__LOC__CWD", "2024"),
             ("JUNCTION_MOUNTS__WEB__HEADERS__X_Api_Key", "08675309"),
             ("JUNCTION_MOUNTS__WEB__MAX_UPSTREAM_SESSIONS", "3"),
@@ -270,10 +274,13 @@ fn env_overrides_are_text_where_the_config_takes_text() {
         env,
         [
             ("DEBUG", "true"),
+            ("DIRS", "[\"/data\", \"/tmp\"]"),
+            ("OPTIONS", "{ depth = 2 }"),
             ("PIN", "0123"),
             ("PORT", "8080"),
-            ("QUOTED", "007"),
+            ("QUOTED", "\"007\""),
             ("RATIO", "1.50"),
+            ("SPACED", " x "),
         ]
     );
     assert_eq!(cwd.as_deref(), Some(std::path::Path::new("2024")));
