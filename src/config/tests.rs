@@ -769,3 +769,28 @@ fn a_value_of_the_wrong_kind_is_not_echoed() {
         "{found:#?}"
     );
 }
+
+/// A YAML section whose keys are all commented out is null: no section,
+/// not a config error.
+#[test]
+fn an_empty_yaml_section_is_no_section() {
+    let config = parse(
+        "junction.yaml",
+        "server:\n  # listen: 0.0.0.0:9000\nlimits:\ntimeouts:\nsupervision:\ntelemetry:\nadmin:\nmounts:\n",
+    )
+    .unwrap();
+    assert_eq!(config.limits.max_sessions, defaults::MAX_SESSIONS);
+    assert!(config.mounts.is_empty());
+}
+
+/// `mounts` of the wrong kind is reported by its kind alone.
+#[test]
+fn mounts_of_the_wrong_kind_are_not_echoed() {
+    let found = load_file(
+        "junction.toml",
+        "mounts = \"${TOKEN}\"\n",
+        &[("TOKEN", "s3cret")],
+    )
+    .expect_err("mounts as text");
+    assert_reported(&found, &["mounts: expected a table of mounts, found text"]);
+}

@@ -40,13 +40,16 @@ pub fn resolve(
             return Err(problems);
         }
     };
-    let server_value = root.remove("server");
-    let mounts_value = root.remove("mounts");
-    let telemetry_value = root.remove("telemetry");
-    let admin_value = root.remove("admin");
-    let timeouts_value = root.remove("timeouts");
-    let supervision_value = root.remove("supervision");
-    let limits_value = root.remove("limits");
+    // A section left empty in YAML (`limits:` with every key commented
+    // out) is null: the same as no section.
+    let mut section = |name: &str| root.remove(name).filter(|value| !value.is_null());
+    let server_value = section("server");
+    let mounts_value = section("mounts");
+    let telemetry_value = section("telemetry");
+    let admin_value = section("admin");
+    let timeouts_value = section("timeouts");
+    let supervision_value = section("supervision");
+    let limits_value = section("limits");
     for key in root.keys() {
         problems.push(
             key.as_str(),
@@ -93,12 +96,19 @@ pub fn resolve(
     let server = resolve_server(raw_server, &mut problems);
 
     let mut raw_mounts = match mounts_value {
-        None | Some(Value::Null) => serde_json::Map::new(),
+        None => serde_json::Map::new(),
         Some(Value::Object(mounts)) => mounts,
         Some(other) => {
+            // Its kind, not its value (which may hold a secret).
+            let found = match other {
+                Value::Array(_) => "a list",
+                Value::String(_) => "text",
+                Value::Number(_) => "a number",
+                _ => "true or false",
+            };
             problems.push(
                 "mounts",
-                format!("expected a table of mounts, found {other}"),
+                format!("expected a table of mounts, found {found}"),
             );
             serde_json::Map::new()
         }
