@@ -437,3 +437,34 @@ async fn a_changed_stdio_mount_starts_after_the_old_child_exits() {
     );
     close(client).await;
 }
+
+/// `[supervision]` is reloaded live, for a mount already waiting too: a
+/// `down_retry` cut from an hour to a moment applies now, not after the
+/// hour the mount was already waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervision_reload_reaches_a_mount_already_down() {
+    let config = |down_retry: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[supervision]\ncrash_loop_restarts = 1\ndown_retry = \"{down_retry}\"\n\n[mounts.broken]\ncommand = \"false\"\n"
+        )
+    };
+    let gateway = Gateway::start(&config("1h")).await;
+    let restarts = || async {
+        let status: Value = reqwest::get(gateway.url("/status.json"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let mount = readyz_mount(&status, "broken");
+        (mount["health"] == "down").then(|| mount["restarts"].as_u64())?
+    };
+    let before = eventually("the mount to be down", RELOAD_TIMEOUT, restarts).await;
+
+    rewrite_config(&gateway.config_path, &config("100ms"));
+    wait_for_log(&gateway, &["config reloaded"], 1).await;
+    eventually("a retry within moments", RELOAD_TIMEOUT, || async {
+        restarts().await.filter(|now| *now > before)
+    })
+    .await;
+}

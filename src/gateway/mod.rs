@@ -7,6 +7,7 @@
 //! tools. The merged catalog is rebuilt whenever one mount's catalog changes
 //! and swapped in atomically; readers never lock.
 
+mod live_config;
 mod mount;
 mod reload;
 mod sessions;
@@ -27,9 +28,8 @@ use arc_swap::ArcSwap;
 use rmcp::model::ResourceUpdatedNotificationParam;
 use tokio_util::task::TaskTracker;
 
-pub use mount::{
-    EventsFactory, LiveConfig, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit,
-};
+pub use live_config::LiveConfig;
+pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit};
 pub use reload::ReloadOutcome;
 pub use sessions::{
     notify_list_changed, SessionKey, SessionRegistry, SessionTicket, MAX_SUBSCRIPTIONS_PER_SESSION,
@@ -51,7 +51,7 @@ use crate::{
 
 pub struct Gateway {
     /// The config in force; reload swaps it.
-    config: LiveConfig,
+    config: Arc<LiveConfig>,
     /// In config order, which decides name collisions; reload swaps it.
     mounts: ArcSwap<Vec<Arc<Mount>>>,
     /// Merged catalogs by client profile, built on first use after a change.
@@ -110,7 +110,7 @@ impl Gateway {
                 config.server.session_hibernate_after,
                 config.server.session_idle_timeout,
             ));
-            let live: LiveConfig = Arc::new(ArcSwap::from_pointee(config));
+            let live = LiveConfig::new(config);
             let mounts = live
                 .load()
                 .mounts
@@ -483,7 +483,7 @@ impl Gateway {
 }
 
 /// Builds a mount whose events reach this gateway.
-fn build_mount(gateway: &Weak<Gateway>, live: &LiveConfig, config: MountConfig) -> Mount {
+fn build_mount(gateway: &Weak<Gateway>, live: &Arc<LiveConfig>, config: MountConfig) -> Mount {
     let gateway = gateway.clone();
     let name = config.name.clone();
     let events: EventsFactory = Box::new(move |profile| {

@@ -24,14 +24,15 @@ use std::{
     time::Duration,
 };
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+use super::LiveConfig;
 use crate::{
     catalog::MountCatalog,
-    config::{Config, Isolation, MountConfig, Supervision, Timeouts, UpstreamTransport},
+    config::{Isolation, MountConfig, Supervision, Timeouts, UpstreamTransport},
     telemetry::metrics::MountLabels,
     upstream::{
         self, ClientProfile, ListKind, Relay, RequestLimit, UpstreamError, UpstreamEvents,
@@ -68,13 +69,9 @@ pub struct MountStatus {
 /// Makes the event sink of a mount's own session for one profile.
 pub type EventsFactory = Box<dyn Fn(ClientProfile) -> Arc<dyn UpstreamEvents> + Send + Sync>;
 
-/// The gateway's current config, shared with every mount so that changes
-/// to `[timeouts]`, `[supervision]` and `[limits]` apply without a restart.
-pub type LiveConfig = Arc<ArcSwap<Config>>;
-
 pub struct Mount {
     pub config: MountConfig,
-    live: LiveConfig,
+    live: Arc<LiveConfig>,
     profiles: Mutex<HashMap<ClientProfile, Arc<ProfileSession>>>,
     status: Mutex<MountStatus>,
     events: EventsFactory,
@@ -213,7 +210,7 @@ const PREDECESSOR_WAIT: Duration = Duration::from_secs(20);
 static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Mount {
-    pub fn new(config: MountConfig, live: LiveConfig, events: EventsFactory) -> Self {
+    pub fn new(config: MountConfig, live: Arc<LiveConfig>, events: EventsFactory) -> Self {
         Self {
             config,
             live,
@@ -306,6 +303,11 @@ impl Mount {
 
     pub fn supervision(&self) -> Supervision {
         self.live.load().supervision
+    }
+
+    /// Resolves at each config change (a reload) after this call.
+    pub fn config_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.live.changes()
     }
 
     /// The profile whose lists (and, for shared mounts, whose session) a

@@ -95,33 +95,63 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
         };
         failures += 1;
         profile_session.mark_attempted();
-        let supervision = mount.supervision();
-        let down = failures >= supervision.crash_loop_restarts;
-        let delay = if down {
-            supervision.down_retry
-        } else {
-            restart_delay(&supervision, failures, fastrand::f64())
-        };
-        let retry_at = Instant::now() + delay;
+        let failed_at = Instant::now();
+        let jitter = fastrand::f64();
+        let (mut down, mut retry_at) = next_attempt(&mount, failures, jitter, failed_at);
         if down {
-            tracing::error!(mount = %name, %profile, %error, failures, retry_in = ?delay, "mount is down: too many failures in a row");
+            tracing::error!(mount = %name, %profile, %error, failures, retry_in = ?(retry_at - failed_at), "mount is down: too many failures in a row");
         } else {
-            tracing::warn!(mount = %name, %profile, %error, failures, retry_in = ?delay, "upstream session failed; restarting");
+            tracing::warn!(mount = %name, %profile, %error, failures, retry_in = ?(retry_at - failed_at), "upstream session failed; restarting");
         }
         if profile == ClientProfile::FULL {
             mount.record_failure(down, &error, attempt);
         }
-        profile_session.publish(SessionSlot::Waiting {
-            error,
-            down,
-            retry_at,
-        });
-        tokio::select! {
-            _ = tokio::time::sleep_until(retry_at) => {}
-            _ = retired.cancelled() => break,
+        // A reload may change `[supervision]` meanwhile: the wait is
+        // worked out again from the failure (an hour's `down_retry` cut to
+        // a minute applies now, not after the hour).
+        let mut config_changes = mount.config_changes();
+        loop {
+            profile_session.publish(SessionSlot::Waiting {
+                error: error.clone(),
+                down,
+                retry_at,
+            });
+            tokio::select! {
+                _ = tokio::time::sleep_until(retry_at) => break,
+                _ = retired.cancelled() => {
+                    profile_session.publish(SessionSlot::Retired);
+                    return;
+                }
+                changed = config_changes.changed() => {
+                    if changed.is_err() {
+                        // The gateway is going: only the retire is left.
+                        retired.cancelled().await;
+                        profile_session.publish(SessionSlot::Retired);
+                        return;
+                    }
+                    (down, retry_at) = next_attempt(&mount, failures, jitter, failed_at);
+                    if profile == ClientProfile::FULL {
+                        mount.record_failure(down, &error, attempt);
+                    }
+                }
+            }
         }
     }
     profile_session.publish(SessionSlot::Retired);
+}
+
+/// Whether a mount that has failed `failures` times in a row (the last at
+/// `failed_at`) is down, and when it is tried next, by its current
+/// `[supervision]`.
+fn next_attempt(mount: &Mount, failures: u32, jitter: f64, failed_at: Instant) -> (bool, Instant) {
+    let supervision = mount.supervision();
+    let down = failures >= supervision.crash_loop_restarts;
+    let delay = if down {
+        supervision.down_retry
+    } else {
+        restart_delay(&supervision, failures, jitter)
+    };
+    (down, failed_at + delay)
 }
 
 /// One start: open the upstream session and read its lists. The catalog is
