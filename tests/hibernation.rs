@@ -331,3 +331,42 @@ async fn change_note_and_tools(url: &str, key: &str) -> Client {
     .await;
     other
 }
+
+/// A session whose per-session upstream has ended (its process killed)
+/// holds nothing that sleeping would lose, and sleeps; woken, its next
+/// call opens a fresh upstream. It stayed awake for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_per_session_upstream_ended_sleeps() {
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let pid_call = |id| {
+        request(
+            id,
+            "tools/call",
+            json!({"name": "own__pid", "arguments": {}}),
+        )
+    };
+    let answer = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(2)).await;
+    let pid: u32 = answer.body["result"]["content"][0]["text"]
+        .as_str()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("a pid: {answer:?}"));
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+
+    wait_asleep(&http, &gateway, 1).await;
+    let answer = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(3)).await;
+    let again = answer.body["result"]["content"][0]["text"].as_str();
+    assert!(
+        again.is_some_and(|again| again != pid.to_string()),
+        "{answer:?}"
+    );
+}

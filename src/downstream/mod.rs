@@ -216,15 +216,23 @@ impl SessionState {
     }
 
     /// What the session continues as while asleep, if sleeping would lose
-    /// nothing: initialized, nothing in flight, no per-session upstream
-    /// (whose relay holds the peer), no task. From then on, dropping this
-    /// state does not end the session.
+    /// nothing: initialized, nothing in flight, no live per-session
+    /// upstream (whose relay holds the peer), no task. From then on,
+    /// dropping this state does not end the session.
+    ///
+    /// A per-session slot whose upstream has ended, or whose open failed
+    /// (nothing is in flight, so none is under way), holds nothing to
+    /// lose: the next call opens a fresh one either way. Counting such
+    /// slots kept a session awake for good after one failed open or one
+    /// crashed child.
     fn fall_asleep(&self, ends_at: std::time::Instant) -> Option<hibernation::Sleeper> {
         let gateway = self.gateway.upgrade()?;
         let initialize = self.initialize.get()?;
         let sleeps = lock(&self.peer).is_some()
             && self.requests.in_flight() == 0
-            && lock(&self.upstreams).is_empty()
+            && lock(&self.upstreams)
+                .values()
+                .all(|entry| entry.slot.get().is_none_or(|upstream| !upstream.is_alive()))
             && self.tasks.is_empty();
         if !sleeps {
             return None;
