@@ -169,3 +169,63 @@ async fn a_task_call_to_an_unreachable_mount_is_a_tool_error() {
     let counted = metrics.lines().find_map(|line| line.strip_prefix(series));
     assert_eq!(counted, Some("2"), "{metrics}");
 }
+
+/// A task lives on the per-session upstream that created it: once that
+/// has ended, `tasks/get` says the task is unknown without starting a new
+/// upstream (a process, a place under `max_upstream_sessions`) to say it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() {
+    let mount = python_fixture_mount(
+        "own",
+        "endless_task_pages.py",
+        "isolation = \"per_session\"",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "own__work", "arguments": {}, "task": {"ttl": 60000}},
+    });
+    let answer = send(&http, &gateway, &session, call).await;
+    let task_id = answer.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {answer:?}"))
+        .to_owned();
+    let pid = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "own__pid", "arguments": {}},
+    });
+    let answer = send(&http, &gateway, &session, pid).await;
+    let pid: u32 = answer.body["result"]["content"][0]["text"]
+        .as_str()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("a pid: {answer:?}"));
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    eventually("the upstream to be gone", OP_TIMEOUT, || async {
+        (!process_exists(pid)).then_some(())
+    })
+    .await;
+
+    let get =
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": task_id}});
+    let answer = send(&http, &gateway, &session, get).await;
+    assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
+    let status: Value = within(
+        "GET /status.json",
+        reqwest::get(gateway.url("/status.json")),
+    )
+    .await
+    .expect("GET /status.json")
+    .json()
+    .await
+    .expect("a JSON status");
+    assert_eq!(
+        readyz_mount(&status, "own")["restarts"],
+        0,
+        "an upstream was started to answer: {status}"
+    );
+}

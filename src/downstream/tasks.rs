@@ -399,6 +399,27 @@ impl DownstreamSession {
         .await
     }
 
+    /// The mount `name` and the upstream session this session's tasks on it
+    /// live on; `None` if that was a per-session upstream that has ended,
+    /// taking its tasks with it: none is opened (a process spawned, a place
+    /// under `max_upstream_sessions` taken) only to say a task is unknown.
+    async fn task_upstream(
+        &self,
+        name: &MountName,
+    ) -> Result<Option<(Arc<Mount>, Arc<UpstreamSession>)>, RouteError> {
+        let per_session = self
+            .gateway
+            .mount(name)
+            .filter(|mount| mount.config.isolation == crate::config::Isolation::PerSession);
+        match per_session {
+            Some(mount) => Ok(self
+                .state()
+                .open_upstream(name)
+                .map(|upstream| (mount, upstream))),
+            None => self.connect(name).await.map(Some),
+        }
+    }
+
     /// `tasks/get`, `tasks/result` and `tasks/cancel`: routed by the task's
     /// home, answered with the gateway's id in place of the upstream's.
     pub(crate) async fn task_request(
@@ -411,7 +432,10 @@ impl DownstreamSession {
             let id = task_id_param(&params)?;
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
-                let (mount, upstream) = self.connect(&home.mount).await?;
+                let (mount, upstream) = self
+                    .task_upstream(&home.mount)
+                    .await?
+                    .ok_or_else(|| RouteError::UnknownTask(id.clone()))?;
                 if !home.lives_on(upstream.id()) {
                     return Err(RouteError::UnknownTask(id.clone()));
                 }
@@ -522,7 +546,13 @@ impl DownstreamSession {
         mount: &MountName,
         context: &RequestContext<RoleServer>,
     ) -> Result<(Vec<Value>, Arc<UpstreamSession>), RouteError> {
-        let (mount, upstream) = self.connect(mount).await?;
+        let (mount, upstream) =
+            self.task_upstream(mount)
+                .await?
+                .ok_or_else(|| RouteError::MountUnavailable {
+                    mount: mount.clone(),
+                    cause: "its per-session upstream has ended, and its tasks with it".to_owned(),
+                })?;
         let limit = mount.request_limit(None);
         let deadline = tokio::time::Instant::now() + limit.ceiling;
         let mut tasks = Vec::new();
