@@ -370,3 +370,33 @@ async fn a_session_whose_per_session_upstream_ended_sleeps() {
         "{answer:?}"
     );
 }
+
+/// Requests arriving together at a sleeping session all wake it into one
+/// session and are all answered: one that reached the session being
+/// restored before its replayed `initialize` stopped it (500s, and the
+/// session's resumable streams forgotten).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_arriving_together_at_a_sleeping_session_are_all_answered() {
+    let gateway = Gateway::start(&config("session_hibernate_after = \"100ms\"")).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    for round in 0..8u64 {
+        wait_asleep(&http, &gateway, 1).await;
+        let requests = (0..6u64).map(|n| {
+            let body = match n % 3 {
+                0 => raw::echo_request(&(100 * round + n).to_string(), "together"),
+                1 => request(100 * round + n, "ping", json!({})),
+                _ => request(100 * round + n, "prompts/list", json!({})),
+            };
+            raw::post(&http, &url, Some(&session), JSON_POST, body)
+        });
+        for answer in futures::future::join_all(requests).await {
+            assert_eq!(answer.status, StatusCode::OK, "round {round}: {answer:?}");
+            assert!(
+                answer.body.get("result").is_some(),
+                "round {round}: {answer:?}"
+            );
+        }
+    }
+}

@@ -6,7 +6,11 @@
 //! `session_hibernate_after` with no stream open is a candidate to sleep
 //! (`downstream::hibernation` decides). While it is being put to sleep it
 //! is `Closing`: a request arriving then waits the moment out, and then
-//! wakes it, rather than being told the session does not exist.
+//! wakes it, rather than being told the session does not exist. While it
+//! wakes it is `Waking`: rmcp has its new session in place but has not
+//! replayed its handshake yet, and a request reaching it then would stop
+//! it (rmcp's worker takes nothing before `initialize`); a request arriving
+//! then waits too, and finds it awake.
 
 use std::{
     cell::Cell,
@@ -19,7 +23,7 @@ use rmcp::transport::streamable_http_server::session::SessionId;
 // Tokio's clock, so that the tests can move it instead of sleeping.
 use tokio::{sync::Notify, time::Instant};
 
-/// How long a request waits for a session being put to sleep.
+/// How long a request waits for a session being put to sleep or woken.
 const CLOSING_WAIT: Duration = Duration::from_secs(5);
 
 thread_local! {
@@ -44,6 +48,8 @@ pub(super) enum Phase {
     Awake,
     Closing,
     Asleep,
+    /// Restored, its handshake not replayed yet.
+    Waking,
 }
 
 struct Entry {
@@ -64,6 +70,15 @@ pub(super) struct Activity {
 
 impl Activity {
     pub(super) fn created(&self, id: &SessionId) {
+        self.created_in(id, Phase::Awake);
+    }
+
+    /// A sleeping session restored (see [`Phase::Waking`]).
+    pub(super) fn waking(&self, id: &SessionId) {
+        self.created_in(id, Phase::Waking);
+    }
+
+    fn created_in(&self, id: &SessionId, phase: Phase) {
         let mut sessions = lock(&self.sessions);
         // Woken before rmcp's late close of its sleeping self came: that
         // close must still do nothing, not end the woken session.
@@ -73,14 +88,14 @@ impl Activity {
             Entry {
                 last_used: Instant::now(),
                 open_streams: 0,
-                phase: Phase::Awake,
+                phase,
                 closed_for_sleep: late_close_pending,
             },
         );
     }
 
-    /// Marks `id` used now; its phase once it is not `Closing` (`None`:
-    /// unknown here).
+    /// Marks `id` used now; its phase once it is neither `Closing` nor
+    /// `Waking` (`None`: unknown here), or after [`CLOSING_WAIT`].
     pub(super) async fn used(&self, id: &SessionId) -> Option<Phase> {
         let deadline = Instant::now() + CLOSING_WAIT;
         loop {
@@ -88,14 +103,16 @@ impl Activity {
             {
                 let mut sessions = lock(&self.sessions);
                 let entry = sessions.get_mut(id)?;
-                if entry.phase != Phase::Closing {
+                let phase = entry.phase;
+                if !matches!(phase, Phase::Closing | Phase::Waking) {
                     entry.last_used = Instant::now();
-                    return Some(entry.phase);
+                    return Some(phase);
+                }
+                if Instant::now() >= deadline {
+                    return Some(phase);
                 }
             }
-            if tokio::time::timeout_at(deadline, settled).await.is_err() {
-                return Some(Phase::Closing);
-            }
+            let _ = tokio::time::timeout_at(deadline, settled).await;
         }
     }
 
@@ -321,5 +338,24 @@ mod tests {
         assert!(!waiter.is_finished(), "it waits for the session to settle");
         activity.set_phase(&id, Phase::Asleep);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Asleep));
+    }
+
+    /// A request for a session being woken waits until its handshake has
+    /// been replayed, and finds it awake.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_while_its_session_wakes() {
+        let activity = Arc::new(Activity::default());
+        let id: SessionId = "s".into();
+        activity.waking(&id);
+        let waiter = {
+            let activity = activity.clone();
+            let id = id.clone();
+            tokio::spawn(async move { activity.used(&id).await })
+        };
+        tokio::time::advance(CLOSING_WAIT / 2).await;
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "it waits for the session to wake");
+        activity.set_phase(&id, Phase::Awake);
+        assert_eq!(waiter.await.unwrap(), Some(Phase::Awake));
     }
 }

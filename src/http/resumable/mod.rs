@@ -388,7 +388,14 @@ impl SessionManager for ResumableSessions {
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
         self.quick_calls.before(id, &message).await;
-        Ok(self.sessions.accept_message(id, message).await?)
+        let replayed_handshake_done = is_replayed_initialized(&message);
+        self.sessions.accept_message(id, message).await?;
+        if replayed_handshake_done {
+            // Queued behind the replayed handshake from here: requests
+            // waiting for the session to wake may go on.
+            self.activity.set_phase(id, Phase::Awake);
+        }
+        Ok(())
     }
 
     async fn create_standalone_stream(
@@ -441,7 +448,9 @@ impl SessionManager for ResumableSessions {
         self.activity.used(&id).await;
         let outcome = self.sessions.restore_session(id.clone()).await?;
         if matches!(outcome, RestoreOutcome::Restored(_)) {
-            self.activity.created(&id);
+            // Awake once its replayed `initialized` is in (see
+            // `accept_message`).
+            self.activity.waking(&id);
             self.streams.standalone_woke(&id);
             // rmcp calls the session factory next, without an await between.
             idle::mark_waking();
@@ -452,6 +461,22 @@ impl SessionManager for ResumableSessions {
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
         self.sessions.event_store()
     }
+}
+
+/// Whether `message` is the `notifications/initialized` rmcp replays to
+/// wake a session: the last of its handshake.
+fn is_replayed_initialized(message: &ClientJsonRpcMessage) -> bool {
+    use rmcp::model::GetExtensions;
+    matches!(
+        message,
+        ClientJsonRpcMessage::Notification(notification)
+            if matches!(notification.notification, rmcp::model::ClientNotification::InitializedNotification(_))
+                && notification
+                    .notification
+                    .extensions()
+                    .get::<rmcp::transport::streamable_http_server::session::SessionRestoreMarker>()
+                    .is_some()
+    )
 }
 
 /// Where an event id of this session points.
