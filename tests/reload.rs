@@ -468,3 +468,34 @@ async fn a_supervision_reload_reaches_a_mount_already_down() {
     })
     .await;
 }
+
+/// A call waiting for a changed mount's start goes to the mount serving
+/// the name if another reload replaces that one meanwhile: it was told
+/// "the mount was removed", though the name never stopped being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_on_a_replaced_mount_goes_to_its_successor() {
+    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
+    let gateway = Gateway::start(&config(&stdio_demo_mount("first", ""))).await;
+    let client = gateway.connect().await;
+    let before = call_pid(&client, "first__pid").await;
+
+    // `first` changes to one that takes 3 s to start; a call waits for it.
+    let slow = format!(
+        "[mounts.first]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 3; exec {BIN} demo-server\"]\n\n"
+    );
+    rewrite_config(&gateway.config_path, &config(&slow));
+    wait_for_log(&gateway, &["config reloaded", "changed=first"], 1).await;
+    let waiting = tokio::spawn(async move {
+        let pid = call_pid(&client, "first__pid").await;
+        (client, pid)
+    });
+    // Replaced again before it has started.
+    rewrite_config(
+        &gateway.config_path,
+        &config(&stdio_demo_mount("first", "env = { AGAIN = \"1\" }")),
+    );
+    wait_for_log(&gateway, &["config reloaded", "changed=first"], 2).await;
+    let (client, after) = waiting.await.expect("the waiting call");
+    assert_ne!(after, before, "answered by the first `first`");
+    close(client).await;
+}

@@ -172,8 +172,23 @@ pub(super) async fn connect(
         });
     };
     super::observe::routed_to(&mount.config.name);
-    let upstream = state.upstream_for(&mount).await?;
-    Ok((mount, upstream))
+    match state.upstream_for(&mount).await {
+        Ok(upstream) => Ok((mount, upstream)),
+        // A reload replaced the mount while this waited for it (a start,
+        // a restart): the call goes to the mount now serving the name, as
+        // one arriving a moment later would.
+        Err(_) if mount.is_retired() => {
+            let Some(current) = gateway.mount(name).filter(|now| now.id() != mount.id()) else {
+                return Err(RouteError::MountUnavailable {
+                    mount: name.clone(),
+                    cause: "the mount is no longer configured".to_owned(),
+                });
+            };
+            let upstream = state.upstream_for(&current).await?;
+            Ok((current, upstream))
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// The client's `_meta` for the upstream request, minus the progress token:
