@@ -29,10 +29,10 @@ pub struct RawServer {
 #[serde(deny_unknown_fields)]
 pub struct RawMount {
     // stdio upstream
-    pub command: Option<String>,
+    pub command: Option<Text>,
     pub args: Option<Vec<Text>>,
     pub env: Option<BTreeMap<String, Text>>,
-    pub cwd: Option<String>,
+    pub cwd: Option<Text>,
     // Streamable HTTP upstream
     pub url: Option<String>,
     pub headers: Option<BTreeMap<String, Text>>,

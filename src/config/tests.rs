@@ -300,14 +300,15 @@ fn env_overrides_are_text_where_the_config_takes_text() {
 fn file_numbers_where_text_is_taken() {
     let config = parse(
         "junction.yaml",
-        "mounts:\n  loc:\n    command: x\n    args: [--port, 8080, --verbose, true]\n    env: {PORT: 8080}\n",
+        "mounts:\n  loc:\n    command: x\n    args: [--port, 8080, --verbose, true]\n    env: {PORT: 8080}\n    cwd: 2024\n",
     )
     .unwrap();
-    let UpstreamTransport::Stdio { args, env, .. } = &config.mounts[0].transport else {
+    let UpstreamTransport::Stdio { args, env, cwd, .. } = &config.mounts[0].transport else {
         panic!("a stdio mount");
     };
     assert_eq!(args, &["--port", "8080", "--verbose", "true"]);
     assert_eq!(env["PORT"], "8080");
+    assert_eq!(cwd.as_deref(), Some(std::path::Path::new("2024")));
     let found = problems(
         "junction.toml",
         "[mounts.web]\nurl = \"http://h/mcp\"\nheaders = { X = 1234.5678 }\n",

@@ -14,7 +14,7 @@ use super::{
     problems::{without_the_value, Problems},
     raw::{
         text_map, texts, RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize,
-        RawSupervision, RawTelemetry, RawTimeouts,
+        RawSupervision, RawTelemetry, RawTimeouts, Text,
     },
     AdminConfig, Config, Isolation, Limits, MountConfig, MountTimeouts, ServerConfig, Supervision,
     TelemetryConfig, Timeouts, UpstreamTransport,
@@ -869,7 +869,7 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         }
     };
 
-    let transport = match (raw.command, raw.url) {
+    let transport = match (raw.command.map(|Text(command)| command), raw.url) {
         (Some(_), Some(_)) => {
             problems.push(
                 &path,
@@ -900,7 +900,7 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                 command,
                 args: raw.args.map(texts).unwrap_or_default(),
                 env: raw.env.map(text_map).unwrap_or_default(),
-                cwd: raw.cwd.map(PathBuf::from),
+                cwd: raw.cwd.map(|Text(cwd)| PathBuf::from(cwd)),
             })
         }
         (None, Some(url_text)) => {
