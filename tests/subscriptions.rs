@@ -300,3 +300,29 @@ async fn unsubscribing_opens_no_per_session_upstream() {
     unsubscribe(&client, &format!("own+{NOTE}")).await;
     close(client).await;
 }
+
+/// A reload that gives a mount another namespace leaves a session's
+/// subscription under the URI it subscribed with: unsubscribing from that
+/// URI still lets the upstream go. It was refused (-32002: the old URI no
+/// longer resolves), and the upstream stayed subscribed for as long as the
+/// session lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_after_a_namespace_change_lets_the_upstream_go() {
+    let gateway = Gateway::start(&shared_config()).await;
+    let uri = format!("shared+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+
+    let renamed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("shared", "namespace = \"other\"")
+    );
+    rewrite_config(&gateway.config_path, &renamed);
+    wait_until_held(&observer, "other", &[NOTE]).await;
+    unsubscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "other", &[]).await;
+    close(subscriber).await;
+    close(observer).await;
+}

@@ -103,7 +103,7 @@ impl DownstreamSession {
     /// to unsubscribe would be waste. Whether that was the case.
     fn unsubscribe_without_upstream(&self, uri: &str) -> bool {
         let state = self.state();
-        let Some(route) = state.catalog(&self.gateway).resolve_uri(uri) else {
+        let Some(route) = self.unsubscribe_route(uri) else {
             return false;
         };
         let per_session = self
@@ -115,6 +115,19 @@ impl DownstreamSession {
         }
         self.gateway.sessions().unsubscribe(state.key, uri);
         true
+    }
+
+    /// Where an unsubscribe from `uri` goes: where this session's
+    /// subscription to it went, else where `uri` routes now. A reload may
+    /// have changed the mount's namespace, or another mount may have
+    /// taken the name, since: resolved afresh, the unsubscribe was refused
+    /// or went elsewhere, and the upstream stayed subscribed.
+    fn unsubscribe_route(&self, uri: &str) -> Option<crate::catalog::Route> {
+        let state = self.state();
+        self.gateway
+            .sessions()
+            .subscribed_route(state.key, uri)
+            .or_else(|| state.catalog(&self.gateway).resolve_uri(uri))
     }
 
     /// The session's catalog, after making sure its per-session mounts
@@ -527,7 +540,11 @@ impl ServerHandler for DownstreamSession {
                 if self.unsubscribe_without_upstream(&uri) {
                     return Ok(());
                 }
-                let (route, mount, upstream) = self.resource_upstream(&uri).await?;
+                let route = match self.unsubscribe_route(&uri) {
+                    Some(route) => route,
+                    None => return Err(RouteError::UnknownResource(uri.clone())),
+                };
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 let key = self.state().key;
                 let sessions = self.gateway.sessions();
                 let meta = forwarded_meta(&context.meta);
