@@ -182,9 +182,16 @@ impl Hibernation {
     }
 
     /// The `initialize` session `id` fell asleep with, if it is asleep.
+    /// rmcp asks as a request for the session arrives, to wake it: that is
+    /// a use, so its idle timeout counts from now. The sweep ended a
+    /// session between this and the replayed `initialize` otherwise, and
+    /// the request got 500 (the wake failed) where it would have got 404
+    /// a moment earlier.
     fn initialize_of(&self, id: &str) -> Option<InitializeRequestParams> {
-        let asleep = lock(&self.asleep);
-        serde_json::from_str(&asleep.get(id)?.initialize).ok()
+        let mut asleep = lock(&self.asleep);
+        let sleeper = asleep.get_mut(id)?;
+        sleeper.ends_at = sleeper.ends_at.max(Instant::now() + self.idle_timeout);
+        serde_json::from_str(&sleeper.initialize).ok()
     }
 
     /// Ends session `id` if it is asleep (its client deleted it); whether it was.
@@ -249,4 +256,30 @@ impl SessionStore for HibernationStore {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{load, ConfigSource};
+
+    /// A session asleep whose wake has begun (rmcp loaded its
+    /// `initialize`) is not ended by the sweep before it wakes.
+    #[test]
+    fn a_session_being_woken_is_not_expired_under_it() {
+        let gateway = Gateway::new(load(&ConfigSource::Embedded).expect("the embedded config"));
+        let hibernation = Hibernation::new(Some(Duration::from_secs(1)), Duration::from_secs(60));
+        let ticket = gateway.sessions().reserve(1).expect("a place");
+        let initialize = InitializeRequestParams::default();
+        let due = Instant::now();
+        let sleeper = Sleeper::new(&gateway, 7, ticket, None, &initialize, due)
+            .unwrap_or_else(|_| panic!("a sleeper"));
+        lock(&hibernation.asleep).insert(Arc::from("s"), sleeper);
+        assert!(hibernation.initialize_of("s").is_some(), "its wake begins");
+        assert!(
+            hibernation.expire(Instant::now()).is_empty(),
+            "ended under the wake"
+        );
+        assert!(hibernation.initialize_of("s").is_some());
+    }
 }
