@@ -281,10 +281,15 @@ impl DirectCalls {
                         if let Some(millis) = event.retry {
                             retry = Duration::from_millis(millis);
                         }
-                        // Only `message` events (the default) carry
+                        // Only `message` events (the default, also
+                        // when the `event:` field is empty) carry
                         // JSON-RPC; others (a server's own heartbeats) are
                         // skipped, as rmcp's reader does.
-                        if event.event.as_deref().is_some_and(|kind| kind != "message") {
+                        if event
+                            .event
+                            .as_deref()
+                            .is_some_and(|kind| !kind.is_empty() && kind != "message")
+                        {
                             continue;
                         }
                         let Some(data) = event.data else {
@@ -726,6 +731,15 @@ mod tests {
             "event: ping\ndata: {}\n\n: a comment\n\ndata: not json\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n",
         )
         .await;
+        let result = call_through(url, true).await;
+        assert_eq!(result.content[0].as_text().expect("text").text, "answered");
+    }
+
+    /// An `event:` field left empty names the default type, `message`
+    /// (WHATWG SSE): the answer it carries is the answer.
+    #[tokio::test]
+    async fn an_empty_event_type_is_a_message() {
+        let url = answering_after("event:\n").await;
         let result = call_through(url, true).await;
         assert_eq!(result.content[0].as_text().expect("text").text, "answered");
     }
