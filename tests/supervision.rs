@@ -798,6 +798,46 @@ fn process_group(pid: u32) -> u32 {
         .expect("a process group")
 }
 
+/// An upstream that hangs up on a call lost the answer, not the call: it
+/// may still be running the tool, and a disconnection is no cancellation
+/// (2025-11-25 transports), so the gateway tells it. It did not, and a
+/// client retrying ran the tool twice at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_answer_was_lost_is_cancelled_upstream() {
+    static CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let (port, upstream) = scripted_http_upstream(json!({"tools": {}}), |request| {
+        match request["method"].as_str() {
+            Some("tools/list") => {
+                Some(json!({"tools": [{"name": "work", "inputSchema": {"type": "object"}}]}))
+            }
+            Some("notifications/cancelled") => {
+                CANCELLED.store(true, std::sync::atomic::Ordering::SeqCst);
+                None
+            }
+            // Hangs up on the call.
+            Some("tools/call") => None,
+            _ => Some(json!({})),
+        }
+    })
+    .await;
+    let config = format!(
+        "{SERVER_TOML}{}",
+        http_mount("remote", &format!("http://127.0.0.1:{port}/mcp"), "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let failed = call(&client, "remote__work", json!({})).await;
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
+    eventually("the upstream to be told", OP_TIMEOUT, || async {
+        CANCELLED
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
+    close(client).await;
+    upstream.abort();
+}
+
 /// `junction_upstream_sessions` of `mount`, from `/metrics`.
 async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
     let metrics = within(

@@ -406,9 +406,15 @@ impl UpstreamSession {
                 }
             }
         };
-        cancel_guard.id = None;
         if matches!(&answer, Ok(_) | Err(ServiceError::McpError(_))) {
+            cancel_guard.id = None;
             inflight.answered();
+        } else {
+            // The exchange broke (the answer stream dropped, a resume
+            // failed) with the request perhaps still running upstream: a
+            // disconnection is no cancellation, so the upstream is told, and
+            // a client retrying does not run the tool twice at once.
+            cancel_guard.reason = "the gateway lost the answer";
         }
         if let Err(ServiceError::McpError(error)) = &answer {
             // A later `notifications/elicitation/complete` for one of the

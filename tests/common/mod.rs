@@ -843,7 +843,8 @@ impl Drop for KillOnDrop {
 /// `initialize` declaring `capabilities` (and `initialized`, and refuses
 /// `GET`), then each request with `answer(request)` as its result, or,
 /// for `None`, closes the connection without a word (reqwest then fails
-/// the request naming its URL whole).
+/// the request naming its URL whole). `answer` sees each notification
+/// too (its answer is not used: a notification gets 202).
 pub async fn scripted_http_upstream(
     capabilities: Value,
     answer: fn(&Value) -> Option<Value>,
@@ -909,6 +910,7 @@ async fn serve_scripted(
                         "serverInfo": {"name": "scripted", "version": "1"}
                     }))
                 } else if request.get("id").is_none() {
+                    let _ = answer(&request);
                     "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
                 } else {
                     match answer(&request) {
