@@ -838,6 +838,46 @@ async fn a_call_whose_answer_was_lost_is_cancelled_upstream() {
     upstream.abort();
 }
 
+/// An upstream that restarted and answers its old session's message
+/// stream 400 "Invalid or missing session ID" (the TypeScript SDK's
+/// examples, and servers copied from them) has forgotten the session:
+/// the gateway starts a new one at once, without waiting for a client's
+/// call to fail. Only 404 counted, and list changes and resource updates
+/// went nowhere meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_stream_refused_400_after_serving_ends_the_session() {
+    static INITIALIZES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let (port, upstream) = scripted_http_upstream_with_stream(
+        json!({"tools": {}}),
+        |request| {
+            if request["method"] == "notifications/initialized" {
+                INITIALIZES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            match request["method"].as_str() {
+                Some("tools/list") => Some(json!({"tools": []})),
+                _ => Some(json!({})),
+            }
+        },
+        |n| match n {
+            // Served, and ended at once (rmcp opens it again).
+            0 => "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n",
+            _ => "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 29\r\n\r\nInvalid or missing session ID",
+        },
+    )
+    .await;
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        http_mount("remote", &format!("http://127.0.0.1:{port}/mcp"), "")
+    );
+    let gateway = Gateway::start(&config).await;
+    eventually("a new upstream session", OP_TIMEOUT, || async {
+        (INITIALIZES.load(std::sync::atomic::Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    drop(gateway);
+    upstream.abort();
+}
+
 /// `junction_upstream_sessions` of `mount`, from `/metrics`.
 async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
     let metrics = within(

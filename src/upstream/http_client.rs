@@ -42,6 +42,8 @@ pub struct TracingHttpClient {
     /// The upstream session's end (`UpstreamSession::ended`), cancelled
     /// when a `GET` shows the session gone (see [`Self::saw_get`]).
     ended: CancellationToken,
+    /// Whether a `GET` of the session's stream has been served once.
+    stream_served: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TracingHttpClient {
@@ -58,6 +60,7 @@ impl TracingHttpClient {
             raw,
             direct,
             ended,
+            stream_served: Default::default(),
         };
         (client, StandaloneStream(settled))
     }
@@ -73,12 +76,19 @@ impl TracingHttpClient {
     /// failed on it, and meanwhile its list changes and resource updates
     /// would go nowhere. Such a `GET` ends the session now, as a `POST`
     /// answered 404 does, so the supervisor (or the next per-session call)
-    /// reconnects.
+    /// reconnects. So does a 400 once a `GET` of the session has been
+    /// served: the TypeScript SDK's examples (and servers copied from
+    /// them) answer 400 "Invalid or missing session ID" for a session they
+    /// no longer know. Not before: a server may answer 400 to a `GET` it
+    /// does not serve at all (instead of 405), and its sessions are fine.
     fn saw_get<T>(&self, session: bool, result: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        use std::sync::atomic::Ordering;
         let Err(error) = result else {
+            self.stream_served.store(true, Ordering::Release);
             return;
         };
-        if session && get_means_session_gone(error) && !self.ended.is_cancelled() {
+        let served_before = self.stream_served.load(Ordering::Acquire);
+        if session && get_means_session_gone(error, served_before) && !self.ended.is_cancelled() {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
             self.ended.cancel();
         }
@@ -87,16 +97,22 @@ impl TracingHttpClient {
 
 /// Whether a failed `GET` of a session's stream means the session is over:
 /// the server answered that it does not know it (404, which rmcp reports
-/// for a `GET` as a plain HTTP error). Not a refused connection: the
-/// server may be on its way back, and reconnecting before it is would
-/// only count failed starts against the mount (rmcp's next `GET` finds
-/// out once it is back).
-fn get_means_session_gone(error: &StreamableHttpError<reqwest::Error>) -> bool {
+/// for a `GET` as a plain HTTP error; 400 too if such a `GET` was
+/// `served_before`, see [`TracingHttpClient::saw_get`]). Not a refused
+/// connection: the server may be on its way back, and reconnecting before
+/// it is would only count failed starts against the mount (rmcp's next
+/// `GET` finds out once it is back).
+fn get_means_session_gone(
+    error: &StreamableHttpError<reqwest::Error>,
+    served_before: bool,
+) -> bool {
     match error {
         StreamableHttpError::SessionExpired => true,
-        StreamableHttpError::Client(error) => {
-            error.status() == Some(reqwest::StatusCode::NOT_FOUND)
-        }
+        StreamableHttpError::Client(error) => match error.status() {
+            Some(reqwest::StatusCode::NOT_FOUND) => true,
+            Some(reqwest::StatusCode::BAD_REQUEST) => served_before,
+            _ => false,
+        },
         _ => false,
     }
 }

@@ -849,11 +849,25 @@ pub async fn scripted_http_upstream(
     capabilities: Value,
     answer: fn(&Value) -> Option<Value>,
 ) -> (u16, tokio::task::JoinHandle<()>) {
+    scripted_http_upstream_with_stream(capabilities, answer, |_| {
+        "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n"
+    })
+    .await
+}
+
+/// [`scripted_http_upstream`] answering the `n`th `GET` of its message
+/// stream (from 0, counted across its sessions) with the raw HTTP reply
+/// `stream(n)`.
+pub async fn scripted_http_upstream_with_stream(
+    capabilities: Value,
+    answer: fn(&Value) -> Option<Value>,
+    stream: fn(usize) -> &'static str,
+) -> (u16, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a free port");
     let port = listener.local_addr().expect("its address").port();
-    let serving = tokio::spawn(serve_scripted(listener, capabilities, answer));
+    let serving = tokio::spawn(serve_scripted(listener, capabilities, answer, stream));
     (port, serving)
 }
 
@@ -861,13 +875,16 @@ async fn serve_scripted(
     listener: tokio::net::TcpListener,
     capabilities: Value,
     answer: fn(&Value) -> Option<Value>,
+    stream: fn(usize) -> &'static str,
 ) {
+    let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     loop {
         let Ok((socket, _)) = listener.accept().await else {
             return;
         };
         let capabilities = capabilities.clone();
+        let gets = gets.clone();
         tokio::spawn(async move {
             let mut socket = BufReader::new(socket);
             loop {
@@ -900,7 +917,7 @@ async fn serve_scripted(
                     )
                 };
                 let reply = if head[0].starts_with("get ") {
-                    "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n".to_owned()
+                    stream(gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst)).to_owned()
                 } else if head[0].starts_with("delete ") {
                     "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_owned()
                 } else if request["method"] == "initialize" {
