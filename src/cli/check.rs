@@ -109,7 +109,12 @@ fn target(config: &Config, mount: &MountConfig) -> String {
                         .enumerate()
                         .map(|(index, arg)| config.shown(&at(&format!("args.{index}")), arg)),
                 )
-                .map(shell_word)
+                // A connection string (`postgresql://app:pw@db/prod`) is
+                // a URL, its secrets masked as one.
+                .map(|word| match word.contains("://") {
+                    true => shell_word(&masked_url(word)),
+                    false => shell_word(word),
+                })
                 .collect::<Vec<_>>()
                 .join(" ")
         }
@@ -120,9 +125,11 @@ fn target(config: &Config, mount: &MountConfig) -> String {
 }
 
 /// `url`, parsed or as written (with `${VAR}` in it, so not parsed), with
-/// what is likely a secret masked: the password of its user info, and
-/// every query value (API keys often travel there) that is not a `${VAR}`
-/// already, which names the secret without showing it.
+/// what is likely a secret masked: the password of its user info, every
+/// query value (API keys often travel there) that is not a `${VAR}`
+/// already, which names the secret without showing it, and each path
+/// segment that looks like a key ([`looks_like_a_key`]: hosted servers
+/// take theirs in the path, `/s/<key>/mcp`).
 fn masked_url(url: &str) -> String {
     let (rest, fragment) = match url.split_once('#') {
         Some((rest, fragment)) => (rest, Some(fragment)),
@@ -155,10 +162,19 @@ fn masked_url(url: &str) -> String {
                 None if is_variable(user_info) => out.push_str(user_info),
                 None => out.push_str("***"),
             }
-            out.push_str(&base[authority_start + at..]);
+            out.push_str(&base[authority_start + at..authority_end]);
         }
-        None => out.push_str(base),
+        None => out.push_str(&base[..authority_end]),
     }
+    let path = &base[authority_end..];
+    let masked: Vec<&str> = path
+        .split('/')
+        .map(|segment| match looks_like_a_key(segment) {
+            true => "***",
+            false => segment,
+        })
+        .collect();
+    out.push_str(&masked.join("/"));
     if let Some(query) = query {
         let pairs: Vec<String> = query
             .split('&')
@@ -200,9 +216,34 @@ fn url_secrets_are_masked_as_written_or_parsed() {
             "https://h/a@b:c/mcp?k=v#top",
             "https://h/a@b:c/mcp?k=***#top",
         ),
+        (
+            "https://mcp.zapier.com/api/mcp/s/a1b2c3d4e5f6a7b8c9d0/mcp",
+            "https://mcp.zapier.com/api/mcp/s/***/mcp",
+        ),
+        (
+            "https://h/v1/${KEY}/my-server/sse",
+            "https://h/v1/${KEY}/my-server/sse",
+        ),
+        (
+            "postgresql://app:s3cret@db/prod",
+            "postgresql://app:***@db/prod",
+        ),
     ] {
         assert_eq!(masked_url(url), shown, "{url}");
     }
+}
+
+/// Whether a URL path segment looks like a key rather than a name: long,
+/// or long enough and mixing letters with digits (`mcp`, `v1`, `sse` and
+/// `my-server` stay; `a1b2c3d4e5f6`, a UUID, a 32-character token go).
+/// A `${VAR}` names the secret without showing it and stays.
+fn looks_like_a_key(segment: &str) -> bool {
+    if segment.starts_with("${") {
+        return false;
+    }
+    let letters = segment.chars().any(|c| c.is_ascii_alphabetic());
+    let digits = segment.chars().filter(|c| c.is_ascii_digit()).count();
+    segment.len() >= 24 || (segment.len() >= 12 && letters && digits >= 2)
 }
 
 /// `word` as a shell would need it, so the printed command can be pasted.
@@ -363,5 +404,24 @@ mod tests {
         assert_eq!(&cells[..4], ["demo", "stdio", "shared", "demo"]);
         assert!(demo.ends_with(" demo-server"), "{demo}");
         assert!(text.contains("per_session"), "{text}");
+    }
+
+    /// The summary goes to stdout, often into CI logs: keys in a URL's
+    /// path and passwords in connection strings given as arguments are
+    /// masked.
+    #[test]
+    fn summary_masks_keys_in_paths_and_arguments() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("junction.toml");
+        std::fs::write(
+            &file,
+            "[mounts.db]\ncommand = \"npx\"\nargs = [\"server-postgres\", \"postgresql://app:s3cret@db/prod\"]\n\n[mounts.zap]\nurl = \"https://mcp.zapier.com/api/mcp/s/a1b2c3d4e5f6a7b8c9d0e1f2/mcp\"\n",
+        )
+        .expect("write the config");
+        let config = config::load(&ConfigSource::File(file)).expect("a valid config");
+        let text = summary("junction.toml", &config);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(!text.contains("a1b2c3d4e5f6a7b8c9d0e1f2"), "{text}");
+        assert!(text.contains("postgresql://app:***@db/prod"), "{text}");
     }
 }
