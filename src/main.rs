@@ -248,6 +248,7 @@ async fn serve(
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let bound = listener.local_addr()?;
+    let admin = junction::http::bind_admin(&config).await?;
     // Caught from here on, before any child starts.
     let shutdown = junction::signals::shutdown_signal();
     let gateway = Gateway::new(config);
@@ -263,13 +264,24 @@ async fn serve(
         overrides,
         stop_watching.clone(),
     ));
-    let lanes = junction::http::serve(
+    let served = junction::http::serve(
         listener,
+        admin,
         gateway.clone(),
         shutdown,
         junction::http::lanes::count(),
     )
-    .await?;
+    .await;
+    let lanes = match served {
+        Ok(lanes) => lanes,
+        Err(error) => {
+            // What started is stopped, not left to the runtime's drop.
+            stop_watching.cancel();
+            let _ = watcher.await;
+            gateway.shutdown().await;
+            return Err(error.into());
+        }
+    };
     tracing::info!("shutting down");
     stop_watching.cancel();
     let _ = watcher.await;

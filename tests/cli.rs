@@ -260,3 +260,27 @@ async fn demo_server_refuses_gateway_flags() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// An `[admin] listen` address already taken fails the start before
+/// anything runs: no "listening" announced (scripts wait for that line),
+/// no upstream started, exit 1 naming the address. It was bound last,
+/// after the children had started and the line was printed.
+#[tokio::test]
+async fn an_admin_address_in_use_fails_the_start_cleanly() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let address = taken.local_addr().expect("its address");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junction.toml");
+    std::fs::write(
+        &path,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n\n[admin]\nlisten = \"{address}\"\n"),
+    )
+    .unwrap();
+    let mut command = junction_command();
+    command.arg("--config").arg(&path);
+    let (status, _, stderr) =
+        run_to_exit("junction (admin port taken)", command, EXIT_TIMEOUT).await;
+    assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+    assert!(stderr.contains("admin.listen"), "{stderr}");
+}

@@ -795,3 +795,20 @@ fn mounts_of_the_wrong_kind_are_not_echoed() {
     .expect_err("mounts as text");
     assert_reported(&found, &["mounts: expected a table of mounts, found text"]);
 }
+
+/// The admin endpoints on an address of their own cannot share the MCP
+/// listener's: the second bind would fail at start.
+#[test]
+fn admin_listen_is_not_server_listen() {
+    let found = problems(
+        "junction.toml",
+        "[server]\nlisten = \"127.0.0.1:8080\"\n\n[admin]\nlisten = \"127.0.0.1:8080\"\n",
+    );
+    assert_reported(&found, &["admin.listen: is server.listen too"]);
+    // Port 0 is a fresh port for each.
+    parse(
+        "junction.toml",
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .expect("two fresh ports");
+}

@@ -94,6 +94,17 @@ pub fn resolve(
         .map_or_else(|| Separator::new(defaults::SEPARATOR), Separator::new)
         .ok();
     let server = resolve_server(raw_server, &mut problems);
+    if let (Some(server), Some(admin)) = (&server, &admin) {
+        let shared = admin
+            .listen
+            .is_some_and(|listen| listen == server.listen && listen.port() != 0);
+        if admin.enabled && shared {
+            problems.push(
+                "admin.listen",
+                "is server.listen too: give the admin endpoints an address of their own, or leave admin.listen out to serve them on server.listen",
+            );
+        }
+    }
 
     let mut raw_mounts = match mounts_value {
         None => serde_json::Map::new(),

@@ -183,23 +183,41 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
 ///
 /// The lanes come back still running what they started: close them once
 /// the gateway has shut its sessions down.
+/// Binds `[admin] listen`, if the admin endpoints have an address of their
+/// own. Done before the gateway starts anything: a port taken fails the
+/// start cleanly, before any child runs or "listening" is announced.
+pub async fn bind_admin(
+    config: &crate::config::Config,
+) -> std::io::Result<Option<tokio::net::TcpListener>> {
+    match config.admin.listen {
+        Some(address) if config.admin.enabled => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|error| {
+                    std::io::Error::new(
+                        error.kind(),
+                        format!("cannot listen on {address} (admin.listen): {error}"),
+                    )
+                })?;
+            Ok(Some(listener))
+        }
+        _ => Ok(None),
+    }
+}
+
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    admin_listener: Option<tokio::net::TcpListener>,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     lanes: usize,
 ) -> std::io::Result<Lanes> {
-    let admin_listener = match gateway.config().admin.listen {
-        Some(address) if gateway.config().admin.enabled => {
-            let listener = tokio::net::TcpListener::bind(address).await?;
-            eprintln!(
-                "junction admin listening on {} (/metrics, /status)",
-                listener.local_addr()?
-            );
-            Some(listener)
-        }
-        _ => None,
-    };
+    if let Some(listener) = &admin_listener {
+        eprintln!(
+            "junction admin listening on {} (/metrics, /status)",
+            listener.local_addr()?
+        );
+    }
     let sessions_token = CancellationToken::new();
     let app = router(gateway.clone(), sessions_token.clone());
     let stop_accepting = CancellationToken::new();
