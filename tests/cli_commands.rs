@@ -557,6 +557,27 @@ async fn tools_prints_the_merged_catalog_as_text_and_json() {
     assert_eq!(echo["inputSchema"]["type"], "object");
 }
 
+/// `tools --json` prints the tool objects a client's `tools/list`
+/// receives: with a tool's `execution` (2025-11-25 tasks), which rmcp's
+/// own tool type leaves out.
+#[tokio::test]
+async fn tools_json_keeps_a_tools_execution() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("jobs", "endless_task_pages.py", "")
+    );
+    let (_dir, path) = config_file(&config);
+    let json = junction(&["tools", "--config", &path, "--json"], &[]).await;
+    json.expect_code(0);
+    let tools: Vec<Value> = serde_json::from_str(&json.stdout)
+        .unwrap_or_else(|error| panic!("not a JSON array: {error}\n{}", json.stdout));
+    let work = tools
+        .iter()
+        .find(|tool| tool["name"] == "jobs__work")
+        .unwrap_or_else(|| panic!("jobs__work in {tools:?}"));
+    assert_eq!(work["execution"]["taskSupport"], "optional", "{work}");
+}
+
 #[tokio::test]
 async fn tools_lists_what_it_can_when_a_mount_fails() {
     let config = format!(

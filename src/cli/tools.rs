@@ -57,7 +57,7 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
     }
     let tools = &probe.catalog.tools;
     let written = if json {
-        match serde_json::to_string_pretty(tools) {
+        match serde_json::to_string_pretty(&as_listed(&probe.catalog)) {
             Ok(text) => print_stdout(&format!("{text}\n")),
             Err(error) => {
                 eprintln!("junction: cannot write the tools as JSON: {error}");
@@ -81,4 +81,14 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
 /// A multi-line description on one line, so each tool is one greppable line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The tools as a client's `tools/list` gets them: with each one's
+/// `execution` (2025-11-25 tasks), which rmcp's `Tool` has no field for
+/// and the catalog keeps aside.
+fn as_listed(catalog: &crate::catalog::MergedCatalog) -> serde_json::Value {
+    let listed = rmcp::model::ListToolsResult::with_all_items(catalog.tools.clone());
+    crate::downstream::tasks::with_execution(&listed, &catalog.tool_execution)
+        .and_then(|mut result| result.get_mut("tools").map(serde_json::Value::take))
+        .unwrap_or_else(|| serde_json::to_value(&catalog.tools).unwrap_or_default())
 }
