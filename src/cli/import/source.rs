@@ -83,10 +83,15 @@ pub fn read(text: &str) -> Result<Document, InvalidInput> {
             value: value.clone(),
         })
         .collect();
+    // settings.json keeps its `inputs` beside its servers, under `mcp`.
+    let inputs_home = match path {
+        "mcp.servers" => root.get("mcp").and_then(Value::as_object).unwrap_or(&root),
+        _ => &root,
+    };
     Ok(Document {
         shape,
         entries,
-        inputs: inputs(&root),
+        inputs: inputs(inputs_home),
     })
 }
 

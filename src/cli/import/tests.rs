@@ -198,11 +198,20 @@ fn vscode_inputs_env_file_and_sse() {
 fn vscode_settings_shape_is_read() {
     let translation = import(json!({
         "editor.fontSize": 14,
-        "mcp": {"servers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}
+        "mcp": {
+            "inputs": [{"type": "promptString", "id": "tz", "description": "Time zone", "password": true}],
+            "servers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "${input:tz}"}}}
+        }
     }));
     assert_eq!(
         parsed(&translation)["mounts"]["time"]["command"].as_str(),
         Some("uvx")
+    );
+    // Its inputs are read where settings.json keeps them, under `mcp`.
+    let report = report(&translation);
+    assert!(
+        report.contains("(VS Code prompts for secret \"Time zone\")"),
+        "{report}"
     );
 }
 
