@@ -16,6 +16,7 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration}
 pub use expand::is_variable_name;
 pub use load::{load, ConfigSource, EMBEDDED_DEFAULT};
 pub use problems::{ConfigError, Problem};
+pub use validate::namespace_problems;
 
 use crate::naming::{MountName, Namespace, Separator};
 

@@ -980,6 +980,15 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
 /// Two mounts may not share a non-empty namespace, and no `namespace +
 /// separator` may be a prefix of another's, or a qualified name could be
 /// split two ways.
+///
+/// Also for a reload, which keeps the running `[server]` (and so its
+/// separator): the new mounts must be unambiguous with that one.
+pub fn namespace_problems(mounts: &[MountConfig], separator: &Separator) -> Vec<super::Problem> {
+    let mut problems = Problems::default();
+    check_namespaces(mounts, separator, &mut problems);
+    problems.into_error("").problems
+}
+
 fn check_namespaces(mounts: &[MountConfig], separator: &Separator, problems: &mut Problems) {
     let mut seen: BTreeMap<&str, &MountName> = BTreeMap::new();
     for mount in mounts {

@@ -89,6 +89,24 @@ async fn reload_once(
         }
     };
     adjust(&mut config);
+    // `[server]` is kept as it runs, its separator too: the new mounts were
+    // checked with the file's, and must also be unambiguous with this one.
+    let running = gateway.config();
+    if config.server.separator != running.server.separator {
+        let problems = config::namespace_problems(&config.mounts, &running.server.separator);
+        if !problems.is_empty() {
+            for problem in &problems {
+                tracing::error!(config = %source.describe(), %problem, "invalid config with the running separator");
+            }
+            tracing::error!(
+                config = %source.describe(),
+                problems = problems.len(),
+                %trigger,
+                "config reload rejected (a new separator takes effect after a restart); the running config keeps serving"
+            );
+            return;
+        }
+    }
     let outcome = gateway.reload(config).await;
     for section in &outcome.needs_restart {
         tracing::warn!(
@@ -150,5 +168,42 @@ mod tests {
         stop.cancel();
         watcher.await.expect("the watcher ends");
         assert_eq!(max_sessions(&gateway), 7, "the edit was not applied");
+    }
+
+    /// A reload keeps the running separator (a `[server]` change needs a
+    /// restart): mounts whose names the file's separator tells apart but
+    /// the running one would not are refused, not applied ambiguous.
+    #[tokio::test]
+    async fn a_reload_is_checked_with_the_running_separator() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        let mount = |name: &str| format!("[mounts.{name}]\nurl = \"http://127.0.0.1:9/mcp\"\n\n");
+        std::fs::write(
+            &path,
+            format!("[server]\nseparator = \"-\"\n\n{}", mount("a")),
+        )
+        .expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nseparator = \"__\"\n\n{}{}",
+                mount("a"),
+                mount("a-b")
+            ),
+        )
+        .expect("edit the config");
+        reload_once(&gateway, &source, &|_: &mut Config| {}, "test").await;
+        let names: Vec<String> = gateway
+            .mounts()
+            .iter()
+            .map(|mount| mount.config.name.as_str().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            ["a"],
+            "applied with names `a-b-x` could split two ways"
+        );
     }
 }
