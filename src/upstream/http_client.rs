@@ -7,7 +7,8 @@
 //! the same trace. It also tells [`StandaloneStream`] when the server has
 //! answered the session's first `GET` (the stream for messages that belong
 //! to no request), and posts the requests marked in [`RawAnswers`] itself
-//! ([`RawPost`]), so their answers are seen before rmcp parses them, and
+//! ([`RawPost`]), so their answers are seen before rmcp parses them (and
+//! shows it what comes on `GET` streams, where a resumed answer comes), and
 //! shows the direct path ([`DirectCalls`]) how posts on the session look.
 //! Everything else is rmcp's reqwest implementation.
 
@@ -63,6 +64,29 @@ impl TracingHttpClient {
             stream_served: Default::default(),
         };
         (client, StandaloneStream(settled))
+    }
+
+    /// `events` of a `GET`, each shown to [`RawAnswers`] first. rmcp
+    /// resumes a request's stream that broke (or that a server closed to
+    /// be polled, SEP-1699) with a `GET`: the answer of a request marked
+    /// there can come on it, and was lost (`tools/list` without its tools'
+    /// `execution`).
+    fn tapped(
+        &self,
+        events: BoxStream<'static, Result<Sse, SseError>>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        use futures::StreamExt;
+        let raw = self.raw.clone();
+        events
+            .inspect(move |event| {
+                if let Ok(Sse {
+                    data: Some(data), ..
+                }) = event
+                {
+                    raw.offer(data.as_bytes());
+                }
+            })
+            .boxed()
     }
 
     fn standalone_settled(&self) {
@@ -288,7 +312,7 @@ impl StreamableHttpClient for TracingHttpClient {
             .await;
         self.standalone_settled();
         self.saw_get(session, &stream);
-        stream
+        stream.map(|events| self.tapped(events))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -314,7 +338,7 @@ impl StreamableHttpClient for TracingHttpClient {
             .await;
         self.standalone_settled();
         self.saw_get(session, &stream);
-        stream
+        stream.map(|events| self.tapped(events))
     }
 }
 
@@ -398,6 +422,63 @@ mod tests {
                 HeaderName::from_static("traceparent"),
                 HeaderValue::from_static(parent)
             )]
+        );
+    }
+
+    /// The answer to a request marked in [`RawAnswers`] that comes on a
+    /// `GET` (rmcp resuming the request's stream) is seen as written.
+    #[tokio::test]
+    async fn an_answer_on_a_resumed_stream_is_seen_as_written() {
+        use futures::StreamExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buffer = vec![0; 8192];
+            let _ = stream.read(&mut buffer).await;
+            let body = "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"tools\":[],\"x-kept\":1}}\n\n";
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        });
+        let raw = Arc::new(RawAnswers::default());
+        let id = rmcp::model::RequestId::Number(7);
+        raw.want(&id);
+        let (inject, _injected) =
+            tokio::sync::mpsc::channel(super::super::direct_call::INJECT_CAPACITY);
+        let direct = Arc::new(DirectCalls::new(
+            reqwest::Client::new(),
+            inject,
+            Arc::new(super::super::Relay::default()),
+            StreamableHttpResponseLimits::default(),
+            Duration::from_secs(5),
+        ));
+        let (client, _standalone) = TracingHttpClient::new(
+            reqwest::Client::new(),
+            raw.clone(),
+            direct,
+            CancellationToken::new(),
+        );
+        let events = client
+            .get_stream(
+                Arc::from(url.as_str()),
+                Some(Arc::from("session-1")),
+                Some("e1".to_owned()),
+                None,
+                HashMap::new(),
+            )
+            .await
+            .expect("the resumed stream");
+        let events: Vec<_> = events.collect().await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            raw.take(&id),
+            Some(serde_json::json!({"tools": [], "x-kept": 1}))
         );
     }
 
