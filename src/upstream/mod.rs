@@ -406,7 +406,11 @@ impl UpstreamSession {
                 }
             }
         };
-        if matches!(&answer, Ok(_) | Err(ServiceError::McpError(_))) {
+        // An answer rmcp cannot type is an answer all the same.
+        if matches!(
+            &answer,
+            Ok(_) | Err(ServiceError::McpError(_) | ServiceError::UnexpectedResponse)
+        ) {
             cancel_guard.id = None;
             inflight.answered();
         } else {

@@ -379,7 +379,7 @@ impl Relay {
             if let Some(found) = inflight.get(id) {
                 return Ok(found.caller.clone());
             }
-            if let Some((_, caller)) = abandoned.iter().find(|(abandoned, _)| abandoned == id) {
+            if let Some(caller) = abandoned.of(id) {
                 return Ok(caller.clone());
             }
         }
@@ -400,18 +400,27 @@ impl Relay {
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
                 if abandoned
+                    .sessions
                     .iter()
-                    .all(|(_, caller)| caller.session == only.caller.session)
+                    .all(|caller| caller.session == only.caller.session)
                 {
                     return Ok(only.caller.clone());
                 }
             }
         }
+        // With nothing in flight, an abandoned request's session is not
+        // alone: a request that just ended may have written the message
+        // after its answer, and that session counts too.
+        let recent = match inflight.is_empty() && !abandoned.sessions.is_empty() {
+            true => self.recently_ended_callers(),
+            false => Vec::new(),
+        };
         let mut sessions: Vec<&Caller> = Vec::new();
         let callers = inflight
             .values()
             .map(|entry| &entry.caller)
-            .chain(abandoned.iter().map(|(_, caller)| caller));
+            .chain(abandoned.sessions.iter())
+            .chain(recent.iter());
         for caller in callers {
             if !sessions.iter().any(|c| c.session == caller.session) {
                 sessions.push(caller);
@@ -454,8 +463,8 @@ impl Relay {
     }
 
     /// The requests abandoned within [`ABANDONED_LINGER`] (the older ones
-    /// forgotten), with their sessions.
-    fn abandoned_callers(&self) -> Vec<(RequestId, Caller)> {
+    /// forgotten), and their sessions.
+    fn abandoned_callers(&self) -> Abandoned {
         let mut abandoned = lock(&self.abandoned);
         let now = Instant::now();
         while abandoned
@@ -464,29 +473,43 @@ impl Relay {
         {
             abandoned.pop_front();
         }
-        abandoned
-            .iter()
-            .map(|(_, id, caller)| (id.clone(), caller.clone()))
-            .collect()
+        let mut found = Abandoned::default();
+        for (_, id, caller) in abandoned.iter() {
+            found.ids.push((id.clone(), caller.session));
+            if !found
+                .sessions
+                .iter()
+                .any(|known| known.session == caller.session)
+            {
+                found.sessions.push(caller.clone());
+            }
+        }
+        found
     }
 
     /// The one session whose request ended within [`LINGER`].
     fn recently_ended(&self) -> Result<Caller, Unattributed> {
+        match self.recently_ended_callers().as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(Unattributed::Nobody),
+            many => Err(Unattributed::Ambiguous(many.len())),
+        }
+    }
+
+    /// The sessions whose requests ended within [`LINGER`], one caller
+    /// each.
+    fn recently_ended_callers(&self) -> Vec<Caller> {
         let recent = lock(&self.recent);
         let now = Instant::now();
-        let mut sessions: Vec<&Caller> = Vec::new();
+        let mut sessions: Vec<Caller> = Vec::new();
         for (ended, caller) in recent.iter() {
             if now.duration_since(*ended) <= LINGER
                 && !sessions.iter().any(|c| c.session == caller.session)
             {
-                sessions.push(caller);
+                sessions.push(caller.clone());
             }
         }
-        match sessions.as_slice() {
-            [only] => Ok((*only).clone()),
-            [] => Err(Unattributed::Nobody),
-            many => Err(Unattributed::Ambiguous(many.len())),
-        }
+        sessions
     }
 
     /// A progress or log notification arrived (called in wire order): it
@@ -661,6 +684,24 @@ impl Relay {
     /// Requests in flight (for tests and diagnostics).
     pub fn inflight_count(&self) -> usize {
         lock(&self.inflight).len()
+    }
+}
+
+/// What [`Relay::abandoned_callers`] finds: the abandoned requests' ids
+/// and one caller per session among them.
+#[derive(Default)]
+struct Abandoned {
+    ids: Vec<(RequestId, u64)>,
+    sessions: Vec<Caller>,
+}
+
+impl Abandoned {
+    /// The session of abandoned request `id`.
+    fn of(&self, id: &RequestId) -> Option<&Caller> {
+        let (_, session) = self.ids.iter().find(|(abandoned, _)| abandoned == id)?;
+        self.sessions
+            .iter()
+            .find(|caller| caller.session == *session)
     }
 }
 
@@ -866,6 +907,24 @@ mod tests {
         relay.remember_task("u1", creator, "m/u1".into(), token(1));
         drop(creating);
         assert_eq!(attribution.await.ok().map(|caller| caller.session), Some(1));
+    }
+
+    /// A request that just ended may write a log line after its answer:
+    /// with another session's request abandoned and nothing in flight,
+    /// that line is not the abandoned session's to claim.
+    #[tokio::test]
+    async fn an_abandoned_request_does_not_claim_a_line_written_after_another_answer() {
+        let relay = Arc::new(Relay::default());
+        let (cancelling, _cancelling_peer) = caller(1);
+        let (answered_just_now, _answered_peer) = caller(2);
+        drop(relay.register(RequestId::Number(1), token(1), cancelling));
+        answered(&relay, 2, answered_just_now);
+        let attributed = relay.attribute_notification(&Extensions::new(), None).await;
+        assert!(
+            matches!(attributed, Err(Unattributed::Ambiguous(2))),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
     }
 
     /// With nothing else in flight, the abandoned request's session gets
