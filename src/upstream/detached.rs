@@ -10,9 +10,12 @@
 //! gateway reap zombies it never started. Environment variables are
 //! inherited through `fork`, `exec` and `setsid` alike, so each child gets
 //! a tag of its own in [`TAG_VARIABLE`], and when its group is killed every
-//! process still carrying the tag is killed too. A process that starts with
-//! an environment cleared of the tag escapes; so do other users' processes,
-//! whose environment the gateway cannot read.
+//! process still carrying the tag is killed too: whatever the upstream
+//! started, a daemon it launched for its own use and left behind on purpose
+//! included (an agent, a build daemon), as its process group's members are.
+//! A process that starts with an environment cleared of the tag escapes;
+//! so do processes whose environment the gateway cannot read (another
+//! user's, one made not dumpable).
 
 use std::{
     collections::HashSet,
@@ -52,12 +55,17 @@ pub fn new_tag() -> String {
     )
 }
 
-/// Kills (SIGKILL) every process whose environment carries `tag`. Blocking:
-/// reads `/proc` (nothing happens where there is none).
-pub fn kill_tagged(tag: &str) -> usize {
+/// Kills (SIGKILL) every process whose environment carries `tag`, but for
+/// the members of `killed_group` (killed already, perhaps not gone yet);
+/// returns how many. Blocking: reads `/proc` (nothing happens where there
+/// is none). One read of every process's environment per pass; usually
+/// one pass, a second only when the first killed something (what it
+/// killed may have forked meanwhile).
+pub fn kill_tagged(tag: &str, killed_group: Option<i32>) -> usize {
     let needle = format!("{TAG_VARIABLE}={tag}");
     let own = std::process::id();
-    let mut killed: HashSet<u32> = HashSet::new();
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut killed = 0;
     for _ in 0..MAX_PASSES {
         let Ok(entries) = std::fs::read_dir("/proc") else {
             break;
@@ -71,28 +79,40 @@ pub fn kill_tagged(tag: &str) -> usize {
             else {
                 continue;
             };
-            if pid == own || killed.contains(&pid) || !carries(pid, needle.as_bytes()) {
+            if pid == own || seen.contains(&pid) || !carries(pid, needle.as_bytes()) {
+                continue;
+            }
+            seen.insert(pid);
+            if killed_group.is_some() && process_group_of(pid) == killed_group {
                 continue;
             }
             let Ok(raw) = i32::try_from(pid) else {
                 continue;
             };
             if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
-                killed.insert(pid);
                 new += 1;
             }
         }
+        killed += new;
         if new == 0 {
             break;
         }
     }
-    if !killed.is_empty() {
+    if killed > 0 {
         tracing::debug!(
-            count = killed.len(),
+            count = killed,
             "killed what an upstream left running outside its process group"
         );
     }
-    killed.len()
+    killed
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat` ("pid (comm) state
+/// ppid pgrp ...").
+fn process_group_of(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Whether process `pid`'s environment (as it was at its `exec`) holds the
@@ -130,12 +150,12 @@ mod tests {
         let mut tagged = spawn(&tag);
         // A tag that merely starts with this one is another upstream's.
         let mut other = spawn(&format!("{tag}0"));
-        assert_eq!(kill_tagged(&tag), 1);
+        assert_eq!(kill_tagged(&tag, None), 1);
         tagged.wait().expect("reap the tagged");
         assert!(exists(other.id()), "another tag's process was killed");
         other.kill().expect("kill the other");
         other.wait().expect("reap the other");
-        assert_eq!(kill_tagged(&tag), 0, "nothing left to kill");
+        assert_eq!(kill_tagged(&tag, None), 0, "nothing left to kill");
     }
 
     #[test]

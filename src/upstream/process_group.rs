@@ -48,7 +48,9 @@ impl ProcessGroupGuard {
     }
 
     /// Kills whatever is left of the group now, then what left the group.
+    /// Blocking (reads `/proc`).
     pub fn kill(&mut self) {
+        let group = self.pgid.map(Pid::as_raw);
         if let Some(pgid) = self.pgid.take() {
             match killpg(pgid, Signal::SIGKILL) {
                 Ok(()) => {
@@ -61,13 +63,29 @@ impl ProcessGroupGuard {
             }
         }
         if let Some(tag) = self.tag.take() {
-            super::detached::kill_tagged(&tag);
+            super::detached::kill_tagged(&tag, group);
         }
     }
 }
 
 impl Drop for ProcessGroupGuard {
+    /// The group at once; the search for what left it on a blocking thread
+    /// when there is a runtime (a start abandoned on a lane must not stall
+    /// the lane's connections), else here.
     fn drop(&mut self) {
+        let tag = self.tag.take();
+        let group = self.pgid.map(Pid::as_raw);
         self.kill();
+        let Some(tag) = tag else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || super::detached::kill_tagged(&tag, group));
+            }
+            Err(_) => {
+                super::detached::kill_tagged(&tag, group);
+            }
+        }
     }
 }
