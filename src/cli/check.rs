@@ -110,10 +110,16 @@ fn target(config: &Config, mount: &MountConfig) -> String {
                         .map(|(index, arg)| config.shown(&at(&format!("args.{index}")), arg)),
                 )
                 // A connection string (`postgresql://app:pw@db/prod`) is
-                // a URL, its secrets masked as one.
-                .map(|word| match word.contains("://") {
-                    true => shell_word(&masked_url(word)),
-                    false => shell_word(word),
+                // a URL, its secrets masked as one; a script (`sh -c`) that
+                // holds a URL is not one.
+                .map(|word| {
+                    let is_url = word.contains("://")
+                        && !word.contains(char::is_whitespace)
+                        && url::Url::parse(word).is_ok();
+                    match is_url {
+                        true => shell_word(&masked_url(word)),
+                        false => shell_word(word),
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join(" ")
@@ -131,42 +137,49 @@ fn target(config: &Config, mount: &MountConfig) -> String {
 /// segment that looks like a key ([`looks_like_a_key`]: hosted servers
 /// take theirs in the path, `/s/<key>/mcp`).
 fn masked_url(url: &str) -> String {
-    let (rest, fragment) = match url.split_once('#') {
+    let authority_start = url.find("://").map_or(0, |at| at + 3);
+    // The user info ends at the last `@` before the path: a password may
+    // hold `#` or `?` as written, which would otherwise cut the URL short
+    // there and leave the rest (the password's end, the host) unmasked.
+    let before_path = url[authority_start..]
+        .find('/')
+        .map_or(url.len(), |at| authority_start + at);
+    let user_info_end = url[authority_start..before_path]
+        .rfind('@')
+        .map(|at| authority_start + at);
+    let host_start = user_info_end.map_or(authority_start, |at| at + 1);
+    let authority_end = url[host_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| host_start + at);
+    let rest = &url[authority_end..];
+    let (rest, fragment) = match rest.split_once('#') {
         Some((rest, fragment)) => (rest, Some(fragment)),
-        None => (url, None),
+        None => (rest, None),
     };
-    let (base, query) = match rest.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
         None => (rest, None),
     };
     let mut out = String::with_capacity(url.len());
-    let authority_start = base.find("://").map_or(0, |at| at + 3);
-    let authority_end = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |at| authority_start + at);
-    let authority = &base[authority_start..authority_end];
     let is_variable = |value: &str| {
         value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
     };
-    match authority.rfind('@') {
-        Some(at) => {
-            let user_info = &authority[..at];
-            out.push_str(&base[..authority_start]);
-            match user_info.split_once(':') {
-                Some((user, _)) => {
-                    out.push_str(user);
-                    out.push_str(":***");
-                }
-                // A user alone is sent as Basic credentials, and is often
-                // a token (`https://TOKEN@host`).
-                None if is_variable(user_info) => out.push_str(user_info),
-                None => out.push_str("***"),
+    out.push_str(&url[..authority_start]);
+    if let Some(at) = user_info_end {
+        let user_info = &url[authority_start..at];
+        match user_info.split_once(':') {
+            Some((user, _)) => {
+                out.push_str(user);
+                out.push_str(":***");
             }
-            out.push_str(&base[authority_start + at..authority_end]);
+            // A user alone is sent as Basic credentials, and is often
+            // a token (`https://TOKEN@host`).
+            None if is_variable(user_info) => out.push_str(user_info),
+            None => out.push_str("***"),
         }
-        None => out.push_str(&base[..authority_end]),
+        out.push('@');
     }
-    let path = &base[authority_end..];
+    out.push_str(&url[host_start..authority_end]);
     let masked: Vec<&str> = path
         .split('/')
         .map(|segment| match looks_like_a_key(segment) {
@@ -228,22 +241,33 @@ fn url_secrets_are_masked_as_written_or_parsed() {
             "postgresql://app:s3cret@db/prod",
             "postgresql://app:***@db/prod",
         ),
+        (
+            "postgresql://app:p#ss@db/prod",
+            "postgresql://app:***@db/prod",
+        ),
+        ("https://app:pa?ss@h/mcp", "https://app:***@h/mcp"),
+        ("https://h?key=abc", "https://h?key=***"),
+        (
+            "https://server.smithery.ai/@smithery-ai/server-sequential-thinking/mcp",
+            "https://server.smithery.ai/@smithery-ai/server-sequential-thinking/mcp",
+        ),
     ] {
         assert_eq!(masked_url(url), shown, "{url}");
     }
 }
 
-/// Whether a URL path segment looks like a key rather than a name: long,
-/// or long enough and mixing letters with digits (`mcp`, `v1`, `sse` and
-/// `my-server` stay; `a1b2c3d4e5f6`, a UUID, a 32-character token go).
-/// A `${VAR}` names the secret without showing it and stays.
+/// Whether a URL path segment looks like a key rather than a name: long
+/// enough and mixing letters with several digits (`mcp`, `v1`, `sse`,
+/// `server-sequential-thinking` and `2025-11-25` stay; `a1b2c3d4e5f6`, a
+/// UUID, a random token go). A `${VAR}` names the secret without showing
+/// it and stays.
 fn looks_like_a_key(segment: &str) -> bool {
     if segment.starts_with("${") {
         return false;
     }
     let letters = segment.chars().any(|c| c.is_ascii_alphabetic());
     let digits = segment.chars().filter(|c| c.is_ascii_digit()).count();
-    segment.len() >= 24 || (segment.len() >= 12 && letters && digits >= 2)
+    segment.len() >= 12 && letters && digits >= 3
 }
 
 /// `word` as a shell would need it, so the printed command can be pasted.
