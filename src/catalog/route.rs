@@ -90,6 +90,15 @@ impl MergedCatalog {
     /// not to the first pass-through mount: with two, the second's
     /// template expansions were out of reach.
     fn resolve_by_pass_through_template(&self, uri: &str) -> Option<Route> {
+        // With one pass-through mount the fallback picks it anyway.
+        let pass_through = self
+            .namespaces
+            .iter()
+            .filter(|(namespace, _)| namespace.is_pass_through())
+            .count();
+        if pass_through < 2 {
+            return None;
+        }
         self.templates.iter().find_map(|template| {
             let route = self.template_routes.get(&template.uri_template)?;
             let pass_through = self

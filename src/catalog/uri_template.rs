@@ -23,6 +23,12 @@ pub fn could_expand_to(template: &str, uri: &str) -> bool {
         return false;
     };
     let uri = uri.as_bytes();
+    // Most templates start with a literal most URIs do not: no pass then.
+    if let Some(Part::Literal(first)) = parts.first() {
+        if !uri.starts_with(first) {
+            return false;
+        }
+    }
     // reachable[i]: the parts so far can produce exactly `uri[..i]`.
     let mut reachable = vec![false; uri.len() + 1];
     reachable[0] = true;
@@ -70,6 +76,9 @@ pub fn could_expand_to(template: &str, uri: &str) -> bool {
             }
         }
         reachable = next;
+        if !reachable.contains(&true) {
+            return false;
+        }
     }
     reachable[uri.len()]
 }
