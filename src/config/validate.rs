@@ -35,7 +35,10 @@ pub fn resolve(
         other => {
             problems.push(
                 "",
-                format!("expected a table at the top level, found {other}"),
+                format!(
+                    "expected a table at the top level, found {}",
+                    kind_of(&other)
+                ),
             );
             return Err(problems);
         }
@@ -110,16 +113,9 @@ pub fn resolve(
         None => serde_json::Map::new(),
         Some(Value::Object(mounts)) => mounts,
         Some(other) => {
-            // Its kind, not its value (which may hold a secret).
-            let found = match other {
-                Value::Array(_) => "a list",
-                Value::String(_) => "text",
-                Value::Number(_) => "a number",
-                _ => "true or false",
-            };
             problems.push(
                 "mounts",
-                format!("expected a table of mounts, found {found}"),
+                format!("expected a table of mounts, found {}", kind_of(&other)),
             );
             serde_json::Map::new()
         }
@@ -179,6 +175,19 @@ pub fn resolve(
             as_written: Default::default(),
         }),
         _ => Err(problems),
+    }
+}
+
+/// What kind of value `value` is, for a problem about it: never the value
+/// itself, which `${VAR}` may have filled with a secret.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "true or false",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a table",
     }
 }
 

@@ -481,7 +481,16 @@ impl SessionState {
             handoff: None,
         }));
         let handler = UpstreamHandler::new(info, events, relay);
-        mount.predecessor_gone().await;
+        // A reload retiring this mount meanwhile ends the wait: no child is
+        // started for it, and the caller goes to its successor.
+        let retired = mount.retired_token();
+        tokio::select! {
+            _ = mount.predecessor_gone() => {}
+            _ = retired.cancelled() => {}
+        }
+        if mount.is_retired() {
+            return Err("the mount was removed".to_owned());
+        }
         let session = upstream::open(&mount.config, mount.timeouts(), handler)
             .await
             .map_err(|error| error.to_string())?;

@@ -252,10 +252,13 @@ impl Mount {
     /// profile) otherwise failed its first starts against the old child
     /// still shutting down, and could go `down` for `down_retry`. Streamable
     /// HTTP upstreams start at once: the server is the same either way.
-    pub(super) fn follow(&self, replaced: &Mount) {
-        if matches!(replaced.config.transport, UpstreamTransport::Stdio { .. }) {
+    /// Whether it waits so.
+    pub(super) fn follow(&self, replaced: &Mount) -> bool {
+        let stdio = matches!(replaced.config.transport, UpstreamTransport::Stdio { .. });
+        if stdio {
             let _ = self.predecessor_closed.set(replaced.closed.clone());
         }
+        stdio
     }
 
     /// Waits (bounded) until the mount this one replaced has closed (see

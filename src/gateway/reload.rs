@@ -59,7 +59,8 @@ impl Gateway {
 
         let running = self.mounts();
         let mut next: Vec<Arc<Mount>> = Vec::with_capacity(new.mounts.len());
-        let mut retired: Vec<Arc<Mount>> = Vec::new();
+        // With whether a successor waits for it to have closed entirely.
+        let mut retired: Vec<(Arc<Mount>, bool)> = Vec::new();
         let mut started: Vec<Arc<Mount>> = Vec::new();
         for config in &new.mounts {
             let current = running
@@ -76,8 +77,8 @@ impl Gateway {
                         Some(replaced) => {
                             outcome.changed.push(config.name.clone());
                             mount.inherit_catalog(replaced);
-                            mount.follow(replaced);
-                            retired.push(replaced.clone());
+                            let followed = mount.follow(replaced);
+                            retired.push((replaced.clone(), followed));
                         }
                         None => outcome.added.push(config.name.clone()),
                     }
@@ -93,7 +94,7 @@ impl Gateway {
                 .any(|config| config.name == mount.config.name)
             {
                 outcome.removed.push(mount.config.name.clone());
-                retired.push(mount.clone());
+                retired.push((mount.clone(), false));
             }
         }
 
@@ -122,7 +123,16 @@ impl Gateway {
                 self.sessions.notify_list_changed(kind, |_| true);
             }
         }
-        futures::future::join_all(retired.iter().map(|mount| mount.retire())).await;
+        // A successor's children wait for the old ones (`Mount::follow`);
+        // nothing waits for a removed mount's per-session upstreams, which
+        // close on their own.
+        futures::future::join_all(retired.iter().map(|(mount, followed)| async move {
+            match followed {
+                true => mount.retire().await,
+                false => mount.close().await,
+            }
+        }))
+        .await;
         outcome
     }
 }

@@ -314,13 +314,13 @@ impl SessionRegistry {
             .collect()
     }
 
-    /// The upstream URIs of `mount` session `key` is subscribed to.
     /// Where session `key`'s subscription to `uri` (client-visible) went
     /// when it was made, if it holds one.
     pub fn subscribed_route(&self, key: SessionKey, uri: &str) -> Option<Route> {
         self.lock().get(&key)?.subscriptions.get(uri).cloned()
     }
 
+    /// The upstream URIs of `mount` session `key` is subscribed to.
     pub fn subscriptions_on(&self, key: SessionKey, mount: &MountName) -> Vec<String> {
         self.lock()
             .get(&key)

@@ -97,6 +97,8 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
         profile_session.mark_attempted();
         let failed_at = Instant::now();
         let jitter = fastrand::f64();
+        // Watched before the config is read: a reload in between is seen.
+        let mut config_changes = mount.config_changes();
         let (mut down, mut retry_at) = next_attempt(&mount, failures, jitter, failed_at);
         if down {
             tracing::error!(mount = %name, %profile, %error, failures, retry_in = ?(retry_at - failed_at), "mount is down: too many failures in a row");
@@ -109,7 +111,6 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
         // A reload may change `[supervision]` meanwhile: the wait is
         // worked out again from the failure (an hour's `down_retry` cut to
         // a minute applies now, not after the hour).
-        let mut config_changes = mount.config_changes();
         loop {
             profile_session.publish(SessionSlot::Waiting {
                 error: error.clone(),

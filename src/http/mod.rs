@@ -176,13 +176,6 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     }
 }
 
-/// Serves on `lanes` serving threads (see [`lanes`]) until `shutdown`
-/// resolves, then stops accepting, ends the MCP sessions, and waits for
-/// open requests to finish. With `[admin] listen` set, `/metrics` and
-/// `/status` are served on that address instead.
-///
-/// The lanes come back still running what they started: close them once
-/// the gateway has shut its sessions down.
 /// Binds `[admin] listen`, if the admin endpoints have an address of their
 /// own. Done before the gateway starts anything: a port taken fails the
 /// start cleanly, before any child runs or "listening" is announced.
@@ -205,6 +198,13 @@ pub async fn bind_admin(
     }
 }
 
+/// Serves on `lanes` serving threads (see [`lanes`]) until `shutdown`
+/// resolves, then stops accepting, ends the MCP sessions, and waits for
+/// open requests to finish. With `admin_listener` (`[admin] listen`, see [`bind_admin`]),
+/// `/metrics` and `/status` are served there instead.
+///
+/// The lanes come back still running what they started: close them once
+/// the gateway has shut its sessions down.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     admin_listener: Option<tokio::net::TcpListener>,
