@@ -19,6 +19,7 @@
 //! - [`http`]: the axum app: the MCP endpoint, `/healthz`, `/readyz`.
 //! - [`demo`]: a small MCP server the embedded default config mounts.
 //! - [`signals`]: SIGINT/SIGTERM (shutdown) and SIGHUP, caught from the start.
+//! - [`wait_for_zero`]: bounded waits for a count of things under way.
 
 // rmcp marks logging, sampling and roots deprecated (SEP-2577, 2026-07-28),
 // but they are live parts of the handshake-era protocol this gateway relays.
@@ -37,3 +38,4 @@ pub mod rewrite;
 pub mod signals;
 pub mod telemetry;
 pub mod upstream;
+pub mod wait_for_zero;

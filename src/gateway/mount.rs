@@ -607,19 +607,12 @@ impl Mount {
     pub async fn retire(&self) {
         self.close().await;
         let count = &self.per_session_open;
-        let none_open = async {
-            loop {
-                // Registered before the check: a close in between wakes it.
-                let woken = count.none_open.notified();
-                if count.open.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                woken.await;
-            }
-        };
-        if tokio::time::timeout(PER_SESSION_CLOSE_WAIT, none_open)
-            .await
-            .is_err()
+        if !crate::wait_for_zero::wait_for_zero(
+            &count.open,
+            &count.none_open,
+            PER_SESSION_CLOSE_WAIT,
+        )
+        .await
         {
             tracing::debug!(mount = %self.config.name, "per-session upstreams still closing");
         }

@@ -55,6 +55,7 @@ use rmcp::{
 
 use super::{bounded_map::BoundedMap, ClientProfile};
 use crate::downstream::{quick_call::Handoff, request_streams::RelatedQueue};
+use crate::wait_for_zero::wait_for_zero;
 
 /// The downstream end of a request: where messages it causes must go.
 #[derive(Clone)]
@@ -801,22 +802,6 @@ impl Drop for InflightGuard {
             recent.pop_front();
         }
         recent.push_back((now, ended.caller.session_only()));
-    }
-}
-
-/// Waits until `count` is zero, woken by `changed`, for at most `limit`;
-/// returns whether it got there.
-async fn wait_for_zero(count: &AtomicUsize, changed: &Notify, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        // Registered before the check, so a change in between still wakes.
-        let woken = changed.notified();
-        if count.load(Ordering::Acquire) == 0 {
-            return true;
-        }
-        if tokio::time::timeout_at(deadline, woken).await.is_err() {
-            return false;
-        }
     }
 }
 
