@@ -491,3 +491,53 @@ async fn requests_waiting_for_a_client_are_bounded() {
     );
     assert_eq!(asked, 32, "sampling requests that reached the client");
 }
+
+/// Progress and log messages an upstream sends in one order reach the
+/// client's request stream in that order: the log lines went through the
+/// gateway's own queue, which the stream read before rmcp's channel, and
+/// so overtook the progress sent before them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_and_logs_keep_their_order() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("chat", "interleaved.py", "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = common::raw::open_session(&http, &url).await;
+    const STEPS: u64 = 100;
+    for attempt in 0..10 {
+        let call = json!({
+            "jsonrpc": "2.0", "id": 10 + attempt, "method": "tools/call",
+            "params": {"name": "chat__chatty", "arguments": {"count": STEPS}, "_meta": {"progressToken": "p"}},
+        });
+        let answer = common::raw::post(
+            &http,
+            &url,
+            Some(&session),
+            common::raw::JSON_POST,
+            call.to_string(),
+        )
+        .await;
+        let seen: Vec<String> = answer
+            .messages
+            .iter()
+            .map(|message| match message["method"].as_str() {
+                Some("notifications/progress") => format!(
+                    "p{}",
+                    message["params"]["progress"].as_f64().unwrap_or_default()
+                ),
+                Some("notifications/message") => {
+                    format!("l{}", message["params"]["data"].as_str().unwrap_or("?"))
+                }
+                _ => "answer".to_owned(),
+            })
+            .collect();
+        let expected: Vec<String> = (1..=STEPS)
+            .flat_map(|step| [format!("p{step}"), format!("l{step}")])
+            .chain(["answer".to_owned()])
+            .collect();
+        assert_eq!(seen, expected, "attempt {attempt}");
+    }
+}

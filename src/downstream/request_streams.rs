@@ -7,8 +7,9 @@
 //! opens a [`RelatedQueue`] for each POSTed request (`http/resumable`
 //! merges it into that request's stream, ahead of rmcp's events), and the
 //! relay puts what an upstream sends in the course of that request (its log
-//! messages) there. A message that finds no queue, or a full one, goes the
-//! old way, on the `GET` stream.
+//! messages and progress, so that the two keep their order) there. A
+//! message that finds no queue, or one still full after a moment, goes the
+//! old way (a log message on the `GET` stream, progress by rmcp).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -22,9 +23,13 @@ use std::{
 use futures::task::AtomicWaker;
 use rmcp::model::{RequestId, ServerNotification};
 
-/// Messages waiting for the request's stream; beyond this the relay falls
-/// back to the `GET` stream rather than hold more for a slow reader.
+/// Messages waiting for the request's stream; beyond this the relay waits
+/// for room ([`ROOM_WAIT`]), then falls back to the other way rather than
+/// hold more for a slow reader.
 const MAX_WAITING: usize = 64;
+
+/// How long a message waits for room in a full queue.
+const ROOM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Queues by HTTP session id, then request id.
 type OpenQueues = HashMap<Arc<str>, HashMap<RequestId, Arc<RelatedQueue>>>;
@@ -96,6 +101,8 @@ impl RequestStreams {
 pub struct RelatedQueue {
     waiting: Mutex<VecDeque<ServerNotification>>,
     waker: AtomicWaker,
+    /// Woken when the stream takes a message (room for another).
+    room: tokio::sync::Notify,
     /// Set when the stream ended: what comes later goes the other way.
     closed: AtomicBool,
 }
@@ -122,17 +129,44 @@ impl RelatedQueue {
         None
     }
 
+    /// Like [`Self::push`], but a full queue is waited on (bounded,
+    /// [`ROOM_WAIT`]) before the message is given back: an upstream writing
+    /// faster than the client reads would otherwise have its messages
+    /// overflow onto another way, out of order or off the request's stream.
+    pub async fn push_waiting(&self, message: ServerNotification) -> Option<ServerNotification> {
+        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+        let mut message = message;
+        loop {
+            // Registered before the attempt: room made in between wakes it.
+            let room = self.room.notified();
+            message = self.push(message)?;
+            if self.closed.load(Ordering::Relaxed)
+                || tokio::time::timeout_at(deadline, room).await.is_err()
+            {
+                return Some(message);
+            }
+        }
+    }
+
     /// Ends the queue: what is pushed from now on is given back.
     pub fn close(&self) {
-        let _waiting = self.waiting();
-        self.closed.store(true, Ordering::Relaxed);
+        {
+            let _waiting = self.waiting();
+            self.closed.store(true, Ordering::Relaxed);
+        }
+        // Whoever waits for room goes the other way now.
+        self.room.notify_waiters();
     }
 
     /// The next queued message, if any; wakes `cx` on the next push.
     pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<ServerNotification> {
         self.waker.register(cx.waker());
-        match self.waiting().pop_front() {
-            Some(message) => Poll::Ready(message),
+        let next = self.waiting().pop_front();
+        match next {
+            Some(message) => {
+                self.room.notify_waiters();
+                Poll::Ready(message)
+            }
             None => Poll::Pending,
         }
     }

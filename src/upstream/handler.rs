@@ -280,16 +280,26 @@ impl ClientHandler for UpstreamHandler {
         };
         params.progress_token = token;
         metrics().count_relayed("progress");
-        // rmcp routes progress to the stream of the request that registered
-        // the token.
         caller.on_its_stream().await;
         relayed.my_turn().await;
         let mut message = ServerNotification::ProgressNotification(Notification::new(params));
         if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
             *message.get_meta_mut() = meta;
         }
-        if let Err(error) = caller.peer.send_notification(message).await {
-            tracing::debug!(%error, "could not relay progress");
+        // Onto the request's own stream by the queue log messages take, so
+        // that the two keep the order they came in (by rmcp's channel, which
+        // the stream reads after the queue, progress fell behind the log
+        // lines sent after it); by rmcp (which routes progress to the
+        // stream of the request that registered the token) when the queue
+        // is gone.
+        let unsent = match &caller.request_stream {
+            Some(stream) => stream.push_waiting(message).await,
+            None => Some(message),
+        };
+        if let Some(message) = unsent {
+            if let Err(error) = caller.peer.send_notification(message).await {
+                tracing::debug!(%error, "could not relay progress");
+            }
         }
     }
 
@@ -320,7 +330,7 @@ impl ClientHandler for UpstreamHandler {
                     *message.get_meta_mut() = meta;
                 }
                 let unsent = match &caller.request_stream {
-                    Some(stream) => stream.push(message),
+                    Some(stream) => stream.push_waiting(message).await,
                     None => Some(message),
                 };
                 if let Some(message) = unsent {
