@@ -1873,3 +1873,54 @@ async fn a_delete_ends_a_call_its_client_walked_away_from() {
     }
     panic!("the client never walked away within the quick window in 10 tries");
 }
+
+/// A session deleted while one of its quick calls runs: the call is
+/// cancelled with it, and its client hears that the session ended, not
+/// that the mount failed (a tool error "mount demo failed: task
+/// cancelled", counted against the mount).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_call_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let mut blamed = Vec::new();
+    // The window (the call's first 15 ms) is narrow: a few sessions.
+    for attempt in 0..8 {
+        let session = raw::open_session(&http, &mcp).await;
+        raw::wait_until_calls_are_quick(&http, &mcp, &session, "demo__echo").await;
+        let call = json!({
+            "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "demo__slow", "arguments": {"steps": 1, "delay_ms": 15}},
+        });
+        let posted = {
+            let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
+            tokio::spawn(async move {
+                raw::post(
+                    &http,
+                    &mcp,
+                    Some(&session),
+                    raw::JSON_POST,
+                    call.to_string(),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let deleted = within(
+            "DELETE",
+            http.delete(&mcp)
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", raw::VERSION)
+                .send(),
+        )
+        .await
+        .expect("DELETE");
+        assert!(deleted.status().is_success(), "{}", deleted.status());
+        let answer = posted.await.expect("the call");
+        if answer.text().contains("mount demo failed") {
+            blamed.push(format!("attempt {attempt}: {}", answer.text()));
+        }
+    }
+    assert!(blamed.is_empty(), "{blamed:#?}");
+}

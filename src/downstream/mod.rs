@@ -200,6 +200,11 @@ impl SessionState {
         self.quick_calls.cancel();
     }
 
+    /// Whether [`Self::end_quick_calls`] was called: the session ended.
+    pub(crate) fn quick_calls_ended(&self) -> bool {
+        self.quick_calls.is_cancelled()
+    }
+
     /// The state of a session waking up, as it was when it fell asleep.
     fn woken(gateway: &Arc<Gateway>, sleeper: hibernation::Sleeper) -> Arc<Self> {
         let (key, ticket, log_level) = sleeper.into_parts();
