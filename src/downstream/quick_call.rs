@@ -300,6 +300,11 @@ pub(crate) struct HandedOver(Arc<Parcel>);
 struct Parcel {
     call: Mutex<Option<RunningCall>>,
     handoff: Arc<Handoff>,
+    /// Where the call is known to cancels, to be known there again if the
+    /// request is dropped before rmcp takes it.
+    calls: Arc<QuickCalls>,
+    session: Arc<str>,
+    request: RequestId,
 }
 
 impl Drop for Parcel {
@@ -319,8 +324,14 @@ impl Drop for Parcel {
             tracing::debug!(
                 "a handed-over call's request was dropped before rmcp took it; the call runs on"
             );
+            // Known again, as abandoned, until it ends: the client's cancel
+            // still stops it (its first registration went with the
+            // request's future).
+            let known = Pending::new(&self.calls, &self.session, &self.request);
+            known.abandon(&call.cancel);
             runtime.spawn(async move {
                 let _answer = call.work.await;
+                drop(known);
             });
         }
     }
@@ -465,6 +476,9 @@ pub(crate) async fn offer(
     extensions.insert(HandedOver(Arc::new(Parcel {
         call: Mutex::new(Some(call)),
         handoff,
+        calls: pending.calls.clone(),
+        session: pending.session.clone(),
+        request: pending.request.clone(),
     })));
     pending.handed_over = true;
     Quick::HandedOver(pending)
@@ -538,6 +552,17 @@ mod tests {
         })
     }
 
+    /// A parcel known to no session (its cancels go nowhere).
+    fn parcel(call: Option<RunningCall>, handoff: Arc<Handoff>) -> Parcel {
+        Parcel {
+            call: Mutex::new(call),
+            handoff,
+            calls: Arc::default(),
+            session: Arc::from("nobody"),
+            request: RequestId::Number(0),
+        }
+    }
+
     fn message() -> ServerNotification {
         ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default())
     }
@@ -589,17 +614,17 @@ mod tests {
             .now_or_never()
             .expect("the handover was asked for");
         // Handed over: rmcp's handler takes the call.
-        let handed = HandedOver(Arc::new(Parcel {
-            call: Mutex::new(Some(RunningCall {
+        let handed = HandedOver(Arc::new(parcel(
+            Some(RunningCall {
                 work: Box::pin(async {
                     Ok(ServerResult::CallToolResult(
                         rmcp::model::CallToolResult::success(vec![]),
                     ))
                 }),
                 cancel: CancellationToken::new(),
-            })),
-            handoff: handoff.clone(),
-        }));
+            }),
+            handoff.clone(),
+        )));
         assert!(handed.take().is_some());
         assert!(handed.take().is_none(), "taken once");
         cancel
@@ -674,6 +699,49 @@ mod tests {
         panic!("an ended call stays known");
     }
 
+    /// A call handed over whose request is dropped before rmcp takes it
+    /// (its client went away meanwhile) runs on, and its client's cancel
+    /// still stops it: the call was no longer known to cancels.
+    #[tokio::test]
+    async fn a_handed_over_call_dropped_before_rmcp_took_it_can_be_cancelled() {
+        let calls = Arc::new(QuickCalls::default());
+        let session: Arc<str> = Arc::from("s1");
+        let mut pending = Pending::new(&calls, &session, &RequestId::Number(5));
+        pending.handed_over = true;
+        let cancel = CancellationToken::new();
+        let (ended, end) = tokio::sync::oneshot::channel();
+        let work: Work = Box::pin({
+            let cancel = cancel.clone();
+            async move {
+                cancel.cancelled().await;
+                let _ = ended.send(());
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+        });
+        let handed = Parcel {
+            call: Mutex::new(Some(RunningCall {
+                work,
+                cancel: cancel.clone(),
+            })),
+            handoff: pending.handoff.clone(),
+            calls: calls.clone(),
+            session: session.clone(),
+            request: RequestId::Number(5),
+        };
+        // The request, and with it both, dropped.
+        drop(pending);
+        drop(handed);
+        assert!(!cancel.is_cancelled(), "going away is not a cancel");
+        calls
+            .before("s1", &cancel_of(RequestId::Number(5)))
+            .now_or_never()
+            .expect("no handover to wait for");
+        tokio::time::timeout(std::time::Duration::from_secs(5), end)
+            .await
+            .expect("the client's cancel reached the call")
+            .expect("the call ended");
+    }
+
     /// The client cancels and goes away at once: the cancel waits for the
     /// handover, which the going away settles instead. It still cancels.
     #[tokio::test]
@@ -707,10 +775,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_nobody_takes_settles_its_handoff() {
         let handoff = Arc::new(Handoff::default());
-        let handed = HandedOver(Arc::new(Parcel {
-            call: Mutex::new(None),
-            handoff: handoff.clone(),
-        }));
+        let handed = HandedOver(Arc::new(parcel(None, handoff.clone())));
         let mut waiting = Box::pin(handoff.hand_over());
         assert!(waiting.as_mut().now_or_never().is_none());
         drop(handed);
@@ -727,17 +792,17 @@ mod tests {
         let (go, went) = tokio::sync::oneshot::channel::<()>();
         let (ended, end) = tokio::sync::oneshot::channel();
         let handoff = Arc::new(Handoff::default());
-        let handed = HandedOver(Arc::new(Parcel {
-            call: Mutex::new(Some(RunningCall {
+        let handed = HandedOver(Arc::new(parcel(
+            Some(RunningCall {
                 work: Box::pin(async move {
                     let _ = went.await;
                     let _ = ended.send(());
                     Err(ErrorData::internal_error("done", None))
                 }),
                 cancel: CancellationToken::new(),
-            })),
-            handoff: handoff.clone(),
-        }));
+            }),
+            handoff.clone(),
+        )));
         drop(handed);
         let _ = go.send(());
         tokio::time::timeout(Duration::from_secs(5), end)
