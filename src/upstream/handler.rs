@@ -286,20 +286,10 @@ impl ClientHandler for UpstreamHandler {
         if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
             *message.get_meta_mut() = meta;
         }
-        // Onto the request's own stream by the queue log messages take, so
-        // that the two keep the order they came in (by rmcp's channel, which
-        // the stream reads after the queue, progress fell behind the log
-        // lines sent after it); by rmcp (which routes progress to the
-        // stream of the request that registered the token) when the queue
-        // is gone.
-        let unsent = match &caller.request_stream {
-            Some(stream) => stream.push_waiting(message).await,
-            None => Some(message),
-        };
-        if let Some(message) = unsent {
-            if let Err(error) = caller.peer.send_notification(message).await {
-                tracing::debug!(%error, "could not relay progress");
-            }
+        // Without the request's queue, rmcp routes progress to the stream
+        // of the request that registered the token.
+        if let Err(error) = caller.send_on_its_stream(message).await {
+            tracing::debug!(%error, "could not relay progress");
         }
     }
 
@@ -329,14 +319,8 @@ impl ClientHandler for UpstreamHandler {
                 if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
                     *message.get_meta_mut() = meta;
                 }
-                let unsent = match &caller.request_stream {
-                    Some(stream) => stream.push_waiting(message).await,
-                    None => Some(message),
-                };
-                if let Some(message) = unsent {
-                    if let Err(error) = caller.peer.send_notification(message).await {
-                        tracing::debug!(%error, "could not relay a log message");
-                    }
+                if let Err(error) = caller.send_on_its_stream(message).await {
+                    tracing::debug!(%error, "could not relay a log message");
                 }
             }
             // Never broadcast: a shared session's unattributed log line

@@ -126,6 +126,26 @@ impl Caller {
         }
     }
 
+    /// Sends `message` onto the request's own stream, through the queue
+    /// the stream reads first, so that progress and log messages keep the
+    /// order they came in (progress by rmcp's channel fell behind the log
+    /// lines sent after it); by rmcp when there is no queue (the stream
+    /// has ended, or the caller is a session, not a request) or it stays
+    /// full.
+    pub async fn send_on_its_stream(
+        &self,
+        message: rmcp::model::ServerNotification,
+    ) -> Result<(), rmcp::service::ServiceError> {
+        let unsent = match &self.request_stream {
+            Some(stream) => stream.push_waiting(message).await,
+            None => Some(message),
+        };
+        match unsent {
+            Some(message) => self.peer.send_notification(message).await,
+            None => Ok(()),
+        }
+    }
+
     /// The same session, not tied to a particular request.
     pub fn session_only(&self) -> Caller {
         Caller {
