@@ -62,8 +62,11 @@ async fn a_second_close_waits_for_the_graceful_stop() {
     let session = open_python(dir.path(), SAVES_ON_EOF, &marker).await;
     let first = session.close();
     let second = async {
-        // Once the first close has begun its graceful stop.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Once the first close has begun its graceful stop (it has taken
+        // the service to stop it).
+        while session.service.lock().is_ok_and(|service| service.is_some()) {
+            tokio::task::yield_now().await;
+        }
         session.close().await;
         std::fs::read_to_string(&marker).ok()
     };
