@@ -1593,10 +1593,7 @@ async fn a_sessions_own_lists_end_with_the_upstream_that_announced_them() {
     private_bonus_on(&client).await;
     let told_before = client.service().tool_list_changes();
     let first = call_pid(&client, "private__pid").await;
-    std::process::Command::new("kill")
-        .args(["-KILL", &first.to_string()])
-        .status()
-        .expect("kill the per-session upstream");
+    kill(first);
     eventually("a new per-session upstream", OP_TIMEOUT, || async {
         let params = rmcp::model::CallToolRequestParams::new("private__pid");
         let result = client.call_tool(params).await.ok()?;
@@ -1849,16 +1846,7 @@ async fn a_delete_ends_a_call_its_client_walked_away_from() {
         let went_away = poll_until(Duration::from_secs(1), || async { said().then_some(()) })
             .await
             .is_some();
-        let deleted = within(
-            "DELETE",
-            http.delete(&url)
-                .header("mcp-session-id", &session)
-                .header("mcp-protocol-version", raw::VERSION)
-                .send(),
-        )
-        .await
-        .expect("DELETE");
-        assert_eq!(deleted.status(), 204);
+        assert_eq!(raw::delete_session(&http, &url, &session).await, 204);
         if !went_away {
             // The call never started, or was handed over: not the case here.
             continue;
@@ -1907,16 +1895,8 @@ async fn a_quick_call_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
             })
         };
         tokio::time::sleep(Duration::from_millis(3)).await;
-        let deleted = within(
-            "DELETE",
-            http.delete(&mcp)
-                .header("mcp-session-id", &session)
-                .header("mcp-protocol-version", raw::VERSION)
-                .send(),
-        )
-        .await
-        .expect("DELETE");
-        assert!(deleted.status().is_success(), "{}", deleted.status());
+        let deleted = raw::delete_session(&http, &mcp, &session).await;
+        assert!(deleted.is_success(), "{deleted}");
         let answer = posted.await.expect("the call");
         if answer.text().contains("mount demo failed") {
             blamed.push(format!("attempt {attempt}: {}", answer.text()));

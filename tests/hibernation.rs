@@ -123,16 +123,8 @@ async fn an_idle_session_sleeps_and_wakes_with_its_state() {
 
     // It sleeps again, and a DELETE while asleep ends it.
     wait_asleep(&http, &gateway, 1).await;
-    let deleted = within(
-        "DELETE",
-        http.delete(&url)
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", raw::VERSION)
-            .send(),
-    )
-    .await
-    .unwrap();
-    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let deleted = raw::delete_session(&http, &url, &session).await;
+    assert!(deleted.is_success(), "{deleted}");
     assert_eq!(asleep(&http, &gateway).await, 0);
     assert_gone(&http, &url, &session).await;
 
@@ -352,19 +344,14 @@ async fn a_session_whose_per_session_upstream_ended_sleeps() {
             json!({"name": "own__pid", "arguments": {}}),
         )
     };
-    let answer = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(2)).await;
-    let pid: u32 = answer.body["result"]["content"][0]["text"]
-        .as_str()
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("a pid: {answer:?}"));
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
+    let pid = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(2))
+        .await
+        .tool_pid();
+    kill(pid);
 
     wait_asleep(&http, &gateway, 1).await;
     let answer = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(3)).await;
-    let again = answer.body["result"]["content"][0]["text"].as_str();
+    let again = answer.tool_text();
     assert!(
         again.is_some_and(|again| again != pid.to_string()),
         "{answer:?}"

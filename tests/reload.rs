@@ -421,15 +421,7 @@ async fn a_changed_stdio_mount_starts_after_the_old_child_exits() {
     wait_for_log(&gateway, &["config reloaded", "changed=locked"], 1).await;
     let after = call_pid(&client, "locked__pid").await;
     assert_ne!(after, before, "the old child still serves");
-    let status: Value = within(
-        "GET /status.json",
-        reqwest::get(gateway.url("/status.json")),
-    )
-    .await
-    .expect("GET /status.json")
-    .json()
-    .await
-    .expect("a JSON status");
+    let status = status_json(&gateway).await;
     let mount = readyz_mount(&status, "locked");
     assert_eq!(
         mount["restarts"], 0,
@@ -450,12 +442,7 @@ async fn a_supervision_reload_reaches_a_mount_already_down() {
     };
     let gateway = Gateway::start(&config("1h")).await;
     let restarts = || async {
-        let status: Value = reqwest::get(gateway.url("/status.json"))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let status = status_json(&gateway).await;
         let mount = readyz_mount(&status, "broken");
         (mount["health"] == "down").then(|| mount["restarts"].as_u64())?
     };

@@ -177,13 +177,8 @@ async fn a_subscription_made_before_initialized_is_the_sessions() {
     assert_eq!(answer.status, reqwest::StatusCode::ACCEPTED);
     wait_until_held(&observer, "shared", &[NOTE]).await;
 
-    let ended = within(
-        "DELETE",
-        http.delete(&url).header("mcp-session-id", &session).send(),
-    )
-    .await
-    .expect("DELETE");
-    assert!(ended.status().is_success(), "{ended:?}");
+    let ended = raw::delete_session(&http, &url, &session).await;
+    assert!(ended.is_success(), "{ended}");
     wait_until_held(&observer, "shared", &[]).await;
     close(observer).await;
 }
@@ -253,26 +248,9 @@ async fn a_reopened_per_session_upstream_keeps_its_sessions_subscriptions() {
     close(client).await;
 }
 
-fn kill(pid: u32) {
-    let pid = i32::try_from(pid).expect("pid fits in i32");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill the demo server");
-}
-
 /// The mount's `upstream_sessions` in `/status.json`.
 async fn upstream_sessions(gateway: &Gateway, mount: &str) -> i64 {
-    let response = within(
-        "GET /status.json",
-        reqwest::get(gateway.url("/status.json")),
-    )
-    .await
-    .expect("/status.json");
-    let status: serde_json::Value = within("status body", response.json())
-        .await
-        .expect("status JSON");
+    let status = status_json(gateway).await;
     status["mounts"]
         .as_array()
         .and_then(|mounts| mounts.iter().find(|m| m["name"] == mount))

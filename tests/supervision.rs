@@ -23,14 +23,6 @@ fn ten_seconds() -> Value {
     json!({"steps": 1, "delay_ms": 10_000})
 }
 
-fn kill(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -KILL {pid}");
-}
-
 async fn readyz(gateway: &Gateway) -> Value {
     let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
         .await
@@ -728,18 +720,15 @@ async fn a_refresh_nobody_answers_is_given_up() {
 /// or ends, which may be hours later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pid_file = dir.path().join("straggler.pid");
-    let config = format!(
-        "{SERVER_TOML}{}",
-        wrapped_demo_mount("private", &pid_file, "isolation = \"per_session\"")
-    );
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
-    let leader = call_pid(&client, "private__pid").await;
-    let straggler = straggler_pid(&pid_file).await;
-    let _reaper = KillOnDrop(straggler);
-    assert!(process_alive(straggler));
+    // Every field bound (`..` would drop the reaper here).
+    let Straggling {
+        gateway,
+        client,
+        leader,
+        straggler,
+        _reaper,
+        _dir,
+    } = straggling(wrapped_demo_mount).await;
     let open_before = upstream_sessions(&gateway, "private").await;
 
     kill(leader);
@@ -760,18 +749,14 @@ async fn a_dead_per_session_upstreams_group_is_killed_at_once() {
 /// when the upstream does all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_an_upstream_started_outside_its_group_goes_with_it() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pid_file = dir.path().join("straggler.pid");
-    let config = format!(
-        "{SERVER_TOML}{}",
-        detached_straggler_mount("private", &pid_file, "isolation = \"per_session\"")
-    );
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
-    let leader = call_pid(&client, "private__pid").await;
-    let straggler = straggler_pid(&pid_file).await;
-    let _reaper = KillOnDrop(straggler);
-    assert!(process_alive(straggler));
+    let Straggling {
+        gateway: _gateway,
+        client,
+        leader,
+        straggler,
+        _reaper,
+        _dir,
+    } = straggling(detached_straggler_mount).await;
     assert_ne!(
         process_group(straggler),
         leader,
@@ -785,6 +770,42 @@ async fn what_an_upstream_started_outside_its_group_goes_with_it() {
         || async { (!process_alive(straggler)).then_some(()) },
     )
     .await;
+}
+
+/// A gateway with a per-session mount `private` whose upstream leaves a
+/// straggler process (as `mount` writes it, e.g. [`wrapped_demo_mount`]),
+/// and a client whose call opened it.
+struct Straggling {
+    gateway: Gateway,
+    client: Client,
+    /// The upstream's pid (its process group's leader).
+    leader: u32,
+    /// What it left running (alive; killed when this is dropped).
+    straggler: u32,
+    _reaper: KillOnDrop,
+    _dir: tempfile::TempDir,
+}
+
+async fn straggling(mount: fn(&str, &std::path::Path, &str) -> String) -> Straggling {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pid_file = dir.path().join("straggler.pid");
+    let config = format!(
+        "{SERVER_TOML}{}",
+        mount("private", &pid_file, "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let leader = call_pid(&client, "private__pid").await;
+    let straggler = straggler_pid(&pid_file).await;
+    assert!(process_alive(straggler));
+    Straggling {
+        gateway,
+        client,
+        leader,
+        straggler,
+        _reaper: KillOnDrop(straggler),
+        _dir: dir,
+    }
 }
 
 /// The process group `pid` is in, from `/proc/<pid>/stat`.

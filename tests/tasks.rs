@@ -196,15 +196,8 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
         "jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "own__pid", "arguments": {}},
     });
-    let answer = send(&http, &gateway, &session, pid).await;
-    let pid: u32 = answer.body["result"]["content"][0]["text"]
-        .as_str()
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("a pid: {answer:?}"));
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
+    let pid = send(&http, &gateway, &session, pid).await.tool_pid();
+    kill(pid);
     eventually("the upstream to be gone", OP_TIMEOUT, || async {
         (!process_exists(pid)).then_some(())
     })
@@ -214,15 +207,7 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
         json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": task_id}});
     let answer = send(&http, &gateway, &session, get).await;
     assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
-    let status: Value = within(
-        "GET /status.json",
-        reqwest::get(gateway.url("/status.json")),
-    )
-    .await
-    .expect("GET /status.json")
-    .json()
-    .await
-    .expect("a JSON status");
+    let status = status_json(&gateway).await;
     assert_eq!(
         readyz_mount(&status, "own")["restarts"],
         0,

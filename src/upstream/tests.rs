@@ -64,7 +64,11 @@ async fn a_second_close_waits_for_the_graceful_stop() {
     let second = async {
         // Once the first close has begun its graceful stop (it has taken
         // the service to stop it).
-        while session.service.lock().is_ok_and(|service| service.is_some()) {
+        while session
+            .service
+            .lock()
+            .is_ok_and(|service| service.is_some())
+        {
             tokio::task::yield_now().await;
         }
         session.close().await;

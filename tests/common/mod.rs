@@ -758,6 +758,29 @@ impl DemoHttp {
     }
 }
 
+/// SIGKILLs process `pid` (an upstream, to make it crash).
+pub fn kill(pid: u32) {
+    let pid = i32::try_from(pid).expect("pid fits in i32");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap_or_else(|error| panic!("kill -KILL {pid}: {error}"));
+}
+
+/// The gateway's `/status.json`.
+pub async fn status_json(gateway: &Gateway) -> Value {
+    let response = within(
+        "GET /status.json",
+        reqwest::get(gateway.url("/status.json")),
+    )
+    .await
+    .expect("GET /status.json");
+    within("the status body", response.json())
+        .await
+        .expect("a JSON status")
+}
+
 /// The mount entry named `name` in a `/readyz` body.
 pub fn readyz_mount<'a>(readyz: &'a Value, name: &str) -> &'a Value {
     readyz["mounts"]

@@ -43,6 +43,18 @@ impl Answer {
         Some(value.to_str().expect("ASCII session id").to_owned())
     }
 
+    /// The text of a tool result's first content block.
+    pub fn tool_text(&self) -> Option<&str> {
+        self.body["result"]["content"][0]["text"].as_str()
+    }
+
+    /// The pid a demo server's (or fixture's) `pid` tool answered.
+    pub fn tool_pid(&self) -> u32 {
+        self.tool_text()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("a pid: {self:?}"))
+    }
+
     /// The body as text, for answers that are not JSON.
     pub fn text(&self) -> String {
         match &self.body {
@@ -129,6 +141,18 @@ pub fn sse_messages(text: &str) -> Vec<Value> {
                 .unwrap_or_else(|error| panic!("SSE data is not JSON {data:?}: {error}"))
         })
         .collect()
+}
+
+/// DELETEs `session` (with the protocol version header); its status.
+pub async fn delete_session(http: &reqwest::Client, url: &str, session: &str) -> StatusCode {
+    let request = http
+        .delete(url)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", VERSION);
+    within("DELETE", request.send())
+        .await
+        .unwrap_or_else(|error| panic!("DELETE failed: {error}"))
+        .status()
 }
 
 /// `initialize`, then `notifications/initialized`; returns the session id.
