@@ -71,6 +71,18 @@ async fn wait_until_held(client: &Client, mount: &str, expected: &[&str]) {
     .await;
 }
 
+/// A gateway with the shared demo mount, a session subscribed to note
+/// `a` (its URI), and one that is not, once the upstream holds the note.
+async fn one_subscriber() -> (Gateway, String, Client, Client) {
+    let gateway = Gateway::start(&shared_config()).await;
+    let uri = format!("shared+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    (gateway, uri, subscriber, observer)
+}
+
 /// Changes note `a` through `mount` and waits until `client` is told
 /// about `uri` one more time than before.
 async fn remember_and_expect_update(writer: &Client, mount: &str, watcher: &Client, uri: &str) {
@@ -188,12 +200,7 @@ async fn a_subscription_made_before_initialized_is_the_sessions() {
 /// the sessions want, and the sessions keep getting their updates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_shared_upstream_is_subscribed_to_what_sessions_want() {
-    let gateway = Gateway::start(&shared_config()).await;
-    let uri = format!("shared+{NOTE}");
-    let subscriber = gateway.connect().await;
-    let observer = gateway.connect().await;
-    subscribe(&subscriber, &uri).await;
-    wait_until_held(&observer, "shared", &[NOTE]).await;
+    let (gateway, uri, subscriber, observer) = one_subscriber().await;
 
     // Restart: the process dies, the supervisor starts another.
     let first = call_pid(&observer, "shared__pid").await;
@@ -286,12 +293,7 @@ async fn unsubscribing_opens_no_per_session_upstream() {
 /// session lived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsubscribing_after_a_namespace_change_lets_the_upstream_go() {
-    let gateway = Gateway::start(&shared_config()).await;
-    let uri = format!("shared+{NOTE}");
-    let subscriber = gateway.connect().await;
-    let observer = gateway.connect().await;
-    subscribe(&subscriber, &uri).await;
-    wait_until_held(&observer, "shared", &[NOTE]).await;
+    let (gateway, uri, subscriber, observer) = one_subscriber().await;
 
     let renamed = format!(
         "{SERVER_TOML}{}",

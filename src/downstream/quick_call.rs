@@ -552,6 +552,18 @@ mod tests {
         })
     }
 
+    /// A call that runs until `cancel` fires; the receiver hears its end.
+    fn until_cancelled(cancel: &CancellationToken) -> (Work, tokio::sync::oneshot::Receiver<()>) {
+        let (ended, end) = tokio::sync::oneshot::channel();
+        let cancel = cancel.clone();
+        let work: Work = Box::pin(async move {
+            cancel.cancelled().await;
+            let _ = ended.send(());
+            Err(ErrorData::internal_error("cancelled", None))
+        });
+        (work, end)
+    }
+
     /// A parcel known to no session (its cancels go nowhere).
     fn parcel(call: Option<RunningCall>, handoff: Arc<Handoff>) -> Parcel {
         Parcel {
@@ -660,15 +672,7 @@ mod tests {
         let pending = Pending::new(&calls, &session, &RequestId::Number(3));
         let (handoff, queue) = (pending.handoff.clone(), pending.queue.clone());
         let cancel = CancellationToken::new();
-        let (ended, end) = tokio::sync::oneshot::channel();
-        let work: Work = Box::pin({
-            let cancel = cancel.clone();
-            async move {
-                cancel.cancelled().await;
-                let _ = ended.send(());
-                Err(ErrorData::internal_error("cancelled", None))
-            }
-        });
+        let (work, end) = until_cancelled(&cancel);
         let waiting = Waiting {
             call: Some((work, pending)),
             cancel: cancel.clone(),
@@ -709,15 +713,7 @@ mod tests {
         let mut pending = Pending::new(&calls, &session, &RequestId::Number(5));
         pending.handed_over = true;
         let cancel = CancellationToken::new();
-        let (ended, end) = tokio::sync::oneshot::channel();
-        let work: Work = Box::pin({
-            let cancel = cancel.clone();
-            async move {
-                cancel.cancelled().await;
-                let _ = ended.send(());
-                Err(ErrorData::internal_error("cancelled", None))
-            }
-        });
+        let (work, end) = until_cancelled(&cancel);
         let handed = Parcel {
             call: Mutex::new(Some(RunningCall {
                 work,
@@ -750,13 +746,7 @@ mod tests {
         let session: Arc<str> = Arc::from("s1");
         let pending = Pending::new(&calls, &session, &RequestId::Number(3));
         let cancel = CancellationToken::new();
-        let work: Work = Box::pin({
-            let cancel = cancel.clone();
-            async move {
-                cancel.cancelled().await;
-                Err(ErrorData::internal_error("cancelled", None))
-            }
-        });
+        let (work, _end) = until_cancelled(&cancel);
         let waiting = Waiting {
             call: Some((work, pending)),
             cancel: cancel.clone(),

@@ -703,23 +703,11 @@ mod tests {
     /// An upstream that answers a POST with `events` (SSE text) and then
     /// the call's answer.
     async fn answering_after(events: &'static str) -> reqwest::Url {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buffer = vec![0; 8192];
-            let _ = stream.read(&mut buffer).await;
-            let answer = r#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"answered"}]}}"#;
-            let body = format!("{events}data: {answer}\n\n");
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-        });
-        url.parse().unwrap()
+        let answer = r#"{"jsonrpc":"2.0","id":"junction-1","result":{"content":[{"type":"text","text":"answered"}]}}"#;
+        crate::upstream::tests::sse_once(format!("{events}data: {answer}\n\n"))
+            .await
+            .parse()
+            .unwrap()
     }
 
     /// Events that carry no JSON-RPC message (another event type, data

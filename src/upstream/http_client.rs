@@ -430,22 +430,11 @@ mod tests {
     #[tokio::test]
     async fn an_answer_on_a_resumed_stream_is_seen_as_written() {
         use futures::StreamExt;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buffer = vec![0; 8192];
-            let _ = stream.read(&mut buffer).await;
-            let body = "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"tools\":[],\"x-kept\":1}}\n\n";
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-        });
+        let url = super::super::tests::sse_once(
+            "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"tools\":[],\"x-kept\":1}}\n\n"
+                .to_owned(),
+        )
+        .await;
         let raw = Arc::new(RawAnswers::default());
         let id = rmcp::model::RequestId::Number(7);
         raw.want(&id);

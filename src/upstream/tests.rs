@@ -1,5 +1,6 @@
 //! An upstream session's end: what `close` does to a stdio child and what
-//! it started.
+//! it started; and a one-answer SSE server the upstream modules' tests
+//! share.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -84,4 +85,25 @@ async fn a_second_close_waits_for_the_graceful_stop() {
         Some("saved"),
         "the server was killed before it saved"
     );
+}
+
+/// A server on a free loopback port answering its first request with the
+/// SSE `body` and nothing more; its MCP endpoint's URL.
+pub(super) async fn sse_once(body: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buffer = vec![0; 8192];
+        let _ = stream.read(&mut buffer).await;
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(reply.as_bytes()).await;
+    });
+    url
 }

@@ -318,6 +318,23 @@ mod tests {
         assert_eq!(activity.used(&quiet).await, Some(Phase::Awake));
     }
 
+    /// A request using `id`, shown still waiting halfway through the
+    /// wait's bound (paused time).
+    async fn still_waiting_to_use(
+        activity: &Arc<Activity>,
+        id: &SessionId,
+    ) -> tokio::task::JoinHandle<Option<Phase>> {
+        let waiter = {
+            let activity = activity.clone();
+            let id = id.clone();
+            tokio::spawn(async move { activity.used(&id).await })
+        };
+        tokio::time::advance(CLOSING_WAIT / 2).await;
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "it waits for the session to settle");
+        waiter
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_request_waits_while_its_session_is_closing() {
         let activity = Arc::new(Activity::default());
@@ -327,15 +344,7 @@ mod tests {
             activity.begin_sleep(Duration::ZERO),
             [(id.clone(), Duration::ZERO)]
         );
-        let waiter = {
-            let activity = activity.clone();
-            let id = id.clone();
-            tokio::spawn(async move { activity.used(&id).await })
-        };
-        // Within the wait's bound, it is still waiting.
-        tokio::time::advance(CLOSING_WAIT / 2).await;
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished(), "it waits for the session to settle");
+        let waiter = still_waiting_to_use(&activity, &id).await;
         activity.set_phase(&id, Phase::Asleep);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Asleep));
     }
@@ -347,14 +356,7 @@ mod tests {
         let activity = Arc::new(Activity::default());
         let id: SessionId = "s".into();
         activity.waking(&id);
-        let waiter = {
-            let activity = activity.clone();
-            let id = id.clone();
-            tokio::spawn(async move { activity.used(&id).await })
-        };
-        tokio::time::advance(CLOSING_WAIT / 2).await;
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished(), "it waits for the session to wake");
+        let waiter = still_waiting_to_use(&activity, &id).await;
         activity.set_phase(&id, Phase::Awake);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Awake));
     }
