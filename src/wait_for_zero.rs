@@ -2,7 +2,9 @@
 //!
 //! The relay waits so for requests being sent, answers being recorded and
 //! notifications being relayed; a retiring mount for its per-session
-//! upstreams to close. Whoever lowers the count wakes the `Notify`.
+//! upstreams to close. Whoever lowers the count calls [`count_down`],
+//! which wakes the `Notify` when the count reaches zero, the one change
+//! the waiters wait for (not a lock taken on every decrement).
 
 use std::{
     sync::atomic::{AtomicUsize, Ordering},
@@ -10,6 +12,16 @@ use std::{
 };
 
 use tokio::sync::Notify;
+
+/// Lowers `count` by one, waking `changed`'s waiters if it is zero now.
+/// Returns the count before.
+pub fn count_down(count: &AtomicUsize, changed: &Notify) -> usize {
+    let before = count.fetch_sub(1, Ordering::AcqRel);
+    if before == 1 {
+        changed.notify_waiters();
+    }
+    before
+}
 
 /// Waits until `count` is zero, woken by `changed`, for at most `limit`;
 /// returns whether it got there.

@@ -184,9 +184,7 @@ pub struct UpstreamPermit(Arc<PerSessionCount>);
 
 impl Drop for UpstreamPermit {
     fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.none_open.notify_waiters();
-        }
+        crate::wait_for_zero::count_down(&self.0.open, &self.0.none_open);
     }
 }
 

@@ -55,7 +55,7 @@ use rmcp::{
 
 use super::{bounded_map::BoundedMap, ClientProfile};
 use crate::downstream::{quick_call::Handoff, request_streams::RelatedQueue};
-use crate::wait_for_zero::wait_for_zero;
+use crate::wait_for_zero::{count_down, wait_for_zero};
 
 /// The downstream end of a request: where messages it causes must go.
 #[derive(Clone)]
@@ -557,10 +557,9 @@ impl Relay {
                 woken.notify_one();
             }
         }
-        let before = self.pending_notifications.fetch_sub(1, Ordering::AcqRel);
+        // `drain` waits for none pending (a waiter per answer).
+        let before = count_down(&self.pending_notifications, &self.relayed);
         debug_assert!(before > 0, "more notifications relayed than arrived");
-        // For `drain` (a waiter per answer, not per notification).
-        self.relayed.notify_waiters();
     }
 
     /// Waits (bounded, [`TURN_LIMIT`]) until every progress or log
@@ -731,8 +730,7 @@ pub struct SendingGuard(Arc<Relay>);
 
 impl Drop for SendingGuard {
     fn drop(&mut self) {
-        self.0.sending.fetch_sub(1, Ordering::AcqRel);
-        self.0.registered.notify_waiters();
+        count_down(&self.0.sending, &self.0.registered);
     }
 }
 
@@ -799,8 +797,7 @@ impl Drop for InflightGuard {
     fn drop(&mut self) {
         let removed = lock(&self.relay.inflight).remove(&self.id);
         if self.answered {
-            self.relay.answered_in_flight.fetch_sub(1, Ordering::AcqRel);
-            self.relay.released.notify_waiters();
+            count_down(&self.relay.answered_in_flight, &self.relay.released);
         }
         let Some(ended) = removed else {
             return;
