@@ -150,6 +150,16 @@ mod tests {
         let mut tagged = spawn(&tag);
         // A tag that merely starts with this one is another upstream's.
         let mut other = spawn(&format!("{tag}0"));
+        // `spawn` returns once the exec has begun, before the kernel has set
+        // the new environment up; until then it reads as empty.
+        for (child, tag) in [(&tagged, tag.clone()), (&other, format!("{tag}0"))] {
+            let needle = format!("{TAG_VARIABLE}={tag}");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !carries(child.id(), needle.as_bytes()) {
+                assert!(std::time::Instant::now() < deadline, "{tag} never showed");
+                std::thread::yield_now();
+            }
+        }
         assert_eq!(kill_tagged(&tag, None), 1);
         tagged.wait().expect("reap the tagged");
         assert!(exists(other.id()), "another tag's process was killed");
