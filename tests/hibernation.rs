@@ -387,3 +387,49 @@ async fn requests_arriving_together_at_a_sleeping_session_are_all_answered() {
         }
     }
 }
+
+/// A session's tasks keep it awake only within their TTLs: the relay
+/// holds its peer for their status notifications and in-task requests
+/// until then. Past its task's TTL an idle session sleeps, and the task is
+/// unknown to it from then on; a session whose task is within its TTL
+/// stays awake and keeps it. One task kept a session awake for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sleeps_once_its_tasks_are_past_their_ttl() {
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
+        python_fixture_mount("tasks", "endless_task_pages.py", "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let mut tasks = Vec::new();
+    for ttl in [60_000, 300] {
+        let session = raw::open_session(&http, &url).await;
+        let call = request(
+            2,
+            "tools/call",
+            json!({"name": "tasks__work", "arguments": {}, "task": {"ttl": ttl}}),
+        );
+        let answer = raw::post(&http, &url, Some(&session), JSON_POST, call).await;
+        let task = answer.body["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {answer:?}"))
+            .to_owned();
+        tasks.push((session, task));
+    }
+
+    wait_asleep(&http, &gateway, 1).await;
+    let get = |(session, task): &(String, String)| {
+        let body = request(3, "tasks/get", json!({"taskId": task}));
+        let session = session.clone();
+        let (http, url) = (&http, &url);
+        async move { raw::post(http, url, Some(&session), JSON_POST, body).await }
+    };
+    let kept = get(&tasks[0]).await;
+    assert_eq!(kept.body["result"]["status"], "working", "{kept:?}");
+    let forgotten = get(&tasks[1]).await;
+    assert_eq!(
+        forgotten.body["error"]["code"], -32602,
+        "woken past its TTL, the task is unknown: {forgotten:?}"
+    );
+}

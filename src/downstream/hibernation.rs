@@ -20,7 +20,9 @@
 //!
 //! Only a session that would lose nothing sleeps: no `GET` stream, no
 //! request in flight, no per-session upstream (its relay holds the
-//! session's peer), no task. What rmcp held for its next `GET` is kept by
+//! session's peer), no task within its TTL (the relay holds the peer for
+//! its status and in-task requests; past the TTL the upstream may have
+//! deleted it, and the session forgets it asleep). What rmcp held for its next `GET` is kept by
 //! the session registry, with what it is told asleep, and told on waking
 //! (`http::resumable`'s sweep hands it over before closing rmcp's session). A
 //! session asleep past `session_idle_timeout` (counted from its last

@@ -222,7 +222,7 @@ impl SessionState {
 
     /// What the session continues as while asleep, if sleeping would lose
     /// nothing: initialized, nothing in flight, no live per-session
-    /// upstream (whose relay holds the peer), no task. From then on,
+    /// upstream (whose relay holds the peer), no task within its TTL. From then on,
     /// dropping this state does not end the session.
     ///
     /// A per-session slot whose upstream has ended, or whose open failed
@@ -238,7 +238,7 @@ impl SessionState {
             && lock(&self.upstreams)
                 .values()
                 .all(|entry| entry.slot.get().is_none_or(|upstream| !upstream.is_alive()))
-            && self.tasks.is_empty();
+            && self.tasks.all_expired(std::time::Instant::now());
         if !sleeps {
             return None;
         }

@@ -26,6 +26,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
+    time::{Duration, Instant},
 };
 
 use rmcp::model::{
@@ -201,6 +202,9 @@ struct TaskHome {
     /// upstream), the task is gone, and its id may name another session's
     /// task in the next one.
     upstream_session: u64,
+    /// When its TTL, as the upstream declared it, runs out (`None`:
+    /// unlimited). Past it the upstream may have deleted the task.
+    expires: Option<Instant>,
 }
 
 impl TaskHome {
@@ -230,17 +234,35 @@ struct Homes {
 }
 
 impl TaskTable {
-    pub(crate) fn is_empty(&self) -> bool {
-        lock(&self.0).by_id.is_empty()
+    /// Whether every task is past its TTL at `now` (or there is none):
+    /// sleeping would then lose nothing the client may count on.
+    ///
+    /// Expired tasks stay known while the session is awake: an upstream
+    /// may keep a task longer (some count the TTL from completion), and a
+    /// client polling it keeps its session awake. Only a session idle past
+    /// all its tasks' TTLs sleeps and forgets them; before, one task kept
+    /// a session awake (~55 KiB) for good.
+    pub(crate) fn all_expired(&self, now: Instant) -> bool {
+        lock(&self.0)
+            .by_id
+            .values()
+            .all(|home| home.expires.is_some_and(|expires| expires <= now))
     }
 
-    fn add(&self, mount: &MountName, upstream_id: &str, upstream_session: u64) -> String {
+    fn add(
+        &self,
+        mount: &MountName,
+        upstream_id: &str,
+        upstream_session: u64,
+        ttl: Option<Duration>,
+    ) -> String {
         let id = format!("{mount}/{upstream_id}");
         let mut homes = lock(&self.0);
         let home = TaskHome {
             mount: mount.clone(),
             upstream_id: upstream_id.to_owned(),
             upstream_session,
+            expires: ttl.and_then(|ttl| Instant::now().checked_add(ttl)),
         };
         if homes.by_id.insert(id.clone(), home).is_none() {
             homes.order.push_back(id.clone());
@@ -278,6 +300,15 @@ impl TaskTable {
         }
         mounts
     }
+}
+
+/// The TTL a task-creating answer declares (`task.ttl`, milliseconds;
+/// absent or `null`: unlimited).
+fn task_ttl(created: &Value) -> Option<Duration> {
+    created
+        .pointer("/task/ttl")
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
 }
 
 /// Replaces the task id at `task` (a `Task` object) and in related-task
@@ -359,10 +390,12 @@ impl DownstreamSession {
                     .map(str::to_owned);
                 match upstream_id {
                     Some(upstream_id) => {
-                        let id =
-                            self.state()
-                                .tasks
-                                .add(&mount.config.name, &upstream_id, upstream.id());
+                        let id = self.state().tasks.add(
+                            &mount.config.name,
+                            &upstream_id,
+                            upstream.id(),
+                            task_ttl(&result),
+                        );
                         // Status notifications and in-task requests name
                         // the task: they go to this session.
                         let relay = upstream.relay();
@@ -652,8 +685,8 @@ mod tests {
         let b = TaskTable::default();
         let one = MountName::new("one").unwrap();
         let two = MountName::new("two").unwrap();
-        let first = a.add(&one, "1", 7);
-        let second = a.add(&two, "1", 8);
+        let first = a.add(&one, "1", 7, None);
+        let second = a.add(&two, "1", 8, None);
         assert_ne!(first, second, "the same upstream id on two mounts");
         assert_eq!(a.get(&first).unwrap().upstream_id, "1");
         assert_eq!(a.get(&second).unwrap().mount, two);
@@ -672,13 +705,13 @@ mod tests {
     fn a_task_lives_on_the_upstream_session_that_created_it() {
         let table = TaskTable::default();
         let mount = MountName::new("m").unwrap();
-        let id = table.add(&mount, "1", 7);
+        let id = table.add(&mount, "1", 7, None);
         let home = table.get(&id).unwrap();
         assert!(home.lives_on(7));
         assert!(!home.lives_on(8), "a restarted upstream's task 1");
         // The session's new task with the same upstream id, on the new
         // upstream session, takes the id over.
-        assert_eq!(table.add(&mount, "1", 8), id);
+        assert_eq!(table.add(&mount, "1", 8, None), id);
         assert!(table.get(&id).unwrap().lives_on(8));
         assert_eq!(lock(&table.0).order.len(), 1);
     }
@@ -688,11 +721,30 @@ mod tests {
         let table = TaskTable::default();
         let mount = MountName::new("m").unwrap();
         let ids: Vec<String> = (0..TASKS_PER_SESSION + 2)
-            .map(|n| table.add(&mount, &n.to_string(), 1))
+            .map(|n| table.add(&mount, &n.to_string(), 1, None))
             .collect();
         assert!(table.get(&ids[0]).is_none() && table.get(&ids[1]).is_none());
         assert!(table.get(&ids[2]).is_some() && table.get(ids.last().unwrap()).is_some());
         assert_eq!(lock(&table.0).order.len(), TASKS_PER_SESSION);
+    }
+
+    /// A session may sleep once every task it created is past its TTL; a
+    /// task with none (unlimited) keeps it awake.
+    #[test]
+    fn tasks_let_a_session_sleep_once_past_their_ttls() {
+        let table = TaskTable::default();
+        let mount = MountName::new("m").unwrap();
+        let now = Instant::now();
+        assert!(table.all_expired(now), "no task");
+        let ttl = |created: &Value| task_ttl(created);
+        table.add(&mount, "1", 1, ttl(&json!({"task": {"ttl": 1000}})));
+        assert!(!table.all_expired(now));
+        assert!(table.all_expired(now + Duration::from_secs(2)));
+        table.add(&mount, "2", 1, ttl(&json!({"task": {"ttl": null}})));
+        assert!(
+            !table.all_expired(now + Duration::from_secs(3600)),
+            "unlimited"
+        );
     }
 
     #[test]
