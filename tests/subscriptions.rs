@@ -306,3 +306,21 @@ async fn unsubscribing_after_a_namespace_change_lets_the_upstream_go() {
     close(subscriber).await;
     close(observer).await;
 }
+
+/// After a reload gave a mount another namespace, a session subscribed
+/// under the old one is still told of its resource's updates, under the
+/// URI it subscribed with. They were matched by the URI under the new
+/// namespace, which the session never subscribed to: none reached it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_reach_a_subscription_made_under_an_old_namespace() {
+    let (gateway, uri, subscriber, observer) = one_subscriber().await;
+    let renamed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("shared", "namespace = \"other\"")
+    );
+    rewrite_config(&gateway.config_path, &renamed);
+    wait_until_held(&observer, "other", &[NOTE]).await;
+    remember_and_expect_update(&observer, "other", &subscriber, &uri).await;
+    close(subscriber).await;
+    close(observer).await;
+}

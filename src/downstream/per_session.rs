@@ -63,23 +63,23 @@ impl UpstreamEvents for PerSessionEvents {
         let Some(gateway) = state.gateway.upgrade() else {
             return;
         };
-        let Some(mount) = gateway.mount(&self.mount) else {
-            return;
-        };
-        let uri = mount.config.namespace.qualify_uri(&params.uri);
-        if !gateway
+        // Under the URI the session subscribed with: it may have done so
+        // under a namespace a reload has since changed.
+        let uris = gateway
             .sessions()
-            .is_subscribed(state.key, &mount.config.name, &uri)
-        {
+            .subscribed_as(state.key, &self.mount, &params.uri);
+        if uris.is_empty() {
             return;
         }
         let Some(peer) = state.peer() else {
             return;
         };
         tokio::spawn(async move {
-            let params = ResourceUpdatedNotificationParam::new(uri);
-            if let Err(error) = peer.notify_resource_updated(params).await {
-                tracing::debug!(%error, "could not relay resources/updated");
+            for uri in uris {
+                let params = ResourceUpdatedNotificationParam::new(uri.to_string());
+                if let Err(error) = peer.notify_resource_updated(params).await {
+                    tracing::debug!(%error, "could not relay resources/updated");
+                }
             }
         });
     }

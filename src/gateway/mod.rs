@@ -593,10 +593,9 @@ impl UpstreamEvents for MountSessionEvents {
         let Some((gateway, mount)) = self.shared_mount() else {
             return;
         };
-        let uri = mount.config.namespace.qualify_uri(&params.uri);
         gateway
             .sessions
-            .notify_resource_updated(&mount.config.name, &uri);
+            .notify_resource_updated(&mount.config.name, &params.uri);
     }
 }
 

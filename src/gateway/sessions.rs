@@ -37,12 +37,20 @@ pub struct SessionRegistry {
     tickets: Arc<AtomicUsize>,
     /// A std mutex: held only to copy peers out, never across an await.
     sessions: Mutex<HashMap<SessionKey, SessionEntry>>,
-    /// How many sessions want each upstream URI of each mount: what every
-    /// session's subscriptions say, counted (changed only with `sessions`
-    /// held, taken after it), so that asking whether anyone still wants a
-    /// URI does not look through every session's subscriptions.
-    wanted: Mutex<HashMap<(MountName, Arc<str>), usize>>,
+    /// Which sessions want each upstream URI of each mount, and under
+    /// which client-visible URI each subscribed: what every session's
+    /// subscriptions say, inverted (changed only with `sessions` held,
+    /// taken after it), so that neither asking whether anyone still wants
+    /// a URI nor relaying its update looks through every session.
+    wanted: Mutex<Wanted>,
 }
+
+/// Upstream URI (with its mount) → the sessions subscribed to it, each
+/// with the URI it subscribed under. That URI is the one it is told of:
+/// after a reload changed the mount's namespace, a session subscribed
+/// under the old one still has the update it asked for, under the name it
+/// asked with.
+type Wanted = HashMap<(MountName, Arc<str>), HashSet<(SessionKey, Arc<str>)>>;
 
 /// Most resources one session may be subscribed to at once: each is kept
 /// and, on a shared mount, held upstream.
@@ -57,18 +65,6 @@ struct SessionEntry {
     subscriptions: HashMap<String, Route>,
     /// What the session was to be told while it slept, told when it wakes.
     missed: Missed,
-}
-
-impl SessionEntry {
-    /// Whether an update of `uri` from `mount` is this session's: it
-    /// subscribed to `uri` there. Two pass-through mounts can offer the
-    /// same URI; a session subscribed through one (the one the URI routes
-    /// to) is not told of the other's updates.
-    fn wants_update(&self, mount: &MountName, uri: &str) -> bool {
-        self.subscriptions
-            .get(uri)
-            .is_some_and(|route| route.mount == *mount)
-    }
 }
 
 /// The notifications a sleeping session missed. An awake session without a
@@ -218,8 +214,8 @@ impl SessionRegistry {
             return Vec::new();
         };
         let mut wanted = self.wanted();
-        for route in entry.subscriptions.values() {
-            unwant(&mut wanted, route);
+        for (uri, route) in &entry.subscriptions {
+            unwant(&mut wanted, key, uri, route);
         }
         drop((wanted, sessions));
         crate::telemetry::metrics().downstream_sessions.dec();
@@ -279,10 +275,10 @@ impl SessionRegistry {
             return Err(super::SubscriptionError::TooMany);
         }
         let mut wanted = self.wanted();
-        want(&mut wanted, route);
         if let Some(before) = entry.subscriptions.insert(uri.to_owned(), route.clone()) {
-            unwant(&mut wanted, &before);
+            unwant(&mut wanted, key, uri, &before);
         }
+        want(&mut wanted, key, uri, route);
         Ok(())
     }
 
@@ -292,7 +288,7 @@ impl SessionRegistry {
         let route = sessions
             .get_mut(&key)
             .and_then(|entry| entry.subscriptions.remove(uri))?;
-        unwant(&mut self.wanted(), &route);
+        unwant(&mut self.wanted(), key, uri, &route);
         Some(route)
     }
 
@@ -335,11 +331,25 @@ impl SessionRegistry {
             .unwrap_or_default()
     }
 
-    /// Whether session `key` subscribed to `uri` on `mount`.
-    pub fn is_subscribed(&self, key: SessionKey, mount: &MountName, uri: &str) -> bool {
-        self.lock()
-            .get(&key)
-            .is_some_and(|entry| entry.wants_update(mount, uri))
+    /// The client-visible URIs under which session `key` subscribed to
+    /// the upstream URI `original` of `mount`.
+    pub fn subscribed_as(
+        &self,
+        key: SessionKey,
+        mount: &MountName,
+        original: &str,
+    ) -> Vec<Arc<str>> {
+        let _sessions = self.lock();
+        self.wanted()
+            .get(&(mount.clone(), Arc::from(original)))
+            .map(|subscribers| {
+                subscribers
+                    .iter()
+                    .filter(|(subscriber, _)| *subscriber == key)
+                    .map(|(_, uri)| uri.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Tells every session whose client profile passes `filter` that a list
@@ -362,23 +372,32 @@ impl SessionRegistry {
         }
     }
 
-    /// Tells the sessions subscribed to `uri` (client-visible) on `mount`
-    /// that it changed.
-    pub fn notify_resource_updated(&self, mount: &MountName, uri: &str) {
-        let peers: Vec<_> = self
-            .lock()
-            .values_mut()
-            .filter(|entry| entry.wants_update(mount, uri))
-            .filter_map(|entry| {
-                if entry.peer.is_none() {
-                    entry.missed.updated(uri);
-                }
-                entry.peer.clone()
-            })
-            .collect();
-        for peer in peers {
+    /// Tells the sessions subscribed to the upstream URI `original` of
+    /// `mount` that it changed, each under the URI it subscribed with. Two
+    /// pass-through mounts can offer the same URI; a session subscribed
+    /// through one (the one the URI routes to) is not told of the other's
+    /// updates.
+    pub fn notify_resource_updated(&self, mount: &MountName, original: &str) {
+        let mut sessions = self.lock();
+        let subscribers: Vec<(SessionKey, Arc<str>)> = self
+            .wanted()
+            .get(&(mount.clone(), Arc::from(original)))
+            .map(|subscribers| subscribers.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut peers = Vec::with_capacity(subscribers.len());
+        for (key, uri) in subscribers {
+            let Some(entry) = sessions.get_mut(&key) else {
+                continue;
+            };
+            match &entry.peer {
+                Some(peer) => peers.push((peer.clone(), uri)),
+                None => entry.missed.updated(&uri),
+            }
+        }
+        drop(sessions);
+        for (peer, uri) in peers {
             crate::telemetry::metrics().count_relayed("resource_updated");
-            let params = ResourceUpdatedNotificationParam::new(uri.to_owned());
+            let params = ResourceUpdatedNotificationParam::new(uri.to_string());
             tokio::spawn(async move {
                 if let Err(error) = peer.notify_resource_updated(params).await {
                     tracing::debug!(%error, "could not send resources/updated");
@@ -393,28 +412,29 @@ impl SessionRegistry {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The wanted counts; only with `sessions` held.
-    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<(MountName, Arc<str>), usize>> {
+    /// Who wants what; only with `sessions` held.
+    fn wanted(&self) -> std::sync::MutexGuard<'_, Wanted> {
         self.wanted
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// One more session wants `route`'s upstream URI.
-fn want(wanted: &mut HashMap<(MountName, Arc<str>), usize>, route: &Route) {
-    *wanted
+/// Session `key` wants `route`'s upstream URI, subscribed as `uri`.
+fn want(wanted: &mut Wanted, key: SessionKey, uri: &str, route: &Route) {
+    wanted
         .entry((route.mount.clone(), route.original.clone()))
-        .or_default() += 1;
+        .or_default()
+        .insert((key, Arc::from(uri)));
 }
 
-/// One session fewer wants `route`'s upstream URI.
-fn unwant(wanted: &mut HashMap<(MountName, Arc<str>), usize>, route: &Route) {
-    let key = (route.mount.clone(), route.original.clone());
-    if let Some(count) = wanted.get_mut(&key) {
-        *count -= 1;
-        if *count == 0 {
-            wanted.remove(&key);
+/// Session `key` no longer wants `route`'s upstream URI as `uri`.
+fn unwant(wanted: &mut Wanted, key: SessionKey, uri: &str, route: &Route) {
+    let at = (route.mount.clone(), route.original.clone());
+    if let Some(subscribers) = wanted.get_mut(&at) {
+        subscribers.remove(&(key, Arc::from(uri)));
+        if subscribers.is_empty() {
+            wanted.remove(&at);
         }
     }
 }
@@ -478,9 +498,40 @@ mod tests {
             original: "demo://x".into(),
         };
         assert!(registry.subscribe(key, "demo://x", &route).is_ok());
-        assert!(registry.is_subscribed(key, &first, "demo://x"));
-        assert!(!registry.is_subscribed(key, &second, "demo://x"));
-        assert!(!registry.is_subscribed(key, &first, "demo://y"));
+        let as_uris = |uris: Vec<Arc<str>>| -> Vec<String> {
+            uris.iter().map(|uri| uri.to_string()).collect()
+        };
+        assert_eq!(
+            as_uris(registry.subscribed_as(key, &first, "demo://x")),
+            ["demo://x"]
+        );
+        assert!(registry.subscribed_as(key, &second, "demo://x").is_empty());
+        assert!(registry.subscribed_as(key, &first, "demo://y").is_empty());
+        // Subscribed again under another name (the mount's namespace
+        // changed by a reload): told under both.
+        let renamed = |uri: &str| Route {
+            mount: first.clone(),
+            original: uri.into(),
+        };
+        assert!(registry
+            .subscribe(key, "new+demo://x", &renamed("demo://x"))
+            .is_ok());
+        let mut both = as_uris(registry.subscribed_as(key, &first, "demo://x"));
+        both.sort();
+        assert_eq!(both, ["demo://x", "new+demo://x"]);
+        // The same name again, and one name moved to another upstream URI.
+        assert!(registry.subscribe(key, "demo://x", &route).is_ok());
+        assert!(registry
+            .subscribe(key, "new+demo://x", &renamed("demo://z"))
+            .is_ok());
+        assert_eq!(
+            as_uris(registry.subscribed_as(key, &first, "demo://x")),
+            ["demo://x"]
+        );
+        assert_eq!(
+            as_uris(registry.subscribed_as(key, &first, "demo://z")),
+            ["new+demo://x"]
+        );
     }
 
     /// What sessions want is counted as they subscribe, unsubscribe and
