@@ -541,3 +541,30 @@ async fn progress_and_logs_keep_their_order() {
         assert_eq!(seen, expected, "attempt {attempt}");
     }
 }
+
+/// A call whose upstream waits for its client (a sampling request a person
+/// must approve, an elicitation form) is not silent: its idle timeout does
+/// not run out meanwhile. The call failed at `[timeouts] request` with the
+/// client's answer still to come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_its_client_does_not_time_out() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("shared", "timeouts = { request = \"1s\" }")
+    ))
+    .await;
+    let sampler = connect_with(&gateway.mcp_url(), sampling()).await;
+    let answer = call(
+        &sampler,
+        "shared__ask_model",
+        json!({"prompt": "sleep 2500"}),
+    )
+    .await;
+    assert!(
+        text(&answer).contains("echo: sleep 2500"),
+        "{}",
+        text(&answer)
+    );
+    assert_eq!(sampler.service().sampling_requests(), 1);
+    close(sampler).await;
+}

@@ -122,6 +122,9 @@ impl UpstreamHandler {
                 .extensions_mut()
                 .insert(OriginatingRequestId(id.clone()));
         }
+        // The upstream request this one belongs to waits on the client
+        // too: its idle timeout must not run out under a person answering.
+        let _awaiting_client = self.relay.awaiting_client(caller);
         // Sent from a fresh task: rmcp tags a request sent from inside a
         // handler with that handler's request id (here: the upstream's),
         // which would override the downstream id set above.

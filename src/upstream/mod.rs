@@ -387,11 +387,18 @@ impl UpstreamSession {
                         reason: Some("cancelled by the client".to_owned()),
                     }));
                 }
-                // A progress notification says the upstream is still at it.
+                // A progress notification (or the client's answer to a
+                // request within it) says the upstream is still at it.
                 _ = inflight.progressed() => {
                     idle_until = tokio::time::Instant::now() + limit.idle;
                 }
                 _ = tokio::time::sleep_until(idle_until) => {
+                    // Waiting for its client (a person answering an
+                    // elicitation, a model sampling) is not silence.
+                    if inflight.awaiting_client() {
+                        idle_until = tokio::time::Instant::now() + limit.idle;
+                        continue;
+                    }
                     cancel_guard.reason = "timed out at the gateway";
                     return Err(RequestError::Idle(limit.idle));
                 }

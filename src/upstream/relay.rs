@@ -172,8 +172,32 @@ pub enum Unattributed {
 struct Inflight {
     caller: Caller,
     progress_token: ProgressToken,
-    /// Poked on each progress notification (extends the request's timeout).
-    progressed: Arc<Notify>,
+    activity: Arc<Activity>,
+}
+
+/// What says an upstream request not yet answered is still being worked
+/// on, which keeps its idle timeout from running out.
+#[derive(Default)]
+struct Activity {
+    /// Poked on each progress notification, and when the client answers
+    /// a request the upstream sent within it.
+    progressed: Notify,
+    /// The upstream's requests within it (sampling, elicitation, roots)
+    /// waiting for the client: a person may take minutes to answer, and
+    /// an upstream waiting for them is not silent.
+    awaiting_client: AtomicUsize,
+}
+
+/// Held while an upstream request's request to the client waits for the
+/// client's answer (see [`Relay::awaiting_client`]).
+pub struct AwaitingClient(Arc<Activity>);
+
+impl Drop for AwaitingClient {
+    fn drop(&mut self) {
+        self.0.awaiting_client.fetch_sub(1, Ordering::AcqRel);
+        // The answer is news from the request: its idle time starts again.
+        self.0.progressed.notify_one();
+    }
 }
 
 /// The `_meta` key that ties a message to a task (2025-11-25).
@@ -329,21 +353,40 @@ impl Relay {
         progress_token: ProgressToken,
         caller: Caller,
     ) -> InflightGuard {
-        let progressed = Arc::new(Notify::new());
+        let activity = Arc::new(Activity::default());
         lock(&self.inflight).insert(
             id.clone(),
             Inflight {
                 caller,
                 progress_token,
-                progressed: progressed.clone(),
+                activity: activity.clone(),
             },
         );
         InflightGuard {
             relay: self.clone(),
             id,
-            progressed,
+            activity,
             answered: false,
         }
+    }
+
+    /// The upstream request that `caller` (a server→client request's
+    /// attribution) stands for waits on its client until the guard drops:
+    /// its idle timeout does not run meanwhile, and starts again at the
+    /// answer. `None` when the caller is no request in flight here (a
+    /// task's, which has no timeout).
+    pub fn awaiting_client(&self, caller: &Caller) -> Option<AwaitingClient> {
+        let request_id = caller.request_id.as_ref()?;
+        let inflight = lock(&self.inflight);
+        let entry = inflight.values().find(|entry| {
+            entry.caller.session == caller.session
+                && entry.caller.request_id.as_ref() == Some(request_id)
+        })?;
+        entry
+            .activity
+            .awaiting_client
+            .fetch_add(1, Ordering::AcqRel);
+        Some(AwaitingClient(entry.activity.clone()))
     }
 
     /// The caller of the request that used this upstream progress token;
@@ -353,7 +396,7 @@ impl Relay {
             .values()
             .find(|inflight| &inflight.progress_token == token)
             .map(|inflight| {
-                inflight.progressed.notify_one();
+                inflight.activity.progressed.notify_one();
                 inflight.caller.clone()
             });
         inflight.or_else(|| {
@@ -739,7 +782,7 @@ impl Drop for SendingGuard {
 pub struct InflightGuard {
     relay: Arc<Relay>,
     id: RequestId,
-    progressed: Arc<Notify>,
+    activity: Arc<Activity>,
     /// Set when the upstream answered (with a result or an error).
     answered: bool,
 }
@@ -756,7 +799,13 @@ impl InflightGuard {
     /// Resolves at the next progress notification for this request (one
     /// that arrived since the last call counts).
     pub async fn progressed(&self) {
-        self.progressed.notified().await
+        self.activity.progressed.notified().await
+    }
+
+    /// Whether a request the upstream sent within this one waits for the
+    /// client's answer.
+    pub fn awaiting_client(&self) -> bool {
+        self.activity.awaiting_client.load(Ordering::Acquire) > 0
     }
 
     /// The request was answered with `error`: if that is a -32042, each

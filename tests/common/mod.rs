@@ -480,7 +480,8 @@ impl Gateway {
 }
 
 /// The test client's handler: declares the given capabilities, answers
-/// sampling (`"echo: <prompt>"` from model `test-model`) and roots
+/// sampling (`"echo: <prompt>"` from model `test-model`, after `N` ms for
+/// a prompt `"sleep N"`, as a person approving it would) and roots
 /// (`file:///junction-test-root`), and records what the server sends.
 #[derive(Clone)]
 pub struct TestClient {
@@ -558,6 +559,9 @@ impl ClientHandler for TestClient {
             .and_then(|content| content.as_text())
             .map(|text| text.text.clone())
             .unwrap_or_default();
+        if let Some(ms) = prompt.strip_prefix("sleep ").and_then(|ms| ms.parse().ok()) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         Ok(CreateMessageResult::new(
             SamplingMessage::assistant_text(format!("echo: {prompt}")),
             "test-model".to_owned(),
