@@ -69,9 +69,7 @@ pub fn expand_str(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result
             };
             let name = &body[..close];
             if !is_variable_name(name) {
-                return Err(format!(
-                    "`${{{name}}}` is not a valid variable name (letters, digits and `_`)"
-                ));
+                return Err(malformed_reference(name));
             }
             match lookup(name) {
                 Some(value) => out.push_str(&value),
@@ -85,6 +83,18 @@ pub fn expand_str(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Why `${body}` is no reference, without `body` itself, which may hold
+/// a secret written as is (a shell-style `${TOKEN:-sk-…}` fallback).
+fn malformed_reference(body: &str) -> String {
+    match body.split_once(":-") {
+        Some((name, _)) if is_variable_name(name) => format!(
+            "`${{{name}:-…}}`: variables have no defaults here; set {name} (the default is not shown)"
+        ),
+        _ => "a `${…}` whose name is not a variable name (letters, digits and `_`; the text is not shown)"
+            .to_owned(),
+    }
 }
 
 /// What `${…}` may name: a letter or `_`, then letters, digits and `_`
@@ -135,7 +145,16 @@ mod tests {
         check("${MISSING}", Err("environment variable MISSING is not set"));
         check(
             "${1X}",
-            Err("`${1X}` is not a valid variable name (letters, digits and `_`)"),
+            Err("a `${…}` whose name is not a variable name (letters, digits and `_`; the text is not shown)"),
+        );
+        // A shell-style fallback may be the secret itself: never echoed.
+        check(
+            "Bearer ${TOKEN:-sk-live-abc}",
+            Err("`${TOKEN:-…}`: variables have no defaults here; set TOKEN (the default is not shown)"),
+        );
+        check(
+            "${sk-live-abc}",
+            Err("a `${…}` whose name is not a variable name (letters, digits and `_`; the text is not shown)"),
         );
         check("${TOKEN", Err("unclosed `${`"));
     }
