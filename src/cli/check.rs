@@ -109,24 +109,31 @@ fn target(config: &Config, mount: &MountConfig) -> String {
                         .enumerate()
                         .map(|(index, arg)| config.shown(&at(&format!("args.{index}")), arg)),
                 )
-                // A connection string (`postgresql://app:pw@db/prod`) is
-                // a URL, its secrets masked as one; a script (`sh -c`) that
-                // holds a URL is not one.
-                .map(|word| {
-                    let is_url = word.contains("://")
-                        && !word.contains(char::is_whitespace)
-                        && url::Url::parse(word).is_ok();
-                    match is_url {
-                        true => shell_word(&masked_url(word)),
-                        false => shell_word(word),
-                    }
-                })
+                .map(|word| shell_word(&masked_argument(word)))
                 .collect::<Vec<_>>()
                 .join(" ")
         }
         UpstreamTransport::StreamableHttp { url, .. } => {
             masked_url(config.shown(&at("url"), url.as_str()))
         }
+    }
+}
+
+/// A stdio argument with the secrets of a URL in it masked: a connection
+/// string (`postgresql://app:pw@db/prod`) is a URL, and so is the value of
+/// a `--flag=URL`; a script (`sh -c`) that holds a URL is not one.
+fn masked_argument(word: &str) -> std::borrow::Cow<'_, str> {
+    let is_url = |word: &str| {
+        word.contains("://") && !word.contains(char::is_whitespace) && url::Url::parse(word).is_ok()
+    };
+    if is_url(word) {
+        return masked_url(word).into();
+    }
+    match word.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') && is_url(value) => {
+            format!("{flag}={}", masked_url(value)).into()
+        }
+        _ => word.into(),
     }
 }
 
@@ -439,7 +446,7 @@ mod tests {
         let file = dir.path().join("junction.toml");
         std::fs::write(
             &file,
-            "[mounts.db]\ncommand = \"npx\"\nargs = [\"server-postgres\", \"postgresql://app:s3cret@db/prod\"]\n\n[mounts.zap]\nurl = \"https://mcp.zapier.com/api/mcp/s/a1b2c3d4e5f6a7b8c9d0e1f2/mcp\"\n",
+            "[mounts.db]\ncommand = \"npx\"\nargs = [\"server-postgres\", \"postgresql://app:s3cret@db/prod\", \"--url=https://h/mcp?key=abc123\", \"--db=postgresql://app:pw2@db/x\"]\n\n[mounts.zap]\nurl = \"https://mcp.zapier.com/api/mcp/s/a1b2c3d4e5f6a7b8c9d0e1f2/mcp\"\n",
         )
         .expect("write the config");
         let config = config::load(&ConfigSource::File(file)).expect("a valid config");
@@ -447,5 +454,7 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         assert!(!text.contains("a1b2c3d4e5f6a7b8c9d0e1f2"), "{text}");
         assert!(text.contains("postgresql://app:***@db/prod"), "{text}");
+        assert!(!text.contains("abc123") && !text.contains("pw2"), "{text}");
+        assert!(text.contains("--db=postgresql://app:***@db/x"), "{text}");
     }
 }
