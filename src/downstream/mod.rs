@@ -510,9 +510,16 @@ impl SessionState {
                 .is_some_and(|info| info.capabilities.logging.is_some());
             if declares_logging {
                 let params = rmcp::model::SetLevelRequestParams::new(level);
-                let set = tokio::time::timeout(limit, session.peer().set_level(params)).await;
-                if !matches!(set, Ok(Ok(_))) {
-                    tracing::debug!(mount = %mount.config.name, ?set, "could not set the log level");
+                // The error in its redacted form: an HTTP error's `Debug`
+                // shows the upstream URL, keys and password included.
+                match tokio::time::timeout(limit, session.peer().set_level(params)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => {
+                        tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "could not set the log level")
+                    }
+                    Err(_) => {
+                        tracing::debug!(mount = %mount.config.name, "could not set the log level: no answer in time")
+                    }
                 }
             }
         }
