@@ -233,7 +233,8 @@ impl ClientHandler for UpstreamHandler {
                 // The client names the task as it knows it; the upstream
                 // knows it by its own id.
                 if let Some(meta) = result.meta.as_mut() {
-                    self.relay.name_task_as_upstream(&mut meta.0);
+                    self.relay
+                        .name_task_as_upstream(caller.session, &mut meta.0);
                 }
                 Ok(result)
             }

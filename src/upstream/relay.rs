@@ -717,15 +717,22 @@ impl Relay {
         None
     }
 
-    /// Makes a related-task `_meta` object that names a task by the id
-    /// its client knows it by name it by the upstream's own id.
-    pub fn name_task_as_upstream(&self, meta: &mut serde_json::Map<String, serde_json::Value>) {
+    /// Makes a related-task `_meta` object in session `session`'s answer
+    /// that names one of that session's tasks by the id its client knows
+    /// it by name it by the upstream's own id. Another session's task is
+    /// left as named: an id guessed or learnt never reaches the upstream
+    /// as that task's.
+    pub fn name_task_as_upstream(
+        &self,
+        session: u64,
+        meta: &mut serde_json::Map<String, serde_json::Value>,
+    ) {
         let Some(client_id) = related_task(meta) else {
             return;
         };
         let upstream_id = lock(&self.tasks)
             .iter()
-            .find(|(_, owner)| owner.task_id == client_id)
+            .find(|(_, owner)| owner.task_id == client_id && owner.caller.session == session)
             .map(|(upstream_id, _)| upstream_id.clone());
         if let Some(upstream_id) = upstream_id {
             set_related_task(meta, &upstream_id);
@@ -1054,7 +1061,9 @@ mod tests {
     }
 
     /// A client's answer names a task as the client knows it; the
-    /// upstream gets its own id back. Other ids and other keys stay.
+    /// upstream gets its own id back. Other ids and other keys stay, and
+    /// so does another session's task (an id guessed: upstream ids are
+    /// often sequential), which never reaches the upstream as that task.
     #[tokio::test]
     async fn a_client_named_task_goes_back_under_the_upstreams_id() {
         let relay = Relay::default();
@@ -1067,11 +1076,14 @@ mod tests {
                 .expect("an object")
         };
         let mut meta = named("tasks/u-7");
-        relay.name_task_as_upstream(&mut meta);
+        relay.name_task_as_upstream(1, &mut meta);
         assert_eq!(meta, named("u-7"));
         let mut unknown = named("someone-else");
-        relay.name_task_as_upstream(&mut unknown);
+        relay.name_task_as_upstream(1, &mut unknown);
         assert_eq!(unknown, named("someone-else"));
+        let mut not_its_own = named("tasks/u-7");
+        relay.name_task_as_upstream(2, &mut not_its_own);
+        assert_eq!(not_its_own, named("tasks/u-7"));
     }
 
     #[tokio::test]
