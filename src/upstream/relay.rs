@@ -24,7 +24,11 @@
 //! id only as it sends it, and the upstream may answer at once. A log
 //! message that still finds nothing goes to the one session whose request
 //! ended within [`LINGER`] (servers need not order a log line before the
-//! answer), never before that wait.
+//! answer), never before that wait. For the same reason such a request
+//! still counts in rules 2 and 3 for a log message on an HTTP upstream's
+//! `GET` stream while others are in flight (that stream is unordered with
+//! the answers): a line another session's request wrote before its answer
+//! but that arrived after it is not the single in-flight request's.
 //!
 //! A message that names a task in its related-task `_meta` goes to the
 //! session that created the task (a request of that session in flight on
@@ -428,12 +432,28 @@ impl Relay {
         self.attribute(extensions, related_task)
     }
 
-    /// Finds the downstream caller of an upstream message (see the module
+    /// Finds the downstream caller of an upstream request (see the module
     /// doc for the rule).
     pub fn attribute(
         &self,
         extensions: &Extensions,
         related_task: Option<&str>,
+    ) -> Result<Caller, Unattributed> {
+        self.attribute_as(extensions, related_task, false)
+    }
+
+    /// [`Self::attribute`]; with `late_claims` (a notification on an HTTP
+    /// upstream's `GET` stream, which is unordered with the answers on
+    /// the `POST` streams), a request of another session that ended
+    /// within [`LINGER`] counts as well while requests are in flight: its
+    /// log line may come after its answer, and is not the one in-flight
+    /// request's to have. On stdio a line written before the answer
+    /// arrives before it: one after it is rare enough to go by the rules.
+    fn attribute_as(
+        &self,
+        extensions: &Extensions,
+        related_task: Option<&str>,
+        late_claims: bool,
     ) -> Result<Caller, Unattributed> {
         let inflight = lock(&self.inflight);
         let abandoned = self.abandoned_callers();
@@ -461,24 +481,28 @@ impl Relay {
                 return Err(Unattributed::ForgottenTask(id.to_owned()));
             }
         }
+        // With nothing in flight, an abandoned request's session is not
+        // alone: a request that just ended may have written the message
+        // after its answer, and that session counts too. With requests in
+        // flight, so it does for a notification (see `attribute_as`).
+        let recent = match (late_claims && !inflight.is_empty())
+            || (inflight.is_empty() && !abandoned.sessions.is_empty())
+        {
+            true => self.recently_ended_callers(),
+            false => Vec::new(),
+        };
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
                 if abandoned
                     .sessions
                     .iter()
+                    .chain(recent.iter())
                     .all(|caller| caller.session == only.caller.session)
                 {
                     return Ok(only.caller.clone());
                 }
             }
         }
-        // With nothing in flight, an abandoned request's session is not
-        // alone: a request that just ended may have written the message
-        // after its answer, and that session counts too.
-        let recent = match inflight.is_empty() && !abandoned.sessions.is_empty() {
-            true => self.recently_ended_callers(),
-            false => Vec::new(),
-        };
         let mut sessions: Vec<&Caller> = Vec::new();
         let callers = inflight
             .values()
@@ -516,11 +540,15 @@ impl Relay {
         extensions: &Extensions,
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
-        if let Ok(caller) = self.attribute(extensions, related_task) {
+        let late_claims = matches!(
+            extensions.get::<InboundStreamOrigin>(),
+            Some(InboundStreamOrigin::Unassociated)
+        );
+        if let Ok(caller) = self.attribute_as(extensions, related_task, late_claims) {
             return Ok(caller);
         }
         self.settle().await;
-        match self.attribute(extensions, related_task) {
+        match self.attribute_as(extensions, related_task, late_claims) {
             Err(Unattributed::Nobody) => self.recently_ended(),
             other => other,
         }
@@ -1084,6 +1112,33 @@ mod tests {
         let mut not_its_own = named("tasks/u-7");
         relay.name_task_as_upstream(2, &mut not_its_own);
         assert_eq!(not_its_own, named("tasks/u-7"));
+    }
+
+    /// A log line arriving on an HTTP upstream's `GET` stream after
+    /// another session's answer (the streams are unordered) is not the
+    /// one in-flight request's: it is ambiguous. On stdio (no stream) it
+    /// is, and so is a request the upstream sends.
+    #[tokio::test]
+    async fn a_late_log_line_on_the_get_stream_is_not_the_one_in_flight_requests() {
+        let relay = Arc::new(Relay::default());
+        let (in_flight, _in_flight_peer) = caller(1);
+        let (answered_just_now, _answered_peer) = caller(2);
+        let _inflight = relay.register(RequestId::Number(1), token(1), in_flight);
+        answered(&relay, 2, answered_just_now);
+        let mut on_get_stream = Extensions::new();
+        on_get_stream.insert(InboundStreamOrigin::Unassociated);
+        let attributed = relay.attribute_notification(&on_get_stream, None).await;
+        assert!(
+            matches!(attributed, Err(Unattributed::Ambiguous(2))),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+        for attributed in [
+            relay.attribute_notification(&Extensions::new(), None).await,
+            relay.attribute_request(&on_get_stream, None).await,
+        ] {
+            assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+        }
     }
 
     #[tokio::test]
