@@ -175,6 +175,34 @@ fn missing_capability(what: &str) -> ErrorData {
     )
 }
 
+/// Why a client with `profile` cannot be asked an elicitation in URL
+/// mode (`url_mode`) or form mode, if it cannot. A client with
+/// elicitation, but not in this mode, answers -32602 itself (2025-11-25
+/// elicitation, error handling), which tells the server it may fall back
+/// to the other mode; one without elicitation at all, -32601.
+fn unsupported_elicitation(profile: super::ClientProfile, url_mode: bool) -> Option<ErrorData> {
+    let (supported, other_mode, mode) = match url_mode {
+        true => (
+            profile.elicitation_url,
+            profile.elicitation_form,
+            "URL-mode elicitation",
+        ),
+        false => (
+            profile.elicitation_form,
+            profile.elicitation_url,
+            "form-mode elicitation",
+        ),
+    };
+    match (supported, other_mode) {
+        (true, _) => None,
+        (false, true) => Some(ErrorData::invalid_params(
+            format!("the client session this request belongs to did not declare {mode}"),
+            None,
+        )),
+        (false, false) => Some(missing_capability("elicitation")),
+    }
+}
+
 impl ClientHandler for UpstreamHandler {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
@@ -210,17 +238,8 @@ impl ClientHandler for UpstreamHandler {
             }
             _ => None,
         };
-        let supported = if url_id.is_some() {
-            caller.profile.elicitation_url
-        } else {
-            caller.profile.elicitation_form
-        };
-        if !supported {
-            return Err(missing_capability(if url_id.is_some() {
-                "URL-mode elicitation"
-            } else {
-                "elicitation"
-            }));
+        if let Some(refused) = unsupported_elicitation(caller.profile, url_id.is_some()) {
+            return Err(refused);
         }
         if let Some(id) = url_id {
             self.relay.remember_elicitation(id, caller.session_only());
@@ -532,4 +551,32 @@ fn set_elicit_meta(params: &mut ElicitRequestParams, meta: Option<rmcp::model::R
 
 fn unexpected_answer() -> ErrorData {
     ErrorData::internal_error("the client answered with an unexpected result type", None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::ClientProfile;
+
+    /// A client with elicitation in the other mode only is answered
+    /// -32602 (the server may fall back); one without elicitation -32601.
+    #[test]
+    fn an_elicitation_in_a_mode_the_client_lacks_is_invalid_params() {
+        let form_only = ClientProfile {
+            elicitation_form: true,
+            ..ClientProfile::default()
+        };
+        let url_only = ClientProfile {
+            elicitation_url: true,
+            ..ClientProfile::default()
+        };
+        let code = |profile, url_mode| unsupported_elicitation(profile, url_mode).map(|e| e.code);
+        assert_eq!(code(form_only, false), None);
+        assert_eq!(code(form_only, true), Some(ErrorCode::INVALID_PARAMS));
+        assert_eq!(code(url_only, true), None);
+        assert_eq!(code(url_only, false), Some(ErrorCode::INVALID_PARAMS));
+        let none = ClientProfile::default();
+        assert_eq!(code(none, true), Some(ErrorCode::METHOD_NOT_FOUND));
+        assert_eq!(code(ClientProfile::FULL, true), None);
+    }
 }
