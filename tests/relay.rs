@@ -492,6 +492,51 @@ async fn requests_waiting_for_a_client_are_bounded() {
     assert_eq!(asked, 32, "sampling requests that reached the client");
 }
 
+/// An upstream's cancel of its own request to a client reaches the client
+/// on the stream that request came on, under the id the client saw it by.
+/// It went to the `GET` stream (rmcp routes a cancel by the client's own
+/// request ids), which a client without one never reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_cancel_goes_on_its_requests_stream() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("flood", "flood_sampling.py", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
+    let session = raw::open_session_with(&http, &url, initialize).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "flood__give_up", "arguments": {}}});
+    let answer = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        call.to_string(),
+    )
+    .await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "gave up",
+        "{answer:?}"
+    );
+    let asked = answer
+        .messages
+        .iter()
+        .find(|message| message["method"] == "sampling/createMessage")
+        .unwrap_or_else(|| panic!("the sampling request: {answer:?}"));
+    let cancelled = answer
+        .messages
+        .iter()
+        .find(|message| message["method"] == "notifications/cancelled");
+    assert_eq!(
+        cancelled.map(|cancel| &cancel["params"]["requestId"]),
+        Some(&asked["id"]),
+        "{answer:?}"
+    );
+}
+
 /// Progress and log messages an upstream sends in one order reach the
 /// client's request stream in that order: the log lines went through the
 /// gateway's own queue, which the stream read before rmcp's channel, and

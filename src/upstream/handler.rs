@@ -140,7 +140,7 @@ impl UpstreamHandler {
         tokio::select! {
             answer = handle.await_response() => answer.map_err(relay_error),
             _ = context.ct.cancelled() => {
-                send_cancel(&caller.peer, downstream_id).await;
+                send_cancel(caller, downstream_id).await;
                 Err(ErrorData::internal_error("cancelled by the server", None))
             }
         }
@@ -156,13 +156,17 @@ fn relay_error(error: ServiceError) -> ErrorData {
     }
 }
 
-async fn send_cancel(peer: &rmcp::Peer<rmcp::RoleServer>, request_id: rmcp::model::RequestId) {
+/// Tells the client the upstream cancelled its request `request_id`, on
+/// the stream the request went out on (rmcp would route it by the
+/// client's own request ids, which this is not one of, to the `GET`
+/// stream: a client without one never learnt of it).
+async fn send_cancel(caller: &Caller, request_id: rmcp::model::RequestId) {
     let notification =
         rmcp::model::CancelledNotification::new(rmcp::model::CancelledNotificationParam::new(
             Some(request_id),
             Some("the upstream server cancelled its request".to_owned()),
         ));
-    if let Err(error) = peer.send_notification(notification.into()).await {
+    if let Err(error) = caller.send_on_its_stream(notification.into()).await {
         tracing::debug!(%error, "could not relay a cancellation");
     }
 }
