@@ -56,14 +56,19 @@ impl ClientProfile {
         }
     }
 
-    /// Capabilities declaring exactly this profile.
+    /// Capabilities declaring exactly this profile, as a mount's own
+    /// (shared) sessions declare them. Roots come without `listChanged`:
+    /// such a session's `roots/list` is answered by whichever client's
+    /// call it is asked within, and no client's change is relayed to it,
+    /// so a server must not cache one client's roots waiting to be told
+    /// (per-session upstreams declare the client's own capabilities).
     pub fn capabilities(&self) -> ClientCapabilities {
         let mut declared = serde_json::Map::new();
         if self.sampling {
             declared.insert("sampling".into(), json!({}));
         }
         if self.roots {
-            declared.insert("roots".into(), json!({"listChanged": true}));
+            declared.insert("roots".into(), json!({}));
         }
         let mut elicitation = serde_json::Map::new();
         if self.elicitation_form {
@@ -129,7 +134,11 @@ mod tests {
                                 roots,
                                 apps,
                             };
-                            assert_eq!(ClientProfile::of(&p.capabilities()), p, "{p}");
+                            let declared = p.capabilities();
+                            assert_eq!(ClientProfile::of(&declared), p, "{p}");
+                            // Never promised: no client's change reaches it.
+                            let roots = serde_json::to_value(&declared).unwrap()["roots"].clone();
+                            assert!(roots.get("listChanged").is_none(), "{p}: {roots}");
                         }
                     }
                 }

@@ -619,8 +619,8 @@ impl ClientHandler for TestClient {
 
 pub type Client = RunningService<RoleClient, TestClient>;
 
-/// Every client capability the gateway can relay (what its shared
-/// upstream sessions declare).
+/// Every client capability the gateway can relay (the full profile its
+/// shared upstream sessions declare).
 pub fn full_capabilities() -> ClientCapabilities {
     serde_json::from_value(serde_json::json!({
         "sampling": {},
