@@ -613,3 +613,54 @@ async fn a_call_waiting_for_its_client_does_not_time_out() {
     assert_eq!(sampler.service().sampling_requests(), 1);
     close(sampler).await;
 }
+
+/// A client's `roots/list_changed` reaches its per-session upstream while
+/// that upstream's open is still finishing (here: telling it the log level
+/// the client chose before, which it takes a second to answer). It was
+/// dropped: only an upstream whose open had ended was told, and this one
+/// kept the roots it had asked for at its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_changed_while_an_upstream_opens_reach_it() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("slow", "slow_set_level.py", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true}},"clientInfo":{"name":"rooted","version":"0"}}}"#;
+    let session = raw::open_session_with(&http, &url, initialize).await;
+    let post = |body: Value| {
+        raw::post(
+            &http,
+            &url,
+            Some(&session),
+            raw::JSON_POST,
+            body.to_string(),
+        )
+    };
+    let set_level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+        "params": {"level": "info"}});
+    assert!(post(set_level).await.body.get("result").is_some());
+    let changes = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "slow__changes", "arguments": {}}})
+    };
+    // The first call opens the upstream; the change comes while the open
+    // waits for the upstream to take the level.
+    let first = post(changes(3));
+    let change = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let notification = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"});
+        post(notification).await
+    };
+    let (_, told) = tokio::join!(first, change);
+    assert_eq!(told.status, reqwest::StatusCode::ACCEPTED, "{told:?}");
+    let mut id = 3;
+    eventually("the upstream to be told", Duration::from_secs(5), || {
+        id += 1;
+        let answer = post(changes(id));
+        async move { (answer.await.tool_text() == Some("1")).then_some(()) }
+    })
+    .await;
+}

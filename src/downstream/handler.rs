@@ -365,7 +365,13 @@ impl ServerHandler for DownstreamSession {
             if mount.config.isolation != Isolation::PerSession {
                 continue;
             }
-            if let Some(upstream) = self.state().open_upstream(&mount.config.name) {
+            // One still opening is told too, once open: it may have asked
+            // for the roots already, at its start.
+            if let Some(upstream) = self
+                .state()
+                .open_or_opening_upstream(&mount.config.name)
+                .await
+            {
                 if let Err(error) = upstream.peer().notify_roots_list_changed().await {
                     tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "could not relay roots/list_changed");
                 }
@@ -637,9 +643,12 @@ impl ServerHandler for DownstreamSession {
                     // Not waited for: one still starting is told the level
                     // when it starts (`session_started`).
                     Isolation::Shared => (mount.live_shared_session(), shared_level),
-                    Isolation::PerSession => {
-                        (self.state().open_upstream(&mount.config.name), request.level)
-                    }
+                    // One still opening may have read the level before
+                    // this: it is told once open.
+                    Isolation::PerSession => (
+                        self.state().open_or_opening_upstream(&mount.config.name).await,
+                        request.level,
+                    ),
                 };
                 let Some(upstream) = upstream else {
                     return;
