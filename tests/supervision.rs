@@ -667,9 +667,10 @@ async fn an_upstream_without_a_templates_handler_comes_up() {
 }
 
 /// An upstream that announces a list change and then never answers the
-/// list: the refresh is given up after the mount's request timeout, so the
-/// next announcement is refreshed again rather than swallowed behind a
-/// refresh that waits for ever.
+/// list: the refresh is given up after the mount's request timeout, tried
+/// again a few times (3) and given up for good, so the next announcement
+/// is refreshed again rather than swallowed behind a refresh that waits
+/// for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_nobody_answers_is_given_up() {
     let config = format!(
@@ -687,7 +688,7 @@ async fn a_refresh_nobody_answers_is_given_up() {
         async move {
             eventually(
                 &format!("{count} refresh(es) given up"),
-                Duration::from_secs(15),
+                Duration::from_secs(20),
                 || async {
                     let lines = gateway.proc.stderr.snapshot();
                     let seen = lines
@@ -705,13 +706,43 @@ async fn a_refresh_nobody_answers_is_given_up() {
         ok_text(&answer).parse::<u32>().expect("a count")
     };
     let discovered = lists().await;
-    for announcement in 1..=2 {
-        ok_text(&call(&client, "silent__announce", Value::Null).await);
-        given_up(announcement).await;
-    }
-    // Each announcement was refreshed: the second was not swallowed behind
-    // a first refresh still waiting.
-    assert_eq!(lists().await, discovered + 2);
+    ok_text(&call(&client, "silent__announce", Value::Null).await);
+    // The refresh and its three retries, each given up.
+    given_up(4).await;
+    assert_eq!(lists().await, discovered + 4);
+    // The next announcement is refreshed: not swallowed behind a refresh
+    // still waiting.
+    ok_text(&call(&client, "silent__announce", Value::Null).await);
+    given_up(5).await;
+    assert!(lists().await >= discovered + 5);
+    close(client).await;
+}
+
+/// A refresh that fails once (a server busy rebuilding its list answers
+/// the list with an error) is tried again: the new list is served. A
+/// server announces a change once, so the old list was served until the
+/// next announcement or restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_refresh_is_tried_again() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("flaky", "flaky_refresh.py", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    ok_text(&call(&client, "flaky__announce", Value::Null).await);
+    eventually(
+        "the new tool to be listed",
+        Duration::from_secs(10),
+        || async {
+            let tools = within("tools/list", client.list_all_tools()).await.ok()?;
+            tools
+                .iter()
+                .any(|tool| tool.name == "flaky__added")
+                .then_some(())
+        },
+    )
+    .await;
     close(client).await;
 }
 

@@ -426,21 +426,37 @@ impl Gateway {
         if !self.refreshes.start(&key) {
             return;
         }
+        let mut retries = 0;
         loop {
-            self.refresh_mount_once(name, profile, kind).await;
+            let refreshed = self.refresh_mount_once(name, profile, kind).await;
+            // A server announces a change once: a refresh that failed on
+            // a live session (an error, an answer too slow) left the list
+            // stale until the next announcement or restart, which may
+            // never come. It is tried again, a few times, further apart.
+            if refreshed == Refreshed::Failed && retries < REFRESH_RETRIES {
+                retries += 1;
+                tokio::time::sleep(REFRESH_RETRY_AFTER * 2u32.pow(retries - 1)).await;
+                continue;
+            }
+            retries = 0;
             if !self.refreshes.again(&key) {
                 break;
             }
         }
     }
 
-    async fn refresh_mount_once(&self, name: &MountName, profile: ClientProfile, kind: ListKind) {
+    async fn refresh_mount_once(
+        &self,
+        name: &MountName,
+        profile: ClientProfile,
+        kind: ListKind,
+    ) -> Refreshed {
         let Some(mount) = self.mount(name) else {
-            return;
+            return Refreshed::Moot;
         };
         let profile_session = mount.profile_session(profile);
         let Ok(session) = mount.session_for(&profile_session).await else {
-            return;
+            return Refreshed::Moot;
         };
         crate::telemetry::metrics()
             .cache_refreshes
@@ -451,15 +467,28 @@ impl Gateway {
             Ok(fresh) => fresh,
             Err(error) => {
                 tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");
-                return;
+                // An ended session's successor discovers everything anew.
+                return match session.is_alive() {
+                    true => Refreshed::Failed,
+                    false => Refreshed::Moot,
+                };
             }
         };
+        // A reload may have replaced the mount meanwhile: its successor
+        // has lists of its own, which this one's must not overwrite, nor
+        // tell sessions about.
+        if !self
+            .mount(name)
+            .is_some_and(|current| Arc::ptr_eq(&current, &mount))
+        {
+            return Refreshed::Moot;
+        }
         // An upstream may announce changes that are none (some do on every
         // call): every session told, every cursor made stale, for nothing.
         let known = profile_session.catalog().unwrap_or_default();
         if !discovery::differs(&known, &fresh, kind) {
             tracing::debug!(mount = %name, %profile, ?kind, "list_changed, but the list is as it was");
-            return;
+            return Refreshed::Done;
         }
         // Only this list is written back: a refresh of another list (or a
         // restart's rediscovery) may have stored its own meanwhile.
@@ -470,6 +499,7 @@ impl Gateway {
         });
         self.catalog_changed();
         self.notify_mount_changed(&mount, profile, kind);
+        Refreshed::Done
     }
 
     /// Tells the sessions that see `mount`'s lists for `profile` that a list
@@ -481,6 +511,23 @@ impl Gateway {
         });
     }
 }
+
+/// How one refresh of a list went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refreshed {
+    /// The list is read (and stored if it changed).
+    Done,
+    /// The live session failed to list: worth trying again.
+    Failed,
+    /// Nothing to refresh any more: the mount or its session is gone, or
+    /// was replaced (its successor discovers anew).
+    Moot,
+}
+
+/// A failed refresh is tried again this many times, after this long,
+/// doubled each time (1 + 2 + 4 s).
+const REFRESH_RETRIES: u32 = 3;
+const REFRESH_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Builds a mount whose events reach this gateway.
 fn build_mount(gateway: &Weak<Gateway>, live: &Arc<LiveConfig>, config: MountConfig) -> Mount {
