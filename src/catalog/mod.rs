@@ -62,8 +62,14 @@ pub struct Collision {
 /// Every mount's lists merged, qualified and indexed.
 #[derive(Debug, Default)]
 pub struct MergedCatalog {
-    /// Unique to this build of the catalog; cursors carry it.
+    /// Unique to this build of the catalog (what it is kept by).
     pub generation: u64,
+    /// Each list's names in order, hashed ([`Listing`] order): what its
+    /// cursors carry. A cursor stays good across rebuilds that leave its
+    /// list as it was (another list's change, another profile's first
+    /// discovery, a reload that changed nothing) and across replicas
+    /// serving the same lists; it goes stale when its own list changes.
+    list_versions: [u64; 4],
     pub tools: Vec<Tool>,
     /// Each listed tool's `execution`, by qualified name, where declared.
     pub tool_execution: HashMap<String, Value>,
@@ -81,6 +87,19 @@ pub struct MergedCatalog {
     /// first use (by [`Listing`]): every client lists them, and the catalog
     /// never changes.
     first_pages: [OnceLock<Option<Bytes>>; 4],
+}
+
+/// A version of list `listing` with `names` in this order: the same for
+/// the same names in the same order, in any build of this binary.
+fn list_version<'a>(listing: Listing, names: impl Iterator<Item = &'a str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Keys fixed (not `RandomState`): every replica agrees.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (listing as u8).hash(&mut hasher);
+    for name in names {
+        name.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// The four lists a client reads.
@@ -172,6 +191,21 @@ impl MergedCatalog {
                 merged.templates.push(template);
             }
         }
+        merged.list_versions = [
+            list_version(Listing::Tools, merged.tools.iter().map(|t| t.name.as_ref())),
+            list_version(
+                Listing::Prompts,
+                merged.prompts.iter().map(|p| p.name.as_str()),
+            ),
+            list_version(
+                Listing::Resources,
+                merged.resources.iter().map(|r| r.uri.as_str()),
+            ),
+            list_version(
+                Listing::ResourceTemplates,
+                merged.templates.iter().map(|t| t.uri_template.as_str()),
+            ),
+        ];
         (merged, collisions)
     }
 
@@ -181,7 +215,12 @@ impl MergedCatalog {
 
     /// The page of `tools` that starts at `cursor` (the first without one).
     pub fn tools_page(&self, cursor: Option<&str>) -> Result<ListToolsResult, PageError> {
-        let (items, next) = page(&self.tools, self.generation, cursor, PAGE_SIZE)?;
+        let (items, next) = page(
+            &self.tools,
+            self.list_versions[Listing::Tools as usize],
+            cursor,
+            PAGE_SIZE,
+        )?;
         let mut result = ListToolsResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
@@ -189,7 +228,12 @@ impl MergedCatalog {
 
     /// The page of `prompts` that starts at `cursor`.
     pub fn prompts_page(&self, cursor: Option<&str>) -> Result<ListPromptsResult, PageError> {
-        let (items, next) = page(&self.prompts, self.generation, cursor, PAGE_SIZE)?;
+        let (items, next) = page(
+            &self.prompts,
+            self.list_versions[Listing::Prompts as usize],
+            cursor,
+            PAGE_SIZE,
+        )?;
         let mut result = ListPromptsResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
@@ -197,7 +241,12 @@ impl MergedCatalog {
 
     /// The page of `resources` that starts at `cursor`.
     pub fn resources_page(&self, cursor: Option<&str>) -> Result<ListResourcesResult, PageError> {
-        let (items, next) = page(&self.resources, self.generation, cursor, PAGE_SIZE)?;
+        let (items, next) = page(
+            &self.resources,
+            self.list_versions[Listing::Resources as usize],
+            cursor,
+            PAGE_SIZE,
+        )?;
         let mut result = ListResourcesResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)
@@ -208,7 +257,12 @@ impl MergedCatalog {
         &self,
         cursor: Option<&str>,
     ) -> Result<ListResourceTemplatesResult, PageError> {
-        let (items, next) = page(&self.templates, self.generation, cursor, PAGE_SIZE)?;
+        let (items, next) = page(
+            &self.templates,
+            self.list_versions[Listing::ResourceTemplates as usize],
+            cursor,
+            PAGE_SIZE,
+        )?;
         let mut result = ListResourceTemplatesResult::with_all_items(items);
         result.next_cursor = next;
         Ok(result)

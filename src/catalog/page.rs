@@ -1,9 +1,10 @@
 //! The gateway's own pagination of merged lists.
 //!
-//! Cursors are opaque to clients: base64 of `generation:offset`. A cursor
-//! from an older generation of the catalog is refused (the list changed under
-//! the client, so an offset would skip or repeat items); the client lists
-//! again from the start, as it would after `list_changed`.
+//! Cursors are opaque to clients: base64 of `version:offset`, the version
+//! of the list they page through (its names in order, hashed). A cursor
+//! from another version is refused (the list changed under the client, so
+//! an offset would skip or repeat items); the client lists again from the
+//! start, as it would after `list_changed`.
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 
@@ -23,16 +24,16 @@ pub enum PageError {
 /// One page of `items` and the cursor of the next page, if any.
 pub fn page<T: Clone>(
     items: &[T],
-    generation: u64,
+    version: u64,
     cursor: Option<&str>,
     page_size: usize,
 ) -> Result<(Vec<T>, Option<String>), PageError> {
     let start = match cursor {
         None => 0,
         Some(cursor) => {
-            let (cursor_generation, offset) =
+            let (cursor_version, offset) =
                 decode(cursor).ok_or_else(|| PageError::Malformed(cursor.to_owned()))?;
-            if cursor_generation != generation {
+            if cursor_version != version {
                 return Err(PageError::Stale(cursor.to_owned()));
             }
             if offset > items.len() {
@@ -42,19 +43,19 @@ pub fn page<T: Clone>(
         }
     };
     let end = start.saturating_add(page_size).min(items.len());
-    let next = (end < items.len()).then(|| encode(generation, end));
+    let next = (end < items.len()).then(|| encode(version, end));
     Ok((items[start..end].to_vec(), next))
 }
 
-fn encode(generation: u64, offset: usize) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{generation}:{offset}"))
+fn encode(version: u64, offset: usize) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{version}:{offset}"))
 }
 
 fn decode(cursor: &str) -> Option<(u64, usize)> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     let text = std::str::from_utf8(&bytes).ok()?;
-    let (generation, offset) = text.split_once(':')?;
-    Some((generation.parse().ok()?, offset.parse().ok()?))
+    let (version, offset) = text.split_once(':')?;
+    Some((version.parse().ok()?, offset.parse().ok()?))
 }
 
 #[cfg(test)]

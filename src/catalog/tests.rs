@@ -169,3 +169,41 @@ fn each_prebuilt_first_page_is_the_typed_first_page_serialized_once() {
         assert_eq!(&prebuilt[..], &typed.unwrap()[..], "{listing:?}");
     }
 }
+
+/// A cursor pages through its own list: it stays good across rebuilds that
+/// leave that list as it was (another list changed, another profile was
+/// discovered, a reload changed nothing) and goes stale when it changes.
+/// It was refused after any rebuild, with no `list_changed` to say why.
+#[test]
+fn a_cursor_outlives_rebuilds_that_leave_its_list_as_it_was() {
+    let names: Vec<String> = (0..PAGE_SIZE + 5).map(|n| format!("t{n}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let build = |generation, tools: &[&str], uris: &[&str]| {
+        MergedCatalog::build(
+            generation,
+            &Separator::default(),
+            &[view("m", "m", tools, uris)],
+        )
+        .0
+    };
+    let first = build(1, &names, &["a://1"]);
+    let cursor = first
+        .tools_page(None)
+        .unwrap()
+        .next_cursor
+        .expect("a second page");
+    // Another list changed; a later generation.
+    let resources_changed = build(2, &names, &["a://1", "a://2"]);
+    let rest = resources_changed.tools_page(Some(&cursor)).unwrap();
+    assert_eq!(rest.tools.len(), 5);
+    assert!(rest.next_cursor.is_none());
+    // Its own list changed.
+    let tools_changed = build(3, &names[1..], &["a://1"]);
+    assert_eq!(
+        tools_changed.tools_page(Some(&cursor)).unwrap_err(),
+        page::PageError::Stale(cursor.clone())
+    );
+    // Not another list's cursor, though at the same offset.
+    let prompt_cursor = first.prompts_page(None).unwrap().next_cursor.unwrap();
+    assert!(first.tools_page(Some(&prompt_cursor)).is_err());
+}
