@@ -486,3 +486,45 @@ async fn a_call_waiting_on_a_replaced_mount_goes_to_its_successor() {
     assert_ne!(after, before, "answered by the first `first`");
     close(client).await;
 }
+
+async fn tool_names(client: &Client) -> Vec<String> {
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .expect("tools/list");
+    tools
+        .into_iter()
+        .map(|tool| tool.name.to_string())
+        .collect()
+}
+
+/// A changed per-session mount lists, to a client whose profile is not
+/// the full one, what the mount before it listed for that profile until
+/// its own discovery for it: with the full profile's catalog alone
+/// inherited, that client's list waited for a new discovery and, when it
+/// failed (here: the new mount's second start), was shown the full
+/// profile's tools (`ask_model`, for a client without sampling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
+    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
+    let gateway = Gateway::start(&config(&stdio_demo_mount(
+        "own",
+        "isolation = \"per_session\"",
+    )))
+    .await;
+    let client = gateway.connect().await;
+    let before = tool_names(&client).await;
+    assert!(
+        before.contains(&"own__echo".to_owned()) && !before.contains(&"own__ask_model".to_owned()),
+        "{before:?}"
+    );
+
+    let starts = tempfile::tempdir().expect("a temp dir");
+    rewrite_config(
+        &gateway.config_path,
+        &config(&second_start_fails_mount("own", starts.path())),
+    );
+    wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
+    let after = tool_names(&client).await;
+    assert_eq!(after, before, "the client's own profile's lists");
+    close(client).await;
+}

@@ -250,7 +250,17 @@ impl Gateway {
             .iter()
             .filter(|mount| {
                 let serving = mount.serving_profile(profile);
-                serving != ClientProfile::FULL && !mount.is_discovered(serving)
+                if serving == ClientProfile::FULL || mount.is_discovered(serving) {
+                    return false;
+                }
+                if mount.has_inherited(serving) {
+                    // What the mount a reload replaced knew is listed
+                    // meanwhile: its discovery starts, unawaited, and
+                    // tells what differs.
+                    mount.profile_session(serving);
+                    return false;
+                }
+                true
             })
             .map(|mount| async move {
                 let serving = mount.serving_profile(profile);

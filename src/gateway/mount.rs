@@ -92,9 +92,11 @@ pub struct Mount {
     id: u64,
     /// What the shared session is subscribed to (`shared` mounts).
     pub subscriptions: super::subscriptions::UpstreamSubscriptions,
-    /// The catalog of the mount this one replaced in a reload, listed
-    /// until this one's first discovery (see [`Mount::inherit_catalog`]).
-    inherited: ArcSwapOption<MountCatalog>,
+    /// The catalogs of the mount this one replaced in a reload, by
+    /// profile, each listed until this one's first discovery for that
+    /// profile (see [`Mount::inherit_catalog`]). Set once, before the
+    /// mount serves.
+    inherited: std::sync::OnceLock<HashMap<ClientProfile, Arc<MountCatalog>>>,
 }
 
 /// What a [`ProfileSession`]'s supervisor says about its upstream session.
@@ -226,7 +228,7 @@ impl Mount {
             predecessor_closed: Default::default(),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
             subscriptions: Default::default(),
-            inherited: ArcSwapOption::empty(),
+            inherited: std::sync::OnceLock::new(),
         }
     }
 
@@ -236,12 +238,30 @@ impl Mount {
     /// routable (a call waits for the start rather than being refused, or
     /// going to a pass-through mount that offers the same name), and that
     /// discovery tells clients only the lists that really changed.
+    ///
+    /// Every profile's: a per-session mount is listed to most clients
+    /// under a profile other than the full one (which needs every
+    /// capability at once); with the full profile's alone, each of their
+    /// lists waited for a new discovery, or showed them the full lists.
     pub(super) fn inherit_catalog(&self, replaced: &Mount) {
-        let catalog = lock(&replaced.profiles)
-            .get(&ClientProfile::FULL)
-            .and_then(|p| p.catalog())
-            .or_else(|| replaced.inherited.load_full());
-        self.inherited.store(catalog);
+        let mut catalogs = replaced.inherited.get().cloned().unwrap_or_default();
+        for (profile, session) in lock(&replaced.profiles).iter() {
+            if let Some(catalog) = session.catalog() {
+                catalogs.insert(*profile, catalog);
+            }
+        }
+        let _ = self.inherited.set(catalogs);
+    }
+
+    /// The catalog inherited for `profile`, if any.
+    fn inherited_catalog(&self, profile: ClientProfile) -> Option<Arc<MountCatalog>> {
+        self.inherited.get()?.get(&profile).cloned()
+    }
+
+    /// Whether lists for `profile` are known to show while its discovery
+    /// runs: inherited from the mount this one replaced.
+    pub fn has_inherited(&self, profile: ClientProfile) -> bool {
+        self.inherited_catalog(profile).is_some()
     }
 
     /// This mount replaces `replaced` in a reload: if that one runs stdio
@@ -365,14 +385,16 @@ impl Mount {
     }
 
     /// The catalog known now for `profile`, without waiting. Falls back to
-    /// the full profile's catalog while the profile's own is not known.
+    /// what the replaced mount knew for it, then to the full profile's
+    /// catalog, while the profile's own is not known.
     pub fn catalog_now(&self, profile: ClientProfile) -> Arc<MountCatalog> {
         let profiles = lock(&self.profiles);
         profiles
             .get(&profile)
             .and_then(|p| p.catalog())
+            .or_else(|| self.inherited_catalog(profile))
             .or_else(|| profiles.get(&ClientProfile::FULL).and_then(|p| p.catalog()))
-            .or_else(|| self.inherited.load_full())
+            .or_else(|| self.inherited_catalog(ClientProfile::FULL))
             .unwrap_or_default()
     }
 
@@ -507,8 +529,11 @@ impl Mount {
         catalog: MountCatalog,
     ) {
         let old = profile_session.catalog().or_else(|| {
-            if profile_session.profile == ClientProfile::FULL {
-                self.inherited.load_full()
+            if let Some(inherited) = self.inherited_catalog(profile_session.profile) {
+                // What was listed meanwhile.
+                Some(inherited)
+            } else if profile_session.profile == ClientProfile::FULL {
+                None
             } else if profile_session.showed_full.load(Ordering::Acquire) {
                 // What those sessions were shown instead.
                 lock(&self.profiles)
