@@ -487,16 +487,6 @@ async fn a_call_waiting_on_a_replaced_mount_goes_to_its_successor() {
     close(client).await;
 }
 
-async fn tool_names(client: &Client) -> Vec<String> {
-    let tools = within("tools/list", client.list_all_tools())
-        .await
-        .expect("tools/list");
-    tools
-        .into_iter()
-        .map(|tool| tool.name.to_string())
-        .collect()
-}
-
 /// A changed per-session mount lists, to a client whose profile is not
 /// the full one, what the mount before it listed for that profile until
 /// its own discovery for it: with the full profile's catalog alone
