@@ -1904,3 +1904,60 @@ async fn a_quick_call_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
     }
     assert!(blamed.is_empty(), "{blamed:#?}");
 }
+
+/// On a per-session mount, a change only the full profile's discovery sees
+/// (a tool offered to clients with sampling) is not announced to a client
+/// without sampling, which has lists of its own: told, it listed again
+/// and saw nothing new (and, when its own list had changed too, was told
+/// before its own refresh had it). Its own upstream's change still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_only_another_profile_sees_is_not_announced() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let marker = dir.path().join("changed");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sampling_only_change.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.own]\ncommand = \"python3\"\nargs = [{:?}, {:?}]\nisolation = \"per_session\"\n",
+        fixture.to_str().expect("a UTF-8 path"),
+        marker.to_str().expect("a UTF-8 path"),
+    );
+    let gateway = Gateway::start(&config).await;
+    // The full profile (every capability the gateway relays): its lists
+    // are the mount's own session's.
+    let full: rmcp::model::ClientCapabilities = serde_json::from_value(json!({
+        "sampling": {},
+        "roots": {},
+        "elicitation": {"form": {}, "url": {}},
+        "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}},
+    }))
+    .unwrap();
+    let sampler = connect_with(&gateway.mcp_url(), full).await;
+    let plain = gateway.connect().await;
+    // Each profile's lists known.
+    assert_eq!(tool_names(&sampler).await, ["own__announce"]);
+    assert_eq!(tool_names(&plain).await, ["own__announce"]);
+
+    std::fs::write(&marker, "").expect("the marker");
+    eventually(
+        "the full profile's session to be told",
+        OP_TIMEOUT,
+        || async { (sampler.service().tool_list_changes() >= 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(tool_names(&sampler).await, ["own__announce", "own__extra"]);
+    // Positive control, sent after: the plain client's own upstream
+    // announces a change of its prompts.
+    ok_text(&call(&plain, "own__announce", Value::Null).await);
+    eventually("the plain client to be told", OP_TIMEOUT, || async {
+        (plain.service().prompt_list_changes() >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        plain.service().tool_list_changes(),
+        0,
+        "told of the full profile's change"
+    );
+    assert_eq!(tool_names(&plain).await, ["own__announce"]);
+    close(sampler).await;
+    close(plain).await;
+}

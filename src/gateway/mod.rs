@@ -513,11 +513,15 @@ impl Gateway {
     }
 
     /// Tells the sessions that see `mount`'s lists for `profile` that a list
-    /// changed. A change to the full profile reaches every session: sessions
-    /// whose own profile is not discovered yet see the full lists.
+    /// changed. A change to the full profile reaches, besides its own, the
+    /// sessions whose profile has no lists of its own yet (they see the
+    /// full ones); not those that have: told before their own discovery
+    /// had the change, they listed again and saw the old list.
     fn notify_mount_changed(&self, mount: &Mount, profile: ClientProfile, kind: ListKind) {
         self.sessions.notify_list_changed(kind, |client| {
-            profile == ClientProfile::FULL || mount.serving_profile(client) == profile
+            let serving = mount.serving_profile(client);
+            serving == profile
+                || (profile == ClientProfile::FULL && mount.shows_full_lists(serving))
         });
     }
 }

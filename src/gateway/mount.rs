@@ -398,6 +398,15 @@ impl Mount {
             .unwrap_or_default()
     }
 
+    /// Whether sessions of `profile` are shown the full profile's lists
+    /// ([`Self::catalog_now`]): none known for their own.
+    pub fn shows_full_lists(&self, profile: ClientProfile) -> bool {
+        let own = lock(&self.profiles)
+            .get(&profile)
+            .is_some_and(|p| p.catalog().is_some());
+        !own && self.inherited_catalog(profile).is_none()
+    }
+
     /// Whether any catalog known for this mount has a tool declaring an
     /// `execution` (2025-11-25 task support).
     pub fn lists_tool_execution(&self) -> bool {
