@@ -194,13 +194,16 @@ struct Activity {
 
 /// Held while an upstream request's request to the client waits for the
 /// client's answer (see [`Relay::awaiting_client`]).
-pub struct AwaitingClient(Arc<Activity>);
+pub struct AwaitingClient(Vec<Arc<Activity>>);
 
 impl Drop for AwaitingClient {
     fn drop(&mut self) {
-        self.0.awaiting_client.fetch_sub(1, Ordering::AcqRel);
-        // The answer is news from the request: its idle time starts again.
-        self.0.progressed.notify_one();
+        for activity in &self.0 {
+            activity.awaiting_client.fetch_sub(1, Ordering::AcqRel);
+            // The answer is news from the request: its idle time starts
+            // again.
+            activity.progressed.notify_one();
+        }
     }
 }
 
@@ -303,6 +306,13 @@ pub struct Relay {
 /// How long a finished request still claims late log messages.
 pub const LINGER: Duration = Duration::from_secs(1);
 
+/// How long a finished request still counts for a log message on an HTTP
+/// upstream's `GET` stream while others are in flight (see
+/// [`Relay::attribute_as`]): that stream and the answers' run apart by
+/// about a round trip; much longer, and every line of a busy shared mount
+/// would be ambiguous.
+const GET_STREAM_LINGER: Duration = Duration::from_millis(250);
+
 /// Bound on the finished requests remembered for [`LINGER`].
 const RECENT_MAX: usize = 64;
 
@@ -377,20 +387,27 @@ impl Relay {
     /// The upstream request that `caller` (a server→client request's
     /// attribution) stands for waits on its client until the guard drops:
     /// its idle timeout does not run meanwhile, and starts again at the
-    /// answer. `None` when the caller is no request in flight here (a
-    /// task's, which has no timeout).
-    pub fn awaiting_client(&self, caller: &Caller) -> Option<AwaitingClient> {
-        let request_id = caller.request_id.as_ref()?;
+    /// answer. A caller that is a session, not one of its requests (it had
+    /// several in flight here, or the message named its task), stands for
+    /// every request of that session in flight here: any of them may be
+    /// the one waiting, and none is silent while its client answers.
+    pub fn awaiting_client(&self, caller: &Caller) -> AwaitingClient {
         let inflight = lock(&self.inflight);
-        let entry = inflight.values().find(|entry| {
-            entry.caller.session == caller.session
-                && entry.caller.request_id.as_ref() == Some(request_id)
-        })?;
-        entry
-            .activity
-            .awaiting_client
-            .fetch_add(1, Ordering::AcqRel);
-        Some(AwaitingClient(entry.activity.clone()))
+        let waiting: Vec<Arc<Activity>> = inflight
+            .values()
+            .filter(|entry| {
+                entry.caller.session == caller.session
+                    && (caller.request_id.is_none() || entry.caller.request_id == caller.request_id)
+            })
+            .map(|entry| {
+                entry
+                    .activity
+                    .awaiting_client
+                    .fetch_add(1, Ordering::AcqRel);
+                entry.activity.clone()
+            })
+            .collect();
+        AwaitingClient(waiting)
     }
 
     /// The caller of the request that used this upstream progress token;
@@ -445,7 +462,7 @@ impl Relay {
     /// [`Self::attribute`]; with `late_claims` (a notification on an HTTP
     /// upstream's `GET` stream, which is unordered with the answers on
     /// the `POST` streams), a request of another session that ended
-    /// within [`LINGER`] counts as well while requests are in flight: its
+    /// within [`GET_STREAM_LINGER`] counts as well while requests are in flight: its
     /// log line may come after its answer, and is not the one in-flight
     /// request's to have. On stdio a line written before the answer
     /// arrives before it: one after it is rare enough to go by the rules.
@@ -485,11 +502,12 @@ impl Relay {
         // alone: a request that just ended may have written the message
         // after its answer, and that session counts too. With requests in
         // flight, so it does for a notification (see `attribute_as`).
-        let recent = match (late_claims && !inflight.is_empty())
-            || (inflight.is_empty() && !abandoned.sessions.is_empty())
-        {
-            true => self.recently_ended_callers(),
-            false => Vec::new(),
+        let recent = if inflight.is_empty() && !abandoned.sessions.is_empty() {
+            self.recently_ended_callers(LINGER)
+        } else if late_claims && !inflight.is_empty() {
+            self.recently_ended_callers(GET_STREAM_LINGER)
+        } else {
+            Vec::new()
         };
         if inflight.len() == 1 {
             if let Some(only) = inflight.values().next() {
@@ -581,7 +599,7 @@ impl Relay {
 
     /// The one session whose request ended within [`LINGER`].
     fn recently_ended(&self) -> Result<Caller, Unattributed> {
-        match self.recently_ended_callers().as_slice() {
+        match self.recently_ended_callers(LINGER).as_slice() {
             [only] => Ok(only.clone()),
             [] => Err(Unattributed::Nobody),
             many => Err(Unattributed::Ambiguous(many.len())),
@@ -590,12 +608,12 @@ impl Relay {
 
     /// The sessions whose requests ended within [`LINGER`], one caller
     /// each.
-    fn recently_ended_callers(&self) -> Vec<Caller> {
+    fn recently_ended_callers(&self, within: Duration) -> Vec<Caller> {
         let recent = lock(&self.recent);
         let now = Instant::now();
         let mut sessions: Vec<Caller> = Vec::new();
         for (ended, caller) in recent.iter() {
-            if now.duration_since(*ended) <= LINGER
+            if now.duration_since(*ended) <= within
                 && !sessions.iter().any(|c| c.session == caller.session)
             {
                 sessions.push(caller.clone());
@@ -948,6 +966,33 @@ mod tests {
         relay
             .register(RequestId::Number(id), token(id), caller)
             .answered();
+    }
+
+    /// A server→client request waiting for its client keeps the upstream
+    /// requests it stands for from going idle: its own request, or, when
+    /// attributed to the session alone (it had two in flight on a stdio
+    /// upstream), every request of that session here; no other session's.
+    #[tokio::test]
+    async fn a_request_waiting_for_its_client_is_not_idle() {
+        let relay = Arc::new(Relay::default());
+        let (session, _peer) = caller(1);
+        let (other, _other_peer) = caller(2);
+        let of_request = |id: i64| Caller {
+            request_id: Some(RequestId::Number(id)),
+            ..session.clone()
+        };
+        let first = relay.register(RequestId::Number(1), token(1), of_request(10));
+        let second = relay.register(RequestId::Number(2), token(2), of_request(20));
+        let others = relay.register(RequestId::Number(3), token(3), other);
+        let waiting = relay.awaiting_client(&of_request(20));
+        assert!(!first.awaiting_client() && second.awaiting_client());
+        drop(waiting);
+        assert!(!second.awaiting_client());
+        let waiting = relay.awaiting_client(&session.session_only());
+        assert!(first.awaiting_client() && second.awaiting_client());
+        assert!(!others.awaiting_client());
+        drop(waiting);
+        assert!(!first.awaiting_client() && !second.awaiting_client());
     }
 
     /// What an upstream goes on sending for a request its client cancelled
