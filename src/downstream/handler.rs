@@ -618,8 +618,9 @@ impl ServerHandler for DownstreamSession {
 
     /// Sets the level on every upstream this session uses that declares
     /// logging: shared mounts, and the per-session upstreams already open
-    /// (one not open yet is not started just for this). A shared upstream's
-    /// level is the last one any session asked for.
+    /// (one not open yet is not started just for this; one opening is told
+    /// once open, unawaited). A shared upstream's level is the last one any
+    /// session asked for.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
@@ -639,31 +640,52 @@ impl ServerHandler for DownstreamSession {
             // the mounts after it.
             let mounts = self.gateway.mounts();
             let tell = mounts.iter().map(|mount| async move {
-                let (upstream, level) = match mount.config.isolation {
+                let upstream = match mount.config.isolation {
                     // Not waited for: one still starting is told the level
                     // when it starts (`session_started`).
-                    Isolation::Shared => (mount.live_shared_session(), shared_level),
-                    // One still opening may have read the level before
-                    // this: it is told once open.
-                    Isolation::PerSession => (
-                        self.state().open_or_opening_upstream(&mount.config.name).await,
-                        request.level,
-                    ),
-                };
-                let Some(upstream) = upstream else {
-                    return;
-                };
-                if declares(&upstream, |c| c.logging.is_some()) {
-                    let params = SetLevelRequestParams::new(level);
-                    let timeout = mount.timeouts().request;
-                    if let Err(error) = bounded(&upstream, timeout, upstream.peer().set_level(params)).await {
-                        tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed upstream");
+                    Isolation::Shared => mount.live_shared_session().map(|up| (up, shared_level)),
+                    Isolation::PerSession => {
+                        let open = self.state().open_upstream(&mount.config.name);
+                        if open.is_none() {
+                            // One still opening may have read the level
+                            // before this: it is told once open, without
+                            // holding the client's answer for the open.
+                            let state = self.state();
+                            let mount = mount.clone();
+                            tokio::spawn(async move {
+                                if let Some(up) =
+                                    state.open_or_opening_upstream(&mount.config.name).await
+                                {
+                                    tell_level(&mount, &up, request.level).await;
+                                }
+                            });
+                        }
+                        open.map(|up| (up, request.level))
                     }
+                };
+                if let Some((upstream, level)) = upstream {
+                    tell_level(mount, &upstream, level).await;
                 }
             });
             futures::future::join_all(tell).await;
             Ok(())
         })
         .await
+    }
+}
+
+/// Tells `upstream` (of `mount`) to log at `level`, if it declares logging,
+/// within the mount's request timeout.
+async fn tell_level(
+    mount: &crate::gateway::Mount,
+    upstream: &Arc<crate::upstream::UpstreamSession>,
+    level: rmcp::model::LoggingLevel,
+) {
+    if declares(upstream, |c| c.logging.is_some()) {
+        let params = SetLevelRequestParams::new(level);
+        let timeout = mount.timeouts().request;
+        if let Err(error) = bounded(upstream, timeout, upstream.peer().set_level(params)).await {
+            tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed upstream");
+        }
     }
 }
