@@ -719,31 +719,38 @@ async fn a_refresh_nobody_answers_is_given_up() {
 }
 
 /// A refresh that fails once (a server busy rebuilding its list answers
-/// the list with an error) is tried again: the new list is served. A
-/// server announces a change once, so the old list was served until the
-/// next announcement or restart.
+/// the list with an error) is tried again: the new list is served, by a
+/// shared mount and by a session's own upstream alike. A server announces
+/// a change once, so the old list was served until the next announcement
+/// or restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_refresh_is_tried_again() {
-    let config = format!(
-        "{SERVER_TOML}{}",
-        python_fixture_mount("flaky", "flaky_refresh.py", "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
-    ok_text(&call(&client, "flaky__announce", Value::Null).await);
-    eventually(
-        "the new tool to be listed",
-        Duration::from_secs(10),
-        || async {
-            let tools = within("tools/list", client.list_all_tools()).await.ok()?;
-            tools
-                .iter()
-                .any(|tool| tool.name == "flaky__added")
-                .then_some(())
-        },
-    )
-    .await;
-    close(client).await;
+    for isolation in ["shared", "per_session"] {
+        let config = format!(
+            "{SERVER_TOML}{}",
+            python_fixture_mount(
+                "flaky",
+                "flaky_refresh.py",
+                &format!("isolation = {isolation:?}")
+            )
+        );
+        let gateway = Gateway::start(&config).await;
+        let client = gateway.connect().await;
+        ok_text(&call(&client, "flaky__announce", Value::Null).await);
+        eventually(
+            &format!("the new tool to be listed ({isolation})"),
+            Duration::from_secs(10),
+            || async {
+                let tools = within("tools/list", client.list_all_tools()).await.ok()?;
+                tools
+                    .iter()
+                    .any(|tool| tool.name == "flaky__added")
+                    .then_some(())
+            },
+        )
+        .await;
+        close(client).await;
+    }
 }
 
 /// When a per-session upstream's process dies, what it started (its

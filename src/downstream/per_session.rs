@@ -10,7 +10,10 @@ use crate::{
     catalog::MountCatalog,
     gateway::notify_list_changed,
     naming::MountName,
-    upstream::{discovery, ListKind, UpstreamEvents},
+    upstream::{
+        discovery::{self, Refreshed},
+        ListKind, UpstreamEvents,
+    },
 };
 
 pub(crate) struct PerSessionEvents {
@@ -38,7 +41,7 @@ impl UpstreamEvents for PerSessionEvents {
         }
         tokio::spawn(async move {
             loop {
-                refresh_overlay(&state, &mount_name, kind).await;
+                discovery::refresh_retrying(|| refresh_overlay(&state, &mount_name, kind)).await;
                 if !state.refreshes.again(&key) {
                     break;
                 }
@@ -87,26 +90,33 @@ impl UpstreamEvents for PerSessionEvents {
 
 /// Reads the lists of a session's own upstream into its overlay after that
 /// upstream announced a change, then tells the session.
-async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind: ListKind) {
+async fn refresh_overlay(
+    state: &Arc<SessionState>,
+    mount_name: &MountName,
+    kind: ListKind,
+) -> Refreshed {
     let Some(gateway) = state.gateway.upgrade() else {
-        return;
+        return Refreshed::Moot;
     };
     let Some(mount) = gateway.mount(mount_name) else {
-        return;
+        return Refreshed::Moot;
     };
     // Only the upstream open now (or opening): a refresh never opens one (a
     // server that announces and then dies would otherwise be restarted,
     // again and again, with no client asking); a new one starts from the
     // shared lists anyway.
     let Some(upstream) = state.open_or_opening_upstream(mount_name).await else {
-        return;
+        return Refreshed::Moot;
     };
     let limit = mount.timeouts().request;
     let fresh = match discovery::refresh_within(&upstream, kind, limit).await {
         Ok(fresh) => fresh,
         Err(error) => {
             tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");
-            return;
+            return match upstream.is_alive() {
+                true => Refreshed::Failed,
+                false => Refreshed::Moot,
+            };
         }
     };
     // Merged under the lock into the overlay as it is now: another list's
@@ -130,9 +140,10 @@ async fn refresh_overlay(state: &Arc<SessionState>, mount_name: &MountName, kind
     });
     if !changed {
         tracing::debug!(mount = %mount_name, session = state.key, ?kind, "list_changed, but the list is as it was");
-        return;
+        return Refreshed::Done;
     }
     if let Some(peer) = state.peer() {
         notify_list_changed(peer.clone(), kind).await;
     }
+    Refreshed::Done
 }

@@ -46,7 +46,10 @@ use crate::{
         hibernation::Hibernation, request_streams::RequestStreams, tasks::TaskToolsListed,
     },
     naming::MountName,
-    upstream::{discovery, ClientProfile, ListKind, UpstreamEvents, UpstreamSession},
+    upstream::{
+        discovery::{self, Refreshed},
+        ClientProfile, ListKind, UpstreamEvents, UpstreamSession,
+    },
 };
 
 pub struct Gateway {
@@ -436,19 +439,8 @@ impl Gateway {
         if !self.refreshes.start(&key) {
             return;
         }
-        let mut retries = 0;
         loop {
-            let refreshed = self.refresh_mount_once(name, profile, kind).await;
-            // A server announces a change once: a refresh that failed on
-            // a live session (an error, an answer too slow) left the list
-            // stale until the next announcement or restart, which may
-            // never come. It is tried again, a few times, further apart.
-            if refreshed == Refreshed::Failed && retries < REFRESH_RETRIES {
-                retries += 1;
-                tokio::time::sleep(REFRESH_RETRY_AFTER * 2u32.pow(retries - 1)).await;
-                continue;
-            }
-            retries = 0;
+            discovery::refresh_retrying(|| self.refresh_mount_once(name, profile, kind)).await;
             if !self.refreshes.again(&key) {
                 break;
             }
@@ -525,23 +517,6 @@ impl Gateway {
         });
     }
 }
-
-/// How one refresh of a list went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refreshed {
-    /// The list is read (and stored if it changed).
-    Done,
-    /// The live session failed to list: worth trying again.
-    Failed,
-    /// Nothing to refresh any more: the mount or its session is gone, or
-    /// was replaced (its successor discovers anew).
-    Moot,
-}
-
-/// A failed refresh is tried again this many times, after this long,
-/// doubled each time (1 + 2 + 4 s).
-const REFRESH_RETRIES: u32 = 3;
-const REFRESH_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Builds a mount whose events reach this gateway.
 fn build_mount(gateway: &Weak<Gateway>, live: &Arc<LiveConfig>, config: MountConfig) -> Mount {

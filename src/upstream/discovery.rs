@@ -173,6 +173,40 @@ pub async fn refresh(
     Ok(())
 }
 
+/// How one refresh of a list after `list_changed` went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// The list is read (and stored if it changed).
+    Done,
+    /// The live session failed to list: worth trying again.
+    Failed,
+    /// Nothing to refresh any more: the session or its mount is gone, or
+    /// was replaced (its successor discovers anew).
+    Moot,
+}
+
+/// A failed refresh is tried again this many times, after this long,
+/// doubled each time (1 + 2 + 4 s).
+const REFRESH_RETRIES: u32 = 3;
+const REFRESH_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs `refresh` until it is done or moot, trying a failure again a few
+/// times, further apart. A server announces a change once: a refresh that
+/// failed on a live session (an error, an answer too slow) left the list
+/// stale until the next announcement or restart, which may never come.
+pub async fn refresh_retrying<F, Fut>(mut refresh: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Refreshed>,
+{
+    for retry in 0..=REFRESH_RETRIES {
+        if refresh().await != Refreshed::Failed || retry == REFRESH_RETRIES {
+            return;
+        }
+        tokio::time::sleep(REFRESH_RETRY_AFTER * 2u32.pow(retry)).await;
+    }
+}
+
 /// One list read afresh after the upstream said it changed, given up after
 /// `limit`: an upstream that announces a change and then never answers
 /// must not hold the list's refresh (and what the refresh holds) for ever.
