@@ -514,6 +514,24 @@ async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
         &config(&second_start_fails_mount("own", starts.path())),
     );
     wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
+    // The new mount's own start first (the script's first), so that the
+    // client's profile's is its second, the failing one.
+    eventually("the new `own` to be ready", RELOAD_TIMEOUT, || async {
+        let body: Value = reqwest::get(gateway.url("/readyz"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (readyz_mount(&body, "own")["state"] == "ready").then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(starts.path().join("starts"))
+            .ok()
+            .as_deref(),
+        Some("1\n")
+    );
     let after = tool_names(&client).await;
     assert_eq!(after, before, "the client's own profile's lists");
     close(client).await;

@@ -236,12 +236,15 @@ impl Gateway {
         ready
     }
 
-    /// Whether every per-session mount knows its lists for `profile`
-    /// (`prepare` would not wait).
+    /// Whether every per-session mount knows its lists for `profile`, or
+    /// lists what a mount a reload replaced knew while its own discovery,
+    /// started, runs (`prepare` would neither wait nor start anything).
     pub fn is_prepared(&self, profile: ClientProfile) -> bool {
         self.mounts().iter().all(|mount| {
             let serving = mount.serving_profile(profile);
-            serving == ClientProfile::FULL || mount.is_discovered(serving)
+            serving == ClientProfile::FULL
+                || mount.is_discovered(serving)
+                || (mount.has_inherited(serving) && mount.discovery_started(serving))
         })
     }
 

@@ -244,11 +244,16 @@ impl Mount {
     /// capability at once); with the full profile's alone, each of their
     /// lists waited for a new discovery, or showed them the full lists.
     pub(super) fn inherit_catalog(&self, replaced: &Mount) {
-        let mut catalogs = replaced.inherited.get().cloned().unwrap_or_default();
-        for (profile, session) in lock(&replaced.profiles).iter() {
-            if let Some(catalog) = session.catalog() {
-                catalogs.insert(*profile, catalog);
-            }
+        // Only what the replaced mount discovered itself: lists it had
+        // inherited for a profile it never discovered are from an older
+        // config still. The full profile's alone falls back to them, as a
+        // restart lists its last good catalog.
+        let mut catalogs: HashMap<ClientProfile, Arc<MountCatalog>> = lock(&replaced.profiles)
+            .iter()
+            .filter_map(|(profile, session)| Some((*profile, session.catalog()?)))
+            .collect();
+        if let Some(full) = replaced.inherited_catalog(ClientProfile::FULL) {
+            catalogs.entry(ClientProfile::FULL).or_insert(full);
         }
         let _ = self.inherited.set(catalogs);
     }
@@ -414,6 +419,11 @@ impl Mount {
             .values()
             .filter_map(|p| p.catalog())
             .any(|catalog| !catalog.tool_execution.is_empty())
+    }
+
+    /// Whether `profile`'s discovery has been started.
+    pub fn discovery_started(&self, profile: ClientProfile) -> bool {
+        lock(&self.profiles).contains_key(&profile)
     }
 
     /// Whether `profile`'s first start has finished (either way).
