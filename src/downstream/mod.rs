@@ -262,6 +262,17 @@ impl SessionState {
         };
         drop(place);
         lock(&self.peer).take();
+        // Its tasks (all past their TTLs) hold its peer in the shared
+        // upstreams' relays: let them go with it.
+        for (mount, upstream_session) in self.tasks.homes() {
+            if let Some(upstream) = gateway
+                .mount(&mount)
+                .and_then(|mount| mount.live_shared_session())
+                .filter(|upstream| upstream.id() == upstream_session)
+            {
+                upstream.relay().forget_tasks_of(self.key);
+            }
+        }
         self.asleep
             .store(true, std::sync::atomic::Ordering::Release);
         gateway.sessions().set_asleep(self.key);

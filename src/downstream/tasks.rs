@@ -249,6 +249,19 @@ impl TaskTable {
             .all(|home| home.expires.is_some_and(|expires| expires <= now))
     }
 
+    /// The mounts and upstream sessions ([`UpstreamSession::id`]) this
+    /// session's tasks live on.
+    pub(crate) fn homes(&self) -> Vec<(MountName, u64)> {
+        let mut homes: Vec<(MountName, u64)> = lock(&self.0)
+            .by_id
+            .values()
+            .map(|home| (home.mount.clone(), home.upstream_session))
+            .collect();
+        homes.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+        homes.dedup();
+        homes
+    }
+
     fn add(
         &self,
         mount: &MountName,

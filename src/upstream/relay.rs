@@ -785,6 +785,25 @@ impl Relay {
         }
     }
 
+    /// Lets go of every task downstream session `session` created here:
+    /// it sleeps, its tasks past their TTLs, and its peer (which their
+    /// owners hold, with rmcp's session machinery behind it) must go with
+    /// it. What the upstream still says about them is refused as about a
+    /// forgotten task, never given to another session.
+    pub fn forget_tasks_of(&self, session: u64) {
+        let mut tasks = lock(&self.tasks);
+        let ids: Vec<String> = tasks
+            .iter()
+            .filter(|(_, owner)| owner.caller.session == session)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut forgotten = lock(&self.forgotten_tasks);
+        for id in ids {
+            tasks.remove(&id);
+            forgotten.insert(id, ());
+        }
+    }
+
     pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
         lock(&self.tasks).get(upstream_id).cloned()
     }
@@ -966,6 +985,25 @@ mod tests {
         relay
             .register(RequestId::Number(id), token(id), caller)
             .answered();
+    }
+
+    /// A session falling asleep lets go of its tasks (and the peer their
+    /// owners hold); what the upstream says of them then is refused as
+    /// about a forgotten task. Another session's stay.
+    #[tokio::test]
+    async fn a_sleeping_sessions_tasks_are_let_go() {
+        let relay = Arc::new(Relay::default());
+        let (sleeper, _sleeper_peer) = caller(1);
+        let (other, _other_peer) = caller(2);
+        relay.remember_task("u1", sleeper, "m/u1".into(), token(1));
+        relay.remember_task("u2", other, "m/u2".into(), token(2));
+        relay.forget_tasks_of(1);
+        assert!(relay.task_owner("u1").is_none());
+        assert!(relay.task_owner("u2").is_some());
+        assert!(matches!(
+            relay.attribute(&Extensions::new(), Some("u1")),
+            Err(Unattributed::ForgottenTask(_))
+        ));
     }
 
     /// A server→client request waiting for its client keeps the upstream
