@@ -1307,3 +1307,40 @@ async fn stuck_upstream_is_restarted(
     assert_ne!(restarted, pid);
     close(client).await;
 }
+
+/// A stdio server that dies while a process it started still holds its
+/// stdout (here a `sleep` started with `&`, as `sh -c "helper & exec
+/// server"` does) is noticed by its exit: the mount restarts, the helper
+/// goes with the old group, and the dead server is reaped. With no end of
+/// file on stdout, requests failed with a broken pipe for good, `/readyz`
+/// said ready and the dead server stayed a zombie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_whose_helper_holds_its_stdout_is_restarted() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let marker = dir.path().join("helper");
+    let script = format!(
+        "sleep 300 </dev/null & echo $! > {}; exec {BIN} demo-server",
+        marker.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.held]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "held__pid").await;
+    let helper = straggler_pid(&marker).await;
+    kill(pid);
+    let new_pid = eventually("a restarted upstream to answer", OP_TIMEOUT, || async {
+        let answer = call(&client, "held__pid", Value::Null).await;
+        text(&answer).parse::<u32>().ok().filter(|new| *new != pid)
+    })
+    .await;
+    assert_ne!(new_pid, pid);
+    eventually(
+        "the old helper and server to be gone",
+        OP_TIMEOUT,
+        || async { (!process_exists(helper) && !process_exists(pid)).then_some(()) },
+    )
+    .await;
+    close(client).await;
+}

@@ -169,6 +169,11 @@ async fn start(
             // From here on, abandoning the start (timeout, shutdown) kills
             // the whole group.
             let group = ProcessGroupGuard::new(pid, Some(tag));
+            // Its exit ends the session, though a process it started may
+            // hold its stdout open.
+            if let Some(pid) = pid {
+                super::exit_watch::watch(pid, mount.name.as_str(), ended.clone());
+            }
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }

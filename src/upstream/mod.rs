@@ -12,6 +12,7 @@ pub mod connect;
 mod detached;
 pub mod direct_call;
 pub mod discovery;
+mod exit_watch;
 pub mod handler;
 pub mod http_client;
 pub mod ordered;
