@@ -279,6 +279,7 @@ async fn serve(
             stop_watching.cancel();
             let _ = watcher.await;
             gateway.shutdown().await;
+            kill_leftovers().await;
             return Err(error.into());
         }
     };
@@ -288,5 +289,16 @@ async fn serve(
     gateway.shutdown().await;
     // Only now: the sessions just shut down ran on the lanes.
     lanes.close().await;
+    kill_leftovers().await;
     Ok(())
+}
+
+/// Kills what any upstream left running outside its process group and a
+/// close cut short at shutdown did not get to (see
+/// `upstream::kill_every_tagged`): no child of the gateway outlives it.
+async fn kill_leftovers() {
+    let killed = tokio::task::spawn_blocking(junction::upstream::kill_every_tagged).await;
+    if let Ok(killed @ 1..) = killed {
+        tracing::info!(count = killed, "killed processes upstreams left running");
+    }
 }

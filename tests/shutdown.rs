@@ -275,3 +275,35 @@ async fn a_cancel_sent_while_draining_still_reaches_the_call() {
     let status = gateway.proc.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success(), "gateway exited with {status}");
 }
+
+/// A per-session upstream whose close outlasts the teardown limit at
+/// shutdown (here: its server stopped, so it neither reads its stdin's end
+/// nor takes SIGTERM) still leaves nothing behind: what it started outside
+/// its process group (a `setsid` helper, as Playwright's browsers) is
+/// killed before the gateway exits. The close was dropped with the lanes,
+/// and the search for such processes, handed to a blocking thread of a
+/// runtime shutting down, never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_cut_short_at_shutdown_leaves_no_detached_process() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let marker = dir.path().join("straggler");
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
+        detached_straggler_mount("own", &marker, "isolation = \"per_session\"")
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let server = call_pid(&client, "own__pid").await;
+    let straggler = straggler_pid(&marker).await;
+    signal(server, "STOP");
+    signal(gateway.proc.pid(), "TERM");
+    gateway.proc.wait_exit(Duration::from_secs(30)).await;
+    eventually("the detached straggler to be gone", OP_TIMEOUT, || async {
+        (!process_alive(straggler)).then_some(())
+    })
+    .await;
+    assert!(
+        !process_alive(server),
+        "the stopped server outlived the gateway"
+    );
+}

@@ -41,18 +41,30 @@ const MAX_PASSES: usize = 4;
 /// on the machine, carries.
 pub fn new_tag() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    static STARTED: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
-    let started = STARTED.get_or_init(|| {
-        std::time::SystemTime::now()
+    format!("{}{}", own_prefix(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What every tag this gateway process gives starts with, and no other
+/// process's: `<pid>.<start time, ns>.`.
+fn own_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|since| since.as_nanos())
-            .unwrap_or_default()
-    });
-    format!(
-        "{}.{started}.{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+            .unwrap_or_default();
+        format!("{}.{started}.", std::process::id())
+    })
+}
+
+/// Kills every process still carrying a tag of this gateway: its last act
+/// before exit. A session whose close was cut short at shutdown (a child
+/// slow to stop, past the teardown limit) had its group killed as it was
+/// dropped, but the search for its tagged processes goes to a blocking
+/// thread, which a runtime shutting down never runs.
+pub fn kill_every_tagged() -> usize {
+    let prefix = format!("{TAG_VARIABLE}={}", own_prefix());
+    kill_matching(|entry| entry.starts_with(prefix.as_bytes()), None)
 }
 
 /// Kills (SIGKILL) every process whose environment carries `tag`, but for
@@ -63,6 +75,12 @@ pub fn new_tag() -> String {
 /// killed may have forked meanwhile).
 pub fn kill_tagged(tag: &str, killed_group: Option<i32>) -> usize {
     let needle = format!("{TAG_VARIABLE}={tag}");
+    kill_matching(|entry| entry == needle.as_bytes(), killed_group)
+}
+
+/// Kills every process with an environment entry that `matches`, but for
+/// the members of `killed_group` (see [`kill_tagged`]).
+fn kill_matching(matches: impl Fn(&[u8]) -> bool, killed_group: Option<i32>) -> usize {
     let own = std::process::id();
     let mut seen: HashSet<u32> = HashSet::new();
     let mut killed = 0;
@@ -79,7 +97,7 @@ pub fn kill_tagged(tag: &str, killed_group: Option<i32>) -> usize {
             else {
                 continue;
             };
-            if pid == own || seen.contains(&pid) || !carries(pid, needle.as_bytes()) {
+            if pid == own || seen.contains(&pid) || !carries(pid, &matches) {
                 continue;
             }
             seen.insert(pid);
@@ -115,14 +133,11 @@ fn process_group_of(pid: u32) -> Option<i32> {
     rest.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// Whether process `pid`'s environment (as it was at its `exec`) holds the
-/// exact entry `needle`. Unreadable (gone, another user's) counts as no.
-fn carries(pid: u32, needle: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-        environ
-            .split(|byte| *byte == 0)
-            .any(|entry| entry == needle)
-    })
+/// Whether process `pid`'s environment (as it was at its `exec`) holds an
+/// entry that `matches`. Unreadable (gone, another user's) counts as no.
+fn carries(pid: u32, matches: impl Fn(&[u8]) -> bool) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|environ| environ.split(|byte| *byte == 0).any(matches))
 }
 
 #[cfg(test)]
@@ -155,7 +170,7 @@ mod tests {
         for (child, tag) in [(&tagged, tag.clone()), (&other, format!("{tag}0"))] {
             let needle = format!("{TAG_VARIABLE}={tag}");
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while !carries(child.id(), needle.as_bytes()) {
+            while !carries(child.id(), |entry| entry == needle.as_bytes()) {
                 assert!(std::time::Instant::now() < deadline, "{tag} never showed");
                 std::thread::yield_now();
             }

@@ -46,6 +46,7 @@ use tracing::Instrument;
 use crate::telemetry::metrics::{metrics, UpstreamLabels};
 
 pub use connect::{open, UpstreamError};
+pub use detached::kill_every_tagged;
 pub use handler::{ListKind, UpstreamEvents, UpstreamHandler};
 pub use profile::ClientProfile;
 pub use relay::InflightGuard;
