@@ -105,6 +105,10 @@ pub struct RelatedQueue {
     room: tokio::sync::Notify,
     /// Set when the stream ended: what comes later goes the other way.
     closed: AtomicBool,
+    /// Set when a message waited [`ROOM_WAIT`] for room in vain: the
+    /// client is not reading. Until the stream takes a message again, a
+    /// full queue is not waited on (see [`Self::is_stalled`]).
+    stalled: AtomicBool,
 }
 
 impl RelatedQueue {
@@ -133,19 +137,35 @@ impl RelatedQueue {
     /// [`ROOM_WAIT`]) before the message is given back: an upstream writing
     /// faster than the client reads would otherwise have its messages
     /// overflow onto another way, out of order or off the request's stream.
+    ///
+    /// Once one message has waited in vain, the next are not waited for
+    /// until the stream takes one: a client that stopped reading costs one
+    /// wait, not one per message, and the upstream's other sessions, whose
+    /// messages keep their turn behind these, are held up that once.
     pub async fn push_waiting(&self, message: ServerNotification) -> Option<ServerNotification> {
+        if self.is_stalled() {
+            return self.push(message);
+        }
         let deadline = tokio::time::Instant::now() + ROOM_WAIT;
         let mut message = message;
         loop {
             // Registered before the attempt: room made in between wakes it.
             let room = self.room.notified();
             message = self.push(message)?;
-            if self.closed.load(Ordering::Relaxed)
-                || tokio::time::timeout_at(deadline, room).await.is_err()
-            {
+            if self.closed.load(Ordering::Relaxed) {
+                return Some(message);
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                self.stalled.store(true, Ordering::Relaxed);
                 return Some(message);
             }
         }
+    }
+
+    /// Whether the stream's reader stopped taking messages with the queue
+    /// full (see [`Self::push_waiting`]).
+    pub fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Relaxed)
     }
 
     /// Ends the queue: what is pushed from now on is given back.
@@ -164,6 +184,7 @@ impl RelatedQueue {
         let next = self.waiting().pop_front();
         match next {
             Some(message) => {
+                self.stalled.store(false, Ordering::Relaxed);
                 self.room.notify_waiters();
                 Poll::Ready(message)
             }
@@ -229,6 +250,27 @@ mod tests {
         assert!(streams.queue("s1", &request).is_none());
         assert!(queue.push(message()).is_some(), "closed with its stream");
         assert!(streams.open_streams().is_empty());
+    }
+
+    /// A reader that stopped reading costs one wait for room, not one per
+    /// message; once it takes a message, a full queue is waited on again.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_reader_is_waited_for_once() {
+        let streams = Arc::new(RequestStreams::default());
+        let open = streams.open(&Arc::from("s1"), RequestId::Number(1));
+        for _ in 0..MAX_WAITING {
+            assert!(open.push(message()).is_none());
+        }
+        let started = tokio::time::Instant::now();
+        assert!(open.push_waiting(message()).await.is_some());
+        assert_eq!(started.elapsed(), ROOM_WAIT, "waited once");
+        assert!(open.is_stalled());
+        let again = tokio::time::Instant::now();
+        assert!(open.push_waiting(message()).await.is_some());
+        assert_eq!(again.elapsed(), std::time::Duration::ZERO, "not again");
+        assert!(open.next().now_or_never().is_some());
+        assert!(!open.is_stalled(), "reading again");
+        assert!(open.push_waiting(message()).await.is_none(), "room made");
     }
 
     #[test]

@@ -136,6 +136,13 @@ impl Caller {
     /// lines sent after it); by rmcp when there is no queue (the stream
     /// has ended, or the caller is a session, not a request) or it stays
     /// full.
+    ///
+    /// A client not reading the request's stream (its queue stalled) has
+    /// the message dropped: rmcp's way leads to the same stream, and
+    /// waiting on it would hold every later message of the upstream's
+    /// other sessions, which keep their turn behind this one. rmcp's way
+    /// is bounded too ([`SEND_LIMIT`]): it blocks while the session's
+    /// own channel to its client is full.
     pub async fn send_on_its_stream(
         &self,
         message: rmcp::model::ServerNotification,
@@ -144,10 +151,25 @@ impl Caller {
             Some(stream) => stream.push_waiting(message).await,
             None => Some(message),
         };
-        match unsent {
-            Some(message) => self.peer.send_notification(message).await,
-            None => Ok(()),
+        let Some(message) = unsent else {
+            return Ok(());
+        };
+        if self
+            .request_stream
+            .as_ref()
+            .is_some_and(|stream| stream.is_stalled())
+        {
+            tracing::debug!(
+                session = self.session,
+                "the client is not reading its request's stream: a message dropped"
+            );
+            return Ok(());
         }
+        tokio::time::timeout(SEND_LIMIT, self.peer.send_notification(message))
+            .await
+            .unwrap_or(Err(rmcp::service::ServiceError::Timeout {
+                timeout: SEND_LIMIT,
+            }))
     }
 
     /// The same session, not tied to a particular request.
@@ -324,6 +346,10 @@ pub const ABANDONED_LINGER: Duration = Duration::from_secs(30);
 
 /// Bound on the abandoned requests remembered for [`ABANDONED_LINGER`].
 const ABANDONED_MAX: usize = 256;
+
+/// Bound on sending a notification to a client by rmcp, which waits while
+/// the session's channel to its client is full (a client not reading).
+const SEND_LIMIT: Duration = Duration::from_secs(1);
 
 /// Bound on how long an answer waits for earlier notifications to be
 /// relayed; a stuck client stream must not hold every answer.
