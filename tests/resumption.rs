@@ -974,3 +974,41 @@ async fn standalone_stream_resumes_across_a_sleep() {
     }
     session.assert_working().await;
 }
+
+/// Resuming after a new `GET`'s priming event (rmcp's id `0` on every
+/// stream) replays what that stream carried, not what an earlier stream
+/// did: rmcp took `0` for "all I keep", and the first stream's messages
+/// came again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_after_a_priming_event_repeats_no_earlier_stream() {
+    let session = Session::start().await;
+    let mut first = SseReader::new("GET", session.get(&session.id, None).await);
+    first.expect_event(Instant::now() + OP_TIMEOUT).await;
+    session.toggle_bonus("toggle-1").await;
+    let carried = expect_list_changes(&mut first).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut second = SseReader::new("GET", session.get(&session.id, None).await);
+    let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert!(priming.message().is_none(), "priming: {priming:?}");
+    assert_eq!(priming.id.as_deref(), Some("0"), "rmcp's priming id");
+    drop(second);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Sent while no stream is open: the resume must carry these.
+    session.toggle_bonus("toggle-2").await;
+
+    let mut resumed = SseReader::new(
+        "GET (resumed after the priming event)",
+        session.get(&session.id, priming.id.as_deref()).await,
+    );
+    let next = expect_list_changes(&mut resumed).await;
+    let carried_ids: HashSet<_> = carried.iter().map(|e| e.id.clone()).collect();
+    for event in &next {
+        assert!(
+            !carried_ids.contains(&event.id),
+            "carried again after the priming event: {event:?}"
+        );
+    }
+    session.assert_working().await;
+}

@@ -405,7 +405,7 @@ impl SessionManager for ResumableSessions {
         // rmcp would replay all it keeps (`sync(0)`), events an earlier
         // `GET` already carried included; a new stream carries only what
         // no stream has.
-        let from = self.streams.standalone_ids(id).undelivered_from();
+        let from = self.streams.standalone_opened(id).undelivered_from();
         let stream = self.sessions.resume(id, from.to_string()).await?;
         let open = self.activity.stream_opened(id);
         Ok(counted(self.streams.standalone(id, Box::pin(stream)), open))
@@ -430,8 +430,10 @@ impl SessionManager for ResumableSessions {
                 // old one closed.
                 self.streams.cut_standalone(id);
                 // rmcp replays from the index it is given: the first
-                // event after the client's (`standalone.rs`).
-                let from = self.streams.standalone_ids(id).replay_from(index);
+                // event after the client's, or, after a priming event,
+                // after what was given out before its stream opened
+                // (`standalone.rs`).
+                let from = self.streams.standalone_ids(id).resume_from(index);
                 let stream = self.sessions.resume(id, from.to_string()).await?;
                 let stream = self.streams.standalone(id, Box::pin(stream));
                 Ok(counted(stream, open).right_stream())

@@ -37,10 +37,13 @@ pub(super) type OpenStandalone = std::collections::HashMap<SessionId, Vec<Weak<C
 /// The ids a session's standalone streams give out: rmcp's index `n` is
 /// `base + n + 1`, and `last` the highest given so far. `base` moves past
 /// `last` each time the session wakes (a new rmcp session, from 0 again).
+/// `opened_after` is `last` when the newest stream opened: what its
+/// priming event (rmcp's, id `0` on every stream) stands for.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StandaloneIds {
     base: usize,
     last: usize,
+    opened_after: usize,
 }
 
 impl StandaloneIds {
@@ -58,6 +61,18 @@ impl StandaloneIds {
     /// The rmcp index of the first event no stream has given out yet.
     pub(super) fn undelivered_from(&self) -> usize {
         self.replay_from(self.last)
+    }
+
+    /// The rmcp index to resume from after the client's id `after`. `0`
+    /// is the priming event every new stream starts with: the client saw
+    /// none of what that stream carried, which is what came after the
+    /// newest stream opened (not all rmcp keeps: earlier streams carried
+    /// that).
+    pub(super) fn resume_from(&self, after: usize) -> usize {
+        match after {
+            0 => self.replay_from(self.opened_after),
+            after => self.replay_from(after),
+        }
     }
 
     fn woke(&mut self) {
@@ -86,6 +101,15 @@ impl Streams {
             session: session.clone(),
             streams: Arc::downgrade(self),
         }
+    }
+
+    /// A new standalone stream of `session` opens now: its priming event
+    /// stands for what was given out so far. Returns the ids then.
+    pub(super) fn standalone_opened(&self, session: &SessionId) -> StandaloneIds {
+        let mut all = lock(&self.standalone_ids);
+        let ids = all.entry(session.clone()).or_default();
+        ids.opened_after = ids.last;
+        *ids
     }
 
     /// `session`'s standalone ids now.
@@ -221,6 +245,26 @@ mod tests {
         assert_eq!(ids.replay_from(6), 1, "after an id of this life");
         assert_eq!(ids.replay_from(3), 0, "an id from before the wake: all");
         assert_eq!(ids.replay_from(5), 0);
+    }
+
+    /// Every new stream's priming event is rmcp's `0`: resuming after it
+    /// replays what came after that stream opened, not what an earlier
+    /// stream carried (all that rmcp keeps).
+    #[test]
+    fn resuming_after_a_priming_event_replays_only_that_streams_events() {
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        // A first stream carried ids 1 to 3 (rmcp's 0 to 2).
+        for index in 0..3 {
+            streams.give_id(&session, index);
+        }
+        let ids = streams.standalone_opened(&session);
+        assert_eq!(ids.undelivered_from(), 3);
+        assert_eq!(ids.resume_from(0), 3, "after the second stream's priming");
+        assert_eq!(ids.resume_from(2), 2, "after a real id, as before");
+        // A wake: this rmcp session's events are all new to the client.
+        streams.standalone_woke(&session);
+        assert_eq!(streams.standalone_ids(&session).resume_from(0), 0);
     }
 
     #[tokio::test]
