@@ -873,6 +873,12 @@ async fn session_flood_beyond_max_sessions_is_refused() {
     assert_echoes(&hostile.http, &url, &session).await;
     let answer = post(&hostile.http, &url, None, JSON_POST, INITIALIZE).await;
     assert_session_refused(&answer);
+    // Anything but an `initialize` without a session is a 400 at the
+    // limit too (the session id is missing), not a 503 with a Retry-After
+    // that has a client retry what can never succeed.
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}"#;
+    let answer = post(&hostile.http, &url, None, JSON_POST, call).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
     hostile.assert_unharmed().await;
 }
 

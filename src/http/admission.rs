@@ -176,6 +176,13 @@ pub async fn reserve_session(
     if names_session(&request) {
         return next.run(request).await;
     }
+    // Only an `initialize` makes a session; anything else without one gets
+    // rmcp's 400 ("session ID required"), at the limit too: a 503 with
+    // `Retry-After` had a client retry a request that can never succeed.
+    let (request, initializes) = initializes(request).await;
+    if !initializes {
+        return next.run(request).await;
+    }
     let limit = gateway.config().limits.max_sessions;
     let Some(ticket) = gateway.sessions().reserve(limit) else {
         tracing::warn!(limit, "session limit reached; refusing a new session");
@@ -186,6 +193,24 @@ pub async fn reserve_session(
     RESERVED
         .scope(RefCell::new(Some(ticket)), next.run(request))
         .await
+}
+
+/// Whether `request`'s body (read whole by `json_guard` already: taken
+/// back as it is, not copied; only for a POST naming no session) is an
+/// `initialize` request; the request, as it was.
+async fn initializes(request: Request) -> (Request, bool) {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return (Request::from_parts(parts, Body::empty()), false);
+    };
+    let initializes = serde_json::from_slice::<Method>(&bytes)
+        .is_ok_and(|message| message.method.as_deref() == Some("initialize"));
+    (Request::from_parts(parts, Body::from(bytes)), initializes)
 }
 
 fn unavailable(message: String) -> Response {
