@@ -614,6 +614,41 @@ async fn raw_http_surface() {
             .await
             .unwrap();
         assert_eq!(response.status(), status, "Origin {origin}");
+        // A page may read what it is let in for (CORS), its session id
+        // included.
+        if status == 200 {
+            let headers = response.headers();
+            assert_eq!(headers["access-control-allow-origin"], origin);
+            let exposed = headers["access-control-expose-headers"].to_str().unwrap();
+            assert!(exposed.contains("mcp-session-id"), "{exposed}");
+        }
+    }
+    // A browser asks first (a preflight): answered for an allowed origin,
+    // refused for another. rmcp has no OPTIONS and answered 405.
+    for (origin, status) in [("http://localhost:6274", 204), ("http://evil.example", 403)] {
+        let preflight = http
+            .request(reqwest::Method::OPTIONS, &mcp)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type, mcp-session-id",
+            );
+        let response = within("a preflight", preflight.send()).await.unwrap();
+        assert_eq!(response.status(), status, "preflight from {origin}");
+        if status == 204 {
+            let headers = response.headers();
+            assert_eq!(headers["access-control-allow-origin"], origin);
+            let methods = headers["access-control-allow-methods"].to_str().unwrap();
+            assert!(
+                methods.contains("POST") && methods.contains("DELETE"),
+                "{methods}"
+            );
+            assert_eq!(
+                headers["access-control-allow-headers"],
+                "content-type, mcp-session-id"
+            );
+        }
     }
 
     // Before anything else answers: a foreign Host or Origin gets 403 with

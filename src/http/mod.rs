@@ -35,6 +35,7 @@ pub mod admin;
 mod admission;
 mod answer_slot;
 mod connections;
+mod cors;
 mod host_check;
 mod json_guard;
 mod lane_dispatch;
@@ -321,6 +322,25 @@ async fn session_answers(
     if let Some(refused) = host_check::refusal(&edge.allowed, &request) {
         return refused;
     }
+    // A page's request (its origin allowed, or the check off): the
+    // browser reads the answer only if it says so.
+    let Some(origin) = request.headers().get(axum::http::header::ORIGIN).cloned() else {
+        return answer_for_session(&edge, request, next).await;
+    };
+    if let Some(preflight) = cors::preflight(request.method(), request.headers(), &origin) {
+        return preflight;
+    }
+    let mut response = answer_for_session(&edge, request, next).await;
+    cors::allow(&mut response, origin);
+    response
+}
+
+/// [`session_answers`] once the request is let in.
+async fn answer_for_session(
+    edge: &Edge,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     let sessions = &edge.sessions;
     let method = request.method().clone();
     if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
