@@ -1093,3 +1093,21 @@ async fn a_body_sent_too_slowly_is_a_request_timeout() {
     assert!(message.contains("request_read_timeout"), "{answer}");
     hostile.assert_unharmed().await;
 }
+
+/// A request refused for its params that names no session (and is no
+/// `initialize`) gets the 400 for the missing session first, as any other
+/// request without one: a 200 with -32602 had the client fix its params
+/// and send them without a session again. An `initialize` refused for its
+/// params gets its -32602.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_params_without_a_session_are_a_missing_session_first() {
+    let mut hostile = Hostile::start().await;
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__echo","arguments":5}}"#;
+    let answer = hostile.post(None, JSON_POST, call).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    let initialize =
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#;
+    let answer = hostile.post(None, JSON_POST, initialize).await;
+    assert_refused(&answer, initialize.as_bytes(), 200, INVALID_PARAMS);
+    hostile.assert_unharmed().await;
+}

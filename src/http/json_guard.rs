@@ -373,9 +373,19 @@ pub async fn check_json_body(
     match check_shape(&bytes) {
         Ok(()) => {}
         // A valid request with a JSON-RPC error answer: 200, so clients
-        // hand the error to the caller like any other.
+        // hand the error to the caller like any other. Not without the
+        // session it needs: that is rmcp's 400 first, whatever the params
+        // (only an `initialize` goes without one).
         Err(ShapeRejection::Params { id, message }) => {
-            return rpc_error(StatusCode::OK, id, INVALID_PARAMS, message)
+            if !parts.headers.contains_key("mcp-session-id") && !is_initialize(&bytes) {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Extension(BodyRefused),
+                    "Bad Request: Session ID is required",
+                )
+                    .into_response();
+            }
+            return rpc_error(StatusCode::OK, id, INVALID_PARAMS, message);
         }
         Err(ShapeRejection::Invalid(message)) => {
             let (code, message) = match classify(&bytes) {
@@ -446,6 +456,13 @@ async fn read_body(body: Body, limit: usize, read_timeout: Duration) -> BodyRead
 /// rmcp, nor its session check.
 #[derive(Clone, Copy, Debug)]
 pub struct BodyRefused;
+
+/// Whether `body` is an `initialize` request (read only on the rare path
+/// of a request refused for its params).
+fn is_initialize(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|message| message.get("method") == Some(&Value::from("initialize")))
+}
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
     (
