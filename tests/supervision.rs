@@ -1344,3 +1344,29 @@ async fn a_dead_server_whose_helper_holds_its_stdout_is_restarted() {
     .await;
     close(client).await;
 }
+
+/// A launcher that exits with the server it started still serving on its
+/// pipes (`setsid` forks when it leads its process group, as every stdio
+/// child here does) keeps its session: the exit is confirmed by asking
+/// the pipes, which still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launcher_that_exits_leaves_its_server_serving() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.launched]\ncommand = \"setsid\"\nargs = [{BIN:?}, \"demo-server\"]\n\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "launched__pid").await;
+    eventually("the launcher's exit to be looked into", OP_TIMEOUT, || async {
+        let lines = gateway.proc.stderr.snapshot();
+        lines
+            .iter()
+            .any(|line| line.contains("something still answers on its pipes"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(call_pid(&client, "launched__pid").await, pid);
+    let mount = wait_state(&gateway, "launched", "ready").await;
+    assert_eq!(mount["restarts"], 0, "{mount}");
+    close(client).await;
+}

@@ -93,6 +93,18 @@ pub async fn open(
         Err(_) => return Err(UpstreamError::InitializeTimeout(timeouts.initialize)),
     };
     let peer = service.peer().clone();
+    // A stdio child's exit ends the session, though a process it started
+    // may hold its stdout open (Linux: pidfds).
+    #[cfg(target_os = "linux")]
+    if let Some(pid) = pid {
+        super::exit_watch::watch(
+            pid,
+            mount.name.as_str(),
+            peer.clone(),
+            ended.clone(),
+            super::LIVENESS_WAIT,
+        );
+    }
     let relay = service.service().relay().clone();
     let mut no_cache = ClientCacheConfig::default();
     no_cache.enabled = false;
@@ -169,11 +181,6 @@ async fn start(
             // From here on, abandoning the start (timeout, shutdown) kills
             // the whole group.
             let group = ProcessGroupGuard::new(pid, Some(tag));
-            // Its exit ends the session, though a process it started may
-            // hold its stdout open.
-            if let Some(pid) = pid {
-                super::exit_watch::watch(pid, mount.name.as_str(), ended.clone());
-            }
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }

@@ -12,6 +12,7 @@ pub mod connect;
 mod detached;
 pub mod direct_call;
 pub mod discovery;
+#[cfg(target_os = "linux")]
 mod exit_watch;
 pub mod handler;
 pub mod http_client;
@@ -92,7 +93,7 @@ pub struct UpstreamSession {
 
 /// How long a ping after a timed-out request may take before the upstream
 /// counts as gone: a server that answers anything answers a ping at once.
-const LIVENESS_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const LIVENESS_WAIT: Duration = Duration::from_secs(5);
 
 /// How long one upstream request may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
