@@ -1357,13 +1357,17 @@ async fn a_launcher_that_exits_leaves_its_server_serving() {
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
     let pid = call_pid(&client, "launched__pid").await;
-    eventually("the launcher's exit to be looked into", OP_TIMEOUT, || async {
-        let lines = gateway.proc.stderr.snapshot();
-        lines
-            .iter()
-            .any(|line| line.contains("something still answers on its pipes"))
-            .then_some(())
-    })
+    eventually(
+        "the launcher's exit to be looked into",
+        OP_TIMEOUT,
+        || async {
+            let lines = gateway.proc.stderr.snapshot();
+            lines
+                .iter()
+                .any(|line| line.contains("something still answers on its pipes"))
+                .then_some(())
+        },
+    )
     .await;
     assert_eq!(call_pid(&client, "launched__pid").await, pid);
     let mount = wait_state(&gateway, "launched", "ready").await;
