@@ -1996,3 +1996,40 @@ async fn a_change_only_another_profile_sees_is_not_announced() {
     close(sampler).await;
     close(plain).await;
 }
+
+/// With the `Origin` check off (`allowed_origins = ["*"]`), a page on any
+/// origin may send a request (as before), but gets no CORS answer: a
+/// browser neither passes its preflight nor lets it read an answer, so no
+/// website a user visits can drive the gateway from the user's browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_page_gets_cors_answers_with_the_origin_check_off() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nallowed_origins = [\"*\"]\n\n{}",
+        stdio_demo_mount("shared", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, &mcp)
+        .header("origin", "http://evil.example")
+        .header("access-control-request-method", "POST");
+    let response = within("a preflight", preflight.send()).await.unwrap();
+    assert_ne!(response.status(), 204);
+    assert!(response
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+    let initialize = http
+        .post(&mcp)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("origin", "http://evil.example")
+        .body(INITIALIZE);
+    let response = within("initialize", initialize.send()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response
+        .headers()
+        .get("access-control-allow-origin")
+        .is_none());
+}

@@ -3,7 +3,9 @@
 //!
 //! `server.allowed_origins` decides which pages may call (`host_check.rs`
 //! refuses the others with 403 before this runs); a browser also needs the
-//! answers to say so. A preflight (`OPTIONS` with
+//! answers to say so. Only origins the list names get them: with the
+//! check off (`["*"]`) none does, or every website a user visits could
+//! drive the gateway from the user's browser. A preflight (`OPTIONS` with
 //! `Access-Control-Request-Method`) is answered here, never reaching rmcp
 //! (which has no `OPTIONS` and answered 405), and every answer to a
 //! request with an `Origin` names that origin and exposes `Mcp-Session-Id`,

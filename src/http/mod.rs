@@ -322,9 +322,15 @@ async fn session_answers(
     if let Some(refused) = host_check::refusal(&edge.allowed, &request) {
         return refused;
     }
-    // A page's request (its origin allowed, or the check off): the
-    // browser reads the answer only if it says so.
-    let Some(origin) = request.headers().get(axum::http::header::ORIGIN).cloned() else {
+    // A page's request, its origin on the allow-list: the browser reads
+    // the answer only if it says so. Not with the check off (`["*"]`):
+    // that would let every website a user visits drive the gateway (and
+    // run its stdio tools) from the user's browser.
+    let origin = match &edge.allowed.origins {
+        Some(_) => request.headers().get(axum::http::header::ORIGIN).cloned(),
+        None => None,
+    };
+    let Some(origin) = origin else {
         return answer_for_session(&edge, request, next).await;
     };
     if let Some(preflight) = cors::preflight(request.method(), request.headers(), &origin) {
