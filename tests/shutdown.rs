@@ -85,6 +85,16 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
         },
     )
     .await;
+    // And readiness says so, for load balancers that route by it.
+    let readyz = within(
+        "/readyz while draining",
+        http.get(gateway.url("/readyz")).send(),
+    )
+    .await
+    .expect("GET /readyz");
+    assert_eq!(readyz.status(), 503);
+    let readyz: serde_json::Value = readyz.json().await.expect("a JSON body");
+    assert_eq!(readyz["draining"], true, "{readyz}");
 
     // Its body completed while draining: refused too, not a new session.
     // (Had the signal been handled before the gateway read the head, the

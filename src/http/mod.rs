@@ -412,7 +412,10 @@ async fn readyz(
     uri: axum::http::Uri,
     headers: axum::http::HeaderMap,
 ) -> impl IntoResponse {
-    let ready = gateway.is_ready();
+    // Draining (SIGTERM received): new work is refused with 503, so a load
+    // balancer that routes by this probe must stop sending any.
+    let draining = gateway.is_draining();
+    let ready = gateway.is_ready() && !draining;
     let status = if ready {
         StatusCode::OK
     } else {
@@ -438,5 +441,9 @@ async fn readyz(
             })
         })
         .collect();
-    (status, Json(json!({ "ready": ready, "mounts": mounts })))
+    let mut body = json!({ "ready": ready, "mounts": mounts });
+    if draining {
+        body["draining"] = json!(true);
+    }
+    (status, Json(body))
 }
