@@ -8,6 +8,13 @@
 //! config is loaded and validated like at start; a valid one is applied
 //! ([`Gateway::reload`]), an invalid one is logged with every problem and
 //! the running config keeps serving.
+//!
+//! A file is read until two reads [`SETTLE`] apart agree: a write in place
+//! (`cp`, `>`, an editor that truncates then writes) polled halfway is a
+//! cut-off file, often still valid (cut at a mount's end, or empty: no
+//! mounts), and applying it stopped every mount it lacked. And a file
+//! that is empty (or blank) is never applied by a reload: it is a write
+//! caught halfway far more often than a wish to run no upstream.
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,6 +23,28 @@ use crate::config::{self, Config, ConfigSource};
 
 /// How often the config file is read to look for a change.
 pub const POLL: Duration = Duration::from_secs(1);
+
+/// How long a changed file must stay as read before it is taken.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// How many times a file still changing is read again before waiting for
+/// the next poll.
+const SETTLE_READS: usize = 5;
+
+/// The file's content once two reads [`SETTLE`] apart agree; `None` if it
+/// cannot be read (mid-replace) or keeps changing.
+async fn settled(source: &ConfigSource) -> Option<Vec<u8>> {
+    let mut read = source.snapshot()?;
+    for _ in 0..SETTLE_READS {
+        tokio::time::sleep(SETTLE).await;
+        let again = source.snapshot()?;
+        if again == read {
+            return Some(read);
+        }
+        read = again;
+    }
+    None
+}
 
 /// Watches `source` and SIGHUP until `stop` resolves. `loaded` is the
 /// file's content read just before the running config was loaded from it
@@ -54,12 +83,19 @@ pub async fn watch(
             _ = stop.cancelled() => return,
             _ = hangup_received => "SIGHUP",
             _ = poll.tick() => {
-                let current = source.snapshot();
                 // A file that cannot be read (mid-replace) is not a change.
+                let current = source.snapshot();
                 if current.is_none() || current == seen {
                     continue;
                 }
-                seen = current;
+                // Nor is one still being written.
+                let Some(current) = settled(&source).await else {
+                    continue;
+                };
+                if Some(&current) == seen.as_ref() {
+                    continue;
+                }
+                seen = Some(current);
                 "config file changed"
             }
         };
@@ -73,6 +109,17 @@ async fn reload_once(
     adjust: &(impl Fn(&mut Config) + Sync),
     trigger: &str,
 ) {
+    if source
+        .snapshot()
+        .is_some_and(|content| content.iter().all(u8::is_ascii_whitespace))
+    {
+        tracing::error!(
+            config = %source.describe(),
+            %trigger,
+            "config reload rejected: the file is empty (caught while being written?); the running config keeps serving"
+        );
+        return;
+    }
     let mut config = match config::load(source) {
         Ok(config) => config,
         Err(error) => {
@@ -168,6 +215,39 @@ mod tests {
         stop.cancel();
         watcher.await.expect("the watcher ends");
         assert_eq!(max_sessions(&gateway), 7, "the edit was not applied");
+    }
+
+    /// A file read halfway through a write is not taken: only content that
+    /// stays as read; and an empty file is never applied by a reload (it
+    /// would stop every mount).
+    #[tokio::test]
+    async fn a_file_still_being_written_or_empty_is_not_applied() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        std::fs::write(&path, "[limits]\nmax_sessions = 5\n").expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        // Changing under the reads: not settled.
+        let writer = {
+            let path = path.clone();
+            tokio::spawn(async move {
+                for n in 0..20 {
+                    std::fs::write(&path, format!("[limits]\nmax_sessions = {n}\n")).unwrap();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        };
+        assert_eq!(settled(&source).await, None);
+        writer.await.unwrap();
+        std::fs::write(&path, "[limits]\nmax_sessions = 6\n").unwrap();
+        assert_eq!(
+            settled(&source).await.as_deref(),
+            Some(&b"[limits]\nmax_sessions = 6\n"[..])
+        );
+
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        std::fs::write(&path, "").unwrap();
+        reload_once(&gateway, &source, &|_: &mut Config| {}, "test").await;
+        assert_eq!(max_sessions(&gateway), 6, "an empty file applied");
     }
 
     /// A reload keeps the running separator (a `[server]` change needs a
