@@ -18,7 +18,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates tini \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --home /var/lib/junction --create-home junction
+    && useradd --system --uid 999 --user-group --home /var/lib/junction --create-home junction
 COPY --from=build /src/target/release/junction /usr/local/bin/junction
 USER junction
 WORKDIR /etc/junction
