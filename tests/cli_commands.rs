@@ -876,3 +876,33 @@ async fn serving_flags_are_refused_where_they_do_not_apply() {
         run.stderr
     );
 }
+
+/// The configs the repository ships for deployment are valid: a renamed
+/// key would otherwise put every deployment built from them into a crash
+/// loop with nothing here noticing. Checked with the image's environment.
+#[tokio::test]
+async fn the_shipped_deployment_configs_are_valid() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let configmap: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("deploy/kubernetes/configmap.yaml"))
+            .expect("the ConfigMap"),
+    )
+    .expect("the ConfigMap is YAML");
+    let in_configmap = configmap["data"]["junction.toml"]
+        .as_str()
+        .expect("the ConfigMap holds junction.toml")
+        .to_owned();
+    let compose = std::fs::read_to_string(root.join("deploy/compose/junction.toml"))
+        .expect("the Compose config");
+    let image_env = [
+        ("JUNCTION_SERVER__LISTEN", "0.0.0.0:8080"),
+        ("JUNCTION_SERVER__ALLOWED_HOSTS", "[\"*\"]"),
+        ("UPSTREAM_TOKEN", "test-token"),
+    ];
+    for (what, config) in [("configmap.yaml", in_configmap), ("compose", compose)] {
+        let (_dir, path) = config_file(&config);
+        let run = junction(&["check", "--config", &path], &image_env).await;
+        assert_eq!(run.code(), Some(0), "{what}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains(": valid;"), "{what}: {}", run.stdout);
+    }
+}
