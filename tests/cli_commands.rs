@@ -697,28 +697,41 @@ fn output_that_cannot_be_written_exits_3() {
 
 #[tokio::test]
 async fn import_claude_desktop() {
+    // The tokens written as is in the file are not copied: they come from
+    // the environment (set here for the check), as the report says.
     let run = import_and_check(
         "claude_desktop.json",
-        0,
+        1,
         &["filesystem", "github", "brave-search", "sqlite-db"],
-        &[],
+        &[
+            ("GITHUB_PERSONAL_ACCESS_TOKEN", "t"),
+            ("BRAVE_API_KEY", "k"),
+        ],
     )
     .await;
     assert!(run.stdout.contains(
-        "[mounts.github]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-github\"]\nenv = { GITHUB_PERSONAL_ACCESS_TOKEN = \"ghp_exampleexampleexample\" }\nisolation = \"shared\"\n"
+        "[mounts.github]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-github\"]\nenv = { GITHUB_PERSONAL_ACCESS_TOKEN = \"${GITHUB_PERSONAL_ACCESS_TOKEN}\" }\nisolation = \"shared\"\n"
     ), "{}", run.stdout);
     assert!(run
         .stdout
         .contains("# \"Brave Search\" in the source\n[mounts.brave-search]\n"));
+    assert!(
+        !run.stdout.contains("ghp_example") && !run.stderr.contains("ghp_example"),
+        "a token copied: {}{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(!run.stdout.contains("BSA-example") && !run.stderr.contains("BSA-example"));
     assert_reported(
         &run,
         "claude_desktop.json",
         &[
             "mcpServers.Brave Search: note: renamed to mount \"brave-search\"",
             "mcpServers.sqlite_db: note: renamed to mount \"sqlite-db\"",
+            "mcpServers.github.env.GITHUB_PERSONAL_ACCESS_TOKEN: not translated: a secret written as is was not copied into the config; it became ${GITHUB_PERSONAL_ACCESS_TOKEN}",
+            "mcpServers.Brave Search.env.BRAVE_API_KEY: not translated: a secret written as is was not copied into the config; it became ${BRAVE_API_KEY}",
         ],
     );
-    assert!(!run.stderr.contains("not translated"), "{}", run.stderr);
     assert!(run
         .stderr
         .contains("junction import: 4 of 4 servers imported"));

@@ -12,6 +12,7 @@
 mod emit;
 mod jsonc;
 mod mount_name;
+mod secrets;
 mod server;
 mod source;
 mod vars;
@@ -30,7 +31,9 @@ Claude Code (.mcp.json) and Cursor (~/.cursor/mcp.json), or VS Code's
 .vscode/mcp.json (\"servers\" and \"inputs\"), and prints an equivalent
 Junction TOML config on stdout. What cannot be carried over (the sse
 transport, envFile, ${input:…} prompts, client-only settings) is reported
-on stderr.
+on stderr. A token or key written as is in an `env` or `headers` entry is
+not copied: it becomes a ${VAR} to set before starting junction, so the
+TOML can be kept and shared (a ConfigMap) without it.
 
 Examples:
   junction import ~/.cursor/mcp.json > junction.toml

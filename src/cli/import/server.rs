@@ -241,7 +241,9 @@ fn http(
 }
 
 /// `env` or `headers`: an object of strings (numbers and booleans are
-/// written as text); other values are dropped and reported.
+/// written as text); other values are dropped and reported; a secret
+/// written as is becomes an environment variable's reference
+/// ([`super::secrets`]).
 fn string_map(
     fields: &Map<String, Value>,
     field: &str,
@@ -259,14 +261,16 @@ fn string_map(
             ))
         }
     };
+    let server = path.rsplit('.').next().unwrap_or(path);
     let mut out = Vec::new();
     for (key, value) in map {
         let value_path = format!("{path}.{field}.{key}");
         match scalar_text(value) {
-            Some(text) => out.push((
-                key.clone(),
-                vars::translate(&text, inputs, &value_path, issues),
-            )),
+            Some(text) => {
+                let text = vars::translate(&text, inputs, &value_path, issues);
+                let text = super::secrets::kept_out(server, field, key, text, &value_path, issues);
+                out.push((key.clone(), text));
+            }
             None => issues.push(Issue::lost(
                 value_path,
                 format!("expected a string, found {}; dropped", kind_of(value)),

@@ -50,14 +50,22 @@ fn claude_desktop_stdio_servers_translate_fully() {
         },
         "globalShortcut": "Ctrl+Space"
     }));
-    assert!(translation.is_complete(), "{}", report(&translation));
-    assert_eq!(translation.issues, []);
+    // All translated, but the token, written as is, is not copied: it
+    // comes from the environment, which the report says to set.
+    let report = report(&translation);
+    assert_eq!(translation.issues.len(), 1, "{report}");
+    assert!(
+        report.contains("mcpServers.github.env.GITHUB_PERSONAL_ACCESS_TOKEN")
+            && report.contains("set GITHUB_PERSONAL_ACCESS_TOKEN"),
+        "{report}"
+    );
+    assert!(!report.contains("ghp_example") && !translation.toml.contains("ghp_example"));
     let config = parsed(&translation);
     let github = &config["mounts"]["github"];
     assert_eq!(github["command"].as_str(), Some("npx"));
     assert_eq!(
         github["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"].as_str(),
-        Some("ghp_example")
+        Some("${GITHUB_PERSONAL_ACCESS_TOKEN}")
     );
     assert_eq!(github["isolation"].as_str(), Some("shared"));
     assert_eq!(
@@ -266,12 +274,12 @@ fn broken_entries_are_skipped_and_reported() {
 fn odd_strings_round_trip() {
     let awkward = "quote \" backslash \\ tab \t newline \n cr \r ctl \u{1}\u{7f}\u{85} é ✓ \u{2028} 'single' '''";
     let translation = import(json!({
-        "mcpServers": {"s": {"command": awkward, "env": {"WEIRD KEY": awkward, "a.b": "x"}}}
+        "mcpServers": {"s": {"command": awkward, "env": {"WEIRD NAME": awkward, "a.b": "x"}}}
     }));
     let config = parsed(&translation);
     assert_eq!(config["mounts"]["s"]["command"].as_str(), Some(awkward));
     assert_eq!(
-        config["mounts"]["s"]["env"]["WEIRD KEY"].as_str(),
+        config["mounts"]["s"]["env"]["WEIRD NAME"].as_str(),
         Some(awkward)
     );
     assert_eq!(config["mounts"]["s"]["env"]["a.b"].as_str(), Some("x"));
@@ -300,14 +308,14 @@ fn what_the_config_refuses_is_reported_not_written() {
     let translation = import(json!({
         "mcpServers": {
             "vault": {"command": "x", "args": ["${1PASSWORD_TOKEN}", "${env:2FA}"]},
-            "web": {"url": "https://h/mcp", "headers": {"X-Key": "abc\ndef", "X-Ok": "fine"}}
+            "web": {"url": "https://h/mcp", "headers": {"X-Note": "abc\ndef", "X-Ok": "fine"}}
         }
     }));
     assert_eq!(lost(&translation), 3, "{}", report(&translation));
     let report = report(&translation);
     assert!(
         report.contains(
-            "mcpServers.web.headers.X-Key: not translated: value is not a valid HTTP header value; dropped"
+            "mcpServers.web.headers.X-Note: not translated: value is not a valid HTTP header value; dropped"
         ),
         "{report}"
     );

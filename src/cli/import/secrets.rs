@@ -1,0 +1,123 @@
+//! Secrets written into an imported file as they are: moved to the
+//! environment rather than copied into the config.
+//!
+//! A client config often holds a token in plain text
+//! (`"env": {"GITHUB_TOKEN": "ghp_…"}`, `"headers": {"Authorization":
+//! "Bearer …"}`). The TOML `import` prints is meant to be kept, shared and
+//! put in a ConfigMap, where anyone who can read it would read the token.
+//! So a value under a secret-looking name that is written as is (no
+//! `${…}` in it) becomes a reference to an environment variable, and the
+//! report says which one to set; the value itself is printed nowhere.
+
+use super::{vars::env_name, Issue};
+
+/// Words (between `_`, `-` or case changes) that make an `env` or header
+/// name a secret's.
+const SECRET_WORDS: [&str; 12] = [
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "KEY",
+    "APIKEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "AUTH",
+    "AUTHORIZATION",
+    "COOKIE",
+    "PAT",
+];
+
+/// Whether `name` (an env variable's or a header's) names a secret.
+pub fn looks_secret(name: &str) -> bool {
+    env_name(name)
+        .split('_')
+        .any(|word| SECRET_WORDS.contains(&word))
+}
+
+/// `value` of `name` in `field` (`env` or `headers`) of server `server`
+/// at `path`: as it is, or, for a secret written as is, a reference to the
+/// environment variable it should come from, reported in `issues`.
+pub fn kept_out(
+    server: &str,
+    field: &str,
+    name: &str,
+    value: String,
+    path: &str,
+    issues: &mut Vec<Issue>,
+) -> String {
+    if value.is_empty() || value.contains("${") || !looks_secret(name) {
+        return value;
+    }
+    // An env variable keeps its name; a header gets one after its server.
+    let variable = match field {
+        "env" => env_name(name),
+        _ => env_name(&format!("{server}_{name}")),
+    };
+    issues.push(Issue::lost(
+        path,
+        format!(
+            "a secret written as is was not copied into the config; it became ${{{variable}}}: set {variable} (to the value in the source file) before starting junction"
+        ),
+    ));
+    format!("${{{variable}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_are_told_from_others() {
+        for secret in [
+            "GITHUB_PERSONAL_ACCESS_TOKEN",
+            "Authorization",
+            "X-Api-Key",
+            "OPENAI_API_KEY",
+            "DB_PASSWORD",
+            "aws_secret_access_key",
+            "Cookie",
+        ] {
+            assert!(looks_secret(secret), "{secret}");
+        }
+        for plain in [
+            "NODE_ENV",
+            "HOME",
+            "Accept",
+            "LOG_LEVEL",
+            "KEYBOARD_LAYOUT",
+            "GIT_AUTHOR_NAME",
+        ] {
+            assert!(!looks_secret(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_secret_written_as_is_becomes_a_reference() {
+        let mut issues = Vec::new();
+        let kept = |name: &str, value: &str, issues: &mut Vec<Issue>| {
+            kept_out("github", "env", name, value.to_owned(), "p", issues)
+        };
+        assert_eq!(
+            kept("GITHUB_TOKEN", "ghp_abc", &mut issues),
+            "${GITHUB_TOKEN}"
+        );
+        assert_eq!(kept("GITHUB_TOKEN", "${GH}", &mut issues), "${GH}");
+        assert_eq!(kept("NODE_ENV", "production", &mut issues), "production");
+        assert_eq!(issues.len(), 1);
+        assert!(
+            !issues[0].message.contains("ghp_abc"),
+            "{}",
+            issues[0].message
+        );
+        let header = kept_out(
+            "remote",
+            "headers",
+            "Authorization",
+            "Bearer x".into(),
+            "p",
+            &mut issues,
+        );
+        assert_eq!(header, "${REMOTE_AUTHORIZATION}");
+    }
+}
