@@ -129,7 +129,7 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
             for error in errors {
                 problems.push(error.path.join("."), error.kind.to_string());
             }
-            return Err(problems.into_error(origin));
+            return Err(from_overrides(problems.into_error(origin)));
         }
     };
 
@@ -154,27 +154,56 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
                 .collect();
             Ok(config)
         }
-        Err(problems) => Err(problems.into_error(origin)),
+        Err(problems) => Err(from_overrides(problems.into_error(origin))),
     }
+}
+
+/// `error` with each problem about a setting an environment override set
+/// naming that variable: the value was not in the file the error names
+/// (the Docker image always sets `JUNCTION_SERVER__ALLOWED_HOSTS`, and an
+/// operator would search the file for it in vain).
+fn from_overrides(mut error: super::ConfigError) -> super::ConfigError {
+    let overrides: Vec<(String, String)> = std::env::vars()
+        .filter_map(|(name, _)| {
+            let key = name.strip_prefix("JUNCTION_")?;
+            is_override_key(key).then(|| (env_key_path(key), name.clone()))
+        })
+        .collect();
+    for problem in &mut error.problems {
+        let set_by = overrides.iter().find(|(path, _)| {
+            problem.path == *path || problem.path.starts_with(&format!("{path}."))
+        });
+        if let Some((_, variable)) = set_by {
+            problem.message = format!(
+                "{} (set by environment variable {variable})",
+                problem.message
+            );
+        }
+    }
+    error
+}
+
+/// Whether `key` (after `JUNCTION_`) is a config override: it starts with
+/// a section of the config.
+fn is_override_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "server__",
+        "mounts__",
+        "timeouts__",
+        "supervision__",
+        "limits__",
+        "telemetry__",
+        "admin__",
+    ]
+    .iter()
+    .any(|section| key.starts_with(section))
 }
 
 /// The `JUNCTION_…` environment overrides, keyed by config path.
 fn env_overrides() -> Env {
     Env::prefixed("JUNCTION_")
-        .filter(|key| {
-            let key = key.as_str().to_ascii_lowercase();
-            [
-                "server__",
-                "mounts__",
-                "timeouts__",
-                "supervision__",
-                "limits__",
-                "telemetry__",
-                "admin__",
-            ]
-            .iter()
-            .any(|section| key.starts_with(section))
-        })
+        .filter(|key| is_override_key(key.as_str()))
         .map(|key| env_key_path(key.as_str()).into())
         // Last: each `filter`/`map` turns lowercasing back on.
         .lowercase(false)
