@@ -218,6 +218,9 @@ fn main() -> ExitCode {
             let telemetry = runtime
                 .block_on(async { telemetry::init_from_config(&config.telemetry, log_format) });
             tracing::info!(config = %source.describe(), mounts = config.mounts.len(), "config loaded");
+            for (setting, variable) in &config.overridden {
+                tracing::info!(%setting, %variable, "the environment overrides this setting of the config file");
+            }
             let served = runtime
                 .block_on(serve(config, source, loaded, overrides))
                 .map(|()| Outcome::Ok);

@@ -290,6 +290,65 @@ async fn check_shows_substituted_values_as_written() {
     );
 }
 
+/// A setting of the file an environment variable overrides is named,
+/// with the variable: the file's value is not used, which nothing said
+/// (the Docker image always overrides `server.allowed_hosts`). A setting
+/// only the environment gives is no surprise, and not named.
+#[tokio::test]
+async fn check_names_the_settings_the_environment_overrides() {
+    let config = "[server]\nlisten = \"127.0.0.1:0\"\nallowed_hosts = [\"localhost\"]\n";
+    let (_dir, path) = config_file(config);
+    let run = junction(
+        &["check", "--config", &path],
+        &[
+            ("JUNCTION_SERVER__ALLOWED_HOSTS", "[\"*\"]"),
+            ("JUNCTION_LIMITS__MAX_SESSIONS", "50"),
+        ],
+    )
+    .await;
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains(
+            "server.allowed_hosts: set by environment variable JUNCTION_SERVER__ALLOWED_HOSTS; the file's value is not used"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("max_sessions"), "{}", run.stdout);
+}
+
+/// A problem with a setting an environment variable set names the
+/// variable: the value is not in the file the error names. (Run as a
+/// process of its own: invalid overrides in the test process would reach
+/// every other test loading a config meanwhile.)
+#[tokio::test]
+async fn a_problem_an_override_made_names_its_variable() {
+    let config = "[server]\nallowed_hosts = [\"localhost\"]\n[mounts.a]\ncommand = \"x\"\n";
+    let (_dir, path) = config_file(config);
+    let run = junction(
+        &["check", "--config", &path],
+        &[
+            ("JUNCTION_SERVER__ALLOWED_HOSTS", "localhost"),
+            ("JUNCTION_MOUNTS__A__ISOLATION", "sometimes"),
+        ],
+    )
+    .await;
+    run.expect_code(2);
+    for (setting, variable) in [
+        ("server.allowed_hosts", "JUNCTION_SERVER__ALLOWED_HOSTS"),
+        ("mounts.a.isolation", "JUNCTION_MOUNTS__A__ISOLATION"),
+    ] {
+        assert!(
+            run.stderr
+                .lines()
+                .any(|line| line.contains(&format!(": {setting}: "))
+                    && line.ends_with(&format!("(set by environment variable {variable})"))),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 #[tokio::test]
 async fn check_reports_every_problem_with_its_path() {
     let (_dir, path) = config_file(

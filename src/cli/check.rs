@@ -71,6 +71,11 @@ pub fn summary(origin: &str, config: &Config) -> String {
         server.path,
         server.separator.as_str()
     );
+    for (setting, variable) in &config.overridden {
+        out.push_str(&format!(
+            "{setting}: set by environment variable {variable}; the file's value is not used\n"
+        ));
+    }
     if config.mounts.is_empty() {
         return out;
     }

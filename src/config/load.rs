@@ -115,12 +115,13 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
     };
 
     let overrides = env_overrides();
-    let figment = match format {
+    let file = match format {
         FileFormat::Toml => Figment::from(Toml::string(&text)),
         FileFormat::Yaml => Figment::from(Yaml::string(&text)),
         FileFormat::Json => Figment::from(Json::string(&text)),
-    }
-    .merge(overrides.clone());
+    };
+    let overridden = overridden_in(&file);
+    let figment = file.merge(overrides.clone());
 
     let mut tree: Value = match figment.extract() {
         Ok(tree) => tree,
@@ -152,10 +153,39 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
                 .into_iter()
                 .filter(|(_, raw)| raw.replace(&builtin, "").contains("${"))
                 .collect();
+            config.overridden = overridden;
             Ok(config)
         }
         Err(problems) => Err(from_overrides(problems.into_error(origin))),
     }
+}
+
+/// The settings `file` holds that a `JUNCTION_…` variable overrides, by
+/// path, with the variable.
+fn overridden_in(file: &Figment) -> Vec<(String, String)> {
+    let Ok(tree) = file.extract::<Value>() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, String)> = override_variables()
+        .into_iter()
+        .filter(|(path, _)| {
+            path.split('.')
+                .try_fold(&tree, |node, level| node.get(level))
+                .is_some()
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Every `JUNCTION_…` config override set now, as (config path, variable).
+fn override_variables() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter_map(|(name, _)| {
+            let key = name.strip_prefix("JUNCTION_")?;
+            is_override_key(key).then(|| (env_key_path(key), name.clone()))
+        })
+        .collect()
 }
 
 /// `error` with each problem about a setting an environment override set
@@ -163,12 +193,7 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
 /// (the Docker image always sets `JUNCTION_SERVER__ALLOWED_HOSTS`, and an
 /// operator would search the file for it in vain).
 fn from_overrides(mut error: super::ConfigError) -> super::ConfigError {
-    let overrides: Vec<(String, String)> = std::env::vars()
-        .filter_map(|(name, _)| {
-            let key = name.strip_prefix("JUNCTION_")?;
-            is_override_key(key).then(|| (env_key_path(key), name.clone()))
-        })
-        .collect();
+    let overrides = override_variables();
     for problem in &mut error.problems {
         let set_by = overrides.iter().find(|(path, _)| {
             problem.path == *path || problem.path.starts_with(&format!("{path}."))

@@ -36,6 +36,11 @@ pub struct Config {
     /// secret, and is shown as the variable it came from (`junction
     /// check`).
     pub as_written: std::collections::BTreeMap<String, String>,
+    /// Settings of the file an environment variable overrode, by path,
+    /// with the variable: the file's value is not used, which an operator
+    /// reading the file would not guess (the Docker image always sets
+    /// `JUNCTION_SERVER__ALLOWED_HOSTS`).
+    pub overridden: Vec<(String, String)>,
 }
 
 impl Config {

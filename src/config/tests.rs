@@ -203,38 +203,6 @@ fn env_overrides_win_over_the_file() {
     assert_eq!(config.mounts[1].name.as_str(), "b");
 }
 
-/// A problem with a setting an environment variable set names the
-/// variable: the value is not in the file the error names.
-#[test]
-fn a_problem_an_override_made_names_its_variable() {
-    let error = load_file(
-        "junction.toml",
-        "[server]\nallowed_hosts = [\"localhost\"]\n[mounts.a]\ncommand = \"x\"\n",
-        &[
-            ("JUNCTION_SERVER__ALLOWED_HOSTS", "localhost"),
-            ("JUNCTION_MOUNTS__A__ISOLATION", "sometimes"),
-        ],
-    )
-    .unwrap_err();
-    let problems = error;
-    assert!(
-        problems
-            .iter()
-            .any(|problem| problem.starts_with("server.allowed_hosts")
-                && problem
-                    .ends_with("(set by environment variable JUNCTION_SERVER__ALLOWED_HOSTS)")),
-        "{problems:?}"
-    );
-    assert!(
-        problems
-            .iter()
-            .any(|problem| problem.starts_with("mounts.a.isolation")
-                && problem
-                    .ends_with("(set by environment variable JUNCTION_MOUNTS__A__ISOLATION)")),
-        "{problems:?}"
-    );
-}
-
 /// What a mount names itself keeps its case through an override (a
 /// child's variable, a tool's timeout), and a mount name's `-` is written
 /// `_` in a variable name.

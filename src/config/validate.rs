@@ -173,6 +173,7 @@ pub fn resolve(
             limits,
             mounts,
             as_written: Default::default(),
+            overridden: Default::default(),
         }),
         _ => Err(problems),
     }
