@@ -8,8 +8,10 @@
 //! merges it into that request's stream, ahead of rmcp's events), and the
 //! relay puts what an upstream sends in the course of that request (its log
 //! messages and progress, so that the two keep their order) there. A
-//! message that finds no queue, or one still full after a moment, goes the
-//! old way (a log message on the `GET` stream, progress by rmcp).
+//! message that finds no queue goes the old way (a log message on the
+//! `GET` stream, progress by rmcp); one that finds the queue still full
+//! after a moment marks it stalled and is dropped, as are the next ones
+//! until its client reads again (see [`RelatedQueue::push_waiting`]).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -24,8 +26,8 @@ use futures::task::AtomicWaker;
 use rmcp::model::{RequestId, ServerNotification};
 
 /// Messages waiting for the request's stream; beyond this the relay waits
-/// for room ([`ROOM_WAIT`]), then falls back to the other way rather than
-/// hold more for a slow reader.
+/// for room ([`ROOM_WAIT`]), then gives the message up rather than hold
+/// more for a reader that does not read.
 const MAX_WAITING: usize = 64;
 
 /// How long a message waits for room in a full queue.

@@ -1,9 +1,11 @@
 //! Admitting new sessions and requests at the HTTP edge: the session limit
 //! and the refusal of new work while shutting down.
 //!
-//! A POST without `Mcp-Session-Id` may create a session. Once its body has
-//! passed `json_guard` it takes a [`SessionTicket`] under `[limits]
-//! max_sessions` ([`reserve_session`]); when none is left the
+//! A POST without `Mcp-Session-Id` that is an `initialize` creates a
+//! session. Once its body has passed `json_guard` it takes a
+//! [`SessionTicket`] under `[limits] max_sessions` ([`reserve_session`]);
+//! any other POST without a session goes on to rmcp's 400. When none is
+//! left the
 //! client gets HTTP 503 with a JSON-RPC error and no session is created.
 //! The ticket is handed to the session factory through a task-local (rmcp
 //! calls the factory inside this request's future), so the count is exact

@@ -246,7 +246,7 @@ impl ClientHandler for UpstreamHandler {
             return Err(refused);
         }
         if let Some(id) = url_id {
-            self.relay.remember_elicitation(id, caller.session_only());
+            self.relay.remember_elicitation(id, caller.session);
         }
         metrics().count_relayed("elicitation");
         set_elicit_meta(&mut params, self.passed_meta(&context));
@@ -379,7 +379,7 @@ impl ClientHandler for UpstreamHandler {
                 .and_then(|params| params.get("elicitationId"))
                 .and_then(|id| id.as_str())
                 .map(str::to_owned);
-            let Some(caller) = id.and_then(|id| self.relay.take_elicitation(&id)) else {
+            let Some(session) = id.and_then(|id| self.relay.take_elicitation(&id)) else {
                 tracing::debug!("elicitation/complete for an unknown elicitation");
                 return;
             };
@@ -388,7 +388,7 @@ impl ClientHandler for UpstreamHandler {
             // elicitation: the client may take minutes in its browser, and
             // the session may sleep and wake with a new peer meanwhile.
             let relayed = ServerNotification::CustomNotification(notification);
-            self.events.tell_session(caller.session, relayed);
+            self.events.tell_session(session, relayed);
             return;
         }
         if notification.method == "notifications/tasks/status" {

@@ -279,9 +279,13 @@ pub struct Arrival(u64);
 pub struct Relay {
     /// Upstream request id → the request in flight.
     inflight: Mutex<HashMap<RequestId, Inflight>>,
-    /// URL-mode elicitation id → the caller it was relayed to, so the
-    /// upstream's `notifications/elicitation/complete` reaches only it.
-    elicitations: Mutex<BoundedMap<Caller, ELICITATIONS_MAX>>,
+    /// URL-mode elicitation id → the downstream session it was relayed
+    /// to, so the upstream's `notifications/elicitation/complete` reaches
+    /// only it. The session's key, not its caller: a completion is told to
+    /// the session however long the client takes in its browser, asleep
+    /// or awake, and a caller would keep the peer of a session gone to
+    /// sleep (and rmcp's machinery behind it) as long as the entry lives.
+    elicitations: Mutex<BoundedMap<u64, ELICITATIONS_MAX>>,
     /// Upstream task id → its owner.
     tasks: Mutex<BoundedMap<TaskOwner, TASKS_MAX>>,
     /// Tasks whose owner went from `tasks` to keep it bounded. A message
@@ -709,11 +713,11 @@ impl Relay {
         }
     }
 
-    pub fn remember_elicitation(&self, elicitation_id: String, caller: Caller) {
-        lock(&self.elicitations).insert(elicitation_id, caller);
+    pub fn remember_elicitation(&self, elicitation_id: String, session: u64) {
+        lock(&self.elicitations).insert(elicitation_id, session);
     }
 
-    pub fn take_elicitation(&self, elicitation_id: &str) -> Option<Caller> {
+    pub fn take_elicitation(&self, elicitation_id: &str) -> Option<u64> {
         lock(&self.elicitations).remove(elicitation_id)
     }
 
@@ -917,14 +921,14 @@ impl InflightGuard {
         if ids.is_empty() {
             return;
         }
-        let Some(caller) = lock(&self.relay.inflight)
+        let Some(session) = lock(&self.relay.inflight)
             .get(&self.id)
-            .map(|inflight| inflight.caller.session_only())
+            .map(|inflight| inflight.caller.session)
         else {
             return;
         };
         for id in ids {
-            self.relay.remember_elicitation(id, caller.clone());
+            self.relay.remember_elicitation(id, session);
         }
     }
 }
