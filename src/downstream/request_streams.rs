@@ -158,6 +158,8 @@ impl RelatedQueue {
                 return Some(message);
             }
             if tokio::time::timeout_at(deadline, room).await.is_err() {
+                // Room made as the wait ran out is room all the same.
+                let message = self.push(message)?;
                 self.stalled.store(true, Ordering::Relaxed);
                 return Some(message);
             }
