@@ -726,3 +726,39 @@ async fn a_warning_in_a_quiet_log_names_its_request() {
     );
     close(client).await;
 }
+
+/// The call that opens a per-session upstream has its span ended and
+/// exported as any other: rmcp attached the span current when the
+/// upstream was opened (that call's) to the upstream's service loop, held
+/// it open for the session's life, and gave the loop's log lines that
+/// call's context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_that_opens_a_per_session_upstream_has_its_span_ended() {
+    let spans = Spans::default();
+    let endpoint = otlp_receiver(spans.clone()).await;
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}",
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
+    )
+    .await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    let mut meta = MetaObject::new();
+    meta.set_traceparent(format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"));
+    let mut params = CallToolRequestParams::new("private__pid");
+    params.meta = Some(RequestMetaObject(meta));
+    within("tools/call private__pid", client.peer().call_tool(params))
+        .await
+        .expect("call");
+    // The session (and the upstream it opened) lives on meanwhile.
+    exported_span(&spans, "the opening call's span", |span| {
+        span.name == "tools/call private__pid" && hex(&span.trace_id) == TRACE_ID
+    })
+    .await;
+    close(client).await;
+}

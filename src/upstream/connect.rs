@@ -78,18 +78,33 @@ pub async fn open(
 ) -> Result<UpstreamSession, UpstreamError> {
     let ended = CancellationToken::new();
     let raw = Arc::new(RawAnswers::default());
-    let started = tokio::time::timeout(
-        timeouts.initialize,
-        start(mount, timeouts, handler, ended.clone(), raw.clone()),
-    )
-    .await;
+    // In a task of its own, outside any request's span: rmcp attaches the
+    // span current when it starts a session to the session's loop and to
+    // every task it spawns, for the session's life. Opened within a call
+    // (a per-session upstream's first), that call's span was held open
+    // until the session ended, and every later line the loop logged
+    // carried that call's context. (Entering `Span::none()` would not do:
+    // it leaves the current span current.) Aborted if the wait is given
+    // up, which drops the start and kills what it spawned.
+    let opening = {
+        let (mount, ended, raw) = (mount.clone(), ended.clone(), raw.clone());
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            start(&mount, timeouts, handler, ended, raw).await
+        }))
+    };
+    let started = tokio::time::timeout(timeouts.initialize, opening).await;
     let Started {
         service,
         pid,
         group,
         direct,
     } = match started {
-        Ok(result) => result?,
+        Ok(Ok(result)) => result?,
+        Ok(Err(failed)) => {
+            return Err(UpstreamError::Initialize(format!(
+                "the start failed: {failed}"
+            )))
+        }
         Err(_) => return Err(UpstreamError::InitializeTimeout(timeouts.initialize)),
     };
     let peer = service.peer().clone();
