@@ -1374,3 +1374,35 @@ async fn a_launcher_that_exits_leaves_its_server_serving() {
     assert_eq!(mount["restarts"], 0, "{mount}");
     close(client).await;
 }
+
+/// A per-session upstream that announces a change with every list it
+/// answers keeps no session alive once the session is deleted: the
+/// refresh loop held the session for good (its upstream never closed, its
+/// places never given back), re-reading the lists back to back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chatty_upstream_does_not_keep_its_session_alive() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("chatty", "chatty_lists.py", "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let call = |id: u64, tool: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": format!("chatty__{tool}"), "arguments": {}}})
+        .to_string()
+    };
+    let pid = raw::post(&http, &url, Some(&session), raw::JSON_POST, call(2, "pid"))
+        .await
+        .tool_pid();
+    raw::post(&http, &url, Some(&session), raw::JSON_POST, call(3, "start")).await;
+    // Let the refreshes run a while.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    raw::delete_session(&http, &url, &session).await;
+    eventually("the session's upstream to be closed", OP_TIMEOUT, || async {
+        (!process_exists(pid)).then_some(())
+    })
+    .await;
+}

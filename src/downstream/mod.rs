@@ -393,6 +393,14 @@ impl SessionState {
             .filter(|session| session.is_alive())
     }
 
+    /// Whether this session's per-session slot for `mount`'s name was made
+    /// for that mount (not one a reload has since replaced).
+    pub(crate) fn upstream_is_of(&self, mount: &Mount) -> bool {
+        lock(&self.upstreams)
+            .get(&mount.config.name)
+            .is_some_and(|entry| entry.mount_id == mount.id())
+    }
+
     /// Like [`Self::open_upstream`], but waits for an open under way (its
     /// events are live before it has finished: what it announces then is
     /// about it). Never starts one.

@@ -39,11 +39,34 @@ impl UpstreamEvents for PerSessionEvents {
         if !state.refreshes.start(&key) {
             return;
         }
+        drop(state);
+        // The session is held for one refresh at a time, never across the
+        // waits between them: a session that ends meanwhile goes (its
+        // upstream closed, its places given back), and the loop with it.
+        let session = self.state.clone();
         tokio::spawn(async move {
+            let live = || session.upgrade().filter(|state| !state.quick_calls_ended());
             loop {
-                discovery::refresh_retrying(|| refresh_overlay(&state, &mount_name, kind)).await;
+                let refreshed = discovery::refresh_retrying(|| async {
+                    match live() {
+                        Some(state) => refresh_overlay(&state, &mount_name, kind).await,
+                        None => Refreshed::Moot,
+                    }
+                })
+                .await;
+                let Some(state) = live() else { break };
+                if refreshed == Refreshed::Moot {
+                    // Nothing to refresh on any more: let the key go (what
+                    // was asked meanwhile was about the same upstream).
+                    while state.refreshes.again(&key) {}
+                    break;
+                }
                 if !state.refreshes.again(&key) {
                     break;
+                }
+                drop(state);
+                if refreshed == Refreshed::Unchanged {
+                    tokio::time::sleep(discovery::UNCHANGED_PAUSE).await;
                 }
             }
         });
@@ -108,6 +131,11 @@ async fn refresh_overlay(
     let Some(upstream) = state.open_or_opening_upstream(mount_name).await else {
         return Refreshed::Moot;
     };
+    // An upstream of the mount a reload replaced (still closing) announces
+    // the old server's lists: not this mount's.
+    if !state.upstream_is_of(&mount) {
+        return Refreshed::Moot;
+    }
     let limit = mount.timeouts().request;
     let fresh = match discovery::refresh_within(&upstream, kind, limit).await {
         Ok(fresh) => fresh,
@@ -140,7 +168,7 @@ async fn refresh_overlay(
     });
     if !changed {
         tracing::debug!(mount = %mount_name, session = state.key, ?kind, "list_changed, but the list is as it was");
-        return Refreshed::Done;
+        return Refreshed::Unchanged;
     }
     if let Some(peer) = state.peer() {
         notify_list_changed(peer.clone(), kind).await;

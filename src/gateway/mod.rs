@@ -443,9 +443,13 @@ impl Gateway {
             return;
         }
         loop {
-            discovery::refresh_retrying(|| self.refresh_mount_once(name, profile, kind)).await;
+            let refreshed =
+                discovery::refresh_retrying(|| self.refresh_mount_once(name, profile, kind)).await;
             if !self.refreshes.again(&key) {
                 break;
+            }
+            if refreshed == Refreshed::Unchanged {
+                tokio::time::sleep(discovery::UNCHANGED_PAUSE).await;
             }
         }
     }
@@ -493,7 +497,7 @@ impl Gateway {
         let known = profile_session.catalog().unwrap_or_default();
         if !discovery::differs(&known, &fresh, kind) {
             tracing::debug!(mount = %name, %profile, ?kind, "list_changed, but the list is as it was");
-            return Refreshed::Done;
+            return Refreshed::Unchanged;
         }
         // Only this list is written back: a refresh of another list (or a
         // restart's rediscovery) may have stored its own meanwhile.

@@ -176,8 +176,10 @@ pub async fn refresh(
 /// How one refresh of a list after `list_changed` went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refreshed {
-    /// The list is read (and stored if it changed).
+    /// The list is read and stored: it changed.
     Done,
+    /// The list is read, and is as it was.
+    Unchanged,
     /// The live session failed to list: worth trying again.
     Failed,
     /// Nothing to refresh any more: the session or its mount is gone, or
@@ -191,21 +193,31 @@ const REFRESH_RETRIES: u32 = 3;
 const REFRESH_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs `refresh` until it is done or moot, trying a failure again a few
-/// times, further apart. A server announces a change once: a refresh that
-/// failed on a live session (an error, an answer too slow) left the list
-/// stale until the next announcement or restart, which may never come.
-pub async fn refresh_retrying<F, Fut>(mut refresh: F)
+/// times, further apart; how the last try went. A server announces a
+/// change once: a refresh that failed on a live session (an error, an
+/// answer too slow) left the list stale until the next announcement or
+/// restart, which may never come.
+pub async fn refresh_retrying<F, Fut>(mut refresh: F) -> Refreshed
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Refreshed>,
 {
-    for retry in 0..=REFRESH_RETRIES {
-        if refresh().await != Refreshed::Failed || retry == REFRESH_RETRIES {
-            return;
+    let mut retry = 0;
+    loop {
+        let refreshed = refresh().await;
+        if refreshed != Refreshed::Failed || retry == REFRESH_RETRIES {
+            return refreshed;
         }
         tokio::time::sleep(REFRESH_RETRY_AFTER * 2u32.pow(retry)).await;
+        retry += 1;
     }
 }
+
+/// How long a list's refreshes pause between one that found the list
+/// unchanged and the next: a server that announces a change with every
+/// list it answers (or on every call) would otherwise have its lists read
+/// back to back for as long as it lives.
+pub const UNCHANGED_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One list read afresh after the upstream said it changed, given up after
 /// `limit`: an upstream that announces a change and then never answers
