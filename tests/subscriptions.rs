@@ -324,3 +324,38 @@ async fn updates_reach_a_subscription_made_under_an_old_namespace() {
     close(subscriber).await;
     close(observer).await;
 }
+
+/// Subscribing again to what a session's own upstream already holds for
+/// it is answered without asking the upstream again: a server refusing
+/// the duplicate had the gateway drop the working subscription from its
+/// registry, and its updates were never delivered after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_twice_keeps_a_per_session_subscription() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "strict",
+            "strict_subscriptions.py",
+            "isolation = \"per_session\""
+        )
+    ))
+    .await;
+    let client = gateway.connect().await;
+    let uri = "strict+note://a";
+    subscribe(&client, uri).await;
+    subscribe(&client, uri).await;
+    let updates = || {
+        client
+            .service()
+            .resource_updates()
+            .iter()
+            .filter(|seen| *seen == uri)
+            .count()
+    };
+    ok_text(&call(&client, "strict__touch", json!({})).await);
+    eventually("resources/updated", SETTLE, || async {
+        (updates() > 0).then_some(())
+    })
+    .await;
+    close(client).await;
+}

@@ -1397,12 +1397,21 @@ async fn a_chatty_upstream_does_not_keep_its_session_alive() {
     let pid = raw::post(&http, &url, Some(&session), raw::JSON_POST, call(2, "pid"))
         .await
         .tool_pid();
-    raw::post(&http, &url, Some(&session), raw::JSON_POST, call(3, "start")).await;
+    raw::post(
+        &http,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        call(3, "start"),
+    )
+    .await;
     // Let the refreshes run a while.
     tokio::time::sleep(Duration::from_millis(500)).await;
     raw::delete_session(&http, &url, &session).await;
-    eventually("the session's upstream to be closed", OP_TIMEOUT, || async {
-        (!process_exists(pid)).then_some(())
-    })
+    eventually(
+        "the session's upstream to be closed",
+        OP_TIMEOUT,
+        || async { (!process_exists(pid)).then_some(()) },
+    )
     .await;
 }

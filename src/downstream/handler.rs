@@ -514,6 +514,13 @@ impl ServerHandler for DownstreamSession {
                         .map_err(|error| subscription_failed(&mount, error));
                 }
                 // A per-session upstream belongs to this session alone.
+                // Subscribed already, through this upstream: nothing to
+                // ask again (a server refusing a duplicate would have had
+                // the working subscription dropped from the registry).
+                // (A reopened upstream is subscribed again as it opens.)
+                if sessions.subscribed_route(key, &uri).as_ref() == Some(&route) {
+                    return Ok(());
+                }
                 if let Err(refused) = sessions.subscribe(key, &uri, &route) {
                     return Err(subscription_failed(&mount, refused));
                 }
