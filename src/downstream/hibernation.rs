@@ -20,7 +20,7 @@
 //!
 //! Only a session that would lose nothing sleeps: no `GET` stream, no
 //! request in flight, no per-session upstream (its relay holds the
-//! session's peer), no task within its TTL (the relay holds the peer for
+//! session's peer), no task within its TTL on a live upstream (the relay holds the peer for
 //! its status and in-task requests; past the TTL the upstream may have
 //! deleted it, and the session forgets it asleep). What rmcp held for its next `GET` is kept by
 //! the session registry, with what it is told asleep, and told on waking

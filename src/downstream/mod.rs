@@ -238,7 +238,16 @@ impl SessionState {
             && lock(&self.upstreams)
                 .values()
                 .all(|entry| entry.slot.get().is_none_or(|upstream| !upstream.is_alive()))
-            && self.tasks.all_expired(std::time::Instant::now());
+            && self
+                .tasks
+                .all_expired(std::time::Instant::now(), |mount, upstream| {
+                    // Per-session upstreams have ended (checked above); a
+                    // shared one lives while it is the mount's live session.
+                    gateway
+                        .mount(mount)
+                        .and_then(|mount| mount.live_shared_session())
+                        .is_some_and(|live| live.id() == upstream)
+                });
         if !sleeps {
             return None;
         }

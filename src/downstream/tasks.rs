@@ -242,11 +242,20 @@ impl TaskTable {
     /// client polling it keeps its session awake. Only a session idle past
     /// all its tasks' TTLs sleeps and forgets them; before, one task kept
     /// a session awake (~55 KiB) for good.
-    pub(crate) fn all_expired(&self, now: Instant) -> bool {
-        lock(&self.0)
-            .by_id
-            .values()
-            .all(|home| home.expires.is_some_and(|expires| expires <= now))
+    ///
+    /// A task whose upstream session has ended (`lives` says which still
+    /// run, by mount and [`UpstreamSession::id`]) is gone whatever its TTL:
+    /// a task with none kept its session awake after its upstream
+    /// restarted, until the idle timeout.
+    pub(crate) fn all_expired(
+        &self,
+        now: Instant,
+        lives: impl Fn(&MountName, u64) -> bool,
+    ) -> bool {
+        lock(&self.0).by_id.values().all(|home| {
+            home.expires.is_some_and(|expires| expires <= now)
+                || !lives(&home.mount, home.upstream_session)
+        })
     }
 
     /// The mounts and upstream sessions ([`UpstreamSession::id`]) this
@@ -741,23 +750,25 @@ mod tests {
         assert_eq!(lock(&table.0).order.len(), TASKS_PER_SESSION);
     }
 
-    /// A session may sleep once every task it created is past its TTL; a
-    /// task with none (unlimited) keeps it awake.
+    /// A session may sleep once every task it created is past its TTL or
+    /// its upstream session has ended; a task with none (unlimited) on a
+    /// live upstream keeps it awake.
     #[test]
     fn tasks_let_a_session_sleep_once_past_their_ttls() {
         let table = TaskTable::default();
         let mount = MountName::new("m").unwrap();
         let now = Instant::now();
-        assert!(table.all_expired(now), "no task");
+        let lives = |_: &MountName, upstream: u64| upstream == 1;
+        let all_expired = |at| table.all_expired(at, lives);
+        assert!(all_expired(now), "no task");
         let ttl = |created: &Value| task_ttl(created);
         table.add(&mount, "1", 1, ttl(&json!({"task": {"ttl": 1000}})));
-        assert!(!table.all_expired(now));
-        assert!(table.all_expired(now + Duration::from_secs(2)));
+        assert!(!all_expired(now));
+        assert!(all_expired(now + Duration::from_secs(2)));
         table.add(&mount, "2", 1, ttl(&json!({"task": {"ttl": null}})));
-        assert!(
-            !table.all_expired(now + Duration::from_secs(3600)),
-            "unlimited"
-        );
+        assert!(!all_expired(now + Duration::from_secs(3600)), "unlimited");
+        // Its upstream session gone (a restart), the task is gone too.
+        assert!(table.all_expired(now, |_, _| false));
     }
 
     #[test]
