@@ -256,6 +256,29 @@ async fn a_client_cancel_stops_its_upstream_call_and_nothing_else() {
     assert_eq!(ok_text(&b_result), "done after 10 steps");
     let count = call(&b, "shared__cancellations", Value::Null).await;
     assert_eq!(ok_text(&count), "1");
+    // Counted as cancelled, not as the mount's failure: per-mount error
+    // rates rose whenever a user pressed Stop.
+    let http = reqwest::Client::new();
+    let series = |outcome: &str| {
+        format!("junction_requests_total{{mount=\"shared\",method=\"tools/call\",outcome=\"{outcome}\"}} ")
+    };
+    let metrics = eventually(
+        "the cancelled call to be counted",
+        Duration::from_secs(5),
+        || async {
+            let metrics = http
+                .get(gateway.url("/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            metrics.contains(&series("cancelled")).then_some(metrics)
+        },
+    )
+    .await;
+    assert!(!metrics.contains(&series("tool_error")), "{metrics}");
     close(a).await;
     close(b).await;
 }

@@ -163,6 +163,10 @@ pub(crate) struct RequestOrigin<'a> {
     pub id: &'a RequestId,
     pub headers: Option<&'a axum::http::HeaderMap>,
     pub meta: Option<&'a MetaObject>,
+    /// Cancelled when the client cancels the request: what the request
+    /// ends with then is no answer (rmcp discards it) and no failure of
+    /// the mount's.
+    pub cancelled: Option<&'a tokio_util::sync::CancellationToken>,
 }
 
 impl<'a> RequestOrigin<'a> {
@@ -172,6 +176,7 @@ impl<'a> RequestOrigin<'a> {
             id: &context.id,
             headers: super::http_headers(context),
             meta: Some(&context.meta.0),
+            cancelled: Some(&context.ct),
         }
     }
 
@@ -229,6 +234,7 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         .and_then(|value| value.to_str().ok())
         .unwrap_or("");
     let request_id = origin.id.to_string();
+    let cancelled = origin.cancelled;
     let initialize = method == "initialize";
     let span = tracing::info_span!(
         "mcp.request",
@@ -284,6 +290,10 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         span.record("mcp.protocol.version", version);
     }
     let outcome = match &result {
+        // Its client cancelled it: rmcp discards the answer, and the
+        // mount did nothing wrong (per-mount error rates rose whenever
+        // a user pressed Stop).
+        _ if cancelled.is_some_and(|token| token.is_cancelled()) => "cancelled",
         Ok(answer) if answer.is_tool_error() => {
             span.record("error.type", "tool_error");
             span.record("otel.status_code", "ERROR");
@@ -336,6 +346,7 @@ mod tests {
                 id: &id,
                 headers: Some(&headers),
                 meta: None,
+                cancelled: None,
             };
             origin.protocol_version()
         };

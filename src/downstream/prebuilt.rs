@@ -74,6 +74,8 @@ pub(crate) async fn list(
             .map(|parts| &parts.headers),
         meta: sent_meta(params.and_then(|params| params.meta.as_ref()), extensions)
             .map(|meta| &meta.0),
+        // Answered at once from the catalog: nothing to cancel.
+        cancelled: None,
     };
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = listing.method();

@@ -496,10 +496,13 @@ async fn observed(
 ) -> Answer {
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = call.request.method();
+    // Cancelled by its client (once handed over) or by its session's end.
+    let cancel = call.cancel.clone();
     let origin = RequestOrigin {
         id: &id,
         headers: headers.as_ref(),
         meta: Some(&meta.0),
+        cancelled: Some(&cancel),
     };
     let work = routed::answer(&gateway, &state, call, &meta);
     admit_and_observe(&state.requests, limit, method, origin, work).await
