@@ -433,3 +433,41 @@ async fn a_session_sleeps_once_its_tasks_are_past_their_ttl() {
         "woken past its TTL, the task is unknown: {forgotten:?}"
     );
 }
+
+/// Waking a session is no new `initialize`: the count of initializes (what
+/// dashboards read as new sessions) does not move when a session wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_is_not_counted_as_an_initialize() {
+    let gateway = Gateway::start(&config("session_hibernate_after = \"100ms\"")).await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let initializes = || async {
+        let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    "junction_requests_total{mount=\"-\",method=\"initialize\",outcome=\"ok\"} ",
+                )
+            })
+            .map_or(0.0, |value| value.trim().parse::<f64>().expect("a count"))
+    };
+    let session = raw::open_session(&http, &url).await;
+    assert_eq!(initializes().await, 1.0);
+    wait_asleep(&http, &gateway, 1).await;
+    let answer = raw::post(
+        &http,
+        &url,
+        Some(&session),
+        JSON_POST,
+        request(5, "ping", json!({})),
+    )
+    .await;
+    assert!(answer.body.get("result").is_some(), "{answer:?}");
+    assert_eq!(initializes().await, 1.0, "a wake counted as an initialize");
+}

@@ -304,7 +304,7 @@ impl ServerHandler for DownstreamSession {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        self.handle("initialize", &context, async {
+        let answer = async {
             // rmcp replays `initialize` to wake a session asleep.
             if let Some(waking) = context.extensions.get::<SessionRestoreMarker>() {
                 let Some(sleeper) = self.gateway.hibernation().wake(&waking.id) else {
@@ -332,8 +332,14 @@ impl ServerHandler for DownstreamSession {
                     .register(state.key, context.peer.clone(), state.profile());
             }
             self.negotiate_initialize(&request)
-        })
-        .await
+        };
+        // A wake is no client's initialize: not counted or traced as one
+        // (with sessions sleeping after a minute idle, wakes outnumbered
+        // the new sessions the initialize count stands for).
+        match context.extensions.get::<SessionRestoreMarker>() {
+            Some(_) => answer.await,
+            None => self.handle("initialize", &context, answer).await,
+        }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
