@@ -60,12 +60,16 @@ pub struct Metrics {
     pub relayed: Family<KindLabels, Counter>,
 }
 
-/// Latency buckets from 50 µs to ~105 s: a cache hit and a slow tool both
-/// land in a meaningful bucket.
+/// Latency buckets from 50 µs, doubling, to ~56 min (the default
+/// `request_ceiling` is an hour): a cache hit, a slow tool, a call waiting
+/// minutes for a person's answer and a blocking `tasks/result` all land in
+/// a meaningful bucket. (Ending at ~105 s, everything longer was `+Inf`.)
 fn latency_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.000_05, 2.0, 22,
-    ))
+    Histogram::new(latency_buckets())
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.0, 27)
 }
 
 impl Metrics {
@@ -184,4 +188,21 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 /// The process-wide metrics.
 pub fn metrics() -> &'static Metrics {
     &METRICS
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    /// Latencies up to the default request ceiling (an hour) fall in a
+    /// finite bucket but for its last few minutes.
+    #[test]
+    fn latency_buckets_reach_the_better_part_of_an_hour() {
+        let buckets: Vec<f64> = latency_buckets().collect();
+        assert_eq!(buckets.first(), Some(&0.000_05));
+        assert!(
+            buckets.last().is_some_and(|last| *last > 3000.0),
+            "{buckets:?}"
+        );
+    }
 }
