@@ -762,3 +762,71 @@ async fn the_call_that_opens_a_per_session_upstream_has_its_span_ended() {
     .await;
     close(client).await;
 }
+
+/// Requests the HTTP edge refuses before any session handles them are
+/// counted by reason: nothing counted them, and at `max_sessions` every
+/// new client got 503 while the metrics showed no error at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_at_the_edge_are_counted_by_reason() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[limits]\nmax_sessions = 1\nmax_body_size = 1000\n\n{}",
+        stdio_demo_mount("shared", "")
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    gateway.wait_ready().await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let _only = raw::open_session(&http, &url).await;
+    let post = |body: String, session: Option<&'static str>, host: Option<&'static str>| {
+        let mut request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", raw::ACCEPT_BOTH)
+            .body(body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        async move {
+            within("a refused POST", request.send())
+                .await
+                .expect("POST")
+                .status()
+        }
+    };
+    assert_eq!(post(raw::INITIALIZE.to_owned(), None, None).await, 503);
+    assert_eq!(post("{not json".to_owned(), None, None).await, 400);
+    assert_eq!(post("x".repeat(5000), None, None).await, 413);
+    assert_eq!(
+        post(raw::INITIALIZE.to_owned(), Some("no-such-session"), None).await,
+        404
+    );
+    assert_eq!(
+        post(raw::INITIALIZE.to_owned(), None, Some("evil.example")).await,
+        403
+    );
+    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics");
+    for reason in [
+        "session_limit",
+        "malformed",
+        "body_too_large",
+        "unknown_session",
+        "host",
+    ] {
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!("junction_refused_requests_total{{reason=\"{reason}\"}}")
+            ),
+            Some(1.0),
+            "{reason}: {metrics}"
+        );
+    }
+}

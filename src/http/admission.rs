@@ -88,6 +88,7 @@ async fn refuse_new_work_while_draining(
     answers_to_work_in_flight(gateway, request)
         .await
         .ok_or_else(|| {
+            crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Draining);
             unavailable("the gateway is shutting down; reconnect to another instance".to_owned())
         })
 }
@@ -188,6 +189,7 @@ pub async fn reserve_session(
     let limit = gateway.config().limits.max_sessions;
     let Some(ticket) = gateway.sessions().reserve(limit) else {
         tracing::warn!(limit, "session limit reached; refusing a new session");
+        crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::SessionLimit);
         return unavailable(format!(
             "session limit reached: the gateway already serves {limit} sessions (max_sessions); try again later"
         ));

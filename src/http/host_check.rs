@@ -99,6 +99,7 @@ pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
         if !allowed.hosts.allows(authority.host(), authority.port_u16()) {
             let host = authority.host();
             tracing::warn!(%host, "rejected request with disallowed Host header (possible DNS rebinding attempt)");
+            crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Host);
             return Some(
                 (
                     StatusCode::FORBIDDEN,
@@ -113,6 +114,7 @@ pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
         let origin = String::from_utf8_lossy(origin.as_bytes());
         if !origin_allowed(&origin, origins) {
             tracing::warn!(%origin, "rejected request with disallowed Origin header (possible cross-origin attack)");
+            crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Origin);
             return Some(
                 (
                     StatusCode::FORBIDDEN,

@@ -330,14 +330,24 @@ async fn session_answers(
         Some(_) => request.headers().get(axum::http::header::ORIGIN).cloned(),
         None => None,
     };
-    let Some(origin) = origin else {
-        return answer_for_session(&edge, request, next).await;
+    let names_session = request.headers().contains_key("mcp-session-id");
+    let response = match origin {
+        None => answer_for_session(&edge, request, next).await,
+        Some(origin) => {
+            if let Some(preflight) = cors::preflight(request.method(), request.headers(), &origin) {
+                return preflight;
+            }
+            let mut response = answer_for_session(&edge, request, next).await;
+            cors::allow(&mut response, origin);
+            response
+        }
     };
-    if let Some(preflight) = cors::preflight(request.method(), request.headers(), &origin) {
-        return preflight;
+    // A session that has ended (or never was), whoever answered so: the
+    // gateway here, or rmcp.
+    if names_session && response.status() == StatusCode::NOT_FOUND {
+        crate::telemetry::metrics()
+            .count_refused(crate::telemetry::metrics::Refusal::UnknownSession);
     }
-    let mut response = answer_for_session(&edge, request, next).await;
-    cors::allow(&mut response, origin);
     response
 }
 
@@ -366,10 +376,24 @@ async fn answer_for_session(
         {
             return response;
         }
-        return match session {
-            Some(id) if !sessions.knows_session(&id).await => session_not_found(),
-            _ => response,
+        // Counted here: `json_guard` uses nothing of the crate (the fuzz
+        // crate compiles it alone). A 200 is a params error, answered.
+        use crate::telemetry::metrics::Refusal;
+        let refusal = match response.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => Some(Refusal::BodyTooLarge),
+            StatusCode::REQUEST_TIMEOUT => Some(Refusal::BodyTooSlow),
+            StatusCode::BAD_REQUEST => Some(Refusal::Malformed),
+            _ => None,
         };
+        if let Some(id) = &session {
+            if !sessions.knows_session(id).await {
+                return session_not_found();
+            }
+        }
+        if let Some(refusal) = refusal {
+            crate::telemetry::metrics().count_refused(refusal);
+        }
+        return response;
     }
     let known = match &session {
         Some(id) => sessions.knows_session(id).await,

@@ -46,6 +46,48 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Why the HTTP edge refused a request before any session handled it
+/// (`refused_requests_total{reason}`): answers no other metric counts.
+#[derive(Clone, Copy, Debug)]
+pub enum Refusal {
+    /// 403: a `Host` not in `allowed_hosts`.
+    Host,
+    /// 403: an `Origin` not in `allowed_origins`.
+    Origin,
+    /// 413: a body over `max_body_size`.
+    BodyTooLarge,
+    /// 408: a body slower than `request_read_timeout`.
+    BodyTooSlow,
+    /// 400: not a JSON-RPC message, or one the gateway cannot take.
+    Malformed,
+    /// 503: `max_sessions` reached.
+    SessionLimit,
+    /// 503: shutting down.
+    Draining,
+    /// 404: a session id the gateway does not know (ended, expired).
+    UnknownSession,
+}
+
+impl Refusal {
+    fn reason(self) -> &'static str {
+        match self {
+            Refusal::Host => "host",
+            Refusal::Origin => "origin",
+            Refusal::BodyTooLarge => "body_too_large",
+            Refusal::BodyTooSlow => "body_too_slow",
+            Refusal::Malformed => "malformed",
+            Refusal::SessionLimit => "session_limit",
+            Refusal::Draining => "draining",
+            Refusal::UnknownSession => "unknown_session",
+        }
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -58,6 +100,7 @@ pub struct Metrics {
     pub cache_hits: Counter,
     pub cache_refreshes: Family<MountLabels, Counter>,
     pub relayed: Family<KindLabels, Counter>,
+    pub refused: Family<ReasonLabels, Counter>,
 }
 
 /// Latency buckets from 50 µs, doubling, to ~56 min (the default
@@ -138,6 +181,12 @@ impl Metrics {
             "Messages relayed from upstreams to clients, by kind",
             relayed.clone(),
         );
+        let refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "refused_requests",
+            "HTTP requests the edge refused before any session handled them, by reason",
+            refused.clone(),
+        );
         Self {
             registry,
             requests,
@@ -150,6 +199,7 @@ impl Metrics {
             cache_hits,
             cache_refreshes,
             relayed,
+            refused,
         }
     }
 
@@ -160,6 +210,14 @@ impl Metrics {
             tracing::warn!(%error, "could not encode metrics");
         }
         out
+    }
+
+    pub fn count_refused(&self, refusal: Refusal) {
+        self.refused
+            .get_or_create(&ReasonLabels {
+                reason: refusal.reason(),
+            })
+            .inc();
     }
 
     pub fn count_relayed(&self, kind: &'static str) {
