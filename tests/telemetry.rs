@@ -830,3 +830,58 @@ async fn refusals_at_the_edge_are_counted_by_reason() {
         );
     }
 }
+
+/// A call its client cancels is no failure: neither its span nor the
+/// upstream request's is marked ERROR (they were, `_OTHER` and
+/// `tool_error`, whenever a user pressed Stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_no_error_in_its_spans() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    let spans = Spans::default();
+    let endpoint = otlp_receiver(spans.clone()).await;
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}",
+        stdio_demo_mount("shared", ""),
+    );
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
+    )
+    .await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    let params = CallToolRequestParams::new("shared__slow").with_arguments(
+        json!({"steps": 100, "delay_ms": 50})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = within(
+        "sending the slow call",
+        client
+            .peer()
+            .send_cancellable_request(request, Default::default()),
+    )
+    .await
+    .expect("request sent");
+    eventually(
+        "the call to make progress",
+        Duration::from_secs(5),
+        || async { (!client.service().progress().is_empty()).then_some(()) },
+    )
+    .await;
+    within("cancelling the call", handle.cancel(Some("stop".into())))
+        .await
+        .expect("cancel sent");
+    for name in ["tools/call shared__slow", "tools/call shared"] {
+        let span = exported_span(&spans, name, |span| span.name == name).await;
+        assert_ne!(
+            span.status.as_ref().map(|s| s.code),
+            Some(2),
+            "{name}: ERROR"
+        );
+    }
+    close(client).await;
+}

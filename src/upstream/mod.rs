@@ -272,6 +272,8 @@ impl UpstreamSession {
                 span.record("otel.status_code", "ERROR");
             }
             Ok(_) => {}
+            // Its client cancelled it: no failure of the upstream's.
+            Err(RequestError::Service(ServiceError::Cancelled { .. })) => {}
             Err(RequestError::Service(ServiceError::McpError(error))) => {
                 let code = error.code.0.to_string();
                 span.record("rpc.jsonrpc.error_code", error.code.0);
