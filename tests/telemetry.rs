@@ -52,6 +52,28 @@ async fn exported_span(spans: &Spans, what: &str, matches: impl Fn(&Span) -> boo
     .await
 }
 
+/// A ready gateway serving `mounts` (TOML) that exports its traces to a
+/// receiver here, and the spans received. Exported quickly instead of the
+/// SDK's default 5 s batches; logs at `warn` (tests set RUST_LOG, which
+/// wins over `log_level`: set to the same), and traces keep their own
+/// level (the request spans are `info`), so a quiet log does not switch
+/// them off.
+async fn traced_gateway(mounts: &str) -> (Gateway, Spans) {
+    let spans = Spans::default();
+    let endpoint = otlp_receiver(spans.clone()).await;
+    let config = format!(
+        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{mounts}"
+    );
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
+    )
+    .await;
+    gateway.wait_ready().await;
+    (gateway, spans)
+}
+
 fn attribute(span: &Span, key: &str) -> Option<String> {
     span.attributes
         .iter()
@@ -73,25 +95,13 @@ const CLIENT_SPAN_ID: &str = "00f067aa0ba902b7";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_continue_the_client_trace_and_reach_the_upstream() {
-    let spans = Spans::default();
-    let endpoint = otlp_receiver(spans.clone()).await;
     let demo = DemoHttp::start().await;
-    // Logs at `warn`: traces keep their own level (the request spans are
-    // `info`), so a quiet log does not switch them off.
-    let config = format!(
-        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}{}",
+    let (gateway, spans) = traced_gateway(&format!(
+        "{}{}",
         stdio_demo_mount("shared", "isolation = \"shared\""),
         http_mount("remote", &demo.mcp_url(), ""),
-    );
-    // Export quickly instead of the SDK's default 5 s batches. (Tests set
-    // RUST_LOG, which wins over `log_level`: set it to the same.)
-    let gateway = Gateway::launch(
-        &config,
-        "toml",
-        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
-    )
+    ))
     .await;
-    gateway.wait_ready().await;
     let client = gateway.connect().await;
 
     let mut meta = MetaObject::new();
@@ -734,19 +744,8 @@ async fn a_warning_in_a_quiet_log_names_its_request() {
 /// call's context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_call_that_opens_a_per_session_upstream_has_its_span_ended() {
-    let spans = Spans::default();
-    let endpoint = otlp_receiver(spans.clone()).await;
-    let config = format!(
-        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}",
-        stdio_demo_mount("private", "isolation = \"per_session\""),
-    );
-    let gateway = Gateway::launch(
-        &config,
-        "toml",
-        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
-    )
-    .await;
-    gateway.wait_ready().await;
+    let (gateway, spans) =
+        traced_gateway(&stdio_demo_mount("private", "isolation = \"per_session\"")).await;
     let client = gateway.connect().await;
     let mut meta = MetaObject::new();
     meta.set_traceparent(format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"));
@@ -837,19 +836,7 @@ async fn refusals_at_the_edge_are_counted_by_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_is_no_error_in_its_spans() {
     use rmcp::model::{CallToolRequest, ClientRequest};
-    let spans = Spans::default();
-    let endpoint = otlp_receiver(spans.clone()).await;
-    let config = format!(
-        "{SERVER_TOML}[telemetry]\notlp_endpoint = \"{endpoint}\"\nlog_level = \"warn\"\n\n{}",
-        stdio_demo_mount("shared", ""),
-    );
-    let gateway = Gateway::launch(
-        &config,
-        "toml",
-        &[("OTEL_BSP_SCHEDULE_DELAY", "100"), ("RUST_LOG", "warn")],
-    )
-    .await;
-    gateway.wait_ready().await;
+    let (gateway, spans) = traced_gateway(&stdio_demo_mount("shared", "")).await;
     let client = gateway.connect().await;
     let params = CallToolRequestParams::new("shared__slow").with_arguments(
         json!({"steps": 100, "delay_ms": 50})
