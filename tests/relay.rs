@@ -477,6 +477,50 @@ async fn log_and_progress_keep_their_meta() {
     }
 }
 
+/// A gateway over `flood_sampling.py` (mount `flood`) and a raw session
+/// of a client that declares sampling and never answers.
+struct SilentSampler {
+    _gateway: Gateway,
+    http: reqwest::Client,
+    url: String,
+    session: String,
+}
+
+impl SilentSampler {
+    async fn start() -> Self {
+        let config = format!(
+            "{SERVER_TOML}{}",
+            python_fixture_mount("flood", "flood_sampling.py", "")
+        );
+        let gateway = Gateway::start(&config).await;
+        let http = reqwest::Client::new();
+        let url = gateway.mcp_url();
+        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
+        let session = raw::open_session_with(&http, &url, initialize).await;
+        Self {
+            _gateway: gateway,
+            http,
+            url,
+            session,
+        }
+    }
+
+    /// `tools/call flood__<tool>`, answered with every message of its
+    /// stream.
+    async fn call(&self, tool: &str, arguments: Value) -> raw::Answer {
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": format!("flood__{tool}"), "arguments": arguments}});
+        raw::post(
+            &self.http,
+            &self.url,
+            Some(&self.session),
+            raw::JSON_POST,
+            call.to_string(),
+        )
+        .await
+    }
+}
+
 /// An upstream that sends its client more requests (sampling here) than
 /// the client answers is refused past a bound: they have no timeout of
 /// their own (a person may take minutes), so each one held a task and an
@@ -484,25 +528,8 @@ async fn log_and_progress_keep_their_meta() {
 /// declares sampling and never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_waiting_for_a_client_are_bounded() {
-    let config = format!(
-        "{SERVER_TOML}{}",
-        python_fixture_mount("flood", "flood_sampling.py", "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let url = gateway.mcp_url();
-    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
-    let session = raw::open_session_with(&http, &url, initialize).await;
-    let flood = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "flood__flood", "arguments": {"n": 40}}});
-    let answer = raw::post(
-        &http,
-        &url,
-        Some(&session),
-        raw::JSON_POST,
-        flood.to_string(),
-    )
-    .await;
+    let sampler = SilentSampler::start().await;
+    let answer = sampler.call("flood", json!({"n": 40})).await;
     let asked = answer
         .messages
         .iter()
@@ -521,25 +548,8 @@ async fn requests_waiting_for_a_client_are_bounded() {
 /// request ids), which a client without one never reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_cancel_goes_on_its_requests_stream() {
-    let config = format!(
-        "{SERVER_TOML}{}",
-        python_fixture_mount("flood", "flood_sampling.py", "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let url = gateway.mcp_url();
-    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
-    let session = raw::open_session_with(&http, &url, initialize).await;
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "flood__give_up", "arguments": {}}});
-    let answer = raw::post(
-        &http,
-        &url,
-        Some(&session),
-        raw::JSON_POST,
-        call.to_string(),
-    )
-    .await;
+    let sampler = SilentSampler::start().await;
+    let answer = sampler.call("give_up", json!({})).await;
     assert_eq!(
         answer.body["result"]["content"][0]["text"], "gave up",
         "{answer:?}"
@@ -644,9 +654,18 @@ async fn a_call_waiting_for_its_client_does_not_time_out() {
 /// kept the roots it had asked for at its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roots_changed_while_an_upstream_opens_reach_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let marker = dir.path().join("set-level");
     let config = format!(
         "{SERVER_TOML}{}",
-        python_fixture_mount("slow", "slow_set_level.py", "isolation = \"per_session\"")
+        python_fixture_mount(
+            "slow",
+            "slow_set_level.py",
+            &format!(
+                "isolation = \"per_session\"\nenv = {{ SET_LEVEL_MARKER = {:?} }}",
+                marker.display().to_string()
+            )
+        )
     );
     let gateway = Gateway::start(&config).await;
     let http = reqwest::Client::new();
@@ -673,7 +692,12 @@ async fn roots_changed_while_an_upstream_opens_reach_it() {
     // waits for the upstream to take the level.
     let first = post(changes(3));
     let change = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        eventually(
+            "the upstream to be taking the level",
+            OP_TIMEOUT,
+            || async { marker.exists().then_some(()) },
+        )
+        .await;
         let notification = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"});
         post(notification).await
     };
