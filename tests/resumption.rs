@@ -754,6 +754,17 @@ async fn standalone_stream_resumes_after_the_last_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_get_stream_does_not_repeat_what_an_earlier_one_carried() {
     let session = Session::start().await;
+    let (carried, mut second, _priming) = a_second_get_stream(&session).await;
+    session.toggle_bonus("toggle-2").await;
+    let next = expect_list_changes(&mut second).await;
+    assert_none_carried_again(&carried, &next, "on the second stream");
+    session.assert_working().await;
+}
+
+/// A first `GET` stream that carried the demo's list changes and was
+/// closed, then a second one: what the first carried, the second, and
+/// its priming event.
+async fn a_second_get_stream(session: &Session) -> (Vec<SseEvent>, SseReader, SseEvent) {
     let mut first = SseReader::new("GET", session.get(&session.id, None).await);
     first.expect_event(Instant::now() + OP_TIMEOUT).await;
     session.toggle_bonus("toggle-1").await;
@@ -761,22 +772,24 @@ async fn a_new_get_stream_does_not_repeat_what_an_earlier_one_carried() {
     drop(first);
     // The server sees the connection close at once on loopback (hyper
     // reads its end); until it does, rmcp would take a new GET for a
-    // second, message-less one.
+    // second, message-less one. Nothing outside the gateway tells when it
+    // has: a pause, not a wait for a condition.
     tokio::time::sleep(Duration::from_millis(500)).await;
-
     let mut second = SseReader::new("GET", session.get(&session.id, None).await);
     let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(priming.message().is_none(), "priming: {priming:?}");
-    session.toggle_bonus("toggle-2").await;
-    let next = expect_list_changes(&mut second).await;
+    (carried, second, priming)
+}
+
+/// No event of `next` has an id one of `carried` had.
+fn assert_none_carried_again(carried: &[SseEvent], next: &[SseEvent], where_: &str) {
     let carried_ids: HashSet<_> = carried.iter().map(|e| e.id.clone()).collect();
-    for event in &next {
+    for event in next {
         assert!(
             !carried_ids.contains(&event.id),
-            "carried again on the second stream: {event:?}"
+            "carried again {where_}: {event:?}"
         );
     }
-    session.assert_working().await;
 }
 
 /// The next three events on `stream`: the demo's `toggle_bonus` changes
@@ -982,20 +995,11 @@ async fn standalone_stream_resumes_across_a_sleep() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_after_a_priming_event_repeats_no_earlier_stream() {
     let session = Session::start().await;
-    let mut first = SseReader::new("GET", session.get(&session.id, None).await);
-    first.expect_event(Instant::now() + OP_TIMEOUT).await;
-    session.toggle_bonus("toggle-1").await;
-    let carried = expect_list_changes(&mut first).await;
-    drop(first);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let mut second = SseReader::new("GET", session.get(&session.id, None).await);
-    let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
-    assert!(priming.message().is_none(), "priming: {priming:?}");
+    let (carried, second, priming) = a_second_get_stream(&session).await;
     assert_eq!(priming.id.as_deref(), Some("0"), "rmcp's priming id");
     drop(second);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // Sent while no stream is open: the resume must carry these.
+    // Sent as the second stream goes: whether it still carries them or
+    // not, the resume after its priming event must.
     session.toggle_bonus("toggle-2").await;
 
     let mut resumed = SseReader::new(
@@ -1003,12 +1007,6 @@ async fn resuming_after_a_priming_event_repeats_no_earlier_stream() {
         session.get(&session.id, priming.id.as_deref()).await,
     );
     let next = expect_list_changes(&mut resumed).await;
-    let carried_ids: HashSet<_> = carried.iter().map(|e| e.id.clone()).collect();
-    for event in &next {
-        assert!(
-            !carried_ids.contains(&event.id),
-            "carried again after the priming event: {event:?}"
-        );
-    }
+    assert_none_carried_again(&carried, &next, "after the priming event");
     session.assert_working().await;
 }
