@@ -27,6 +27,11 @@ fn config(server: &str) -> String {
 
 /// `junction_downstream_sessions_asleep` from `/metrics`.
 async fn asleep(http: &reqwest::Client, gateway: &Gateway) -> u64 {
+    metric(http, gateway, "junction_downstream_sessions_asleep").await as u64
+}
+
+/// The value of `series` (name and labels) on `/metrics`; 0 if absent.
+async fn metric(http: &reqwest::Client, gateway: &Gateway, series: &str) -> f64 {
     let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
         .await
         .expect("GET /metrics")
@@ -35,8 +40,8 @@ async fn asleep(http: &reqwest::Client, gateway: &Gateway) -> u64 {
         .expect("metrics body");
     metrics
         .lines()
-        .find_map(|line| line.strip_prefix("junction_downstream_sessions_asleep "))
-        .map_or(0, |value| value.trim().parse().expect("a gauge value"))
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a metric value"))
 }
 
 async fn wait_asleep(http: &reqwest::Client, gateway: &Gateway, count: u64) {
@@ -441,21 +446,12 @@ async fn a_wake_is_not_counted_as_an_initialize() {
     let gateway = Gateway::start(&config("session_hibernate_after = \"100ms\"")).await;
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
-    let initializes = || async {
-        let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("metrics body");
-        metrics
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix(
-                    "junction_requests_total{mount=\"-\",method=\"initialize\",outcome=\"ok\"} ",
-                )
-            })
-            .map_or(0.0, |value| value.trim().parse::<f64>().expect("a count"))
+    let initializes = || {
+        metric(
+            &http,
+            &gateway,
+            "junction_requests_total{mount=\"-\",method=\"initialize\",outcome=\"ok\"}",
+        )
     };
     let session = raw::open_session(&http, &url).await;
     assert_eq!(initializes().await, 1.0);

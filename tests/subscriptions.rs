@@ -83,6 +83,17 @@ async fn one_subscriber() -> (Gateway, String, Client, Client) {
     (gateway, uri, subscriber, observer)
 }
 
+/// Reloads `one_subscriber`'s gateway with its mount's namespace `other`,
+/// and waits until the new upstream holds the note again.
+async fn rename_to_other(gateway: &Gateway, observer: &Client) {
+    let renamed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("shared", "namespace = \"other\"")
+    );
+    rewrite_config(&gateway.config_path, &renamed);
+    wait_until_held(observer, "other", &[NOTE]).await;
+}
+
 /// Changes note `a` through `mount` and waits until `client` is told
 /// about `uri` one more time than before.
 async fn remember_and_expect_update(writer: &Client, mount: &str, watcher: &Client, uri: &str) {
@@ -294,13 +305,7 @@ async fn unsubscribing_opens_no_per_session_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsubscribing_after_a_namespace_change_lets_the_upstream_go() {
     let (gateway, uri, subscriber, observer) = one_subscriber().await;
-
-    let renamed = format!(
-        "{SERVER_TOML}{}",
-        stdio_demo_mount("shared", "namespace = \"other\"")
-    );
-    rewrite_config(&gateway.config_path, &renamed);
-    wait_until_held(&observer, "other", &[NOTE]).await;
+    rename_to_other(&gateway, &observer).await;
     unsubscribe(&subscriber, &uri).await;
     wait_until_held(&observer, "other", &[]).await;
     close(subscriber).await;
@@ -314,12 +319,7 @@ async fn unsubscribing_after_a_namespace_change_lets_the_upstream_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_reach_a_subscription_made_under_an_old_namespace() {
     let (gateway, uri, subscriber, observer) = one_subscriber().await;
-    let renamed = format!(
-        "{SERVER_TOML}{}",
-        stdio_demo_mount("shared", "namespace = \"other\"")
-    );
-    rewrite_config(&gateway.config_path, &renamed);
-    wait_until_held(&observer, "other", &[NOTE]).await;
+    rename_to_other(&gateway, &observer).await;
     remember_and_expect_update(&observer, "other", &subscriber, &uri).await;
     close(subscriber).await;
     close(observer).await;
