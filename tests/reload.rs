@@ -377,16 +377,7 @@ async fn a_changed_mount_keeps_its_names_while_it_restarts() {
     rewrite_config(&gateway.config_path, &config(&slow_first));
     wait_for_log(&gateway, &["config reloaded", "changed=first"], 1).await;
     let during = call_pid(&client, "pid").await;
-    eventually("the new `first` to be ready", RELOAD_TIMEOUT, || async {
-        let body: Value = reqwest::get(gateway.url("/readyz"))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (readyz_mount(&body, "first")["state"] == "ready").then_some(())
-    })
-    .await;
+    wait_state(&gateway, "first", "ready").await;
     let after = call_pid(&client, "pid").await;
     assert_ne!(after, pid_before, "the old `first` still serves");
     assert_eq!(
@@ -516,16 +507,7 @@ async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
     wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
     // The new mount's own start first (the script's first), so that the
     // client's profile's is its second, the failing one.
-    eventually("the new `own` to be ready", RELOAD_TIMEOUT, || async {
-        let body: Value = reqwest::get(gateway.url("/readyz"))
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (readyz_mount(&body, "own")["state"] == "ready").then_some(())
-    })
-    .await;
+    wait_state(&gateway, "own", "ready").await;
     assert_eq!(
         std::fs::read_to_string(starts.path().join("starts"))
             .ok()

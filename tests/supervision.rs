@@ -23,29 +23,6 @@ fn ten_seconds() -> Value {
     json!({"steps": 1, "delay_ms": 10_000})
 }
 
-async fn readyz(gateway: &Gateway) -> Value {
-    let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
-        .await
-        .expect("readyz answers");
-    within("readyz body", response.json())
-        .await
-        .expect("readyz JSON")
-}
-
-/// Waits until `/readyz` shows mount `name` in `state`; returns the mount.
-async fn wait_state(gateway: &Gateway, name: &str, state: &str) -> Value {
-    eventually(
-        &format!("mount {name} to be {state}"),
-        OP_TIMEOUT,
-        || async {
-            let body = readyz(gateway).await;
-            let mount = readyz_mount(&body, name).clone();
-            (mount["state"] == state).then_some(mount)
-        },
-    )
-    .await
-}
-
 /// Waits until mount `name`'s first start has ended, either way; returns
 /// the mount.
 async fn first_start_ended(gateway: &Gateway, name: &str) -> Value {

@@ -785,6 +785,30 @@ pub async fn status_json(gateway: &Gateway) -> Value {
         .expect("a JSON status")
 }
 
+/// The `/readyz` body, as JSON.
+pub async fn readyz(gateway: &Gateway) -> Value {
+    let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
+        .await
+        .expect("readyz answers");
+    within("readyz body", response.json())
+        .await
+        .expect("readyz JSON")
+}
+
+/// Waits until `/readyz` shows mount `name` in `state`; returns the mount.
+pub async fn wait_state(gateway: &Gateway, name: &str, state: &str) -> Value {
+    eventually(
+        &format!("mount {name} to be {state}"),
+        OP_TIMEOUT,
+        || async {
+            let body = readyz(gateway).await;
+            let mount = readyz_mount(&body, name).clone();
+            (mount["state"] == state).then_some(mount)
+        },
+    )
+    .await
+}
+
 /// The mount entry named `name` in a `/readyz` body.
 pub fn readyz_mount<'a>(readyz: &'a Value, name: &str) -> &'a Value {
     readyz["mounts"]
