@@ -26,27 +26,14 @@ fn config(server: &str) -> String {
 }
 
 /// `junction_downstream_sessions_asleep` from `/metrics`.
-async fn asleep(http: &reqwest::Client, gateway: &Gateway) -> u64 {
-    metric(http, gateway, "junction_downstream_sessions_asleep").await as u64
+async fn asleep(gateway: &Gateway) -> u64 {
+    let metrics = metrics_text(gateway).await;
+    metric_value(&metrics, "junction_downstream_sessions_asleep").unwrap_or(0.0) as u64
 }
 
-/// The value of `series` (name and labels) on `/metrics`; 0 if absent.
-async fn metric(http: &reqwest::Client, gateway: &Gateway, series: &str) -> f64 {
-    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics body");
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().expect("a metric value"))
-}
-
-async fn wait_asleep(http: &reqwest::Client, gateway: &Gateway, count: u64) {
+async fn wait_asleep(gateway: &Gateway, count: u64) {
     eventually("sessions to fall asleep", SETTLE, || async {
-        (asleep(http, gateway).await == count).then_some(())
+        (asleep(gateway).await == count).then_some(())
     })
     .await;
 }
@@ -111,7 +98,7 @@ async fn an_idle_session_sleeps_and_wakes_with_its_state() {
     // A client with its GET stream open is never put to sleep.
     let listening = connect(&url).await;
 
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     // Asleep: the same id answers (a session unknown would get 404).
     // (Whether it is awake now is not asserted: 200 ms later it may sleep
     // again, and the next call wakes it again.)
@@ -127,10 +114,10 @@ async fn an_idle_session_sleeps_and_wakes_with_its_state() {
     );
 
     // It sleeps again, and a DELETE while asleep ends it.
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let deleted = raw::delete_session(&http, &url, &session).await;
     assert!(deleted.is_success(), "{deleted}");
-    assert_eq!(asleep(&http, &gateway).await, 0);
+    assert_eq!(asleep(&gateway).await, 0);
     assert_gone(&http, &url, &session).await;
 
     // The listening client slept through none of it.
@@ -148,8 +135,8 @@ async fn a_session_asleep_past_its_idle_timeout_is_gone() {
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
     let session = raw::open_session(&http, &url).await;
-    wait_asleep(&http, &gateway, 1).await;
-    wait_asleep(&http, &gateway, 0).await;
+    wait_asleep(&gateway, 1).await;
+    wait_asleep(&gateway, 0).await;
     assert_gone(&http, &url, &session).await;
 }
 
@@ -165,7 +152,7 @@ async fn a_session_asleep_keeps_its_place_under_max_sessions() {
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
     let session = raw::open_session(&http, &url).await;
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let refused = raw::post(&http, &url, None, JSON_POST, raw::INITIALIZE).await;
     assert_eq!(
         refused.status,
@@ -217,15 +204,11 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     let url = gateway.mcp_url();
     let uri = "demo+demo://notes/while-asleep";
     let sleeper = subscribed_session(&http, &url, uri).await;
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
 
     // Another client (its GET stream open: it never sleeps) changes both.
     let other = change_note_and_tools(&url, "while-asleep").await;
-    assert_eq!(
-        asleep(&http, &gateway).await,
-        1,
-        "the sleeper woke too early"
-    );
+    assert_eq!(asleep(&gateway).await, 1, "the sleeper woke too early");
 
     // The sleeper's GET wakes it; both come on that stream.
     let seen = get_until_told(&http, &url, &sleeper, uri).await;
@@ -286,17 +269,17 @@ async fn what_waited_for_a_get_survives_sleeping_twice() {
     // Changed while the sleeper is awake, its GET not open.
     let other = change_note_and_tools(&url, "before-sleep").await;
     assert_eq!(
-        asleep(&http, &gateway).await,
+        asleep(&gateway).await,
         0,
         "the sleeper slept before the change: the test no longer tests it"
     );
 
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let ping = request(3, "ping", json!({}));
     let answer = raw::post(&http, &url, Some(&sleeper), JSON_POST, ping).await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
-    assert_eq!(asleep(&http, &gateway).await, 0, "the ping did not wake it");
-    wait_asleep(&http, &gateway, 1).await;
+    assert_eq!(asleep(&gateway).await, 0, "the ping did not wake it");
+    wait_asleep(&gateway, 1).await;
 
     let seen = get_until_told(&http, &url, &sleeper, uri).await;
     assert!(
@@ -354,7 +337,7 @@ async fn a_session_whose_per_session_upstream_ended_sleeps() {
         .tool_pid();
     kill(pid);
 
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let answer = raw::post(&http, &url, Some(&session), JSON_POST, pid_call(3)).await;
     let again = answer.tool_text();
     assert!(
@@ -374,7 +357,7 @@ async fn requests_arriving_together_at_a_sleeping_session_are_all_answered() {
     let url = gateway.mcp_url();
     let session = raw::open_session(&http, &url).await;
     for round in 0..8u64 {
-        wait_asleep(&http, &gateway, 1).await;
+        wait_asleep(&gateway, 1).await;
         let requests = (0..6u64).map(|n| {
             let body = match n % 3 {
                 0 => raw::echo_request(&(100 * round + n).to_string(), "together"),
@@ -423,7 +406,7 @@ async fn a_session_sleeps_once_its_tasks_are_past_their_ttl() {
         tasks.push((session, task));
     }
 
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let get = |(session, task): &(String, String)| {
         let body = request(3, "tasks/get", json!({"taskId": task}));
         let session = session.clone();
@@ -446,16 +429,14 @@ async fn a_wake_is_not_counted_as_an_initialize() {
     let gateway = Gateway::start(&config("session_hibernate_after = \"100ms\"")).await;
     let http = reqwest::Client::new();
     let url = gateway.mcp_url();
-    let initializes = || {
-        metric(
-            &http,
-            &gateway,
-            "junction_requests_total{mount=\"-\",method=\"initialize\",outcome=\"ok\"}",
-        )
+    let initializes = || async {
+        let metrics = metrics_text(&gateway).await;
+        let series = "junction_requests_total{mount=\"-\",method=\"initialize\",outcome=\"ok\"}";
+        metric_value(&metrics, series).unwrap_or(0.0)
     };
     let session = raw::open_session(&http, &url).await;
     assert_eq!(initializes().await, 1.0);
-    wait_asleep(&http, &gateway, 1).await;
+    wait_asleep(&gateway, 1).await;
     let answer = raw::post(
         &http,
         &url,

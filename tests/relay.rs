@@ -258,7 +258,6 @@ async fn a_client_cancel_stops_its_upstream_call_and_nothing_else() {
     assert_eq!(ok_text(&count), "1");
     // Counted as cancelled, not as the mount's failure: per-mount error
     // rates rose whenever a user pressed Stop.
-    let http = reqwest::Client::new();
     let series = |outcome: &str| {
         format!("junction_requests_total{{mount=\"shared\",method=\"tools/call\",outcome=\"{outcome}\"}} ")
     };
@@ -266,14 +265,7 @@ async fn a_client_cancel_stops_its_upstream_call_and_nothing_else() {
         "the cancelled call to be counted",
         Duration::from_secs(5),
         || async {
-            let metrics = http
-                .get(gateway.url("/metrics"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let metrics = metrics_text(&gateway).await;
             metrics.contains(&series("cancelled")).then_some(metrics)
         },
     )

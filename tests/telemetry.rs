@@ -475,13 +475,6 @@ async fn an_upstream_failure_is_described_without_the_url_key() {
 }
 
 /// The value of one sample line of the Prometheus exposition.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let rest = line.strip_prefix(series)?;
-        rest.trim().parse().ok()
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_exactly_the_traffic_sent() {
     let config = format!(
@@ -501,12 +494,7 @@ async fn metrics_count_exactly_the_traffic_sent() {
     call_err(&client, "nobody__nothing", Value::Null).await;
     tool_names(&client).await;
 
-    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway).await;
     let expect = [
         (
             r#"junction_requests_total{mount="shared",method="tools/call",outcome="ok"}"#,
@@ -544,13 +532,13 @@ async fn metrics_count_exactly_the_traffic_sent() {
     ];
     for (series, value) in expect {
         assert_eq!(
-            sample(&metrics, series),
+            metric_value(&metrics, series),
             Some(value),
             "{series} in\n{metrics}"
         );
     }
     // Every list page served from the cache counts; the pages here are few.
-    assert!(sample(&metrics, "junction_discovery_cache_hits_total").unwrap_or(0.0) >= 1.0);
+    assert!(metric_value(&metrics, "junction_discovery_cache_hits_total").unwrap_or(0.0) >= 1.0);
     // Cardinality: no session ids, arguments or URIs in labels.
     assert!(!metrics.contains("hi\""), "{metrics}");
 
@@ -806,12 +794,7 @@ async fn refusals_at_the_edge_are_counted_by_reason() {
         post(raw::INITIALIZE.to_owned(), None, Some("evil.example")).await,
         403
     );
-    let metrics = within("GET /metrics", http.get(gateway.url("/metrics")).send())
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics");
+    let metrics = metrics_text(&gateway).await;
     for reason in [
         "session_limit",
         "malformed",
@@ -820,7 +803,7 @@ async fn refusals_at_the_edge_are_counted_by_reason() {
         "host",
     ] {
         assert_eq!(
-            sample(
+            metric_value(
                 &metrics,
                 &format!("junction_refused_requests_total{{reason=\"{reason}\"}}")
             ),

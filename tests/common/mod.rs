@@ -785,6 +785,28 @@ pub async fn status_json(gateway: &Gateway) -> Value {
         .expect("a JSON status")
 }
 
+/// The gateway's `/metrics` text.
+pub async fn metrics_text(gateway: &Gateway) -> String {
+    let response = within("GET /metrics", reqwest::get(gateway.url("/metrics")))
+        .await
+        .expect("GET /metrics");
+    within("the metrics", response.text())
+        .await
+        .expect("the metrics text")
+}
+
+/// The value of `series` (its name and labels, exactly as rendered) in
+/// `metrics`, if it is there.
+pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        line.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// The `/readyz` body, as JSON.
 pub async fn readyz(gateway: &Gateway) -> Value {
     let response = within("GET /readyz", reqwest::get(gateway.url("/readyz")))
