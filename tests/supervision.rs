@@ -1382,8 +1382,20 @@ async fn a_chatty_upstream_does_not_keep_its_session_alive() {
         call(3, "start"),
     )
     .await;
-    // Let the refreshes run a while.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The refreshes running (the lists read again and again).
+    eventually("the refreshes to run", OP_TIMEOUT, || async {
+        let answer = raw::post(
+            &http,
+            &url,
+            Some(&session),
+            raw::JSON_POST,
+            call(4, "lists"),
+        )
+        .await;
+        let lists: u32 = answer.tool_text()?.parse().ok()?;
+        (lists >= 2).then_some(())
+    })
+    .await;
     raw::delete_session(&http, &url, &session).await;
     eventually(
         "the session's upstream to be closed",
