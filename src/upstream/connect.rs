@@ -112,13 +112,7 @@ pub async fn open(
     // may hold its stdout open (Linux: pidfds).
     #[cfg(target_os = "linux")]
     if let Some(pid) = pid {
-        super::exit_watch::watch(
-            pid,
-            mount.name.as_str(),
-            peer.clone(),
-            ended.clone(),
-            super::LIVENESS_WAIT,
-        );
+        super::exit_watch::watch(pid, mount.name.as_str(), peer.clone(), ended.clone());
     }
     let relay = service.service().relay().clone();
     let mut no_cache = ClientCacheConfig::default();

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use rmcp::{model::ClientRequest, Peer, RoleClient};
+use rmcp::{Peer, RoleClient};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 use tokio::io::{unix::AsyncFd, Interest};
 use tokio_util::sync::CancellationToken;
@@ -30,17 +30,11 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// Ends the session (`ended`) when process `pid` (a child of this process,
 /// not yet reaped) has exited and `peer`'s pipes no longer answer a ping
-/// within `liveness_wait`; the watch stops when `ended` is cancelled
+/// ([`super::answers_ping`]); the watch stops when `ended` is cancelled
 /// otherwise. Without pidfds (Linux before 5.3, a seccomp profile that
 /// refuses them) nothing is watched: stdout's end of file still ends the
 /// session.
-pub fn watch(
-    pid: u32,
-    mount: &str,
-    peer: Peer<RoleClient>,
-    ended: CancellationToken,
-    liveness_wait: Duration,
-) {
+pub fn watch(pid: u32, mount: &str, peer: Peer<RoleClient>, ended: CancellationToken) {
     let Some(pidfd) = open(pid, mount) else {
         return;
     };
@@ -54,18 +48,19 @@ pub fn watch(
             _ = tokio::time::sleep(EXIT_GRACE) => {}
             _ = ended.cancelled() => return,
         }
-        let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
-        match tokio::time::timeout(liveness_wait, ping).await {
-            Ok(Ok(_)) => tracing::info!(
+        if super::answers_ping(&peer).await {
+            tracing::info!(
                 mount,
                 pid,
                 "the upstream's process exited, but something still answers on its pipes (a launcher); the session goes on"
-            ),
-            _ if !ended.is_cancelled() => {
-                tracing::warn!(mount, pid, "the upstream's process exited; ending its session");
-                ended.cancel();
-            }
-            _ => {}
+            );
+        } else if !ended.is_cancelled() {
+            tracing::warn!(
+                mount,
+                pid,
+                "the upstream's process exited; ending its session"
+            );
+            ended.cancel();
         }
     });
 }
@@ -111,13 +106,7 @@ mod tests {
         let ended = CancellationToken::new();
         let service = unanswered_peer();
         let pid = child.id().expect("a pid");
-        watch(
-            pid,
-            "m",
-            service.peer().clone(),
-            ended.clone(),
-            Duration::from_secs(1),
-        );
+        watch(pid, "m", service.peer().clone(), ended.clone());
         assert!(!ended.is_cancelled());
         // Ends the child: `read` gets its line.
         drop(child.stdin.take());

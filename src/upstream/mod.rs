@@ -93,7 +93,18 @@ pub struct UpstreamSession {
 
 /// How long a ping after a timed-out request may take before the upstream
 /// counts as gone: a server that answers anything answers a ping at once.
-pub(crate) const LIVENESS_WAIT: Duration = Duration::from_secs(5);
+const LIVENESS_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether something still serves `peer`'s session: a ping answered within
+/// [`LIVENESS_WAIT`] (a server that answers anything answers a ping at
+/// once).
+pub(crate) async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
+    let ping = ClientRequest::PingRequest(Default::default());
+    matches!(
+        tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await,
+        Ok(Ok(_))
+    )
+}
 
 /// How long one upstream request may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -508,9 +519,7 @@ impl UpstreamSession {
         let checking = self.checking_alive.clone();
         let mount = self.mount.clone();
         tokio::spawn(async move {
-            let ping = ClientRequest::PingRequest(Default::default());
-            let answered = tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await;
-            if !matches!(answered, Ok(Ok(_))) && !ended.is_cancelled() {
+            if !answers_ping(&peer).await && !ended.is_cancelled() {
                 tracing::warn!(%mount, "the upstream answers nothing (a request timed out, then a ping); ending its session");
                 ended.cancel();
             }
