@@ -203,17 +203,11 @@ pub async fn reserve_session(
 /// back as it is, not copied; only for a POST naming no session) is an
 /// `initialize` request; the request, as it was.
 async fn initializes(request: Request) -> (Request, bool) {
-    #[derive(serde::Deserialize)]
-    struct Method<'a> {
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
-    }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return (Request::from_parts(parts, Body::empty()), false);
     };
-    let initializes = serde_json::from_slice::<Method>(&bytes)
-        .is_ok_and(|message| message.method.as_deref() == Some("initialize"));
+    let initializes = super::json_guard::is_initialize(&bytes);
     (Request::from_parts(parts, Body::from(bytes)), initializes)
 }
 

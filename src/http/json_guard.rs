@@ -457,9 +457,10 @@ async fn read_body(body: Body, limit: usize, read_timeout: Duration) -> BodyRead
 #[derive(Clone, Copy, Debug)]
 pub struct BodyRefused;
 
-/// Whether `body` is an `initialize` request (read only on the rare path
-/// of a request refused for its params).
-fn is_initialize(body: &[u8]) -> bool {
+/// Whether `body` is an `initialize` request. Read only on rare paths: a
+/// request refused for its params, a POST naming no session
+/// (`admission.rs`).
+pub fn is_initialize(body: &[u8]) -> bool {
     serde_json::from_slice::<Value>(body)
         .is_ok_and(|message| message.get("method") == Some(&Value::from("initialize")))
 }
