@@ -186,6 +186,37 @@ async fn a_crashed_per_session_upstream_is_reopened_by_the_next_call() {
     close(b).await;
 }
 
+/// A per-session upstream whose session ended while its process lingers
+/// (stdout closed, a second to exit once its stdin closes): the next call
+/// waits for it to be gone and then opens a new one, rather than being
+/// refused because the old one still held the mount's only place under
+/// `max_upstream_sessions`, or starting a second server beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_per_session_upstream_waits_for_the_one_that_ended() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "own",
+            "hang_up.py",
+            "isolation = \"per_session\"\nmax_upstream_sessions = 1"
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let old_pid = call_pid(&client, "own__pid").await;
+    let hung_up = call(&client, "own__hang_up", Value::Null).await;
+    assert_eq!(hung_up.is_error, Some(true), "{hung_up:?}");
+    assert!(process_alive(old_pid), "the old server exited at once");
+
+    let new_pid = call_pid(&client, "own__pid").await;
+    assert_ne!(new_pid, old_pid);
+    assert!(
+        !process_alive(old_pid),
+        "the new server started beside the old one"
+    );
+    close(client).await;
+}
+
 /// An upstream that exits at once every time: after `crash_loop_restarts`
 /// failures the mount is `down`, and stays quiet (no further attempts, no
 /// CPU burnt) until `down_retry`. The other mount serves throughout.

@@ -22,6 +22,7 @@ pub mod tasks;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, OnceLock, Weak},
+    time::Duration,
 };
 
 use arc_swap::ArcSwap;
@@ -36,7 +37,7 @@ use crate::{
     catalog::{MergedCatalog, MountCatalog},
     coalesce::Coalescer,
     config::Isolation,
-    gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket, UpstreamPermit},
+    gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket},
     naming::MountName,
     upstream::{
         self, Caller, ClientProfile, ListKind, LogLevelSetting, Relay, UpstreamHandler,
@@ -88,6 +89,11 @@ impl DownstreamSession {
 
 type UpstreamSlot = Arc<OnceCell<Arc<UpstreamSession>>>;
 
+/// How long a per-session upstream's reopening waits for the one that
+/// ended to close: longer than a close takes (stdin closed, SIGTERM, SIGKILL,
+/// each after a 3 s wait), so reached only if something hangs.
+const PREDECESSOR_CLOSE_WAIT: Duration = Duration::from_secs(15);
+
 /// A session's own lists for one mount, read from its per-session
 /// upstream after that upstream announced a change. They belong to that
 /// mount (`mount_id`) and that upstream (`upstream_id`): a mount a reload
@@ -117,6 +123,11 @@ struct Overlays {
 struct PerSessionSlot {
     mount_id: u64,
     slot: UpstreamSlot,
+    /// The session's upstream of this mount that ended before this slot
+    /// was made: the slot's upstream starts once it is closed (its child
+    /// gone, its place under `max_upstream_sessions` given back), as a
+    /// server holding a lock, a port or a browser profile needs.
+    predecessor: Weak<UpstreamSession>,
 }
 
 /// What a session owns, shared with its per-session upstreams' event
@@ -449,22 +460,25 @@ impl SessionState {
                 status.last_error.unwrap_or_default()
             )));
         }
-        let slot = {
+        let (slot, predecessor) = {
             let mut upstreams = lock(&self.upstreams);
             let entry = upstreams
                 .entry(name.clone())
                 .or_insert_with(|| PerSessionSlot {
                     mount_id: mount.id(),
                     slot: UpstreamSlot::default(),
+                    predecessor: Weak::new(),
                 });
             if entry.mount_id != mount.id() {
                 // The mount was replaced by a reload; the old session is
-                // closed by its watcher.
+                // closed by its watcher (and the new mount's start waits
+                // for the old mount's children).
                 *entry = PerSessionSlot {
                     mount_id: mount.id(),
                     slot: UpstreamSlot::default(),
+                    predecessor: Weak::new(),
                 };
-            } else if entry.slot.get().is_some_and(|session| !session.is_alive()) {
+            } else if let Some(ended) = entry.slot.get().filter(|session| !session.is_alive()) {
                 // The child exited or the HTTP session ended: the next call
                 // opens a fresh one rather than failing forever.
                 tracing::info!(mount = %name, session = self.key, "per-session upstream ended; reopening");
@@ -472,14 +486,15 @@ impl SessionState {
                     .upstream_restarts
                     .get_or_create(&mount.labels())
                     .inc();
+                entry.predecessor = Arc::downgrade(ended);
                 entry.slot = UpstreamSlot::default();
                 // The new process starts from the lists every session sees.
                 self.drop_overlay(name);
             }
-            entry.slot.clone()
+            (entry.slot.clone(), entry.predecessor.clone())
         };
         let session = slot
-            .get_or_try_init(|| Box::pin(self.open_per_session(mount)))
+            .get_or_try_init(|| Box::pin(self.open_per_session(mount, predecessor)))
             .await
             .map_err(unavailable)?;
         Ok(session.clone())
@@ -488,7 +503,18 @@ impl SessionState {
     async fn open_per_session(
         self: &Arc<Self>,
         mount: &Arc<Mount>,
+        predecessor: Weak<UpstreamSession>,
     ) -> Result<Arc<UpstreamSession>, String> {
+        // The upstream that ended is closed first (its watcher may be at
+        // it already: a second close waits for the first): until then its
+        // child may still hold what the new one needs, and its place.
+        if let Some(ended) = predecessor.upgrade() {
+            let retired = mount.retired_token();
+            tokio::select! {
+                _ = tokio::time::timeout(PREDECESSOR_CLOSE_WAIT, ended.close()) => {}
+                _ = retired.cancelled() => {}
+            }
+        }
         let permit = mount.reserve_upstream()?;
         // The upstream sees the real client's capabilities, so features that
         // depend on them (sampling, elicitation, roots) appear as they would
@@ -570,27 +596,22 @@ impl SessionState {
         }
         tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
         let session = Arc::new(session);
-        watch_per_session(mount, &session, permit, Arc::downgrade(self));
+        session.hold_until_closed(permit);
+        watch_per_session(mount, &session, Arc::downgrade(self));
         Ok(session)
     }
 }
 
-/// Holds the mount's slot for `session` until it ends, then closes what is
-/// left of it and drops the lists it announced to `state` (its downstream
+/// Waits for `session` to end, then closes what is left of it (which
+/// gives back its place under the mount's `max_upstream_sessions`) and drops the lists it announced to `state` (its downstream
 /// session); closes it at once if the mount is retired first (removed or
 /// replaced by a reload, or shutdown).
-fn watch_per_session(
-    mount: &Mount,
-    session: &Arc<UpstreamSession>,
-    permit: UpstreamPermit,
-    state: Weak<SessionState>,
-) {
+fn watch_per_session(mount: &Mount, session: &Arc<UpstreamSession>, state: Weak<SessionState>) {
     let retired = mount.retired_token();
     let ended = session.ended_token();
     let session = Arc::downgrade(session);
     let name = mount.config.name.clone();
     tokio::spawn(async move {
-        let _permit = permit;
         tokio::select! {
             _ = ended.cancelled() => {
                 // The child exited (or the HTTP session ended): what it

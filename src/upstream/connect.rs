@@ -139,6 +139,7 @@ pub async fn open(
         direct,
         counted: std::sync::atomic::AtomicBool::new(true),
         checking_alive: Default::default(),
+        held_until_closed: Default::default(),
     })
 }
 

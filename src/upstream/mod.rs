@@ -89,6 +89,12 @@ pub struct UpstreamSession {
     counted: std::sync::atomic::AtomicBool,
     /// Set while a liveness check runs (see `check_alive`).
     checking_alive: Arc<std::sync::atomic::AtomicBool>,
+    /// What the session holds until it is closed (a per-session upstream's
+    /// place under its mount's `max_upstream_sessions`): given back once
+    /// the child and its group are gone, not when the session is merely
+    /// seen to have ended, so that whoever waits for [`Self::close`] finds
+    /// it given back.
+    held_until_closed: Mutex<Option<Box<dyn Send>>>,
 }
 
 /// How long a ping after a timed-out request may take before the upstream
@@ -563,6 +569,20 @@ impl UpstreamSession {
             tracing::debug!(%error, "killing an upstream's process group failed");
         }
         self.uncount();
+        let held = match self.held_until_closed.lock() {
+            Ok(mut held) => held.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        drop(held);
+    }
+
+    /// Keeps `held` until this session is closed (or dropped).
+    pub fn hold_until_closed(&self, held: impl Send + 'static) {
+        let mut slot = match self.held_until_closed.lock() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = Some(Box::new(held));
     }
 
     fn uncount(&self) {
