@@ -815,13 +815,16 @@ async fn refusals_at_the_edge_are_counted_by_reason() {
 
 /// A call its client cancels is no failure: neither its span nor the
 /// upstream request's is marked ERROR (they were, `_OTHER` and
-/// `tool_error`, whenever a user pressed Stop).
+/// `tool_error`, whenever a user pressed Stop), and it adds no sample to
+/// the upstream's latency (the time until a user gave up is none of the
+/// upstream's). The mount's name is this test's own: the metrics are the
+/// test process's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_is_no_error_in_its_spans() {
     use rmcp::model::{CallToolRequest, ClientRequest};
-    let (gateway, spans) = traced_gateway(&stdio_demo_mount("shared", "")).await;
+    let (gateway, spans) = traced_gateway(&stdio_demo_mount("stoppable", "")).await;
     let client = gateway.connect().await;
-    let params = CallToolRequestParams::new("shared__slow").with_arguments(
+    let params = CallToolRequestParams::new("stoppable__slow").with_arguments(
         json!({"steps": 100, "delay_ms": 50})
             .as_object()
             .cloned()
@@ -845,7 +848,7 @@ async fn a_cancelled_call_is_no_error_in_its_spans() {
     within("cancelling the call", handle.cancel(Some("stop".into())))
         .await
         .expect("cancel sent");
-    for name in ["tools/call shared__slow", "tools/call shared"] {
+    for name in ["tools/call stoppable__slow", "tools/call stoppable"] {
         let span = exported_span(&spans, name, |span| span.name == name).await;
         assert_ne!(
             span.status.as_ref().map(|s| s.code),
@@ -853,5 +856,11 @@ async fn a_cancelled_call_is_no_error_in_its_spans() {
             "{name}: ERROR"
         );
     }
+    let metrics = metrics_text(&gateway).await;
+    let samples = metric_value(
+        &metrics,
+        "junction_upstream_request_duration_seconds_count{mount=\"stoppable\",method=\"tools/call\"}",
+    );
+    assert_eq!(samples.unwrap_or(0.0), 0.0, "{metrics}");
     close(client).await;
 }

@@ -319,13 +319,20 @@ impl UpstreamSession {
                 );
             }
         }
-        metrics()
-            .upstream_duration
-            .get_or_create(&UpstreamLabels {
-                mount: self.mount.as_str().to_owned(),
-                method,
-            })
-            .observe(started.elapsed().as_secs_f64());
+        // How long until its client gave up says nothing of the upstream.
+        let cancelled = matches!(
+            answer,
+            Err(RequestError::Service(ServiceError::Cancelled { .. }))
+        );
+        if !cancelled {
+            metrics()
+                .upstream_duration
+                .get_or_create(&UpstreamLabels {
+                    mount: self.mount.as_str().to_owned(),
+                    method,
+                })
+                .observe(started.elapsed().as_secs_f64());
+        }
         answer
     }
 
