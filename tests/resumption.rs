@@ -223,7 +223,12 @@ impl Session {
     /// A gateway with the stdio demo mounted as `demo` and one initialized
     /// session on it.
     async fn start() -> Session {
-        let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+        Session::start_with("").await
+    }
+
+    /// [`Session::start`] with `mounts` (TOML) mounted beside `demo`.
+    async fn start_with(mounts: &str) -> Session {
+        let config = format!("{SERVER_TOML}{}{mounts}", stdio_demo_mount("demo", ""));
         let gateway = Gateway::start(&config).await;
         let http = reqwest::Client::new();
         let id = open_session(&http, &gateway.mcp_url()).await;
@@ -635,6 +640,11 @@ async fn unknown_last_event_id_gets_nothing_of_other_streams() {
 
 /// The count of `demo` tool calls answered `ok`, from `/metrics`.
 async fn calls_answered(session: &Session) -> u64 {
+    calls_answered_on(session, "demo").await
+}
+
+/// The count of `mount`'s tool calls answered `ok`, from `/metrics`.
+async fn calls_answered_on(session: &Session, mount: &str) -> u64 {
     let metrics = within(
         "GET /metrics",
         session.http.get(session.gateway.url("/metrics")).send(),
@@ -644,10 +654,11 @@ async fn calls_answered(session: &Session) -> u64 {
     .text()
     .await
     .expect("metrics body");
-    let series = r#"junction_requests_total{mount="demo",method="tools/call",outcome="ok"} "#;
+    let series =
+        format!(r#"junction_requests_total{{mount="{mount}",method="tools/call",outcome="ok"}} "#);
     metrics
         .lines()
-        .find_map(|line| line.strip_prefix(series))
+        .find_map(|line| line.strip_prefix(series.as_str()))
         .map_or(0, |count| count.trim().parse().expect("a counter value"))
 }
 
@@ -687,6 +698,43 @@ async fn response_sent_while_the_client_was_away_is_resumed() {
         );
         assert!(carried.without_id.is_empty(), "{events:#?}");
     }
+    session.assert_working().await;
+}
+
+/// The client resumes a call's stream while its old connection is still
+/// open, unread, with far more of the stream than the sockets hold (a
+/// network that dropped without the server noticing): the resume carries
+/// the rest and the response at once. The old connection's writer, stuck
+/// on its full socket, read no more of the stream, so the rest waited for
+/// TCP to give up on that connection, many minutes later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_is_not_held_back_by_the_stuck_connection_it_replaces() {
+    const COUNT: u64 = 60;
+    let session =
+        Session::start_with(&python_fixture_mount("flood", "flood_progress.py", "")).await;
+    let mut request = tool_call(
+        "call-f",
+        "flood__flood",
+        json!({"count": COUNT, "size": 1024 * 1024}),
+    );
+    request["params"]["_meta"] = json!({"progressToken": "tok-f"});
+    let mut stream = session.post_stream("call F", &request).await;
+    let read = read_progress(&mut stream, "tok-f", 1).await;
+    let last = last_id(&read);
+    // Answered upstream and by the gateway while nobody reads the stream,
+    // whose connection stays open.
+    eventually("the call to be answered", OP_TIMEOUT, || async {
+        (calls_answered_on(&session, "flood").await >= 1).then_some(())
+    })
+    .await;
+
+    let mut resumed = session.resume(&last).await;
+    let events = resumed.until_end(Instant::now() + OP_TIMEOUT).await;
+    let carried = sort_out(&events);
+    assert_eq!(carried.progress, steps("tok-f", 2..=COUNT));
+    assert_eq!(carried.responses.len(), 1, "{:?}", carried.responses);
+    assert_eq!(carried.responses[0]["id"], "call-f");
+    drop(stream);
     session.assert_working().await;
 }
 

@@ -16,6 +16,12 @@
 //! end, but not for ever: hyper has no write deadline, so a client that
 //! stopped reading its answer would hold the process up until SIGKILL.
 //! Connections still open [`CLOSE_LIMIT`] after serving stops are closed.
+//!
+//! Each connection can also be cut on its own ([`this_connection`]): a
+//! client that resumes a request's stream on a new connection has given
+//! up on the old one, which the server may not know is dead yet, and
+//! whose writer may be stuck on a full socket with the rest of the stream
+//! behind it (`http/resumable`).
 
 use std::{future::Future, time::Duration};
 
@@ -32,6 +38,17 @@ use tokio_util::sync::CancellationToken;
 /// gateway's requests in flight had their grace period before that
 /// (`Gateway::drain`); what is left is mostly answers being written.
 pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
+
+tokio::task_local! {
+    /// Cancelled to close the connection whose task this is.
+    static CONNECTION: CancellationToken;
+}
+
+/// What closes the connection the current request came on, when called
+/// in that request's own future (not in a task it spawned).
+pub fn this_connection() -> Option<CancellationToken> {
+    CONNECTION.try_with(CancellationToken::clone).ok()
+}
 
 /// Serves `app` on what `listener` accepts until `stop` resolves, then
 /// waits for the open connections to end (gracefully, for
@@ -58,8 +75,8 @@ pub async fn serve<L: Listener>(
         let connection =
             builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let connection = connections.watch(connection);
-        let cut = cut.clone();
-        tokio::spawn(async move {
+        let cut = cut.child_token();
+        tokio::spawn(CONNECTION.scope(cut.clone(), async move {
             tokio::select! {
                 ended = connection => {
                     // A client that went away or was too slow: nothing to
@@ -71,7 +88,7 @@ pub async fn serve<L: Listener>(
                 // Dropping the connection closes its socket.
                 () = cut.cancelled() => {}
             }
-        });
+        }));
     }
     drop(listener);
     if tokio::time::timeout(CLOSE_LIMIT, connections.shutdown())

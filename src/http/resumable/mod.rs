@@ -21,7 +21,10 @@
 //!   60 s after that (`request_stream.rs`);
 //! - `GET` + `Last-Event-ID: <index>/<stream number>` (a queued message's
 //!   id: `<index>.<n>/<stream number>`) on the same session replays the
-//!   events after that one and follows the log until the response; an id
+//!   events after that one and follows the log until the response (the
+//!   connection still writing that stream, if any, is closed first: its
+//!   client gave up on it, and a writer stuck on a full socket would hold
+//!   the rest of the stream back); an id
 //!   of another session or of an unknown stream gets an empty stream (rmcp
 //!   answers an error from `resume` that way);
 //! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
@@ -423,6 +426,7 @@ impl SessionManager for ResumableSessions {
                     .streams
                     .get(&(id.clone(), stream))
                     .ok_or_else(|| ResumeError::UnknownStream(last_event_id.clone()))?;
+                log.cut_writer();
                 Ok(counted(follow(log, at), open).left_stream())
             }
             Some(EventPosition::Standalone { index }) => {

@@ -13,7 +13,12 @@
 //! until the response, and the log is kept [`ORPHAN_RETENTION`] after that
 //! (the latest [`MAX_ORPHANS_PER_SESSION`] of a session).
 //! [`follow`] is what a resume reads: the log from an index on, then each
-//! new event until the stream ends.
+//! new event until the stream ends. A resume first cuts the connection the
+//! stream is still being written to, if any ([`StreamLog::cut_writer`]):
+//! its client has given up on it, the server may not have noticed it is
+//! dead, and a writer stuck on its full socket would read no more of the
+//! stream (hyper reads a body only as it can write) until TCP gives up,
+//! many minutes later.
 
 use std::{
     collections::VecDeque,
@@ -29,6 +34,7 @@ use rmcp::{
     transport::streamable_http_server::session::{ServerSseMessage, SessionId},
 };
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::{lock, parse_event_id, EventPosition, Position, StreamKey, Streams};
 use crate::downstream::request_streams::OpenQueue;
@@ -141,6 +147,7 @@ impl Streams {
             log: None,
             session: session.clone(),
             streams: self.clone(),
+            connection: crate::http::connections::this_connection(),
         }
     }
 }
@@ -157,6 +164,8 @@ struct LogState {
     /// In order; at most [`MAX_KEPT_EVENTS`].
     events: VecDeque<(Position, ServerSseMessage)>,
     ended: bool,
+    /// Closes the connection the stream is written to, while it is.
+    writer: Option<CancellationToken>,
 }
 
 impl StreamLog {
@@ -185,6 +194,22 @@ impl StreamLog {
     fn finish(&self) {
         self.state().ended = true;
         self.announce();
+    }
+
+    /// Cuts the connection the stream is still being written to, if any:
+    /// its rest is then read into the log instead (see [`Recorded`]'s
+    /// drop), where a resume finds it.
+    pub(super) fn cut_writer(&self) {
+        let writer = self.state().writer.take();
+        if let Some(writer) = writer {
+            tracing::debug!("a request stream resumed elsewhere; closing its old connection");
+            writer.cancel();
+        }
+    }
+
+    /// The stream is no longer written to a connection.
+    fn detach_writer(&self) {
+        self.state().writer = None;
     }
 
     /// A resume subscribes before it reads, so a change made after its read
@@ -263,6 +288,9 @@ where
     log: Option<Logged>,
     session: SessionId,
     streams: Arc<Streams>,
+    /// Closes the connection this stream is written to; moved into the
+    /// log with the first event.
+    connection: Option<CancellationToken>,
 }
 
 impl<S> Recorded<S>
@@ -278,6 +306,7 @@ where
         let logged = self.log.get_or_insert_with(|| {
             let key = (self.session.clone(), self.streams.new_stream());
             let log = Arc::new(StreamLog::new());
+            log.state().writer = self.connection.take();
             self.streams.insert(key.clone(), log.clone());
             Logged { key, log, last: at }
         });
@@ -334,6 +363,7 @@ where
             // an id to resume it with.
             return;
         };
+        logged.log.detach_writer();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
