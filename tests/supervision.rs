@@ -217,6 +217,41 @@ async fn a_reopened_per_session_upstream_waits_for_the_one_that_ended() {
     close(client).await;
 }
 
+/// A shared upstream whose session ended while its process lingers
+/// (stdout closed, ten seconds to exit once its stdin closes, three of
+/// them before the gateway's SIGTERM): `/readyz` says so at once, not once
+/// the process is gone; calls meanwhile are told it is restarting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_shared_upstream_is_not_ready_while_it_closes() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hang_up.py");
+    let config = format!(
+        "{SERVER_TOML}[mounts.lingering]\ncommand = \"python3\"\nargs = [{:?}, \"10\"]\n",
+        fixture.display().to_string()
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "lingering__pid").await;
+    let hung_up = call(&client, "lingering__hang_up", Value::Null).await;
+    assert_eq!(hung_up.is_error, Some(true), "{hung_up:?}");
+
+    let mount = eventually(
+        "readyz to see the failure",
+        Duration::from_secs(2),
+        || async {
+            let body = readyz(&gateway).await;
+            let mount = readyz_mount(&body, "lingering").clone();
+            (mount["state"] != "ready").then_some(mount)
+        },
+    )
+    .await;
+    assert!(process_alive(pid), "the process was gone already: {mount}");
+    let refused = call(&client, "lingering__pid", Value::Null).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(text(&refused).contains("restarting"), "{refused:?}");
+    close(client).await;
+}
+
 /// An upstream that exits at once every time: after `crash_loop_restarts`
 /// failures the mount is `down`, and stays quiet (no further attempts, no
 /// CPU burnt) until `down_retry`. The other mount serves throughout.

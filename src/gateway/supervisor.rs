@@ -65,6 +65,9 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
             started = start_and_discover(&mount, &profile_session) => started,
             _ = retired.cancelled() => break,
         };
+        // An ended session is closed once its failure is known to callers
+        // and to `/readyz` (a hung child takes seconds to close).
+        let mut to_close = None;
         let error = match started {
             Ok(session) => {
                 let up_since = Instant::now();
@@ -80,16 +83,15 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                         break;
                     }
                 }
-                // Ended by the peer or by the gateway noticing the session
-                // is gone: release what is left of it either way.
-                session.close().await;
                 if up_since.elapsed() >= STABLE_AFTER {
                     failures = 0;
                 }
-                match session.pid() {
+                let error = match session.pid() {
                     Some(pid) => format!("the upstream process (pid {pid}) exited"),
                     None => "the upstream connection ended".to_owned(),
-                }
+                };
+                to_close = Some(session);
+                error
             }
             Err(error) => error,
         };
@@ -107,6 +109,17 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
         }
         if profile == ClientProfile::FULL {
             mount.record_failure(down, &error, attempt);
+        }
+        if let Some(session) = to_close {
+            profile_session.publish(SessionSlot::Waiting {
+                error: error.clone(),
+                down,
+                retry_at,
+            });
+            // Ended by the peer or by the gateway noticing the session is
+            // gone: release what is left of it either way, before the next
+            // start (its child may hold what a new one needs).
+            session.close().await;
         }
         // A reload may change `[supervision]` meanwhile: the wait is
         // worked out again from the failure (an hour's `down_retry` cut to
