@@ -421,6 +421,68 @@ async fn a_changed_stdio_mount_starts_after_the_old_child_exits() {
     close(client).await;
 }
 
+/// An edit of a mount's own tuning (its timeouts, its
+/// `max_upstream_sessions`) applies to the running mount: its upstreams,
+/// their state and a call in flight go on (they were restarted, the call
+/// failed as if the upstream had gone away), and the new timeout holds
+/// for the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_whose_tuning_changes_keeps_running() {
+    let config = |request: &str, max: u32| {
+        format!(
+            "{SERVER_TOML}{}{}",
+            stdio_demo_mount(
+                "tuned",
+                &format!("timeouts = {{ request = \"{request}\" }}")
+            ),
+            stdio_demo_mount(
+                "own",
+                &format!("isolation = \"per_session\"\nmax_upstream_sessions = {max}")
+            ),
+        )
+    };
+    let gateway = Gateway::start(&config("30s", 2)).await;
+    let client = gateway.connect().await;
+    let shared_pid = call_pid(&client, "tuned__pid").await;
+    let own_pid = call_pid(&client, "own__pid").await;
+    let stored = call(
+        &client,
+        "tuned__remember",
+        json!({"key": "k", "value": "v"}),
+    )
+    .await;
+    assert_eq!(ok_text(&stored), "stored k");
+
+    let slow_done = AtomicBool::new(false);
+    let slow = async {
+        // Silent for 2 s: no progress without a token.
+        let result = call(&client, "tuned__slow", slow_args(10, 200)).await;
+        slow_done.store(true, Ordering::SeqCst);
+        result
+    };
+    let edit = async {
+        rewrite_config(&gateway.config_path, &config("300ms", 3));
+        let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
+        assert!(line.contains("retuned=tuned,own"), "{line}");
+        assert!(line.contains("changed= "), "{line}");
+        assert!(
+            !slow_done.load(Ordering::SeqCst),
+            "the slow call ended before the reload; it proves nothing"
+        );
+    };
+    let (slow_result, ()) = tokio::join!(slow, edit);
+    assert_eq!(ok_text(&slow_result), "done after 10 steps");
+    assert_eq!(call_pid(&client, "tuned__pid").await, shared_pid);
+    assert_eq!(call_pid(&client, "own__pid").await, own_pid);
+    let recalled = call(&client, "tuned__recall", json!({"key": "k"})).await;
+    assert_eq!(ok_text(&recalled), "v");
+
+    let timed_out = call(&client, "tuned__slow", slow_args(3, 500)).await;
+    assert_eq!(timed_out.is_error, Some(true), "{timed_out:?}");
+    assert!(text(&timed_out).contains("300ms"), "{timed_out:?}");
+    close(client).await;
+}
+
 /// `[supervision]` is reloaded live, for a mount already waiting too: a
 /// `down_retry` cut from an hour to a moment applies now, not after the
 /// hour the mount was already waiting.

@@ -186,9 +186,34 @@ pub struct MountConfig {
     pub namespace: Namespace,
     pub isolation: Isolation,
     pub transport: UpstreamTransport,
+    /// Tuning a reload changes in place: a running mount reads it from
+    /// `Mount::timeouts` and `Mount::request_limit`, not from here.
     pub timeouts: MountTimeouts,
-    /// Overrides `[limits] max_upstream_sessions` for this mount.
+    /// Overrides `[limits] max_upstream_sessions` for this mount (tuning,
+    /// like `timeouts`).
     pub max_upstream_sessions: Option<usize>,
+}
+
+impl MountConfig {
+    /// Whether `other` names the same upstream, exposed the same way: it
+    /// may differ only in tuning (timeouts, the per-session limit), which
+    /// a reload applies to the running mount without restarting it.
+    pub fn same_upstream(&self, other: &MountConfig) -> bool {
+        // Destructured so that a new field has to be sorted into one kind
+        // or the other here.
+        let MountConfig {
+            name,
+            namespace,
+            isolation,
+            transport,
+            timeouts: _,
+            max_upstream_sessions: _,
+        } = self;
+        *name == other.name
+            && *namespace == other.namespace
+            && *isolation == other.isolation
+            && *transport == other.transport
+    }
 }
 
 /// Who shares an upstream session.

@@ -70,7 +70,11 @@ pub struct MountStatus {
 pub type EventsFactory = Box<dyn Fn(ClientProfile) -> Arc<dyn UpstreamEvents> + Send + Sync>;
 
 pub struct Mount {
+    /// As the mount was built; its tuning (`timeouts`,
+    /// `max_upstream_sessions`) is [`Mount::tuning`]'s, which a reload
+    /// changes in place.
     pub config: MountConfig,
+    tuning: arc_swap::ArcSwap<MountTuning>,
     live: Arc<LiveConfig>,
     profiles: Mutex<HashMap<ClientProfile, Arc<ProfileSession>>>,
     status: Mutex<MountStatus>,
@@ -97,6 +101,24 @@ pub struct Mount {
     /// profile (see [`Mount::inherit_catalog`]). Set once, before the
     /// mount serves.
     inherited: std::sync::OnceLock<HashMap<ClientProfile, Arc<MountCatalog>>>,
+}
+
+/// The parts of a mount's table that a reload applies to the running
+/// mount: changing a timeout must not restart an upstream, failing its
+/// calls in flight and losing its state.
+#[derive(Debug, PartialEq)]
+struct MountTuning {
+    timeouts: crate::config::MountTimeouts,
+    max_upstream_sessions: Option<usize>,
+}
+
+impl MountTuning {
+    fn of(config: &MountConfig) -> Self {
+        Self {
+            timeouts: config.timeouts.clone(),
+            max_upstream_sessions: config.max_upstream_sessions,
+        }
+    }
 }
 
 /// What a [`ProfileSession`]'s supervisor says about its upstream session.
@@ -212,6 +234,7 @@ static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
 impl Mount {
     pub fn new(config: MountConfig, live: Arc<LiveConfig>, events: EventsFactory) -> Self {
         Self {
+            tuning: arc_swap::ArcSwap::from_pointee(MountTuning::of(&config)),
             config,
             live,
             profiles: Mutex::new(HashMap::new()),
@@ -310,7 +333,21 @@ impl Mount {
 
     /// This mount's timeouts: `[timeouts]` with its own overrides.
     pub fn timeouts(&self) -> Timeouts {
-        self.live.load().timeouts.for_mount(&self.config.timeouts)
+        self.live
+            .load()
+            .timeouts
+            .for_mount(&self.tuning.load().timeouts)
+    }
+
+    /// Takes `config`'s tuning (a reload of a mount whose upstream is the
+    /// same, see [`MountConfig::same_upstream`]); whether it changed.
+    pub fn retune(&self, config: &MountConfig) -> bool {
+        let tuning = MountTuning::of(config);
+        if **self.tuning.load() == tuning {
+            return false;
+        }
+        self.tuning.store(Arc::new(tuning));
+        true
     }
 
     /// The limit for one request to this mount (`tool` is the upstream's
@@ -318,8 +355,7 @@ impl Mount {
     pub fn request_limit(&self, tool: Option<&str>) -> RequestLimit {
         let timeouts = self.timeouts();
         let idle = tool
-            .and_then(|tool| self.config.timeouts.tools.get(tool))
-            .copied()
+            .and_then(|tool| self.tuning.load().timeouts.tools.get(tool).copied())
             .unwrap_or(timeouts.request);
         RequestLimit {
             idle,
@@ -589,7 +625,8 @@ impl Mount {
     /// why not.
     pub fn reserve_upstream(&self) -> Result<UpstreamPermit, String> {
         let limit = self
-            .config
+            .tuning
+            .load()
             .max_upstream_sessions
             .unwrap_or(self.live.load().limits.max_upstream_sessions);
         let open = self.per_session_open.open.fetch_add(1, Ordering::AcqRel);

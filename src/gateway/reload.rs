@@ -2,7 +2,9 @@
 //!
 //! Mounts are compared by name: a mount whose table is unchanged keeps
 //! running untouched (its sessions, in-flight calls and per-session
-//! upstreams go on); an added one starts; a removed one is retired (its
+//! upstreams go on), and so does one whose table changed only in tuning
+//! (its `timeouts`, its `max_upstream_sessions`), which applies at once;
+//! an added one starts; a removed one is retired (its
 //! supervisors stop, every upstream session opened for it closes and its
 //! children are reaped); a changed one is retired and started anew, listing
 //! the old one's catalog until its own discovery (so its names stay
@@ -26,7 +28,12 @@ pub struct ReloadOutcome {
     pub added: Vec<MountName>,
     pub removed: Vec<MountName>,
     pub changed: Vec<MountName>,
+    /// Kept running with new timeouts or limits of their own.
+    pub retuned: Vec<MountName>,
     pub unchanged: Vec<MountName>,
+    /// Sections applied to every mount as they are (`timeouts`,
+    /// `supervision`, `limits`) that changed.
+    pub applied: Vec<&'static str>,
     /// Sections whose changes need a restart and were not applied.
     pub needs_restart: Vec<&'static str>,
 }
@@ -57,6 +64,16 @@ impl Gateway {
             new.admin = old.admin.clone();
         }
 
+        if new.timeouts != old.timeouts {
+            outcome.applied.push("timeouts");
+        }
+        if new.supervision != old.supervision {
+            outcome.applied.push("supervision");
+        }
+        if new.limits != old.limits {
+            outcome.applied.push("limits");
+        }
+
         let running = self.mounts();
         let mut next: Vec<Arc<Mount>> = Vec::with_capacity(new.mounts.len());
         // With whether a successor waits for it to have closed entirely.
@@ -67,8 +84,11 @@ impl Gateway {
                 .iter()
                 .find(|mount| mount.config.name == config.name);
             match current {
-                Some(mount) if mount.config == *config => {
-                    outcome.unchanged.push(config.name.clone());
+                Some(mount) if mount.config.same_upstream(config) => {
+                    match mount.retune(config) {
+                        true => outcome.retuned.push(config.name.clone()),
+                        false => outcome.unchanged.push(config.name.clone()),
+                    }
                     next.push(mount.clone());
                 }
                 other => {

@@ -172,7 +172,9 @@ async fn reload_once(
         added = %names(&outcome.added),
         removed = %names(&outcome.removed),
         changed = %names(&outcome.changed),
+        retuned = %names(&outcome.retuned),
         unchanged = outcome.unchanged.len(),
+        applied = %outcome.applied.join(","),
         "config reloaded"
     );
 }
