@@ -438,11 +438,21 @@ async fn a_restarted_http_upstream_that_answers_400_is_reconnected() {
 /// `flags` on the same address, its sessions unknown): returns the
 /// gateway, the client, the replacement and the first upstream's pid.
 async fn restarted_http_upstream(flags: &[&str]) -> (Gateway, Client, Proc, u32) {
+    restarted_http_mount(flags, QUICK_SUPERVISION, "").await
+}
+
+/// [`restarted_http_upstream`] with `supervision` (TOML) and `extra` in
+/// the mount's table.
+async fn restarted_http_mount(
+    flags: &[&str],
+    supervision: &str,
+    extra: &str,
+) -> (Gateway, Client, Proc, u32) {
     let mut upstream = DemoHttp::start().await;
     let addr = upstream.addr;
     let config = format!(
-        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
-        http_mount("remote", &upstream.mcp_url(), "")
+        "{SERVER_TOML}{supervision}{}",
+        http_mount("remote", &upstream.mcp_url(), extra)
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
@@ -476,6 +486,31 @@ async fn a_restarted_http_upstream_is_reconnected_before_any_call() {
     .await;
     assert_eq!(call_pid(&client, "remote__pid").await, replacement.pid());
     close(client).await;
+}
+
+/// The first call after an HTTP upstream restarted (a rolling deploy) is
+/// served by the new server: the old one's 404 says the call was not run,
+/// so the gateway opens a new session at once and sends it there, instead
+/// of failing it "the upstream server went away" and counting a failure.
+/// Shared and per-session mounts alike. (A session forgotten within the
+/// longest restart backoff is a failure like any other, lest a server that
+/// forgets every session be reconnected in a loop: the backoff here is
+/// shorter than the session's life in the test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_after_an_http_upstream_restarted_is_served() {
+    let supervision = "[supervision]\nrestart_backoff = \"1ms\"\nrestart_backoff_max = \"1ms\"\n\n";
+    for extra in ["", "isolation = \"per_session\""] {
+        let (gateway, client, replacement, _) = restarted_http_mount(&[], supervision, extra).await;
+        let result = call(&client, "remote__pid", Value::Null).await;
+        assert_eq!(
+            ok_text(&result).parse::<u32>().ok(),
+            Some(replacement.pid()),
+            "{extra}: {result:?}"
+        );
+        let stderr = gateway.proc.stderr.text();
+        assert!(!stderr.contains("restarting"), "{extra}: {stderr}");
+        close(client).await;
+    }
 }
 
 async fn reconnects_after_restart(flags: &[&str]) {

@@ -91,6 +91,10 @@ impl RouteError {
                     ),
                 }
             }
+            RequestError::Expired => RouteError::UpstreamFailed {
+                mount,
+                cause: format!("{error}; the gateway is reconnecting"),
+            },
             timeout @ (RequestError::Idle(_) | RequestError::Ceiling(_)) => RouteError::TimedOut {
                 mount,
                 cause: timeout.to_string(),

@@ -30,7 +30,7 @@ use crate::{
     catalog::MergedCatalog,
     gateway::{Gateway, Mount},
     rewrite,
-    upstream::{Caller, UpstreamSession},
+    upstream::{Caller, RequestError, UpstreamSession},
 };
 
 /// What a client asked of one mount.
@@ -124,7 +124,10 @@ impl Upstream<'_> {
     }
 
     /// Sends `request` on `upstream` for the client's request; a call's
-    /// limit depends on its tool.
+    /// limit depends on its tool. An HTTP upstream that refuses it unrun
+    /// because it no longer knows the session (it restarted, or expired
+    /// the session) is sent it once more on the mount's next session: a
+    /// rolling deploy of the upstream fails no call.
     async fn send(
         self,
         mount: &Mount,
@@ -133,8 +136,22 @@ impl Upstream<'_> {
         tool: Option<&str>,
     ) -> Result<ServerResult, RouteError> {
         let limit = mount.request_limit(tool);
-        upstream
+        let again = upstream
+            .may_refuse_unrun()
+            .then(|| (request.clone(), self.caller.clone()));
+        let answer = upstream
             .request(request, self.caller, self.cancel, limit)
+            .await;
+        let (request, caller) = match (answer, again) {
+            (Err(RequestError::Expired), Some(again)) => again,
+            (answer, _) => {
+                return answer.map_err(|error| RouteError::upstream(&mount.config, error))
+            }
+        };
+        tracing::debug!(mount = %mount.config.name, "the upstream forgot the session; sending the request on a new one");
+        let (mount, upstream) = connect(self.gateway, self.state, &mount.config.name).await?;
+        upstream
+            .request(request, caller, self.cancel, mount.request_limit(tool))
             .await
             .map_err(|error| RouteError::upstream(&mount.config, error))
     }

@@ -83,7 +83,20 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                         break;
                     }
                 }
-                if up_since.elapsed() >= STABLE_AFTER {
+                // A session an HTTP upstream forgot (it restarted, or
+                // expired the session) is opened again at once, not
+                // counted as a failure: the server is there, and calls
+                // wait for the new session meanwhile. Not one forgotten
+                // within the longest backoff: a server that forgets every
+                // session would be reconnected in a loop.
+                let lived = up_since.elapsed();
+                if session.expired() && lived >= mount.supervision().restart_backoff_max {
+                    tracing::info!(mount = %name, %profile, "the upstream no longer knows the gateway's session (restarted or expired); reconnecting");
+                    session.close().await;
+                    failures = 0;
+                    continue;
+                }
+                if lived >= STABLE_AFTER {
                     failures = 0;
                 }
                 let error = match session.pid() {

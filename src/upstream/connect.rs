@@ -77,6 +77,7 @@ pub async fn open(
     handler: UpstreamHandler,
 ) -> Result<UpstreamSession, UpstreamError> {
     let ended = CancellationToken::new();
+    let expired = CancellationToken::new();
     let raw = Arc::new(RawAnswers::default());
     // In a task of its own, outside any request's span: rmcp attaches the
     // span current when it starts a session to the session's loop and to
@@ -88,8 +89,9 @@ pub async fn open(
     // up, which drops the start and kills what it spawned.
     let opening = {
         let (mount, ended, raw) = (mount.clone(), ended.clone(), raw.clone());
+        let expired = expired.clone();
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            start(&mount, timeouts, handler, ended, raw).await
+            start(&mount, timeouts, handler, ended, expired, raw).await
         }))
     };
     let started = tokio::time::timeout(timeouts.initialize, opening).await;
@@ -136,6 +138,7 @@ pub async fn open(
         raw,
         group: Mutex::new(group),
         ended,
+        expired,
         direct,
         counted: std::sync::atomic::AtomicBool::new(true),
         checking_alive: Default::default(),
@@ -159,6 +162,7 @@ async fn start(
     timeouts: Timeouts,
     handler: UpstreamHandler,
     ended: CancellationToken,
+    expired: CancellationToken,
     raw: Arc<RawAnswers>,
 ) -> Result<Started, UpstreamError> {
     match &mount.transport {
@@ -246,7 +250,7 @@ async fn start(
                 timeouts.connect,
             ));
             let (client, standalone) =
-                TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone());
+                TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone(), expired);
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),

@@ -43,6 +43,9 @@ pub struct TracingHttpClient {
     /// The upstream session's end (`UpstreamSession::ended`), cancelled
     /// when a `GET` shows the session gone (see [`Self::saw_get`]).
     ended: CancellationToken,
+    /// `UpstreamSession::expired`: cancelled with `ended` when the server
+    /// said it does not know the session.
+    expired: CancellationToken,
     /// Whether a `GET` of the session's stream has been served once.
     stream_served: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -53,6 +56,7 @@ impl TracingHttpClient {
         raw: Arc<RawAnswers>,
         direct: Arc<DirectCalls>,
         ended: CancellationToken,
+        expired: CancellationToken,
     ) -> (Self, StandaloneStream) {
         let (standalone, settled) = watch::channel(false);
         let client = Self {
@@ -61,6 +65,7 @@ impl TracingHttpClient {
             raw,
             direct,
             ended,
+            expired,
             stream_served: Default::default(),
         };
         (client, StandaloneStream(settled))
@@ -114,6 +119,7 @@ impl TracingHttpClient {
         let served_before = self.stream_served.load(Ordering::Acquire);
         if session && get_means_session_gone(error, served_before) && !self.ended.is_cancelled() {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
+            self.expired.cancel();
             self.ended.cancel();
         }
     }
@@ -342,6 +348,18 @@ impl StreamableHttpClient for TracingHttpClient {
     }
 }
 
+/// Whether a failed send means the server no longer knows the session
+/// (404): the request was not run, and a new session may run it.
+pub fn means_session_expired(error: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    matches!(
+        error
+            .error
+            .downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+        Some(StreamableHttpError::SessionExpired)
+    )
+}
+
 /// Whether a failed send means the HTTP session is over: the server said
 /// the session expired (404) or cannot be reached at all. Anything else (a
 /// 5xx, a malformed answer) fails only that request. (A 400 with a JSON-RPC
@@ -451,6 +469,7 @@ mod tests {
             reqwest::Client::new(),
             raw.clone(),
             direct,
+            CancellationToken::new(),
             CancellationToken::new(),
         );
         let events = client

@@ -81,6 +81,10 @@ pub struct UpstreamSession {
     group: Mutex<process_group::ProcessGroupGuard>,
     /// Cancelled when the connection ends, however it ends.
     ended: CancellationToken,
+    /// Cancelled (before `ended`) when an HTTP upstream said it does not
+    /// know the session: it restarted or let the session expire, and is
+    /// there to open a new one at once.
+    expired: CancellationToken,
     /// `tools/call` without rmcp's client, for Streamable HTTP upstreams.
     direct: Option<Arc<direct_call::DirectCalls>>,
     /// Whether the `upstream_sessions` gauge still counts this session: it
@@ -158,6 +162,11 @@ pub enum RequestError {
     Ceiling(Duration),
     #[error("the upstream server went away during the request")]
     Ended,
+    /// The upstream no longer knew the session (it restarted, or let the
+    /// session expire) and refused the request unrun: a new session may
+    /// send it again.
+    #[error("the upstream server no longer knew the gateway's session (it restarted or expired it); the request was not run")]
+    Expired,
 }
 
 impl From<ServiceError> for RequestError {
@@ -466,8 +475,15 @@ impl UpstreamSession {
                 // The connection cannot serve another request: end it, so
                 // the supervisor (or the next per-session call) reconnects.
                 tracing::warn!(mount = %self.mount, error = %http_client::with_causes(&*error.error), "upstream session gone");
+                let expired = http_client::means_session_expired(error);
+                if expired {
+                    self.expired.cancel();
+                }
                 self.ended.cancel();
-                return Err(RequestError::Ended);
+                return Err(match expired {
+                    true => RequestError::Expired,
+                    false => RequestError::Ended,
+                });
             }
         }
         // Progress and logs the upstream sent before answering go first.
@@ -538,6 +554,19 @@ impl UpstreamSession {
             }
             checking.store(false, std::sync::atomic::Ordering::Release);
         });
+    }
+
+    /// Whether the session ended because the HTTP upstream no longer knew
+    /// it (see [`RequestError::Expired`]): the server is there, a new
+    /// session can be opened at once.
+    pub fn expired(&self) -> bool {
+        self.expired.is_cancelled()
+    }
+
+    /// Whether a request this session refused unrun may be sent again on
+    /// another: only an HTTP upstream refuses so.
+    pub fn may_refuse_unrun(&self) -> bool {
+        self.network_transport == "tcp"
     }
 
     /// Resolves when the connection has ended (child exited, HTTP session
