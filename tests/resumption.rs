@@ -795,6 +795,30 @@ async fn standalone_stream_resumes_after_the_last_id() {
     session.assert_working().await;
 }
 
+/// A new `GET` while the session's earlier one is still open (a client
+/// that reconnects before the server noticed its old connection is dead):
+/// the new stream is the live one and the old one ends. rmcp made the new
+/// one a keep-alive-only "shadow", and the client, kept busy by its
+/// keep-alives, never learnt of a list change again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_get_stream_replaces_one_still_open() {
+    let session = Session::start().await;
+    let mut first = SseReader::new("GET 1", session.get(&session.id, None).await);
+    first.expect_event(Instant::now() + OP_TIMEOUT).await;
+    let mut second = SseReader::new("GET 2", session.get(&session.id, None).await);
+    let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert!(priming.message().is_none(), "priming: {priming:?}");
+
+    session.toggle_bonus("toggle-1").await;
+    expect_list_changes(&mut second).await;
+    let (left, ended) = first.until_end_or(Instant::now() + OP_TIMEOUT).await;
+    assert!(
+        ended && left.is_empty(),
+        "old stream: ended {ended}, {left:#?}"
+    );
+    session.assert_working().await;
+}
+
 /// A new `GET` (no `Last-Event-ID`) after one that closed carries only
 /// what no stream has carried: rmcp alone replays all it keeps, so the
 /// first stream's messages came again, under the same ids (transport spec:
@@ -818,11 +842,6 @@ async fn a_second_get_stream(session: &Session) -> (Vec<SseEvent>, SseReader, Ss
     session.toggle_bonus("toggle-1").await;
     let carried = expect_list_changes(&mut first).await;
     drop(first);
-    // The server sees the connection close at once on loopback (hyper
-    // reads its end); until it does, rmcp would take a new GET for a
-    // second, message-less one. Nothing outside the gateway tells when it
-    // has: a pause, not a wait for a condition.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let mut second = SseReader::new("GET", session.get(&session.id, None).await);
     let priming = second.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(priming.message().is_none(), "priming: {priming:?}");

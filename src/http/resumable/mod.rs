@@ -30,7 +30,8 @@
 //! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
 //!   by one so that rmcp's "from this index" replay means "after this id",
 //!   and so that they no longer collide with the priming event's `0`. A
-//!   resume of it first cuts the session's earlier standalone streams off:
+//!   new `GET` or a resume of one first cuts the session's earlier
+//!   standalone streams off:
 //!   the client has given up on them, but the server may not have noticed
 //!   the dead connection yet, and rmcp would then make the resumed stream a
 //!   keep-alive-only "shadow" that never carries a message
@@ -405,6 +406,12 @@ impl SessionManager for ResumableSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // A client opens a new `GET` once it has given up on the old one,
+        // which the server may not know is dead (a network change, a
+        // laptop waking): rmcp would make the new one a "shadow" that
+        // never carries a message while the old one lives. The newest
+        // stream is the session's.
+        self.streams.cut_standalone(id);
         // rmcp would replay all it keeps (`sync(0)`), events an earlier
         // `GET` already carried included; a new stream carries only what
         // no stream has.
