@@ -220,6 +220,19 @@ async fn env_override_moves_the_endpoint() {
     assert_eq!(readyz["ready"], true);
 }
 
+/// A `RUST_LOG` that is no filter to use (a misspelt level, which
+/// `tracing` reads as a module name and so silences everything) is said
+/// to be ignored, and the config's filter logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_rust_log_is_ignored_and_said() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "warning")]).await;
+    gateway.wait_ready().await;
+    let stderr = gateway.proc.stderr.text();
+    assert!(stderr.contains("RUST_LOG ignored"), "{stderr}");
+    assert!(stderr.contains("mount ready"), "{stderr}");
+}
+
 /// `--listen` and `--config` may follow `serve` as they may precede it:
 /// the file's path is served, on the address given rather than the file's.
 #[tokio::test]

@@ -615,6 +615,41 @@ fn telemetry_and_admin_have_defaults_and_checks() {
     }
 }
 
+/// A misspelt level is refused: `EnvFilter` alone reads a bare word as a
+/// module enabled at `trace` with everything else off, so `warning`
+/// silenced the whole log, errors included. Filters with modules and
+/// spans still pass.
+#[test]
+fn a_log_level_that_is_no_level_is_refused() {
+    for bad in ["warning", "info,debgu", "Verbose"] {
+        let found = problems(
+            "junction.toml",
+            &format!("[telemetry]\nlog_level = {bad:?}\n"),
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("telemetry.log_level:") && p.contains("is not a level")),
+            "{bad}: {found:#?}"
+        );
+    }
+    for good in [
+        "warn",
+        "INFO",
+        "info,junction=debug",
+        "off",
+        "junction::upstream",
+        "info,rmcp=warn,junction[mcp.request]=debug",
+    ] {
+        let config = load_file(
+            "junction.toml",
+            &format!("[telemetry]\nlog_level = {good:?}\n"),
+            &[],
+        );
+        assert!(config.is_ok(), "{good}: {config:?}");
+    }
+}
+
 #[test]
 fn timeouts_supervision_and_limits_have_documented_defaults() {
     let config = parse("junction.toml", "[mounts.a]\ncommand = \"x\"\n").unwrap();

@@ -357,10 +357,10 @@ fn resolve_telemetry(raw: RawTelemetry, problems: &mut Problems) -> Option<Telem
     let log_level = raw
         .log_level
         .unwrap_or_else(|| defaults::LOG_LEVEL.to_owned());
-    if let Err(error) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+    if let Some(problem) = crate::telemetry::log_filter_problem(&log_level) {
         problems.push(
             "telemetry.log_level",
-            format!("{log_level:?} is not a log filter like \"info\" or \"info,junction=debug\": {error}"),
+            format!("{log_level:?} is not a log filter like \"info\" or \"info,junction=debug\": {problem}"),
         );
     }
     let otlp_endpoint = raw.otlp_endpoint.filter(|endpoint| !endpoint.is_empty());

@@ -77,13 +77,52 @@ pub fn exporting_traces() -> bool {
     EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Why `filter` is no log filter to use, if it is not. Beyond
+/// `EnvFilter`'s own syntax: a bare word is a module name there, enabled at
+/// `trace` with every other module off, so a misspelt level (`warning`,
+/// `debgu`) turned off the whole log, errors included, without a word.
+/// A bare word must be a level; a module is written `module=level`.
+pub fn log_filter_problem(filter: &str) -> Option<String> {
+    if let Err(error) = EnvFilter::builder().parse(filter) {
+        return Some(error.to_string());
+    }
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|directive| !directive.is_empty())
+        .find(|directive| {
+            !directive.contains(['=', '[', ':'])
+                && !LEVELS.contains(&directive.to_ascii_lowercase().as_str())
+        })
+        .map(|word| {
+            format!(
+                "{word:?} is not a level (trace, debug, info, warn, error, off); a module is enabled with {word}=LEVEL"
+            )
+        })
+}
+
 /// Installs logging (and tracing export, if `traces` is given). `filter`
 /// (unless `RUST_LOG` is set) is the log's; traces have their own
 /// ([`TRACE_FILTER`]). Must run inside a tokio runtime when traces are
 /// exported (the batch exporter runs on it).
 pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Telemetry {
-    let log_filter =
-        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
+    // `RUST_LOG` wins, unless it is no filter to use: then the config's,
+    // said on stderr (the log may be the very thing it would have hidden).
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|value| !value.trim().is_empty());
+    let filter = match rust_log {
+        Some(rust_log) => match log_filter_problem(&rust_log) {
+            None => rust_log,
+            Some(problem) => {
+                eprintln!("junction: RUST_LOG ignored ({problem}); logging at {filter:?}");
+                filter.to_owned()
+            }
+        },
+        None => filter.to_owned(),
+    };
+    let log_filter = || EnvFilter::new(&filter);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);
