@@ -115,6 +115,23 @@ async fn invalid_env_override_is_a_config_error() {
     );
 }
 
+/// A `TOKIO_WORKER_THREADS` that is no number of threads (which the README
+/// documents for sizing the gateway) is a config error, not tokio's panic.
+#[tokio::test]
+async fn an_unusable_worker_thread_count_is_a_config_error() {
+    for threads in ["0", "abc"] {
+        let mut command = junction_command();
+        command
+            .env("TOKIO_WORKER_THREADS", threads)
+            .args(["--listen", "127.0.0.1:0"]);
+        let (status, _, stderr) =
+            run_to_exit("junction (bad threads)", command, EXIT_TIMEOUT).await;
+        assert_eq!(status.code(), Some(2), "{threads}: {stderr}");
+        assert!(stderr.contains("TOKIO_WORKER_THREADS"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
 /// A file that does not exist is a config error too, not a crash.
 #[tokio::test]
 async fn missing_config_file_is_a_config_error() {
