@@ -95,6 +95,24 @@ impl Hostile {
     }
 }
 
+/// A second `initialize` on a live session is refused (-32600), as the
+/// reference server refuses it: it was answered as if it had started
+/// over, with a different answer and its capabilities ignored. The session
+/// goes on as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_initialize_on_a_session_is_refused() {
+    let mut hostile = Hostile::start().await;
+    let again = hostile.send(INITIALIZE).await;
+    let error = &rpc_error(&again, -32600)["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("already initialized")),
+        "{again:?}"
+    );
+    hostile.assert_unharmed().await;
+}
+
 /// Asserts `answer` is a JSON-RPC error object with `code`; returns it.
 fn rpc_error(answer: &Answer, code: i64) -> &Value {
     let body = &answer.body;

@@ -305,8 +305,20 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         let answer = async {
+            // A client's second `initialize` on its session (rmcp passes it
+            // on): its capabilities would go nowhere (upstreams, profile
+            // and catalog were set by the first), and the answer would not
+            // be the session's. A new session is a new `initialize`
+            // without a session id.
+            let waking = context.extensions.get::<SessionRestoreMarker>();
+            if waking.is_none() && self.state().initialize.get().is_some() {
+                return Err(ErrorData::invalid_request(
+                    "the session is already initialized; to start over, send initialize without an Mcp-Session-Id",
+                    None,
+                ));
+            }
             // rmcp replays `initialize` to wake a session asleep.
-            if let Some(waking) = context.extensions.get::<SessionRestoreMarker>() {
+            if let Some(waking) = waking {
                 let Some(sleeper) = self.gateway.hibernation().wake(&waking.id) else {
                     return Err(ErrorData::invalid_request("the session has ended", None));
                 };
