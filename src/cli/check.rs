@@ -108,13 +108,16 @@ fn target(config: &Config, mount: &MountConfig) -> String {
     let at = |field: &str| format!("mounts.{}.{field}", mount.name);
     match &mount.transport {
         UpstreamTransport::Stdio { command, args, .. } => {
-            std::iter::once(config.shown(&at("command"), command))
+            let words: Vec<&str> = std::iter::once(config.shown(&at("command"), command))
                 .chain(
                     args.iter()
                         .enumerate()
                         .map(|(index, arg)| config.shown(&at(&format!("args.{index}")), arg)),
                 )
-                .map(|word| shell_word(&masked_argument(word)))
+                .collect();
+            masked_arguments(&words)
+                .iter()
+                .map(|word| shell_word(word))
                 .collect::<Vec<_>>()
                 .join(" ")
         }
@@ -122,6 +125,76 @@ fn target(config: &Config, mount: &MountConfig) -> String {
             masked_url(config.shown(&at("url"), url.as_str()))
         }
     }
+}
+
+/// A command line with what is likely a secret masked: the value of a flag
+/// whose name says secret (`--api-key=sk-…`, `--token tok-…`), and the
+/// secrets of a URL ([`masked_argument`]). A value that is a `${VAR}` as
+/// written names the secret without showing it, and stays.
+fn masked_arguments(words: &[&str]) -> Vec<String> {
+    let names_secret = |flag: &str| {
+        flag.starts_with('-') && super::import::secrets::looks_secret(flag.trim_start_matches('-'))
+    };
+    let hidden = |value: &str| match value.contains("${") {
+        true => value.to_owned(),
+        false => "***".to_owned(),
+    };
+    let mut masked = Vec::with_capacity(words.len());
+    let mut value_of_secret_flag = false;
+    for word in words {
+        let word = *word;
+        if std::mem::take(&mut value_of_secret_flag) && !word.starts_with('-') {
+            masked.push(hidden(word));
+            continue;
+        }
+        match word.split_once('=') {
+            Some((flag, value)) if names_secret(flag) => {
+                masked.push(format!("{flag}={}", hidden(value)));
+            }
+            Some(_) => masked.push(masked_argument(word).into_owned()),
+            None => {
+                value_of_secret_flag = names_secret(word);
+                masked.push(masked_argument(word).into_owned());
+            }
+        }
+    }
+    masked
+}
+
+#[cfg(test)]
+#[test]
+fn secret_flags_are_masked() {
+    let words = [
+        "server",
+        "--api-key=sk-live-123",
+        "--token",
+        "tok-456",
+        "--verbose",
+        "--password=${DB_PASSWORD}",
+        "--auth-token",
+        "--port",
+        "8080",
+        "--url=https://u:pw@h/mcp",
+        "--keyboard",
+        "us",
+    ];
+    assert_eq!(
+        masked_arguments(&words),
+        [
+            "server",
+            "--api-key=***",
+            "--token",
+            "***",
+            "--verbose",
+            "--password=${DB_PASSWORD}",
+            "--auth-token",
+            "--port",
+            "8080",
+            "--url=https://u:***@h/mcp",
+            "--keyboard",
+            "us",
+        ]
+    );
 }
 
 /// A stdio argument with the secrets of a URL in it masked: a connection

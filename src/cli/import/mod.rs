@@ -12,7 +12,7 @@
 mod emit;
 mod jsonc;
 mod mount_name;
-mod secrets;
+pub(crate) mod secrets;
 mod server;
 mod source;
 mod vars;
