@@ -56,6 +56,14 @@ pub enum UpstreamError {
         command: String,
         source: std::io::Error,
     },
+    /// The spawn's own error would blame the command ("No such file or
+    /// directory") for the directory it was to run in.
+    #[error("cannot start `{command}` in {}: {source}", cwd.display())]
+    Cwd {
+        command: String,
+        cwd: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("invalid header {0}")]
     Header(String),
     #[error("cannot build HTTP client: {0}")]
@@ -186,9 +194,21 @@ async fn start(
             wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
             let (process, stderr) =
                 ChildTransport::spawn(wrapped, raw.clone()).map_err(|source| {
-                    UpstreamError::Spawn {
-                        command: command.clone(),
-                        source,
+                    // Which one it was: a spawn says only "not found".
+                    let cwd_unusable = cwd.as_ref().and_then(|cwd| match std::fs::read_dir(cwd) {
+                        Ok(_) => None,
+                        Err(error) => Some((cwd.clone(), error)),
+                    });
+                    match cwd_unusable {
+                        Some((cwd, source)) => UpstreamError::Cwd {
+                            command: command.clone(),
+                            cwd,
+                            source,
+                        },
+                        None => UpstreamError::Spawn {
+                            command: command.clone(),
+                            source,
+                        },
                     }
                 })?;
             let pid = process.id();

@@ -107,3 +107,29 @@ pub(super) async fn sse_once(body: String) -> String {
     });
     url
 }
+
+/// A mount whose `cwd` does not exist is told so: the spawn's own error
+/// ("No such file or directory") named only the command, which exists.
+#[tokio::test]
+async fn a_missing_working_directory_is_named() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let missing = dir.path().join("no-such-dir");
+    let file = dir.path().join("junction.toml");
+    let toml = format!(
+        "[mounts.fixture]\ncommand = \"true\"\ncwd = {:?}\n",
+        missing.display().to_string()
+    );
+    std::fs::write(&file, toml).expect("write the config");
+    let config = load(&ConfigSource::File(file)).expect("a valid config");
+    let mount = &config.mounts[0];
+    let handler = UpstreamHandler::new(
+        connect::client_config(ClientProfile::FULL.capabilities()),
+        Arc::new(NoEvents),
+        Arc::new(Relay::default()),
+    );
+    let error = open(mount, config.timeouts.for_mount(&mount.timeouts), handler)
+        .await
+        .expect_err("no directory to start in")
+        .to_string();
+    assert!(error.contains(&missing.display().to_string()), "{error}");
+}
