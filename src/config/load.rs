@@ -113,6 +113,24 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         Ok(order) => order,
         Err(message) => return Err(fail("", message)),
     };
+    // TOML refuses a key written twice; JSON and YAML readers keep the
+    // last one, so a copied mount not renamed replaced the first unseen.
+    let repeated = match format {
+        FileFormat::Toml => Vec::new(),
+        FileFormat::Yaml => super::duplicates::in_yaml(&text),
+        FileFormat::Json => super::duplicates::in_json(&text),
+    };
+    if !repeated.is_empty() {
+        let mut problems = Problems::default();
+        for path in repeated {
+            problems.push(
+                path,
+                "written twice in its table (the later would silently replace the earlier)"
+                    .to_owned(),
+            );
+        }
+        return Err(problems.into_error(origin));
+    }
 
     let overrides = env_overrides();
     let file = match format {

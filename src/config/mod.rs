@@ -5,6 +5,7 @@
 //! [`validate`], which reports every problem with its field path. Nothing
 //! here binds a socket or starts a process.
 
+mod duplicates;
 mod expand;
 mod load;
 mod problems;

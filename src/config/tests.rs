@@ -650,6 +650,32 @@ fn a_log_level_that_is_no_level_is_refused() {
     }
 }
 
+/// A key written twice in a JSON or YAML table is refused, as TOML
+/// refuses it: serde kept the last, so a copied mount not renamed replaced
+/// the first without a word. Every repeat is named.
+#[test]
+fn a_key_written_twice_in_json_or_yaml_is_refused() {
+    let json = r#"{"mounts": {"a": {"url": "http://first/mcp"}, "a": {"url": "http://second/mcp"}},
+        "limits": {"max_sessions": 5, "max_sessions": 7}}"#;
+    let found = problems("junction.json", json);
+    for path in ["mounts.a", "limits.max_sessions"] {
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with(&format!("{path}: written twice"))),
+            "{path}: {found:#?}"
+        );
+    }
+    let yaml = "mounts:\n  a:\n    url: http://first/mcp\n  a:\n    url: http://second/mcp\n";
+    let found = problems("junction.yaml", yaml);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("mounts.a: written twice")),
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn timeouts_supervision_and_limits_have_documented_defaults() {
     let config = parse("junction.toml", "[mounts.a]\ncommand = \"x\"\n").unwrap();
