@@ -349,6 +349,39 @@ async fn a_problem_an_override_made_names_its_variable() {
     }
 }
 
+/// A mount the file no longer has, kept by an override of one of its
+/// settings (the override outlives the file's edit), is reported naming
+/// that variable: "missing command or url" alone sent the operator to a
+/// file that has no such mount. So is a problem below an override's
+/// setting's table (headers on a stdio mount).
+#[tokio::test]
+async fn a_mount_an_override_alone_keeps_names_the_variable() {
+    let config = "[mounts.a]\ncommand = \"x\"\n";
+    let (_dir, path) = config_file(config);
+    let run = junction(
+        &["check", "--config", &path],
+        &[
+            ("JUNCTION_MOUNTS__WEB__HEADERS__AUTHORIZATION", "Bearer t"),
+            ("JUNCTION_MOUNTS__A__HEADERS__X", "1"),
+        ],
+    )
+    .await;
+    run.expect_code(2);
+    for (setting, variable) in [
+        ("mounts.web", "JUNCTION_MOUNTS__WEB__HEADERS__AUTHORIZATION"),
+        ("mounts.a.headers", "JUNCTION_MOUNTS__A__HEADERS__X"),
+    ] {
+        assert!(
+            run.stderr
+                .lines()
+                .any(|line| line.contains(&format!(": {setting}: ")) && line.contains(variable)),
+            "{setting}: {}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("Bearer t"), "{}", run.stderr);
+}
+
 #[tokio::test]
 async fn check_reports_every_problem_with_its_path() {
     let (_dir, path) = config_file(

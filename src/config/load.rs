@@ -209,7 +209,10 @@ fn override_variables() -> Vec<(String, String)> {
 /// `error` with each problem about a setting an environment override set
 /// naming that variable: the value was not in the file the error names
 /// (the Docker image always sets `JUNCTION_SERVER__ALLOWED_HOSTS`, and an
-/// operator would search the file for it in vain).
+/// operator would search the file for it in vain). A problem with a table
+/// an override sets something in names those variables too: a mount the
+/// file no longer has, kept alive by an override of one of its settings,
+/// is missing its `command` or `url`, which no edit of the file explains.
 fn from_overrides(mut error: super::ConfigError) -> super::ConfigError {
     let overrides = override_variables();
     for problem in &mut error.problems {
@@ -220,6 +223,23 @@ fn from_overrides(mut error: super::ConfigError) -> super::ConfigError {
             problem.message = format!(
                 "{} (set by environment variable {variable})",
                 problem.message
+            );
+            continue;
+        }
+        if problem.path.is_empty() {
+            continue;
+        }
+        let within = format!("{}.", problem.path);
+        let setting_within: Vec<&str> = overrides
+            .iter()
+            .filter(|(path, _)| path.starts_with(&within))
+            .map(|(_, variable)| variable.as_str())
+            .collect();
+        if !setting_within.is_empty() {
+            problem.message = format!(
+                "{} (environment variable {} sets a value in it)",
+                problem.message,
+                setting_within.join(", ")
             );
         }
     }
