@@ -246,7 +246,7 @@ fn main() -> ExitCode {
     match result {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(error) => {
-            eprintln!("junction: {error:#}");
+            junction::telemetry::say("ERROR", &format!("junction: {error:#}"));
             ExitCode::FAILURE
         }
     }
@@ -271,7 +271,10 @@ async fn serve(
     gateway.start();
     // Printed, not logged: scripts and tests read this line whatever the
     // log level.
-    eprintln!("junction listening on {bound} (MCP endpoint http://{bound}{path})");
+    junction::telemetry::say(
+        "INFO",
+        &format!("junction listening on {bound} (MCP endpoint http://{bound}{path})"),
+    );
     let stop_watching = tokio_util::sync::CancellationToken::new();
     let watcher = tokio::spawn(junction::gateway::watch::watch(
         gateway.clone(),

@@ -617,11 +617,20 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
         junction::telemetry::redact::session_fingerprint(&session),
         "{record}"
     );
+    // A number, not `Some(…)`.
+    assert!(record["fields"]["pid"].is_u64(), "{record}");
     let stderr = gateway.proc.stderr.text();
     assert!(
         !stderr.contains(&session),
         "the session id {session} is in the log:\n{stderr}"
     );
+    // Every line is JSON, the one that says where it listens included: a
+    // pipeline reading JSON lines is fed nothing else.
+    for line in stderr.lines() {
+        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(record["level"].is_string(), "{line}");
+    }
+    assert!(stderr.contains("junction listening on"), "{stderr}");
 }
 
 /// Nor at debug level, where the gateway's own sweep says which idle

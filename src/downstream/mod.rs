@@ -594,7 +594,7 @@ impl SessionState {
                 }
             }
         }
-        tracing::info!(mount = %mount.config.name, session = self.key, pid = ?session.pid(), "per-session upstream open");
+        tracing::info!(mount = %mount.config.name, session = self.key, pid = session.pid(), "per-session upstream open");
         let session = Arc::new(session);
         session.hold_until_closed(permit);
         watch_per_session(mount, &session, Arc::downgrade(self));

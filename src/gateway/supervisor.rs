@@ -222,7 +222,7 @@ async fn start_and_discover(
     tracing::info!(
         mount = %mount.config.name,
         profile = %profile_session.profile(),
-        pid = ?session.pid(),
+        pid = session.pid(),
         tools = catalog.tools.len(),
         prompts = catalog.prompts.len(),
         resources = catalog.resources.len(),

@@ -214,9 +214,12 @@ pub async fn serve(
     lanes: usize,
 ) -> std::io::Result<Lanes> {
     if let Some(listener) = &admin_listener {
-        eprintln!(
-            "junction admin listening on {} (/metrics, /status)",
-            listener.local_addr()?
+        crate::telemetry::say(
+            "INFO",
+            &format!(
+                "junction admin listening on {} (/metrics, /status)",
+                listener.local_addr()?
+            ),
         );
     }
     let sessions_token = CancellationToken::new();

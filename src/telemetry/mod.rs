@@ -40,6 +40,31 @@ pub struct TraceExport {
     pub service_name: String,
 }
 
+/// Whether the log is JSON lines (set by [`init`]).
+static JSON_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says `line` on stderr whatever the log level (what scripts and tests
+/// read, such as the address listened on, and what goes wrong with the
+/// log itself). With text logs as it is; with JSON logs as a JSON object
+/// shaped like the log's own lines (its leading `junction: ` dropped), so
+/// that a pipeline reading JSON lines (the Kubernetes manifest's
+/// `log_format = "json"`) is not fed plain text. `level` is `INFO`, `WARN`
+/// or `ERROR`.
+pub fn say(level: &str, line: &str) {
+    if !JSON_LOG.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("{line}");
+        return;
+    }
+    let message = line.strip_prefix("junction: ").unwrap_or(line);
+    let json = serde_json::json!({
+        "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+        "level": level,
+        "fields": { "message": message },
+        "target": "junction",
+    });
+    eprintln!("{json}");
+}
+
 /// Keeps the span exporter alive; [`Telemetry::shutdown`] flushes it.
 #[derive(Default)]
 pub struct Telemetry {
@@ -51,7 +76,10 @@ impl Telemetry {
     pub fn shutdown(&self) {
         if let Some(provider) = &self.tracer_provider {
             if let Err(error) = provider.shutdown() {
-                eprintln!("junction: flushing traces failed: {error}");
+                say(
+                    "ERROR",
+                    &format!("junction: flushing traces failed: {error}"),
+                );
             }
         }
     }
@@ -107,6 +135,10 @@ pub fn log_filter_problem(filter: &str) -> Option<String> {
 /// ([`TRACE_FILTER`]). Must run inside a tokio runtime when traces are
 /// exported (the batch exporter runs on it).
 pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Telemetry {
+    JSON_LOG.store(
+        format == LogFormat::Json,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // `RUST_LOG` wins, unless it is no filter to use: then the config's,
     // said on stderr (the log may be the very thing it would have hidden).
     let rust_log = std::env::var("RUST_LOG")
@@ -116,7 +148,10 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
         Some(rust_log) => match log_filter_problem(&rust_log) {
             None => rust_log,
             Some(problem) => {
-                eprintln!("junction: RUST_LOG ignored ({problem}); logging at {filter:?}");
+                say(
+                    "WARN",
+                    &format!("junction: RUST_LOG ignored ({problem}); logging at {filter:?}"),
+                );
                 filter.to_owned()
             }
         },
@@ -145,9 +180,12 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
             Some(tracing_opentelemetry::layer().with_tracer(tracer))
         }
         Err(error) => {
-            eprintln!(
-                "junction: traces disabled: cannot export to {}: {error}",
-                export.endpoint
+            say(
+                "WARN",
+                &format!(
+                    "junction: traces disabled: cannot export to {}: {error}",
+                    export.endpoint
+                ),
             );
             None
         }
@@ -192,16 +230,17 @@ pub fn init_from_config(
     config: &crate::config::TelemetryConfig,
     format: Option<LogFormat>,
 ) -> Telemetry {
+    let format = format.unwrap_or(config.log_format);
+    JSON_LOG.store(
+        format == LogFormat::Json,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
     let traces = trace_export(config, env).unwrap_or_else(|problem| {
-        eprintln!("junction: traces disabled: {problem}");
+        say("WARN", &format!("junction: traces disabled: {problem}"));
         None
     });
-    init(
-        format.unwrap_or(config.log_format),
-        &config.log_level,
-        traces,
-    )
+    init(format, &config.log_level, traces)
 }
 
 /// Where and how traces are exported, from the config and the standard
