@@ -252,6 +252,28 @@ async fn an_ended_shared_upstream_is_not_ready_while_it_closes() {
     close(client).await;
 }
 
+/// A stdio server whose answer is not JSON (a `NaN`, as Python's
+/// `json.dumps` writes by default): the call fails at once saying so (a
+/// JSON-RPC error, as the upstream's own errors are),
+/// instead of waiting out the request timeout (rmcp skips the line, and
+/// the request looked unanswered), and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_is_not_json_fails_its_call_at_once() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("nan", "nan_answer.py", "timeouts = { request = \"5m\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let failed = call_err(&client, "nan__nan", Value::Null).await;
+    assert!(failed.message.contains("not valid JSON"), "{failed:?}");
+    assert_eq!(
+        ok_text(&call(&client, "nan__ok", Value::Null).await),
+        "fine"
+    );
+    close(client).await;
+}
+
 /// An upstream that exits at once every time: after `crash_loop_restarts`
 /// failures the mount is `down`, and stays quiet (no further attempts, no
 /// CPU burnt) until `down_retry`. The other mount serves throughout.

@@ -97,6 +97,7 @@ impl ChildTransport {
     pub fn spawn(
         mut command: CommandWrap,
         raw: Arc<RawAnswers>,
+        malformed: super::malformed::MalformedLines,
     ) -> std::io::Result<(Self, Option<ChildStderr>)> {
         use std::process::Stdio;
         command
@@ -109,7 +110,8 @@ impl ChildTransport {
             return Err(std::io::Error::other("the child's stdio is not piped"));
         };
         let stderr = child.stderr().take();
-        let transport = AsyncRwTransport::new_client(TapReader::new(stdout, raw), stdin);
+        let stdout = TapReader::new(stdout, raw).checking(malformed);
+        let transport = AsyncRwTransport::new_client(stdout, stdin);
         Ok((
             Self {
                 transport,

@@ -192,8 +192,11 @@ async fn start(
             }
             let mut wrapped = CommandWrap::from(cmd);
             wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-            let (process, stderr) =
-                ChildTransport::spawn(wrapped, raw.clone()).map_err(|source| {
+            let (answers, malformed_answers) =
+                tokio::sync::mpsc::channel(super::direct_call::INJECT_CAPACITY);
+            let malformed = super::malformed::MalformedLines::new(mount.name.clone(), answers);
+            let (process, stderr) = ChildTransport::spawn(wrapped, raw.clone(), malformed)
+                .map_err(|source| {
                     // Which one it was: a spawn says only "not found".
                     let cwd_unusable = cwd.as_ref().and_then(|cwd| match std::fs::read_dir(cwd) {
                         Ok(_) => None,
@@ -218,7 +221,8 @@ async fn start(
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }
-            let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw);
+            let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw)
+                .with_injected(malformed_answers);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok(Started {
                 service,

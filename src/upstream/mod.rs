@@ -16,6 +16,7 @@ pub mod discovery;
 mod exit_watch;
 pub mod handler;
 pub mod http_client;
+mod malformed;
 pub mod ordered;
 pub mod process_group;
 pub mod profile;

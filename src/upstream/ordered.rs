@@ -81,7 +81,9 @@ impl<T> OrderedTransport<T> {
         }
     }
 
-    /// Also passes on what the direct path sends through `injected`.
+    /// Also passes on what `injected` brings: the direct path's messages
+    /// (HTTP), errors for answers that were not JSON (stdio,
+    /// `malformed.rs`).
     pub fn with_injected(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
         self.injected = Some(injected);
         self
@@ -114,7 +116,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let message = match &mut self.injected {
             // Both receives are cancel-safe (channel reads: rmcp's HTTP
-            // transport is a worker behind a channel).
+            // transport is a worker behind a channel; its stdio reader
+            // keeps a partial line across a cancel).
             Some(injected) => tokio::select! {
                 message = self.inner.receive() => message,
                 Some(message) = injected.recv() => return Some(message),

@@ -128,14 +128,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A stdio server's stdout, passed through unchanged, with each line shown
-/// to [`RawAnswers::offer`] while an answer is awaited.
+/// to [`RawAnswers::offer`] while an answer is awaited, and to
+/// [`MalformedLines::check`] if given.
 pub struct TapReader<R> {
     inner: R,
     raw: Arc<RawAnswers>,
+    malformed: Option<super::malformed::MalformedLines>,
     line: Vec<u8>,
-    /// The current line started while nothing was awaited (or grew too
-    /// long): skip to its end.
+    /// The current line started while nothing was awaited and nothing
+    /// checks lines (or grew too long): skip to its end.
     skipping: bool,
+    /// The current line started while an answer was awaited.
+    for_raw: bool,
 }
 
 impl<R> TapReader<R> {
@@ -143,9 +147,17 @@ impl<R> TapReader<R> {
         Self {
             inner,
             raw,
+            malformed: None,
             line: Vec::new(),
             skipping: false,
+            for_raw: false,
         }
+    }
+
+    /// Also shows every line to `malformed`.
+    pub fn checking(mut self, malformed: super::malformed::MalformedLines) -> Self {
+        self.malformed = Some(malformed);
+        self
     }
 
     fn observe(&mut self, mut bytes: &[u8]) {
@@ -155,8 +167,9 @@ impl<R> TapReader<R> {
                 Some(end) => (&bytes[..end], &bytes[end + 1..]),
                 None => (bytes, &[][..]),
             };
-            if self.line.is_empty() && !self.skipping && !self.raw.is_waiting() {
-                self.skipping = true;
+            if self.line.is_empty() && !self.skipping {
+                self.for_raw = self.raw.is_waiting();
+                self.skipping = !self.for_raw && self.malformed.is_none();
             }
             if !self.skipping {
                 if self.line.len() + chunk.len() > MAX_LINE {
@@ -168,7 +181,12 @@ impl<R> TapReader<R> {
             }
             if end.is_some() {
                 if !self.skipping {
-                    self.raw.offer(&self.line);
+                    if self.for_raw {
+                        self.raw.offer(&self.line);
+                    }
+                    if let Some(malformed) = &self.malformed {
+                        malformed.check(&self.line);
+                    }
                 }
                 self.line.clear();
                 self.skipping = false;

@@ -1,0 +1,139 @@
+//! A stdio server's line that is not JSON, answered rather than lost.
+//!
+//! rmcp skips a line it cannot parse, as the other SDKs do (answering
+//! unparsable input could start an error storm). When that line was the
+//! answer to one of the gateway's requests, the request waited for its
+//! whole timeout (a minute by default) and failed as if the server were
+//! silent, with nothing logged at the default level. The common cause is
+//! a Python server writing `NaN` or `Infinity` (which `json.dumps` does by
+//! default, and JSON has no way to write). So each line of the server's
+//! stdout that is not JSON is logged, and if it reads as an answer once
+//! those words are read as `null`, its request is answered at once with an
+//! error that says what was wrong.
+
+use rmcp::model::ServerJsonRpcMessage;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::naming::MountName;
+
+/// Where a stdio server's malformed answers are turned into errors.
+pub struct MalformedLines {
+    mount: MountName,
+    /// Into the upstream session's transport, as if the server had sent it.
+    answers: mpsc::Sender<ServerJsonRpcMessage>,
+}
+
+impl MalformedLines {
+    pub fn new(mount: MountName, answers: mpsc::Sender<ServerJsonRpcMessage>) -> Self {
+        Self { mount, answers }
+    }
+
+    /// Looks at one line of the server's stdout (without its `\n`).
+    pub fn check(&self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(line) else {
+            return;
+        };
+        if !(error.is_syntax() || error.is_eof()) {
+            return;
+        }
+        let Some(id) = answered_id(line) else {
+            tracing::warn!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON; skipped");
+            return;
+        };
+        tracing::warn!(mount = %self.mount, %error, %id, "the upstream answered with a line that is not JSON; its request fails");
+        let answer = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": -32603,
+                "message": format!("the upstream's answer is not valid JSON ({error}); JSON has no NaN or Infinity, which some servers write for numbers"),
+            },
+        });
+        if let Ok(answer) = serde_json::from_value::<ServerJsonRpcMessage>(answer) {
+            // From a read of the server's stdout: never waits. A full
+            // channel leaves the request to its timeout, as before.
+            let _ = self.answers.try_send(answer);
+        }
+    }
+}
+
+/// The id of the answer `line` is, read with `NaN`, `Infinity` and
+/// `-Infinity` outside strings taken as `null`.
+fn answered_id(line: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(line).ok()?;
+    let message: Value = serde_json::from_str(&non_finite_as_null(text)).ok()?;
+    let is_answer = message.get("result").is_some() || message.get("error").is_some();
+    let id = message.get("id")?;
+    (is_answer && (id.is_string() || id.is_number())).then(|| id.clone())
+}
+
+/// `text` with the bare words `NaN`, `Infinity` and `-Infinity` (outside
+/// strings) replaced by `null`.
+fn non_finite_as_null(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut in_string = false;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            match c {
+                '\\' => {
+                    let escaped: String = rest.chars().take(2).collect();
+                    out.push_str(&escaped);
+                    rest = &rest[escaped.len()..];
+                    continue;
+                }
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            if c == '"' {
+                in_string = true;
+            }
+            if let Some(word) = ["-Infinity", "Infinity", "NaN"]
+                .into_iter()
+                .find(|word| rest.starts_with(word))
+            {
+                out.push_str("null");
+                rest = &rest[word.len()..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_numbers_outside_strings_read_as_null() {
+        assert_eq!(
+            non_finite_as_null(r#"{"a":NaN,"b":[Infinity,-Infinity],"c":"NaN \"Infinity\""}"#),
+            r#"{"a":null,"b":[null,null],"c":"NaN \"Infinity\""}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_is_not_json_fails_its_request() {
+        let (answers, mut received) = mpsc::channel(4);
+        let lines = MalformedLines::new(MountName::new("m").unwrap(), answers);
+        lines.check(br#"{"jsonrpc":"2.0","id":7,"result":{"structuredContent":{"n":NaN}}}"#);
+        let answer = serde_json::to_value(received.try_recv().expect("an answer")).unwrap();
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["code"], -32603);
+        // Valid lines, blank lines, and lines that are no answer: nothing.
+        lines.check(br#"{"jsonrpc":"2.0","id":8,"result":{}}"#);
+        lines.check(b"  \r");
+        lines.check(b"Server started on stdio");
+        lines.check(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"n":NaN}}"#);
+        assert!(received.try_recv().is_err());
+    }
+}
