@@ -7,10 +7,15 @@
 //! a listener for it is created, for the rest of the process, so
 //! [`shutdown_signal`] creates its listeners when called, before the
 //! gateway starts a child, not when its future is first polled.
+//!
+//! The graceful stop waits for calls in flight (`shutdown_grace`) and for
+//! upstreams to close; a second SIGINT or SIGTERM during it (Ctrl-C
+//! pressed again) stops the process at once, its children killed first.
 
 use std::future::Future;
 
-/// Listens from now on; resolves on the first SIGINT or SIGTERM. Also
+/// Listens from now on; resolves on the first SIGINT or SIGTERM, and from
+/// then on ends the process at a second one ([`stop_now`]). Also
 /// installs SIGHUP's handler, which the config watcher listens to: one
 /// arriving before the watcher runs is not a reload, but it does not end
 /// the gateway either.
@@ -27,18 +32,12 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
         let terminate = listen(SignalKind::terminate(), "SIGTERM");
         drop(listen(SignalKind::hangup(), "SIGHUP"));
         async move {
-            let received = |signal: Option<tokio::signal::unix::Signal>| async move {
-                match signal {
-                    Some(mut signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = received(interrupt) => {}
-                () = received(terminate) => {}
-            }
+            let (mut interrupt, mut terminate) = (interrupt, terminate);
+            either(&mut interrupt, &mut terminate).await;
+            tokio::spawn(async move {
+                either(&mut interrupt, &mut terminate).await;
+                stop_now();
+            });
         }
     }
     #[cfg(not(unix))]
@@ -47,6 +46,39 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// The next SIGINT or SIGTERM (never, for one not listened to).
+#[cfg(unix)]
+async fn either(
+    interrupt: &mut Option<tokio::signal::unix::Signal>,
+    terminate: &mut Option<tokio::signal::unix::Signal>,
+) {
+    async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+        match signal {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        () = next(interrupt) => {}
+        () = next(terminate) => {}
+    }
+}
+
+/// Ends the process now (a second signal during the graceful stop): what
+/// the upstreams started is killed first, since nothing will close them.
+/// Exit code 130, as a shell reports Ctrl-C.
+#[cfg(unix)]
+fn stop_now() -> ! {
+    crate::telemetry::say(
+        "WARN",
+        "junction: a second stop signal: stopping now, upstream processes killed",
+    );
+    crate::upstream::kill_every_tagged();
+    std::process::exit(130)
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -317,3 +317,48 @@ async fn a_close_cut_short_at_shutdown_leaves_no_detached_process() {
         "the stopped server outlived the gateway"
     );
 }
+
+/// A second SIGINT (Ctrl-C pressed again) while the gateway waits out a
+/// long grace period for a call in flight stops it at once, exit code
+/// 130, its stdio child killed: it did nothing, and the operator had to
+/// find and kill the process and its children by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_interrupt_stops_at_once_and_leaves_no_child() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"60s\"\n\n{}",
+        stdio_demo_mount("demo", ""),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let child = call_pid(&client, "demo__pid").await;
+    let slow = tokio::spawn({
+        let peer = client.peer().clone();
+        async move {
+            let params = rmcp::model::CallToolRequestParams::new("demo__slow").with_arguments(
+                json!({"steps": 600, "delay_ms": 100})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            );
+            peer.call_tool(params).await
+        }
+    });
+    eventually("the slow call to report progress", OP_TIMEOUT, || async {
+        (!client.service().progress().is_empty()).then_some(())
+    })
+    .await;
+
+    signal(gateway.proc.pid(), "INT");
+    eventually("the gateway to drain", OP_TIMEOUT, || async {
+        (readyz(&gateway).await["draining"] == true).then_some(())
+    })
+    .await;
+    signal(gateway.proc.pid(), "INT");
+    let status = gateway.proc.wait_exit(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(130), "{status}");
+    eventually("the child to be gone", OP_TIMEOUT, || async {
+        (!process_alive(child)).then_some(())
+    })
+    .await;
+    slow.abort();
+}
