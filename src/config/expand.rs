@@ -29,7 +29,7 @@ pub fn expand_tree(
                             written.push((path.join("."), std::mem::replace(text, expanded)));
                         }
                     }
-                    Err(message) => problems.push(path.join("."), message),
+                    Err(message) => problems.push_unmade(path.join("."), message),
                 }
             }
         }

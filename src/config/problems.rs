@@ -28,28 +28,52 @@ impl fmt::Display for Problem {
 
 /// Collects problems while a config is checked.
 #[derive(Debug, Default)]
-pub struct Problems(Vec<Problem>);
+pub struct Problems {
+    found: Vec<Problem>,
+    /// Settings whose value could not be made at all (a `${VAR}` not
+    /// set): what checking the placeholder left there would say is no
+    /// problem of the user's, and is not reported.
+    unmade: Vec<String>,
+}
 
 impl Problems {
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem {
-            path: path.into(),
+        let path = path.into();
+        let of_unmade = self.unmade.iter().any(|unmade| {
+            path == *unmade
+                || path
+                    .strip_prefix(unmade.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+        });
+        if of_unmade {
+            return;
+        }
+        self.found.push(Problem {
+            path,
             message: message.into(),
         });
     }
 
+    /// The value at `path` could not be made (`message` says why): the
+    /// later checks of what is left there are not reported.
+    pub fn push_unmade(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = path.into();
+        self.push(path.clone(), message);
+        self.unmade.push(path);
+    }
+
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.found.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.found.is_empty()
     }
 
     pub fn into_error(self, source: impl Into<String>) -> ConfigError {
         ConfigError {
             origin: source.into(),
-            problems: self.0,
+            problems: self.found,
         }
     }
 }

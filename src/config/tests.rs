@@ -461,6 +461,39 @@ fn every_problem_is_reported_at_once_with_its_path() {
     assert_reported(&found, &expected);
 }
 
+/// A `${VAR}` that is not set is one problem, not two: checking the
+/// placeholder left in its place ("relative URL without a base", "not a
+/// duration") reported a second, false one at the same path. Other
+/// problems still show.
+#[test]
+fn an_unset_variable_is_reported_once() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        listen = "${JUNCTION_TEST_UNSET_LISTEN}"
+        [timeouts]
+        request = "${JUNCTION_TEST_UNSET_REQUEST}"
+        connect = "soon"
+        [mounts.a]
+        url = "${JUNCTION_TEST_UNSET_URL}"
+        "#,
+    );
+    assert_eq!(found.len(), 4, "{found:#?}");
+    for path in ["server.listen", "timeouts.request", "mounts.a.url"] {
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with(&format!("{path}: environment variable "))),
+            "{path}: {found:#?}"
+        );
+    }
+    assert!(
+        found.iter().any(|p| p.starts_with("timeouts.connect:")),
+        "{found:#?}"
+    );
+}
+
 /// One bad field hides no other: within a table, within a mount, and a
 /// problem elsewhere in `[server]` hides no namespace clash.
 #[test]
