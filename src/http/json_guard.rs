@@ -233,7 +233,7 @@ fn json_kind(value: &Value) -> &'static str {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
         Value::Number(number) if number.is_f64() => "a fraction",
-        Value::Number(_) => "an integer beyond 64 bits",
+        Value::Number(_) => "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)",
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
