@@ -122,10 +122,8 @@ fn main() -> ExitCode {
     // Both flags are global (so `junction serve --listen ADDR` works); a
     // command they do not apply to refuses them rather than ignoring them.
     let misplaced = match &cli.command {
-        Some(Command::Check { .. } | Command::Tools { .. } | Command::Import { .. })
-            if cli.listen.is_some() =>
-        {
-            Some("--listen only applies when serving")
+        Some(Command::Tools { .. } | Command::Import { .. }) if cli.listen.is_some() => {
+            Some("--listen only applies to serve and check")
         }
         Some(Command::DemoServer { .. }) if cli.listen.is_some() => {
             Some("demo-server takes --http ADDR, not --listen")
@@ -191,6 +189,7 @@ fn main() -> ExitCode {
         Some(Command::Check { connect, timeout }) => {
             Ok(runtime.block_on(cli::until_interrupted(cli::check::run(
                 ConfigSource::resolve(cli.config),
+                cli.listen,
                 connect,
                 timeout.unwrap_or(DEFAULT_DISCOVERY_WAIT),
             ))))

@@ -973,12 +973,32 @@ async fn serving_flags_are_refused_where_they_do_not_apply() {
         "{}",
         run.stderr
     );
-    let run = junction(&["--listen", "127.0.0.1:0", "check"], &[]).await;
+    let run = junction(&["--listen", "127.0.0.1:0", "tools"], &[]).await;
     run.expect_code(2);
     assert!(
-        run.stderr.contains("--listen only applies when serving"),
+        run.stderr
+            .contains("--listen only applies to serve and check"),
         "{}",
         run.stderr
+    );
+}
+
+/// `check` takes `--listen` as `serve` does, so a deployment's command
+/// line can be checked as it runs (it was refused, though `--help` lists
+/// it), and says where that config would serve.
+#[tokio::test]
+async fn check_takes_the_listen_address_serve_would() {
+    let (_dir, path) = config_file("[mounts.a]\ncommand = \"x\"\n");
+    let run = junction(
+        &["check", "--config", &path, "--listen", "0.0.0.0:9090"],
+        &[],
+    )
+    .await;
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("served at http://0.0.0.0:9090/mcp"),
+        "{}",
+        run.stdout
     );
 }
 

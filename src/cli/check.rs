@@ -35,14 +35,23 @@ Exit codes: 0 valid (and, with --connect, every upstream started);
 the upstreams it started are stopped).";
 
 /// `junction check`.
-pub async fn run(source: ConfigSource, connect: bool, wait: Duration) -> Outcome {
-    let config = match config::load(&source) {
+pub async fn run(
+    source: ConfigSource,
+    listen: Option<std::net::SocketAddr>,
+    connect: bool,
+    wait: Duration,
+) -> Outcome {
+    let mut config = match config::load(&source) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("junction: invalid config\n{error}");
             return Outcome::Invalid;
         }
     };
+    // As `serve` takes it: a deployment's command line checks as it runs.
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
     if let Err(unwritten) = print_stdout(&summary(&source.describe(), &config)) {
         return unwritten;
     }
