@@ -531,6 +531,12 @@ async fn the_first_call_after_an_http_upstream_restarted_is_served() {
         );
         let stderr = gateway.proc.stderr.text();
         assert!(!stderr.contains("restarting"), "{extra}: {stderr}");
+        // Sent again, not only reconnected before it was sent (the old
+        // session's message stream retries 3 s after the server went).
+        assert!(
+            stderr.contains("sending the request again on a new one"),
+            "{extra}: {stderr}"
+        );
         close(client).await;
     }
 }

@@ -91,7 +91,7 @@ impl RouteError {
                     ),
                 }
             }
-            RequestError::Expired => RouteError::UpstreamFailed {
+            RequestError::Expired { .. } => RouteError::UpstreamFailed {
                 mount,
                 cause: format!("{error}; the gateway is reconnecting"),
             },

@@ -124,10 +124,12 @@ impl Upstream<'_> {
     }
 
     /// Sends `request` on `upstream` for the client's request; a call's
-    /// limit depends on its tool. An HTTP upstream that refuses it unrun
-    /// because it no longer knows the session (it restarted, or expired
-    /// the session) is sent it once more on the mount's next session: a
-    /// rolling deploy of the upstream fails no call.
+    /// limit depends on its tool. An HTTP upstream that no longer knows
+    /// the session (it restarted, or expired the session) is sent it once
+    /// more on the mount's next session, so that a rolling deploy of the
+    /// upstream fails no call: a `tools/call` only if the upstream refused
+    /// it unrun (a tool must not run twice), the reads whatever point the
+    /// exchange had reached.
     async fn send(
         self,
         mount: &Mount,
@@ -139,16 +141,17 @@ impl Upstream<'_> {
         let again = upstream
             .may_refuse_unrun()
             .then(|| (request.clone(), self.caller.clone()));
+        let is_call = matches!(request, ClientRequest::CallToolRequest(_));
         let answer = upstream
             .request(request, self.caller, self.cancel, limit)
             .await;
         let (request, caller) = match (answer, again) {
-            (Err(RequestError::Expired), Some(again)) => again,
+            (Err(RequestError::Expired { unrun }), Some(again)) if unrun || !is_call => again,
             (answer, _) => {
                 return answer.map_err(|error| RouteError::upstream(&mount.config, error))
             }
         };
-        tracing::debug!(mount = %mount.config.name, "the upstream forgot the session; sending the request on a new one");
+        tracing::info!(mount = %mount.config.name, "the upstream no longer knew the session; sending the request again on a new one");
         let (mount, upstream) = connect(self.gateway, self.state, &mount.config.name).await?;
         upstream
             .request(request, caller, self.cancel, mount.request_limit(tool))

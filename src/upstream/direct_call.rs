@@ -231,7 +231,7 @@ impl DirectCalls {
             )));
         }
         if status == StatusCode::NOT_FOUND && session.post.session_id.is_some() {
-            return Err(transport(HttpError::SessionExpired));
+            return Err(transport(SessionForgotten { unrun: true }));
         }
         if status.is_success() && reply.content_type.starts_with("text/event-stream") {
             return self.read_stream(&direct, reply).await;
@@ -332,7 +332,7 @@ impl DirectCalls {
         match reply.status {
             status if status.is_success() => Ok(reply),
             StatusCode::NOT_FOUND if session.post.session_id.is_some() => {
-                Err(transport(HttpError::SessionExpired))
+                Err(transport(SessionForgotten { unrun: false }))
             }
             status => Err(transport(unexpected(format!(
                 "HTTP {status} resuming the answer stream"
@@ -415,7 +415,7 @@ impl DirectCalls {
         if let JsonRpcMessage::Error(error) = &message {
             if says_session_is_gone(error) {
                 tracing::warn!(error = %error.error.message, "the upstream no longer knows this session");
-                return Some(Err(transport(HttpError::SessionExpired)));
+                return Some(Err(transport(SessionForgotten { unrun: false })));
             }
         }
         self.pass_on(message, id).await;
@@ -543,6 +543,16 @@ fn client_error(error: reqwest::Error) -> ServiceError {
 
 /// As rmcp reports a failed send, so `http_client::means_session_gone`
 /// reads both clients' failures alike.
+/// The upstream no longer knows the session (it restarted, or expired
+/// the session). `unrun`: it said so in answer to the request's own POST,
+/// so the request was not run; otherwise (a resume of the answer's stream
+/// refused, the answer stream saying so) it may have been.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream no longer knows the session{}", if *.unrun { "" } else { " (after it had taken the request)" })]
+pub struct SessionForgotten {
+    pub unrun: bool,
+}
+
 fn transport(error: impl std::error::Error + Send + Sync + 'static) -> ServiceError {
     ServiceError::TransportSend(DynamicTransportError::from_parts(
         "junction-direct-call",

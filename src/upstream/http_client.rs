@@ -349,15 +349,24 @@ impl StreamableHttpClient for TracingHttpClient {
 }
 
 /// Whether a failed send means the server no longer knows the session
-/// (404): the request was not run, and a new session may run it.
-pub fn means_session_expired(error: &rmcp::transport::DynamicTransportError) -> bool {
+/// (404), and if so whether the request was certainly not run: only when
+/// the direct path's POST itself was refused. (rmcp's client reports a
+/// refused POST and a refused resume of its answer stream alike.)
+pub fn session_forgotten(error: &rmcp::transport::DynamicTransportError) -> Option<bool> {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
+    if let Some(forgotten) = error
+        .error
+        .downcast_ref::<super::direct_call::SessionForgotten>()
+    {
+        return Some(forgotten.unrun);
+    }
     matches!(
         error
             .error
             .downcast_ref::<StreamableHttpError<reqwest::Error>>(),
         Some(StreamableHttpError::SessionExpired)
     )
+    .then_some(false)
 }
 
 /// Whether a failed send means the HTTP session is over: the server said
@@ -369,6 +378,13 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
     use rmcp::transport::streamable_http_client::StreamableHttpError;
     if let Some(error) = error.error.downcast_ref::<SameTaskError>() {
         return error.is_connect();
+    }
+    if error
+        .error
+        .downcast_ref::<super::direct_call::SessionForgotten>()
+        .is_some()
+    {
+        return true;
     }
     let Some(error) = error
         .error
@@ -425,6 +441,32 @@ mod tests {
     use super::*;
 
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
+
+    /// Only a POST the upstream refused for its forgotten session is sure
+    /// not to have run: a tool call that broke off later (its stream's
+    /// resume refused) may have run, and must not be sent again.
+    #[test]
+    fn only_a_refused_post_is_certainly_unrun() {
+        use crate::upstream::direct_call::SessionForgotten;
+        let error = |error: Box<dyn std::error::Error + Send + Sync>| {
+            rmcp::transport::DynamicTransportError::from_parts(
+                "test",
+                std::any::TypeId::of::<()>(),
+                error,
+            )
+        };
+        let refused = error(Box::new(SessionForgotten { unrun: true }));
+        let broke_off = error(Box::new(SessionForgotten { unrun: false }));
+        let rmcp_said = error(Box::new(
+            StreamableHttpError::<reqwest::Error>::SessionExpired,
+        ));
+        assert_eq!(session_forgotten(&refused), Some(true));
+        assert_eq!(session_forgotten(&broke_off), Some(false));
+        assert_eq!(session_forgotten(&rmcp_said), Some(false));
+        for gone in [&refused, &broke_off, &rmcp_said] {
+            assert!(means_session_gone(gone));
+        }
+    }
 
     #[test]
     fn a_requests_trace_context_becomes_its_headers() {

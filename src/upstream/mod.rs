@@ -164,10 +164,10 @@ pub enum RequestError {
     #[error("the upstream server went away during the request")]
     Ended,
     /// The upstream no longer knew the session (it restarted, or let the
-    /// session expire) and refused the request unrun: a new session may
-    /// send it again.
-    #[error("the upstream server no longer knew the gateway's session (it restarted or expired it); the request was not run")]
-    Expired,
+    /// session expire). `unrun`: it refused the request itself, which a
+    /// new session may send again; otherwise the request may have run.
+    #[error("the upstream server no longer knew the gateway's session (it restarted or expired it){}", if *.unrun { "; the request was not run" } else { "" })]
+    Expired { unrun: bool },
 }
 
 impl From<ServiceError> for RequestError {
@@ -476,14 +476,14 @@ impl UpstreamSession {
                 // The connection cannot serve another request: end it, so
                 // the supervisor (or the next per-session call) reconnects.
                 tracing::warn!(mount = %self.mount, error = %http_client::with_causes(&*error.error), "upstream session gone");
-                let expired = http_client::means_session_expired(error);
-                if expired {
+                let forgotten = http_client::session_forgotten(error);
+                if forgotten.is_some() {
                     self.expired.cancel();
                 }
                 self.ended.cancel();
-                return Err(match expired {
-                    true => RequestError::Expired,
-                    false => RequestError::Ended,
+                return Err(match forgotten {
+                    Some(unrun) => RequestError::Expired { unrun },
+                    None => RequestError::Ended,
                 });
             }
         }
