@@ -455,8 +455,9 @@ async fn a_mount_whose_tuning_changes_keeps_running() {
 
     let slow_done = AtomicBool::new(false);
     let slow = async {
-        // Silent for 2 s: no progress without a token.
-        let result = call(&client, "tuned__slow", slow_args(10, 200)).await;
+        // Silent for 5 s (no progress without a token): longer than a
+        // reload takes to be noticed and applied.
+        let result = call(&client, "tuned__slow", slow_args(10, 500)).await;
         slow_done.store(true, Ordering::SeqCst);
         result
     };

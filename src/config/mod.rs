@@ -197,8 +197,9 @@ pub struct MountConfig {
 
 impl MountConfig {
     /// Whether `other` names the same upstream, exposed the same way: it
-    /// may differ only in tuning (timeouts, the per-session limit), which
-    /// a reload applies to the running mount without restarting it.
+    /// may differ only in tuning (timeouts but `connect`, the per-session
+    /// limit), which a reload applies to the running mount without
+    /// restarting it.
     pub fn same_upstream(&self, other: &MountConfig) -> bool {
         // Destructured so that a new field has to be sorted into one kind
         // or the other here.
@@ -207,13 +208,15 @@ impl MountConfig {
             namespace,
             isolation,
             transport,
-            timeouts: _,
+            timeouts,
             max_upstream_sessions: _,
         } = self;
         *name == other.name
             && *namespace == other.namespace
             && *isolation == other.isolation
             && *transport == other.transport
+            // Built into an HTTP upstream's client when it opens.
+            && timeouts.connect == other.timeouts.connect
     }
 }
 
