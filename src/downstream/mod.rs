@@ -507,11 +507,15 @@ impl SessionState {
     ) -> Result<Arc<UpstreamSession>, String> {
         // The upstream that ended is closed first (its watcher may be at
         // it already: a second close waits for the first): until then its
-        // child may still hold what the new one needs, and its place.
+        // child may still hold what the new one needs, and its place. In a
+        // task of its own: a caller giving up (a cancelled call) must not
+        // drop a close halfway, which would leave the watcher's close to
+        // SIGKILL the child in the middle of its graceful exit.
         if let Some(ended) = predecessor.upgrade() {
             let retired = mount.retired_token();
+            let closing = tokio::spawn(async move { ended.close().await });
             tokio::select! {
-                _ = tokio::time::timeout(PREDECESSOR_CLOSE_WAIT, ended.close()) => {}
+                _ = tokio::time::timeout(PREDECESSOR_CLOSE_WAIT, closing) => {}
                 _ = retired.cancelled() => {}
             }
         }
