@@ -344,6 +344,9 @@ where
                 this.related = None;
                 // Read to the end by its own client: nothing left to resume.
                 if let Some(logged) = this.log.take() {
+                    // Its connection goes on to other requests: a resume
+                    // racing this end must not cut it.
+                    logged.log.detach_writer();
                     logged.log.finish();
                     this.streams.remove(&logged.key, &logged.log);
                 }
