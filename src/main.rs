@@ -145,23 +145,27 @@ fn main() -> ExitCode {
     if !serving {
         telemetry::init(log_format.unwrap_or_default(), default_filter, None);
     }
-    // tokio reads it too, and panics on a value it cannot use.
+    // tokio reads it too when not told, and panics on a value it cannot
+    // use (untrimmed: `4\n` from an env file): read here, and told.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = std::env::var_os("TOKIO_WORKER_THREADS") {
-        let usable = threads
+        match threads
             .to_str()
             .and_then(|threads| threads.trim().parse::<usize>().ok())
-            .is_some_and(|threads| threads > 0);
-        if !usable {
-            eprintln!(
-                "junction: TOKIO_WORKER_THREADS={threads:?} is not a number of threads (a whole number from 1); unset it for one per CPU"
-            );
-            return ExitCode::from(EXIT_CONFIG);
+            .filter(|threads| *threads > 0)
+        {
+            Some(threads) => {
+                builder.worker_threads(threads);
+            }
+            None => {
+                eprintln!(
+                    "junction: TOKIO_WORKER_THREADS={threads:?} is not a number of threads (a whole number from 1); unset it for one per CPU"
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("junction: cannot start the async runtime: {error}");

@@ -130,6 +130,13 @@ async fn an_unusable_worker_thread_count_is_a_config_error() {
         assert!(stderr.contains("TOKIO_WORKER_THREADS"), "{stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // A count with a line end (an env file's) is a count: tokio's own read
+    // would have panicked on it.
+    let mut command = junction_command();
+    command.env("TOKIO_WORKER_THREADS", "2\n").arg("check");
+    let (status, _, stderr) =
+        run_to_exit("junction (threads with a newline)", command, EXIT_TIMEOUT).await;
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
 /// A file that does not exist is a config error too, not a crash.
