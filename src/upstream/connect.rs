@@ -198,8 +198,9 @@ async fn start(
             let (process, stderr) = ChildTransport::spawn(wrapped, raw.clone(), malformed)
                 .map_err(|source| {
                     // Which one it was: a spawn says only "not found".
-                    let cwd_unusable = cwd.as_ref().and_then(|cwd| match std::fs::read_dir(cwd) {
-                        Ok(_) => None,
+                    let cwd_unusable = cwd.as_ref().and_then(|cwd| match std::fs::metadata(cwd) {
+                        Ok(found) if found.is_dir() => None,
+                        Ok(_) => Some((cwd.clone(), std::io::Error::other("not a directory"))),
                         Err(error) => Some((cwd.clone(), error)),
                     });
                     match cwd_unusable {
