@@ -7,9 +7,15 @@
 //! silent, with nothing logged at the default level. The common cause is
 //! a Python server writing `NaN` or `Infinity` (which `json.dumps` does by
 //! default, and JSON has no way to write). So each line of the server's
-//! stdout that is not JSON is logged, and if it reads as an answer once
-//! those words are read as `null`, its request is answered at once with an
-//! error that says what was wrong.
+//! stdout that is not JSON is logged (the first at `warn`, the rest at
+//! `debug`: a server printing its own chatter to stdout must not flood the
+//! log), and if it reads as an answer once those words are read as `null`,
+//! its request is answered at once with an error that says what was wrong.
+//!
+//! Every line passes here, so the check is cheap for the lines that are
+//! fine: one framed as a JSON object (or batch) without `NaN` or
+//! `Infinity` anywhere is taken as JSON unparsed (rmcp parses it); only
+//! the others are parsed.
 
 use rmcp::model::ServerJsonRpcMessage;
 use serde_json::{json, Value};
@@ -22,27 +28,45 @@ pub struct MalformedLines {
     mount: MountName,
     /// Into the upstream session's transport, as if the server had sent it.
     answers: mpsc::Sender<ServerJsonRpcMessage>,
+    /// Whether a line that is no answer has been logged at `warn` yet.
+    warned: std::sync::atomic::AtomicBool,
 }
 
 impl MalformedLines {
     pub fn new(mount: MountName, answers: mpsc::Sender<ServerJsonRpcMessage>) -> Self {
-        Self { mount, answers }
+        Self {
+            mount,
+            answers,
+            warned: Default::default(),
+        }
     }
 
     /// Looks at one line of the server's stdout (without its `\n`).
     pub fn check(&self, line: &[u8]) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
+        let line = line.trim_ascii();
+        if line.is_empty() {
             return;
         }
-        let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(line) else {
+        let framed = matches!(
+            (line.first(), line.last()),
+            (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+        );
+        let non_finite = memchr::memmem::find(line, b"NaN").is_some()
+            || memchr::memmem::find(line, b"Infinity").is_some();
+        if framed && !non_finite {
             return;
+        }
+        let error = match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => return,
+            Err(error) if error.is_syntax() || error.is_eof() => error,
+            Err(_) => return,
         };
-        if !(error.is_syntax() || error.is_eof()) {
-            return;
-        }
         let Some(id) = answered_id(line) else {
-            tracing::warn!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON; skipped");
+            if self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::debug!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON; skipped");
+            } else {
+                tracing::warn!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON on stdout, where only MCP messages belong; skipped (further such lines are logged at debug)");
+            }
             return;
         };
         tracing::warn!(mount = %self.mount, %error, %id, "the upstream answered with a line that is not JSON; its request fails");
@@ -131,6 +155,7 @@ mod tests {
         assert_eq!(answer["error"]["code"], -32603);
         // Valid lines, blank lines, and lines that are no answer: nothing.
         lines.check(br#"{"jsonrpc":"2.0","id":8,"result":{}}"#);
+        lines.check(br#"{"jsonrpc":"2.0","id":9,"result":{"text":"NaN or Infinity"}}"#);
         lines.check(b"  \r");
         lines.check(b"Server started on stdio");
         lines.check(br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"n":NaN}}"#);

@@ -35,6 +35,9 @@ const KEPT: usize = 64;
 /// A line longer than this (rmcp's own stdio limit) is not looked at.
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
+/// The most a [`TapReader`] keeps allocated between lines.
+const LINE_KEPT: usize = 64 * 1024;
+
 /// Whether the gateway needs `request`'s answer verbatim.
 pub fn wants_raw_answer(request: &ClientRequest) -> bool {
     matches!(
@@ -188,7 +191,14 @@ impl<R> TapReader<R> {
                         malformed.check(&self.line);
                     }
                 }
-                self.line.clear();
+                // A buffer grown by a long line goes with it: each stdio
+                // upstream (one per client on a per-session mount) would
+                // keep its largest line's size for good.
+                if self.line.capacity() > LINE_KEPT {
+                    self.line = Vec::new();
+                } else {
+                    self.line.clear();
+                }
                 self.skipping = false;
             }
             bytes = rest;
