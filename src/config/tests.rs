@@ -654,7 +654,7 @@ fn telemetry_and_admin_have_defaults_and_checks() {
 /// spans still pass.
 #[test]
 fn a_log_level_that_is_no_level_is_refused() {
-    for bad in ["warning", "info,debgu", "Verbose"] {
+    for bad in ["warning", "info,debgu", "Verbose", "errors", "inof"] {
         let found = problems(
             "junction.toml",
             &format!("[telemetry]\nlog_level = {bad:?}\n"),
@@ -672,6 +672,10 @@ fn a_log_level_that_is_no_level_is_refused() {
         "info,junction=debug",
         "off",
         "junction::upstream",
+        "junction",
+        "info,rmcp",
+        "hyper",
+        "tokio",
         "info,rmcp=warn,junction[mcp.request]=debug",
     ] {
         let config = load_file(

@@ -108,26 +108,55 @@ pub fn exporting_traces() -> bool {
 /// Why `filter` is no log filter to use, if it is not. Beyond
 /// `EnvFilter`'s own syntax: a bare word is a module name there, enabled at
 /// `trace` with every other module off, so a misspelt level (`warning`,
-/// `debgu`) turned off the whole log, errors included, without a word.
-/// A bare word must be a level; a module is written `module=level`.
+/// `debgu`) turned off the whole log, errors included, without a word. A
+/// bare word that looks like a level (a level's name with letters added,
+/// changed or swapped, or a level word of other loggers) is refused; a
+/// crate's name (`junction`, `rmcp`) still enables that crate.
 pub fn log_filter_problem(filter: &str) -> Option<String> {
     if let Err(error) = EnvFilter::builder().parse(filter) {
         return Some(error.to_string());
     }
-    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     filter
         .split(',')
         .map(str::trim)
-        .filter(|directive| !directive.is_empty())
-        .find(|directive| {
-            !directive.contains(['=', '[', ':'])
-                && !LEVELS.contains(&directive.to_ascii_lowercase().as_str())
-        })
+        .filter(|directive| !directive.contains(['=', '[', ':']))
+        .find(|word| looks_like_a_level(word))
         .map(|word| {
             format!(
                 "{word:?} is not a level (trace, debug, info, warn, error, off); a module is enabled with {word}=LEVEL"
             )
         })
+}
+
+/// Whether `word`, no level itself, was meant as one.
+fn looks_like_a_level(word: &str) -> bool {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    const OTHER_LOGGERS: [&str; 7] = [
+        "warning", "verbose", "fatal", "critical", "notice", "all", "none",
+    ];
+    let word = word.to_ascii_lowercase();
+    if word.is_empty() || LEVELS.contains(&word.as_str()) {
+        return false;
+    }
+    OTHER_LOGGERS.contains(&word.as_str())
+        || LEVELS
+            .iter()
+            .any(|level| word.starts_with(level) || edit_distance(&word, level) <= 2)
+}
+
+/// Levenshtein distance, for short words.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous[j] + usize::from(ca != *cb);
+            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 /// Installs logging (and tracing export, if `traces` is given). `filter`
