@@ -137,16 +137,31 @@ fn target(config: &Config, mount: &MountConfig) -> String {
 }
 
 /// A command line with what is likely a secret masked: the value of a flag
-/// whose name says secret (`--api-key=sk-…`, `--token tok-…`), and the
-/// secrets of a URL ([`masked_argument`]). A value that is a `${VAR}` as
-/// written names the secret without showing it, and stays.
+/// whose name says secret (`--api-key=sk-…`, `--token tok-…`), of a
+/// header whose name does (`--header "Authorization: Bearer …"`, as
+/// `mcp-remote` takes it), and the secrets of a URL ([`masked_argument`]).
+/// A value that is one `${VAR}` as written names the secret without
+/// showing it, and stays.
 fn masked_arguments(words: &[&str]) -> Vec<String> {
-    let names_secret = |flag: &str| {
-        flag.starts_with('-') && super::import::secrets::looks_secret(flag.trim_start_matches('-'))
+    let looks_secret = super::import::secrets::looks_secret;
+    let names_secret =
+        |flag: &str| flag.starts_with('-') && looks_secret(flag.trim_start_matches('-'));
+    let hidden = |value: &str| {
+        let one_reference =
+            value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1;
+        match one_reference {
+            true => value.to_owned(),
+            false => "***".to_owned(),
+        }
     };
-    let hidden = |value: &str| match value.contains("${") {
-        true => value.to_owned(),
-        false => "***".to_owned(),
+    // `Name: value` (a header), its value hidden if the name says secret.
+    let header = |word: &str| {
+        let (name, value) = word.split_once(':')?;
+        let plain_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        (plain_name && looks_secret(name)).then(|| format!("{name}: {}", hidden(value.trim())))
     };
     let mut masked = Vec::with_capacity(words.len());
     let mut value_of_secret_flag = false;
@@ -156,9 +171,16 @@ fn masked_arguments(words: &[&str]) -> Vec<String> {
             masked.push(hidden(word));
             continue;
         }
+        if let Some(header) = header(word) {
+            masked.push(header);
+            continue;
+        }
         match word.split_once('=') {
             Some((flag, value)) if names_secret(flag) => {
                 masked.push(format!("{flag}={}", hidden(value)));
+            }
+            Some((flag, value)) if flag.starts_with('-') && header(value).is_some() => {
+                masked.push(format!("{flag}={}", header(value).unwrap_or_default()));
             }
             Some(_) => masked.push(masked_argument(word).into_owned()),
             None => {
@@ -186,6 +208,13 @@ fn secret_flags_are_masked() {
         "--url=https://u:pw@h/mcp",
         "--keyboard",
         "us",
+        "--header",
+        "Authorization: Bearer sk-789",
+        "--header",
+        "Accept: text/plain",
+        "--secret=sk-${SUFFIX}",
+        "https://h/mcp",
+        "--header=X-Api-Key: k-1",
     ];
     assert_eq!(
         masked_arguments(&words),
@@ -202,6 +231,13 @@ fn secret_flags_are_masked() {
             "--url=https://u:***@h/mcp",
             "--keyboard",
             "us",
+            "--header",
+            "Authorization: ***",
+            "--header",
+            "Accept: text/plain",
+            "--secret=***",
+            "https://h/mcp",
+            "--header=X-Api-Key: ***",
         ]
     );
 }
