@@ -138,15 +138,28 @@ impl Upstream<'_> {
         tool: Option<&str>,
     ) -> Result<ServerResult, RouteError> {
         let limit = mount.request_limit(tool);
-        let again = upstream
-            .may_refuse_unrun()
-            .then(|| (request.clone(), self.caller.clone()));
         let is_call = matches!(request, ClientRequest::CallToolRequest(_));
+        let caller = upstream.may_refuse_unrun().then(|| self.caller.clone());
+        // A call refused unrun comes back with its refusal (the direct
+        // path); a read, sent by rmcp's client, is copied beforehand.
+        let read = (caller.is_some() && !is_call).then(|| request.clone());
         let answer = upstream
             .request(request, self.caller, self.cancel, limit)
             .await;
-        let (request, caller) = match (answer, again) {
-            (Err(RequestError::Expired { unrun }), Some(again)) if unrun || !is_call => again,
+        let (request, caller) = match (answer, caller) {
+            (Err(RequestError::Expired { unrun, unsent }), Some(caller)) => {
+                match (is_call, unrun, unsent, read) {
+                    (true, true, Some(unsent), _) => (*unsent, caller),
+                    (false, _, _, Some(read)) => (read, caller),
+                    _ => {
+                        let error = RequestError::Expired {
+                            unrun,
+                            unsent: None,
+                        };
+                        return Err(RouteError::upstream(&mount.config, error));
+                    }
+                }
+            }
             (answer, _) => {
                 return answer.map_err(|error| RouteError::upstream(&mount.config, error))
             }

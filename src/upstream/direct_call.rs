@@ -231,7 +231,16 @@ impl DirectCalls {
             )));
         }
         if status == StatusCode::NOT_FOUND && session.post.session_id.is_some() {
-            return Err(transport(SessionForgotten { unrun: true }));
+            // Handed back for a new session to take, rather than copied
+            // before every call for the rare one refused.
+            let unsent = match message {
+                JsonRpcMessage::Request(request) => Some(Box::new(request.request)),
+                _ => None,
+            };
+            return Err(transport(SessionForgotten {
+                unrun: true,
+                unsent: std::sync::Mutex::new(unsent),
+            }));
         }
         if status.is_success() && reply.content_type.starts_with("text/event-stream") {
             return self.read_stream(&direct, reply).await;
@@ -332,7 +341,7 @@ impl DirectCalls {
         match reply.status {
             status if status.is_success() => Ok(reply),
             StatusCode::NOT_FOUND if session.post.session_id.is_some() => {
-                Err(transport(SessionForgotten { unrun: false }))
+                Err(transport(SessionForgotten::after_taking()))
             }
             status => Err(transport(unexpected(format!(
                 "HTTP {status} resuming the answer stream"
@@ -415,7 +424,7 @@ impl DirectCalls {
         if let JsonRpcMessage::Error(error) = &message {
             if says_session_is_gone(error) {
                 tracing::warn!(error = %error.error.message, "the upstream no longer knows this session");
-                return Some(Err(transport(SessionForgotten { unrun: false })));
+                return Some(Err(transport(SessionForgotten::after_taking())));
             }
         }
         self.pass_on(message, id).await;
@@ -551,6 +560,18 @@ fn client_error(error: reqwest::Error) -> ServiceError {
 #[error("the upstream no longer knows the session{}", if *.unrun { "" } else { " (after it had taken the request)" })]
 pub struct SessionForgotten {
     pub unrun: bool,
+    /// The request refused unrun, for a new session to send.
+    pub unsent: std::sync::Mutex<Option<Box<ClientRequest>>>,
+}
+
+impl SessionForgotten {
+    /// Said once the upstream had taken the request.
+    fn after_taking() -> Self {
+        Self {
+            unrun: false,
+            unsent: Default::default(),
+        }
+    }
 }
 
 fn transport(error: impl std::error::Error + Send + Sync + 'static) -> ServiceError {

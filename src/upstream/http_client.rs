@@ -369,6 +369,21 @@ pub fn session_forgotten(error: &rmcp::transport::DynamicTransportError) -> Opti
     .then_some(false)
 }
 
+/// The request the direct path handed back with a refusal (see
+/// [`session_forgotten`]), taken out of `error`.
+pub fn take_unsent(
+    error: &rmcp::transport::DynamicTransportError,
+) -> Option<Box<rmcp::model::ClientRequest>> {
+    let forgotten = error
+        .error
+        .downcast_ref::<super::direct_call::SessionForgotten>()?;
+    let mut unsent = match forgotten.unsent.lock() {
+        Ok(unsent) => unsent,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    unsent.take()
+}
+
 /// Whether a failed send means the HTTP session is over: the server said
 /// the session expired (404) or cannot be reached at all. Anything else (a
 /// 5xx, a malformed answer) fails only that request. (A 400 with a JSON-RPC
@@ -455,8 +470,14 @@ mod tests {
                 error,
             )
         };
-        let refused = error(Box::new(SessionForgotten { unrun: true }));
-        let broke_off = error(Box::new(SessionForgotten { unrun: false }));
+        let refused = error(Box::new(SessionForgotten {
+            unrun: true,
+            unsent: Default::default(),
+        }));
+        let broke_off = error(Box::new(SessionForgotten {
+            unrun: false,
+            unsent: Default::default(),
+        }));
         let rmcp_said = error(Box::new(
             StreamableHttpError::<reqwest::Error>::SessionExpired,
         ));

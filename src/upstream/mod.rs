@@ -165,9 +165,13 @@ pub enum RequestError {
     Ended,
     /// The upstream no longer knew the session (it restarted, or let the
     /// session expire). `unrun`: it refused the request itself, which a
-    /// new session may send again; otherwise the request may have run.
+    /// new session may send again (`unsent`, when the request was handed
+    /// back); otherwise the request may have run.
     #[error("the upstream server no longer knew the gateway's session (it restarted or expired it){}", if *.unrun { "; the request was not run" } else { "" })]
-    Expired { unrun: bool },
+    Expired {
+        unrun: bool,
+        unsent: Option<Box<ClientRequest>>,
+    },
 }
 
 impl From<ServiceError> for RequestError {
@@ -482,7 +486,10 @@ impl UpstreamSession {
                 }
                 self.ended.cancel();
                 return Err(match forgotten {
-                    Some(unrun) => RequestError::Expired { unrun },
+                    Some(unrun) => RequestError::Expired {
+                        unrun,
+                        unsent: http_client::take_unsent(error),
+                    },
                     None => RequestError::Ended,
                 });
             }
