@@ -379,6 +379,7 @@ impl UpstreamSession {
         // nothing until polled), or with rmcp as soon as it is queued.
         // The send futures are boxed: they are several KB each, and every
         // caller up to the handler would hold (and move) them otherwise.
+        let is_direct = direct.is_some();
         let (id, progress_token, response) = match direct {
             Some((calls, prepared)) => {
                 let (id, token) = (prepared.id.clone(), prepared.progress_token.clone());
@@ -422,6 +423,8 @@ impl UpstreamSession {
         tokio::pin!(ceiling);
         tokio::pin!(response);
         let mut idle_until = tokio::time::Instant::now() + limit.idle;
+        // Whether the session's end still ends the wait (see below).
+        let mut end_ends_wait = true;
         let answer = loop {
             tokio::select! {
                 answer = &mut response => break answer,
@@ -450,8 +453,20 @@ impl UpstreamSession {
                     return Err(RequestError::Ceiling(limit.ceiling));
                 }
                 // Nobody will answer: fail now rather than at the timeout.
-                _ = self.ended.cancelled() => {
+                // Unless the upstream forgot the session (another request
+                // was told so): a direct call's POST, sent on the old
+                // session, gets its own refusal in a moment, with the
+                // request handed back to be sent again; a read (rmcp's)
+                // is sent again whatever point it reached.
+                _ = self.ended.cancelled(), if end_ends_wait => {
                     cancel_guard.id = None;
+                    if self.expired.is_cancelled() {
+                        if is_direct {
+                            end_ends_wait = false;
+                            continue;
+                        }
+                        return Err(RequestError::Expired { unrun: false, unsent: None });
+                    }
                     return Err(RequestError::Ended);
                 }
             }
@@ -477,6 +492,8 @@ impl UpstreamSession {
         }
         if let Err(ServiceError::TransportSend(error)) = &answer {
             if http_client::means_session_gone(error) {
+                // Nobody to tell of a cancel.
+                cancel_guard.id = None;
                 // The connection cannot serve another request: end it, so
                 // the supervisor (or the next per-session call) reconnects.
                 tracing::warn!(mount = %self.mount, error = %http_client::with_causes(&*error.error), "upstream session gone");
