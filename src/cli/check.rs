@@ -154,14 +154,23 @@ fn masked_arguments(words: &[&str]) -> Vec<String> {
             false => "***".to_owned(),
         }
     };
+    let plain_name = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
     // `Name: value` (a header), its value hidden if the name says secret.
     let header = |word: &str| {
         let (name, value) = word.split_once(':')?;
-        let plain_name = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        (plain_name && looks_secret(name)).then(|| format!("{name}: {}", hidden(value.trim())))
+        (plain_name(name) && looks_secret(name))
+            .then(|| format!("{name}: {}", hidden(value.trim())))
+    };
+    // `NAME=value` (an environment setting: `docker run -e`, `env`), its
+    // value hidden if the name says secret.
+    let setting = |word: &str| {
+        let (name, value) = word.split_once('=')?;
+        (plain_name(name) && looks_secret(name)).then(|| format!("{name}={}", hidden(value)))
     };
     let mut masked = Vec::with_capacity(words.len());
     let mut value_of_secret_flag = false;
@@ -182,6 +191,10 @@ fn masked_arguments(words: &[&str]) -> Vec<String> {
             Some((flag, value)) if flag.starts_with('-') && header(value).is_some() => {
                 masked.push(format!("{flag}={}", header(value).unwrap_or_default()));
             }
+            Some((flag, value)) if flag.starts_with('-') && setting(value).is_some() => {
+                masked.push(format!("{flag}={}", setting(value).unwrap_or_default()));
+            }
+            Some(_) if setting(word).is_some() => masked.push(setting(word).unwrap_or_default()),
             Some(_) => masked.push(masked_argument(word).into_owned()),
             None => {
                 value_of_secret_flag = names_secret(word);
@@ -215,6 +228,10 @@ fn secret_flags_are_masked() {
         "--secret=sk-${SUFFIX}",
         "https://h/mcp",
         "--header=X-Api-Key: k-1",
+        "-e",
+        "GITHUB_PERSONAL_ACCESS_TOKEN=ghp_1",
+        "--env=API_KEY=sk-2",
+        "MODE=fast",
     ];
     assert_eq!(
         masked_arguments(&words),
@@ -238,6 +255,10 @@ fn secret_flags_are_masked() {
             "--secret=***",
             "https://h/mcp",
             "--header=X-Api-Key: ***",
+            "-e",
+            "GITHUB_PERSONAL_ACCESS_TOKEN=***",
+            "--env=API_KEY=***",
+            "MODE=fast",
         ]
     );
 }
