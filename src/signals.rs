@@ -11,6 +11,9 @@
 //! The graceful stop waits for calls in flight (`shutdown_grace`) and for
 //! upstreams to close; a second SIGINT or SIGTERM during it (Ctrl-C
 //! pressed again) stops the process at once, its children killed first.
+//! Not one within [`SAME_STOP`] of the first: a wrapper (`npm run`,
+//! `concurrently`) forwards the terminal's Ctrl-C that the gateway also
+//! got itself, and that one press must still stop gracefully.
 
 use std::future::Future;
 
@@ -34,9 +37,14 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
         async move {
             let (mut interrupt, mut terminate) = (interrupt, terminate);
             either(&mut interrupt, &mut terminate).await;
+            let first = tokio::time::Instant::now();
             tokio::spawn(async move {
-                either(&mut interrupt, &mut terminate).await;
-                stop_now();
+                loop {
+                    either(&mut interrupt, &mut terminate).await;
+                    if first.elapsed() >= SAME_STOP {
+                        stop_now();
+                    }
+                }
             });
         }
     }
@@ -47,6 +55,10 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
         }
     }
 }
+
+/// A signal this soon after the first is the same stop, forwarded.
+#[cfg(unix)]
+const SAME_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The next SIGINT or SIGTERM (never, for one not listened to).
 #[cfg(unix)]
@@ -73,11 +85,13 @@ async fn either(
 /// Exit code 130, as a shell reports Ctrl-C.
 #[cfg(unix)]
 fn stop_now() -> ! {
+    // Killed before anything is written: a stderr nobody reads could
+    // block the write, and the exit with it.
+    crate::upstream::kill_every_tagged();
     crate::telemetry::say(
         "WARN",
-        "junction: a second stop signal: stopping now, upstream processes killed",
+        "junction: a second stop signal: stopped at once, upstream processes killed",
     );
-    crate::upstream::kill_every_tagged();
     std::process::exit(130)
 }
 
