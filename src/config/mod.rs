@@ -215,8 +215,10 @@ impl MountConfig {
             && *namespace == other.namespace
             && *isolation == other.isolation
             && *transport == other.transport
-            // Built into an HTTP upstream's client when it opens.
-            && timeouts.connect == other.timeouts.connect
+            // Built into an HTTP upstream's client when it opens (a
+            // stdio one has no use for it).
+            && (matches!(transport, UpstreamTransport::Stdio { .. })
+                || timeouts.connect == other.timeouts.connect)
     }
 }
 

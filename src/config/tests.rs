@@ -676,6 +676,11 @@ fn a_log_level_that_is_no_level_is_refused() {
         "info,rmcp",
         "hyper",
         "tokio",
+        "want",
+        "errno",
+        "offset",
+        "tracing",
+        "debugger",
         "info,rmcp=warn,junction[mcp.request]=debug",
     ] {
         let config = load_file(

@@ -109,9 +109,10 @@ pub fn exporting_traces() -> bool {
 /// `EnvFilter`'s own syntax: a bare word is a module name there, enabled at
 /// `trace` with every other module off, so a misspelt level (`warning`,
 /// `debgu`) turned off the whole log, errors included, without a word. A
-/// bare word that looks like a level (a level's name with letters added,
-/// changed or swapped, or a level word of other loggers) is refused; a
-/// crate's name (`junction`, `rmcp`) still enables that crate.
+/// bare word that looks like a level (a level's name with one letter
+/// added, dropped, changed or swapped, or a level word of other loggers)
+/// is refused; a crate's name (`junction`, `rmcp`, `want`, `errno`) still
+/// enables that crate.
 pub fn log_filter_problem(filter: &str) -> Option<String> {
     if let Err(error) = EnvFilter::builder().parse(filter) {
         return Some(error.to_string());
@@ -131,32 +132,49 @@ pub fn log_filter_problem(filter: &str) -> Option<String> {
 /// Whether `word`, no level itself, was meant as one.
 fn looks_like_a_level(word: &str) -> bool {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
-    const OTHER_LOGGERS: [&str; 7] = [
-        "warning", "verbose", "fatal", "critical", "notice", "all", "none",
+    const OTHER_LOGGERS: [&str; 12] = [
+        "warning",
+        "warnings",
+        "verbose",
+        "fatal",
+        "critical",
+        "notice",
+        "all",
+        "none",
+        "information",
+        "debugging",
+        "quiet",
+        "silent",
     ];
+    // Crates one letter away from a level.
+    const CRATES: [&str; 2] = ["want", "warp"];
     let word = word.to_ascii_lowercase();
-    if word.is_empty() || LEVELS.contains(&word.as_str()) {
+    if word.is_empty() || LEVELS.contains(&word.as_str()) || CRATES.contains(&word.as_str()) {
         return false;
     }
     OTHER_LOGGERS.contains(&word.as_str())
-        || LEVELS
-            .iter()
-            .any(|level| word.starts_with(level) || edit_distance(&word, level) <= 2)
+        || (word.len() >= 4 && LEVELS.iter().any(|level| one_typo_apart(&word, level)))
 }
 
-/// Levenshtein distance, for short words.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(ca != *cb);
-            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
+/// Whether `a` is `b` with one letter added, dropped, changed, or two
+/// neighbours swapped.
+fn one_typo_apart(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let common_start = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let (a, b) = (&a[common_start..], &b[common_start..]);
+    let common_end = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+        .min(a.len().min(b.len()));
+    let (a, b) = (&a[..a.len() - common_end], &b[..b.len() - common_end]);
+    match (a.len(), b.len()) {
+        (0, 1) | (1, 0) | (1, 1) => true,
+        (2, 2) => a[0] == b[1] && a[1] == b[0],
+        _ => false,
     }
-    previous[b.len()]
 }
 
 /// Installs logging (and tracing export, if `traces` is given). `filter`

@@ -198,10 +198,17 @@ async fn start(
             let (process, stderr) = ChildTransport::spawn(wrapped, raw.clone(), malformed)
                 .map_err(|source| {
                     // Which one it was: a spawn says only "not found".
-                    let cwd_unusable = cwd.as_ref().and_then(|cwd| match std::fs::metadata(cwd) {
-                        Ok(found) if found.is_dir() => None,
-                        Ok(_) => Some((cwd.clone(), std::io::Error::other("not a directory"))),
-                        Err(error) => Some((cwd.clone(), error)),
+                    // What `chdir` needs: a directory one may enter.
+                    let cwd_unusable = cwd.as_ref().and_then(|cwd| {
+                        let entered = match std::fs::metadata(cwd) {
+                            Ok(found) if found.is_dir() => {
+                                nix::unistd::access(cwd, nix::unistd::AccessFlags::X_OK)
+                                    .map_err(std::io::Error::from)
+                            }
+                            Ok(_) => Err(std::io::Error::other("not a directory")),
+                            Err(error) => Err(error),
+                        };
+                        entered.err().map(|error| (cwd.clone(), error))
                     });
                     match cwd_unusable {
                         Some((cwd, source)) => UpstreamError::Cwd {

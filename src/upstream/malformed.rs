@@ -51,8 +51,7 @@ impl MalformedLines {
             (line.first(), line.last()),
             (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
         );
-        let non_finite = memchr::memmem::find(line, b"NaN").is_some()
-            || memchr::memmem::find(line, b"Infinity").is_some();
+        let non_finite = bare_word_in(line, b"NaN") || bare_word_in(line, b"Infinity");
         if framed && !non_finite {
             return;
         }
@@ -84,6 +83,19 @@ impl MalformedLines {
             let _ = self.answers.try_send(answer);
         }
     }
+}
+
+/// Whether `word` stands in `line` where a JSON value would (after `:`,
+/// `,`, `[` or `-`, spaces aside): a base64 blob holds `NaN` every few
+/// hundred kilobytes, and such a line need not be parsed again for it.
+fn bare_word_in(line: &[u8], word: &[u8]) -> bool {
+    memchr::memmem::find_iter(line, word).any(|at| {
+        line[..at]
+            .iter()
+            .rev()
+            .find(|byte| !byte.is_ascii_whitespace())
+            .is_some_and(|before| matches!(before, b':' | b',' | b'[' | b'-'))
+    })
 }
 
 /// The id of the answer `line` is, read with `NaN`, `Infinity` and
@@ -136,6 +148,13 @@ fn non_finite_as_null(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_bare_word_where_a_value_would_stand_counts() {
+        assert!(bare_word_in(br#"{"n": NaN}"#, b"NaN"));
+        assert!(bare_word_in(br#"{"n":[1,-Infinity]}"#, b"Infinity"));
+        assert!(!bare_word_in(br#"{"blob":"QmFNaNx"}"#, b"NaN"));
+    }
 
     #[test]
     fn non_finite_numbers_outside_strings_read_as_null() {
