@@ -29,6 +29,7 @@ use super::{
 use crate::{
     catalog::MergedCatalog,
     gateway::{Gateway, Mount},
+    naming::MountName,
     rewrite,
     upstream::{Caller, RequestError, UpstreamSession},
 };
@@ -100,6 +101,31 @@ pub(crate) async fn answer(
     answer.map_err(RouteError::into_mcp_error)
 }
 
+/// What [`Upstream::send`]'s second attempt needs (the caller went with
+/// the first).
+struct Again<'a> {
+    gateway: &'a Arc<Gateway>,
+    state: &'a Arc<SessionState>,
+    cancel: &'a CancellationToken,
+}
+
+impl Again<'_> {
+    /// Sends `request` on the mount's next session.
+    async fn send(
+        self,
+        name: &MountName,
+        request: ClientRequest,
+        caller: Caller,
+        tool: Option<&str>,
+    ) -> Result<ServerResult, RouteError> {
+        let (mount, upstream) = connect(self.gateway, self.state, name).await?;
+        upstream
+            .request(request, caller, self.cancel, mount.request_limit(tool))
+            .await
+            .map_err(|error| RouteError::upstream(&mount.config, error))
+    }
+}
+
 /// Everything a routed request needs on its way upstream.
 struct Upstream<'a> {
     gateway: &'a Arc<Gateway>,
@@ -139,18 +165,22 @@ impl Upstream<'_> {
     ) -> Result<ServerResult, RouteError> {
         let limit = mount.request_limit(tool);
         let is_call = matches!(request, ClientRequest::CallToolRequest(_));
-        let caller = upstream.may_refuse_unrun().then(|| self.caller.clone());
+        // Boxed, as what they are kept for is rare: each is held across
+        // the exchange, in a future moved whole several times per call.
+        let caller = upstream
+            .may_refuse_unrun()
+            .then(|| Box::new(self.caller.clone()));
         // A call refused unrun comes back with its refusal (the direct
         // path); a read, sent by rmcp's client, is copied beforehand.
-        let read = (caller.is_some() && !is_call).then(|| request.clone());
+        let read = (caller.is_some() && !is_call).then(|| Box::new(request.clone()));
         let answer = upstream
             .request(request, self.caller, self.cancel, limit)
             .await;
         let (request, caller) = match (answer, caller) {
             (Err(RequestError::Expired { unrun, unsent }), Some(caller)) => {
                 match (is_call, unrun, unsent, read) {
-                    (true, true, Some(unsent), _) => (*unsent, caller),
-                    (false, _, _, Some(read)) => (read, caller),
+                    (true, true, Some(unsent), _) => (*unsent, *caller),
+                    (false, _, _, Some(read)) => (*read, *caller),
                     _ => {
                         let error = RequestError::Expired {
                             unrun,
@@ -165,11 +195,15 @@ impl Upstream<'_> {
             }
         };
         tracing::info!(mount = %mount.config.name, "the upstream no longer knew the session; sending the request again on a new one");
-        let (mount, upstream) = connect(self.gateway, self.state, &mount.config.name).await?;
-        upstream
-            .request(request, caller, self.cancel, mount.request_limit(tool))
-            .await
-            .map_err(|error| RouteError::upstream(&mount.config, error))
+        // Boxed: inline, this rare path's futures (a connect, a second
+        // exchange) made every call's future larger, and it is moved
+        // whole several times per call (+6% instructions per call).
+        let again = Again {
+            gateway: self.gateway,
+            state: self.state,
+            cancel: self.cancel,
+        };
+        Box::pin(again.send(&mount.config.name, request, caller, tool)).await
     }
 
     /// A dead mount is a tool error, an unknown tool a JSON-RPC error.
