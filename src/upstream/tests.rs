@@ -21,12 +21,18 @@ impl UpstreamEvents for NoEvents {
 /// Opens a session to `python3 -c script`, which is handed `marker` as its
 /// first argument.
 async fn open_python(dir: &Path, script: &str, marker: &Path) -> UpstreamSession {
-    let file = dir.join("junction.toml");
-    let toml = format!(
-        "[mounts.fixture]\ncommand = \"python3\"\nargs = [\"-c\", {script:?}, {:?}]\n",
+    let mount = format!(
+        "command = \"python3\"\nargs = [\"-c\", {script:?}, {:?}]\n",
         marker.display().to_string()
     );
-    std::fs::write(&file, toml).expect("write the config");
+    open_mount(dir, &mount).await.expect("the fixture starts")
+}
+
+/// Opens a session to the mount whose table is `mount` (TOML), loaded as
+/// a config file in `dir` would be.
+async fn open_mount(dir: &Path, mount: &str) -> Result<UpstreamSession, connect::UpstreamError> {
+    let file = dir.join("junction.toml");
+    std::fs::write(&file, format!("[mounts.fixture]\n{mount}")).expect("write the config");
     let config = load(&ConfigSource::File(file)).expect("a valid config");
     let mount = &config.mounts[0];
     let handler = UpstreamHandler::new(
@@ -34,9 +40,7 @@ async fn open_python(dir: &Path, script: &str, marker: &Path) -> UpstreamSession
         Arc::new(NoEvents),
         Arc::new(Relay::default()),
     );
-    open(mount, config.timeouts.for_mount(&mount.timeouts), handler)
-        .await
-        .expect("the fixture starts")
+    open(mount, config.timeouts.for_mount(&mount.timeouts), handler).await
 }
 
 /// A stdio server that answers `initialize` and, once its stdin closes,
@@ -114,20 +118,11 @@ pub(super) async fn sse_once(body: String) -> String {
 async fn a_missing_working_directory_is_named() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let missing = dir.path().join("no-such-dir");
-    let file = dir.path().join("junction.toml");
-    let toml = format!(
-        "[mounts.fixture]\ncommand = \"true\"\ncwd = {:?}\n",
+    let mount = format!(
+        "command = \"true\"\ncwd = {:?}\n",
         missing.display().to_string()
     );
-    std::fs::write(&file, toml).expect("write the config");
-    let config = load(&ConfigSource::File(file)).expect("a valid config");
-    let mount = &config.mounts[0];
-    let handler = UpstreamHandler::new(
-        connect::client_config(ClientProfile::FULL.capabilities()),
-        Arc::new(NoEvents),
-        Arc::new(Relay::default()),
-    );
-    let error = open(mount, config.timeouts.for_mount(&mount.timeouts), handler)
+    let error = open_mount(dir.path(), &mount)
         .await
         .expect_err("no directory to start in")
         .to_string();
