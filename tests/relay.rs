@@ -479,12 +479,14 @@ struct SilentSampler {
 }
 
 impl SilentSampler {
+    /// Over the stdio fixture `flood_sampling.py`.
     async fn start() -> Self {
-        let config = format!(
-            "{SERVER_TOML}{}",
-            python_fixture_mount("flood", "flood_sampling.py", "")
-        );
-        let gateway = Gateway::start(&config).await;
+        Self::over(&python_fixture_mount("flood", "flood_sampling.py", "")).await
+    }
+
+    /// Over `mount`, named `flood`.
+    async fn over(mount: &str) -> Self {
+        let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
         let http = reqwest::Client::new();
         let url = gateway.mcp_url();
         let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent-sampler","version":"0"}}}"#;
@@ -560,6 +562,78 @@ async fn an_upstream_cancel_goes_on_its_requests_stream() {
         Some(&asked["id"]),
         "{answer:?}"
     );
+}
+
+/// An upstream that cancels its request to the client and answers its
+/// call at once (in one write) still has the cancel reach the client
+/// before the answer ends the call's stream. The answer won the race with
+/// the task relaying the cancel now and then, and the cancel was lost
+/// with the stream.
+/// Over stdio (through rmcp's client) and over HTTP (the direct path,
+/// which hands the cancel to rmcp's loop and takes the answer itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_cancel_written_with_the_answer_comes_before_it() {
+    let (port, _serving) =
+        common::scripted_sse_upstream(json!({"tools": {}}), give_up_at_once).await;
+    let over_http = SilentSampler::over(&http_mount(
+        "flood",
+        &format!("http://127.0.0.1:{port}/mcp"),
+        "",
+    ))
+    .await;
+    let over_stdio = SilentSampler::start().await;
+    for (transport, sampler) in [("http", &over_http), ("stdio", &over_stdio)] {
+        for attempt in 0..20 {
+            let answer = sampler.call("give_up", json!({"answer_after_s": 0})).await;
+            assert_eq!(
+                answer.body["result"]["content"][0]["text"], "gave up",
+                "{transport} attempt {attempt}: {answer:?}"
+            );
+            let methods: Vec<&str> = answer
+                .messages
+                .iter()
+                .map(|message| message["method"].as_str().unwrap_or("answer"))
+                .collect();
+            assert_eq!(
+                methods,
+                [
+                    "sampling/createMessage",
+                    "notifications/cancelled",
+                    "answer"
+                ],
+                "{transport} attempt {attempt}: {answer:?}"
+            );
+        }
+    }
+}
+
+/// `give_up` as `flood_sampling.py` does it with `answer_after_s = 0`, in
+/// an SSE answer: a sampling request, then 0.3 s later its cancel and the
+/// call's answer in one write.
+fn give_up_at_once(request: &Value) -> common::ScriptedReply {
+    use common::ScriptedReply;
+    match request["method"].as_str() {
+        Some("tools/list") => ScriptedReply::Result(
+            json!({"tools": [{"name": "give_up", "inputSchema": {"type": "object"}}]}),
+        ),
+        Some("tools/call") => ScriptedReply::Stream(vec![
+            (
+                Duration::ZERO,
+                json!({"jsonrpc": "2.0", "id": "s-give-up", "method": "sampling/createMessage",
+                       "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 10}}),
+            ),
+            (
+                Duration::from_millis(300),
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": "s-give-up", "reason": "took too long"}}),
+            ),
+            (
+                Duration::ZERO,
+                json!({"jsonrpc": "2.0", "id": "$request", "result": {"content": [{"type": "text", "text": "gave up"}]}}),
+            ),
+        ]),
+        _ => ScriptedReply::Result(json!({})),
+    }
 }
 
 /// Progress and log messages an upstream sends in one order reach the

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use rmcp::{
     model::{
-        ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
-        CreateMessageResult, CustomNotification, ElicitRequest, ElicitRequestParams, ElicitResult,
-        ErrorCode, GetExtensions, GetMeta, ListRootsRequest, ListRootsResult,
-        LoggingMessageNotificationParam, MetaObject, Notification, NotificationMetaObject,
-        ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerNotification,
-        ServerRequest,
+        CancelledNotificationParam, ClientConfig, ClientResult, CreateMessageRequest,
+        CreateMessageRequestParams, CreateMessageResult, CustomNotification, ElicitRequest,
+        ElicitRequestParams, ElicitResult, ErrorCode, GetExtensions, GetMeta, ListRootsRequest,
+        ListRootsResult, LoggingMessageNotificationParam, MetaObject, Notification,
+        NotificationMetaObject, ProgressNotificationParam, ResourceUpdatedNotificationParam,
+        ServerNotification, ServerRequest,
     },
     service::{NotificationContext, OriginatingRequestId, RequestContext, ServiceError},
     ClientHandler, ErrorData, RoleClient,
@@ -122,6 +122,14 @@ impl UpstreamHandler {
                 .extensions_mut()
                 .insert(OriginatingRequestId(id.clone()));
         }
+        // Registered before the cancel is looked at: rmcp cancels the
+        // context before it hands the cancel to `on_cancelled`, which
+        // waits for this guard; so either that sees it, or this sees the
+        // cancel and sends nothing.
+        let _forwarding = self.relay.forwarding(context.id.clone());
+        if context.ct.is_cancelled() {
+            return Err(cancelled_by_the_server());
+        }
         // The upstream request this one belongs to waits on the client
         // too: its idle timeout must not run out under a person answering.
         let _awaiting_client = self.relay.awaiting_client(caller);
@@ -141,10 +149,14 @@ impl UpstreamHandler {
             answer = handle.await_response() => answer.map_err(relay_error),
             _ = context.ct.cancelled() => {
                 send_cancel(caller, downstream_id).await;
-                Err(ErrorData::internal_error("cancelled by the server", None))
+                Err(cancelled_by_the_server())
             }
         }
     }
+}
+
+fn cancelled_by_the_server() -> ErrorData {
+    ErrorData::internal_error("cancelled by the server", None)
 }
 
 /// An error from the client is the client's answer and goes back verbatim
@@ -281,6 +293,20 @@ impl ClientHandler for UpstreamHandler {
         match self.forward(&caller, request, &context).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
             _ => Err(unexpected_answer()),
+        }
+    }
+
+    /// rmcp has cancelled the request's context (`forward` relays the
+    /// cancel); this only holds the notification's place until that is
+    /// done, so that an answer written right after it waits for it.
+    async fn on_cancelled(
+        &self,
+        params: CancelledNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        let _relayed = RelayedOnDrop(&self.relay, context.extensions.get().copied());
+        if let Some(id) = &params.request_id {
+            self.relay.cancel_relayed(id).await;
         }
     }
 

@@ -50,6 +50,7 @@ use std::{
 };
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use rmcp::{
     model::{CustomNotification, Extensions, LoggingLevel, ProgressToken, RequestId},
@@ -327,6 +328,34 @@ pub struct Relay {
     /// what the answer created (a task, `RawExchange::inflight`).
     answered_in_flight: AtomicUsize,
     released: Notify,
+    /// The upstream's requests being forwarded to a client, by the
+    /// upstream's id; each token is cancelled when its forwarding ends
+    /// (see [`Relay::forwarding`]).
+    forwarding: Mutex<HashMap<RequestId, Arc<CancellationToken>>>,
+}
+
+/// Held while an upstream's request is forwarded to its client
+/// ([`Relay::forwarding`]).
+pub struct Forwarding {
+    relay: Arc<Relay>,
+    id: RequestId,
+    done: Arc<CancellationToken>,
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        let mut forwarding = lock(&self.relay.forwarding);
+        // A server reusing an id while its first request is forwarded
+        // replaced the entry: that one is not this guard's to remove.
+        if forwarding
+            .get(&self.id)
+            .is_some_and(|done| Arc::ptr_eq(done, &self.done))
+        {
+            forwarding.remove(&self.id);
+        }
+        drop(forwarding);
+        self.done.cancel();
+    }
 }
 
 /// How long a finished request still claims late log messages.
@@ -703,6 +732,36 @@ impl Relay {
             tracing::debug!("relaying a notification before an earlier one");
         }
         lock(&self.turn_waiters).remove(&arrival.0);
+    }
+
+    /// Marks the upstream's request `id` as being forwarded to a client
+    /// until the guard drops (after a cancel of it was relayed, if it was
+    /// cancelled).
+    pub fn forwarding(self: &Arc<Self>, id: RequestId) -> Forwarding {
+        let done = Arc::new(CancellationToken::new());
+        lock(&self.forwarding).insert(id.clone(), done.clone());
+        Forwarding {
+            relay: self.clone(),
+            id,
+            done,
+        }
+    }
+
+    /// Waits (bounded, [`DRAIN_LIMIT`]) until the forwarding of the
+    /// upstream's request `id`, which it has cancelled, has ended: the
+    /// forwarding task relays the cancel to the client, and the answer
+    /// the upstream may write right after its cancel must not end the
+    /// call's stream before it (the cancel would then be lost).
+    pub async fn cancel_relayed(&self, id: &RequestId) {
+        let Some(done) = lock(&self.forwarding).get(id).cloned() else {
+            return;
+        };
+        if tokio::time::timeout(DRAIN_LIMIT, done.cancelled())
+            .await
+            .is_err()
+        {
+            tracing::debug!(%id, "answering before a cancel was relayed");
+        }
     }
 
     /// Waits (bounded) until every notification that arrived so far has

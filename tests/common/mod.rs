@@ -936,6 +936,44 @@ pub async fn scripted_http_upstream_with_stream(
     answer: fn(&Value) -> Option<Value>,
     stream: fn(usize) -> &'static str,
 ) -> (u16, tokio::task::JoinHandle<()>) {
+    let answer = Arc::new(move |request: &Value| match answer(request) {
+        Some(result) => ScriptedReply::Result(result),
+        None => ScriptedReply::HangUp,
+    });
+    serve_scripted_on_a_free_port(capabilities, answer, stream).await
+}
+
+/// How [`scripted_sse_upstream`] answers a request.
+pub enum ScriptedReply {
+    /// This result, as JSON.
+    Result(Value),
+    /// Nothing: the connection is closed.
+    HangUp,
+    /// An SSE stream of these messages, each written after its pause
+    /// (several with no pause between them go out in one write); the
+    /// stream then ends. A message whose `id` is `"$request"` gets the
+    /// request's id (the answer).
+    Stream(Vec<(Duration, Value)>),
+}
+
+/// [`scripted_http_upstream`] whose answers may be SSE streams.
+pub async fn scripted_sse_upstream(
+    capabilities: Value,
+    answer: fn(&Value) -> ScriptedReply,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    serve_scripted_on_a_free_port(capabilities, Arc::new(answer), |_| {
+        "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n"
+    })
+    .await
+}
+
+type ScriptedAnswer = Arc<dyn Fn(&Value) -> ScriptedReply + Send + Sync>;
+
+async fn serve_scripted_on_a_free_port(
+    capabilities: Value,
+    answer: ScriptedAnswer,
+    stream: fn(usize) -> &'static str,
+) -> (u16, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a free port");
@@ -944,10 +982,36 @@ pub async fn scripted_http_upstream_with_stream(
     (port, serving)
 }
 
+/// The SSE reply of [`ScriptedReply::Stream`]: written piece by piece,
+/// the messages after no pause together with the one before them.
+async fn write_scripted_stream(
+    socket: &mut (impl tokio::io::AsyncWrite + Unpin),
+    request_id: &Value,
+    steps: Vec<(Duration, Value)>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut pending = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nmcp-session-id: s1\r\nconnection: close\r\n\r\n",
+    );
+    for (pause, mut message) in steps {
+        if !pause.is_zero() {
+            socket.write_all(pending.as_bytes()).await?;
+            pending.clear();
+            tokio::time::sleep(pause).await;
+        }
+        if message.get("id") == Some(&Value::String("$request".to_owned())) {
+            message["id"] = request_id.clone();
+        }
+        pending.push_str(&format!("event: message\ndata: {message}\n\n"));
+    }
+    socket.write_all(pending.as_bytes()).await?;
+    socket.shutdown().await
+}
+
 async fn serve_scripted(
     listener: tokio::net::TcpListener,
     capabilities: Value,
-    answer: fn(&Value) -> Option<Value>,
+    answer: ScriptedAnswer,
     stream: fn(usize) -> &'static str,
 ) {
     let gets = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -958,6 +1022,7 @@ async fn serve_scripted(
         };
         let capabilities = capabilities.clone();
         let gets = gets.clone();
+        let answer = answer.clone();
         tokio::spawn(async move {
             let mut socket = BufReader::new(socket);
             loop {
@@ -1004,8 +1069,12 @@ async fn serve_scripted(
                     "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_owned()
                 } else {
                     match answer(&request) {
-                        Some(result) => json_answer(result),
-                        None => return,
+                        ScriptedReply::Result(result) => json_answer(result),
+                        ScriptedReply::HangUp => return,
+                        ScriptedReply::Stream(steps) => {
+                            let _ = write_scripted_stream(&mut socket, &request["id"], steps).await;
+                            return;
+                        }
                     }
                 };
                 if socket.write_all(reply.as_bytes()).await.is_err() {
