@@ -196,6 +196,38 @@ async fn reload_touches_only_what_changed() {
         "`changed` was not restarted"
     );
     assert!(process_alive(changed_pid_after));
+    // An operator sees it on /metrics (every mount has answered since): the reload counted, each mount of
+    // the new config in its phase, the removed one gone.
+    let metrics = metrics_text(&gateway).await;
+    let reload_metrics = |metrics: &str| {
+        (
+            metric_value(metrics, "junction_config_reloads_total{result=\"applied\"}"),
+            metric_value(
+                metrics,
+                "junction_config_reloads_total{result=\"rejected\"}",
+            ),
+            metric_value(metrics, "junction_config_last_reload_successful"),
+        )
+    };
+    assert_eq!(
+        reload_metrics(&metrics),
+        (Some(1.0), None, Some(1.0)),
+        "{metrics}"
+    );
+    for mount in ["keep", "own", "changed", "added"] {
+        let state = |state: &str| {
+            metric_value(
+                &metrics,
+                &format!("junction_mount_state{{mount=\"{mount}\",state=\"{state}\"}}"),
+            )
+        };
+        assert_eq!(state("ready"), Some(1.0), "{mount}: {metrics}");
+        assert_eq!(state("down"), Some(0.0), "{mount}: {metrics}");
+    }
+    assert!(
+        !metrics.contains("junction_mount_state{mount=\"gone\""),
+        "{metrics}"
+    );
     // The removed mount's per-session child, and the replaced mount's old
     // child, end and are reaped.
     eventually(
@@ -253,6 +285,10 @@ async fn reload_touches_only_what_changed() {
     hang_up(&gateway);
     let line = wait_for_log(&gateway, &["config reload rejected", "trigger=SIGHUP"], 1).await;
     assert!(line.contains("problems=2"), "{line:?}");
+    assert_eq!(
+        reload_metrics(&metrics_text(&gateway).await),
+        (Some(1.0), Some(2.0), Some(0.0))
+    );
 
     // The file is fixed (the poll applies it: nothing to change); then
     // SIGHUP with an unchanged file reloads it once more, touching nothing.
@@ -268,6 +304,10 @@ async fn reload_touches_only_what_changed() {
     assert_eq!(call_pid(&client, "own__pid").await, own_pid);
     assert_eq!(call_pid(&client, "changed__pid").await, changed_pid_after);
     assert_eq!(tool_names(&client).await, names_before);
+    assert_eq!(
+        reload_metrics(&metrics_text(&gateway).await),
+        (Some(3.0), Some(2.0), Some(1.0))
+    );
     close(client).await;
 }
 

@@ -56,6 +56,25 @@ pub enum MountPhase {
     Down,
 }
 
+impl MountPhase {
+    pub const ALL: [MountPhase; 4] = [
+        MountPhase::Starting,
+        MountPhase::Ready,
+        MountPhase::Degraded,
+        MountPhase::Down,
+    ];
+
+    /// As serialized (`/status.json`) and in the `mount_state` metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountPhase::Starting => "starting",
+            MountPhase::Ready => "ready",
+            MountPhase::Degraded => "degraded",
+            MountPhase::Down => "down",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct MountStatus {
     pub phase: MountPhase,

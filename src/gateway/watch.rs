@@ -20,6 +20,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::Gateway;
 use crate::config::{self, Config, ConfigSource};
+use crate::telemetry::metrics::metrics;
 
 /// How often the config file is read to look for a change.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -118,6 +119,7 @@ async fn reload_once(
             %trigger,
             "config reload rejected: the file is empty (caught while being written?); the running config keeps serving"
         );
+        metrics().count_reload(false);
         return;
     }
     let mut config = match config::load(source) {
@@ -132,6 +134,7 @@ async fn reload_once(
                 %trigger,
                 "config reload rejected; the running config keeps serving"
             );
+            metrics().count_reload(false);
             return;
         }
     };
@@ -151,6 +154,7 @@ async fn reload_once(
                 %trigger,
                 "config reload rejected (a new separator takes effect after a restart); the running config keeps serving"
             );
+            metrics().count_reload(false);
             return;
         }
     }
@@ -177,6 +181,7 @@ async fn reload_once(
         applied = %outcome.applied.join(","),
         "config reloaded"
     );
+    metrics().count_reload(true);
 }
 
 #[cfg(test)]

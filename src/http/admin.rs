@@ -13,12 +13,16 @@ use axum::{
     routing::get,
     Json, Router,
 };
+use prometheus_client::{
+    metrics::{family::Family, gauge::Gauge},
+    registry::Registry,
+};
 use serde::Serialize;
 
 use super::status_page;
 use crate::{
     gateway::{Gateway, MountPhase},
-    telemetry::metrics::{metrics, MountLabels},
+    telemetry::metrics::{metrics, MountLabels, MountStateLabels},
     upstream::ClientProfile,
 };
 
@@ -30,14 +34,39 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
-async fn prometheus() -> impl IntoResponse {
+async fn prometheus(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics().render(),
+        metrics().render(&mount_states(&gateway)),
     )
+}
+
+/// `junction_mount_state{mount, state}`: 1 for the phase each mount of the
+/// running config is in, 0 for the others (so `state="down"` can be
+/// alerted on). Made per scrape: a mount a reload removed has no series.
+fn mount_states(gateway: &Gateway) -> Registry {
+    let mut registry = Registry::with_prefix("junction");
+    let states = Family::<MountStateLabels, Gauge>::default();
+    for mount in gateway.mounts().iter() {
+        let phase = mount.status().phase;
+        for candidate in MountPhase::ALL {
+            states
+                .get_or_create(&MountStateLabels {
+                    mount: mount.config.name.as_str().to_owned(),
+                    state: candidate.as_str(),
+                })
+                .set(i64::from(candidate == phase));
+        }
+    }
+    registry.register(
+        "mount_state",
+        "Each mount's phase (starting, ready, degraded, down): 1 for the one it is in",
+        states,
+    );
+    registry
 }
 
 /// The gateway as a whole.

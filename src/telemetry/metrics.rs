@@ -9,7 +9,10 @@
 use std::sync::LazyLock;
 
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet},
+    encoding::{
+        text::{encode_eof, encode_registry},
+        EncodeLabelSet,
+    },
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
@@ -39,6 +42,18 @@ pub struct UpstreamLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MountLabels {
     pub mount: String,
+}
+
+/// A mount in one of its phases (`mount_state`, one series per phase).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MountStateLabels {
+    pub mount: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,6 +116,8 @@ pub struct Metrics {
     pub cache_refreshes: Family<MountLabels, Counter>,
     pub relayed: Family<KindLabels, Counter>,
     pub refused: Family<ReasonLabels, Counter>,
+    config_reloads: Family<ResultLabels, Counter>,
+    config_last_reload_successful: Gauge,
 }
 
 /// Latency buckets from 50 µs, doubling, to ~56 min (the default
@@ -187,8 +204,23 @@ impl Metrics {
             "HTTP requests the edge refused before any session handled them, by reason",
             refused.clone(),
         );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Config reloads (SIGHUP, a changed file), by result: applied or rejected",
+            config_reloads.clone(),
+        );
+        let config_last_reload_successful = Gauge::default();
+        config_last_reload_successful.set(1);
+        registry.register(
+            "config_last_reload_successful",
+            "Whether the last config reload was applied (1, also before any) or rejected (0): the running config is not the file's",
+            config_last_reload_successful.clone(),
+        );
         Self {
             registry,
+            config_reloads,
+            config_last_reload_successful,
             requests,
             request_duration,
             upstream_duration,
@@ -203,13 +235,26 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    /// The Prometheus text exposition of every metric, and of those in
+    /// `scrape` (made for this scrape from the gateway's state).
+    pub fn render(&self, scrape: &Registry) -> String {
         let mut out = String::new();
-        if let Err(error) = encode(&mut out, &self.registry) {
+        let encoded = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, scrape))
+            .and_then(|()| encode_eof(&mut out));
+        if let Err(error) = encoded {
             tracing::warn!(%error, "could not encode metrics");
         }
         out
+    }
+
+    /// A config reload was applied (`applied`) or rejected.
+    pub fn count_reload(&self, applied: bool) {
+        let result = if applied { "applied" } else { "rejected" };
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        self.config_last_reload_successful.set(i64::from(applied));
     }
 
     pub fn count_refused(&self, refusal: Refusal) {
