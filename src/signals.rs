@@ -40,9 +40,9 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
             let first = tokio::time::Instant::now();
             tokio::spawn(async move {
                 loop {
-                    either(&mut interrupt, &mut terminate).await;
+                    let second = either(&mut interrupt, &mut terminate).await;
                     if first.elapsed() >= SAME_STOP {
-                        stop_now();
+                        stop_now(second);
                     }
                 }
             });
@@ -60,12 +60,13 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 #[cfg(unix)]
 const SAME_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The next SIGINT or SIGTERM (never, for one not listened to).
+/// The next SIGINT or SIGTERM (never, for one not listened to): which.
 #[cfg(unix)]
 async fn either(
     interrupt: &mut Option<tokio::signal::unix::Signal>,
     terminate: &mut Option<tokio::signal::unix::Signal>,
-) {
+) -> tokio::signal::unix::SignalKind {
+    use tokio::signal::unix::SignalKind;
     async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
         match signal {
             Some(signal) => {
@@ -75,16 +76,17 @@ async fn either(
         }
     }
     tokio::select! {
-        () = next(interrupt) => {}
-        () = next(terminate) => {}
+        () = next(interrupt) => SignalKind::interrupt(),
+        () = next(terminate) => SignalKind::terminate(),
     }
 }
 
 /// Ends the process now (a second signal during the graceful stop): what
 /// the upstreams started is killed first, since nothing will close them.
-/// Exit code 130, as a shell reports Ctrl-C.
+/// Exit code 128 + the signal's number, as a shell reports a process the
+/// signal ended: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
 #[cfg(unix)]
-fn stop_now() -> ! {
+fn stop_now(signal: tokio::signal::unix::SignalKind) -> ! {
     // Killed before anything is written: a stderr nobody reads could
     // block the write, and the exit with it.
     crate::upstream::kill_every_tagged();
@@ -92,7 +94,7 @@ fn stop_now() -> ! {
         "WARN",
         "junction: a second stop signal: stopped at once, upstream processes killed",
     );
-    std::process::exit(130)
+    std::process::exit(128 + signal.as_raw_value())
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -324,6 +324,17 @@ async fn a_close_cut_short_at_shutdown_leaves_no_detached_process() {
 /// find and kill the process and its children by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_interrupt_stops_at_once_and_leaves_no_child() {
+    a_second_signal_stops_at_once("INT", 130).await;
+}
+
+/// The same with SIGTERM (a supervisor that stops, then insists), exit
+/// code 143 as a shell reports it: it was 130, as if Ctrl-C was pressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_termination_stops_at_once_with_its_own_code() {
+    a_second_signal_stops_at_once("TERM", 143).await;
+}
+
+async fn a_second_signal_stops_at_once(name: &str, code: i32) {
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"60s\"\n\n{}",
         stdio_demo_mount("demo", ""),
@@ -348,7 +359,7 @@ async fn a_second_interrupt_stops_at_once_and_leaves_no_child() {
     })
     .await;
 
-    signal(gateway.proc.pid(), "INT");
+    signal(gateway.proc.pid(), name);
     eventually("the gateway to drain", OP_TIMEOUT, || async {
         (readyz(&gateway).await["draining"] == true).then_some(())
     })
@@ -363,14 +374,14 @@ async fn a_second_interrupt_stops_at_once_and_leaves_no_child() {
             status = Some(exited);
             break;
         }
-        signal(gateway.proc.pid(), "INT");
+        signal(gateway.proc.pid(), name);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let status = match status {
         Some(status) => status,
         None => gateway.proc.wait_exit(Duration::from_secs(5)).await,
     };
-    assert_eq!(status.code(), Some(130), "{status}");
+    assert_eq!(status.code(), Some(code), "{name}: {status}");
     eventually("the child to be gone", OP_TIMEOUT, || async {
         (!process_alive(child)).then_some(())
     })
