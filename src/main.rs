@@ -144,6 +144,9 @@ fn main() -> ExitCode {
     let serving = matches!(cli.command, Some(Command::Serve) | None);
     if !serving {
         telemetry::init(log_format.unwrap_or_default(), default_filter, None);
+    } else if let Some(format) = log_format {
+        // What goes wrong before the log starts is said in its format.
+        telemetry::say_as(format);
     }
     // tokio reads it too when not told, and panics on a value it cannot
     // use (untrimmed: `4\n` from an env file): read here, and told.
@@ -158,8 +161,9 @@ fn main() -> ExitCode {
                 builder.worker_threads(threads);
             }
             None => {
-                eprintln!(
-                    "junction: TOKIO_WORKER_THREADS={threads:?} is not a number of threads (a whole number from 1); unset it for one per CPU"
+                telemetry::say(
+                    "ERROR",
+                    &format!("junction: TOKIO_WORKER_THREADS={threads:?} is not a number of threads (a whole number from 1); unset it for one per CPU"),
                 );
                 return ExitCode::from(EXIT_CONFIG);
             }
@@ -168,7 +172,10 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("junction: cannot start the async runtime: {error}");
+            telemetry::say(
+                "ERROR",
+                &format!("junction: cannot start the async runtime: {error}"),
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -220,7 +227,10 @@ fn main() -> ExitCode {
             let mut config = match config::load(&source) {
                 Ok(config) => config,
                 Err(error) => {
-                    eprintln!("junction: invalid config\n{error}");
+                    say_invalid_config(
+                        &error,
+                        log_format.or_else(|| config::log_format_asked(&source)),
+                    );
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
@@ -252,6 +262,23 @@ fn main() -> ExitCode {
             junction::telemetry::say("ERROR", &format!("junction: {error:#}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Reports a config the gateway cannot start with: as plain lines, or,
+/// when the config or `--log-format` asks for JSON logs, one JSON line per
+/// problem (a log pipeline reading JSON lines gets the reason it failed).
+fn say_invalid_config(error: &config::ConfigError, format: Option<LogFormat>) {
+    if format != Some(LogFormat::Json) {
+        eprintln!("junction: invalid config\n{error}");
+        return;
+    }
+    telemetry::say_as(LogFormat::Json);
+    for problem in &error.problems {
+        telemetry::say(
+            "ERROR",
+            &format!("junction: invalid config: {}: {problem}", error.origin),
+        );
     }
 }
 

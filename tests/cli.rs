@@ -94,6 +94,77 @@ comand = "x"
     assert_eq!(problem_lines, expected.len(), "stderr:\n{stderr}");
 }
 
+/// A config that asks for JSON logs (or `--log-format json`, or the
+/// environment) gets its problems reported as JSON lines, one per problem,
+/// like the log it asked for: a pipeline reading JSON lines got plain text
+/// for the one thing it most needed, why the gateway did not start. So
+/// does an unusable `TOKIO_WORKER_THREADS` with `--log-format json`.
+#[tokio::test]
+async fn a_config_asking_for_json_logs_has_its_problems_said_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let problems = "[mounts.web]\nurl = \"not a url\"\n\n[mounts.moody]\ncommand = \"x\"\nisolation = \"sometimes\"\n";
+    let asks_for_json = format!("{SERVER_TOML}[telemetry]\nlog_format = \"json\"\n\n{problems}");
+    /// What asks for JSON, the config, the arguments and the environment.
+    type Case<'a> = (&'a str, String, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 4] = [
+        ("in the file", asks_for_json, &[], &[]),
+        (
+            "by the flag",
+            format!("{SERVER_TOML}{problems}"),
+            &["--log-format", "json"],
+            &[],
+        ),
+        (
+            "by the environment",
+            format!("{SERVER_TOML}{problems}"),
+            &[],
+            &[("JUNCTION_TELEMETRY__LOG_FORMAT", "json")],
+        ),
+        (
+            "TOKIO_WORKER_THREADS",
+            SERVER_TOML.to_owned(),
+            &["--log-format", "json"],
+            &[("TOKIO_WORKER_THREADS", "none")],
+        ),
+    ];
+    for (asked, config, args, env) in cases {
+        std::fs::write(&path, config).unwrap();
+        let mut command = junction_command();
+        command.arg("--config").arg(&path).args(args);
+        command.envs(env.iter().copied());
+        let (status, _, stderr) = run_to_exit("junction (bad config)", command, EXIT_TIMEOUT).await;
+        assert_eq!(status.code(), Some(2), "{asked}: {stderr}");
+        let lines: Vec<Value> = stderr
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|error| panic!("{asked}: not JSON ({error}): {line:?}"))
+            })
+            .collect();
+        assert!(
+            lines.iter().all(|line| line["level"] == "ERROR"),
+            "{asked}: {stderr}"
+        );
+        let messages: Vec<&str> = lines
+            .iter()
+            .filter_map(|line| line["fields"]["message"].as_str())
+            .collect();
+        let expected: &[&str] = if asked == "TOKIO_WORKER_THREADS" {
+            &["TOKIO_WORKER_THREADS"]
+        } else {
+            &["mounts.web.url: ", "mounts.moody.isolation: "]
+        };
+        assert_eq!(messages.len(), expected.len(), "{asked}: {stderr}");
+        for (message, part) in messages.iter().zip(expected) {
+            assert!(
+                message.contains(part),
+                "{asked}: {message:?} lacks {part:?}"
+            );
+        }
+    }
+}
+
 /// A problem that comes from an environment override is reported like one
 /// from the file.
 #[tokio::test]

@@ -91,20 +91,9 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
         problems.push(path, message);
         problems.into_error(origin.clone())
     };
-    let (text, format) = match source {
-        ConfigSource::Embedded => (EMBEDDED_DEFAULT.to_owned(), FileFormat::Toml),
-        ConfigSource::File(path) => {
-            let Some(format) = format_of(path) else {
-                return Err(fail(
-                    "",
-                    "unknown config format: use a .toml, .yaml, .yml or .json file".to_owned(),
-                ));
-            };
-            match std::fs::read_to_string(path) {
-                Ok(text) => (text, format),
-                Err(error) => return Err(fail("", format!("cannot read file: {error}"))),
-            }
-        }
+    let (text, format) = match source_text(source) {
+        Ok(read) => read,
+        Err(message) => return Err(fail("", message)),
     };
 
     // Figment merges into sorted maps, so the order of mounts (which decides
@@ -175,6 +164,43 @@ pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
             Ok(config)
         }
         Err(problems) => Err(from_overrides(problems.into_error(origin))),
+    }
+}
+
+/// The config's text and format.
+fn source_text(source: &ConfigSource) -> Result<(String, FileFormat), String> {
+    match source {
+        ConfigSource::Embedded => Ok((EMBEDDED_DEFAULT.to_owned(), FileFormat::Toml)),
+        ConfigSource::File(path) => {
+            let format = format_of(path).ok_or_else(|| {
+                "unknown config format: use a .toml, .yaml, .yml or .json file".to_owned()
+            })?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| format!("cannot read file: {error}"))?;
+            Ok((text, format))
+        }
+    }
+}
+
+/// The log format a config asks for (`telemetry.log_format`, or its
+/// `JUNCTION_…` override), read on its own: the config may be invalid
+/// otherwise, and the report of its problems is then written in the format
+/// the log pipeline reading it expects.
+pub fn log_format_asked(source: &ConfigSource) -> Option<crate::telemetry::LogFormat> {
+    let (text, format) = source_text(source).ok()?;
+    let file = match format {
+        FileFormat::Toml => Figment::from(Toml::string(&text)),
+        FileFormat::Yaml => Figment::from(Yaml::string(&text)),
+        FileFormat::Json => Figment::from(Json::string(&text)),
+    };
+    let asked: String = file
+        .merge(env_overrides())
+        .extract_inner("telemetry.log_format")
+        .ok()?;
+    match asked.as_str() {
+        "json" => Some(crate::telemetry::LogFormat::Json),
+        "text" => Some(crate::telemetry::LogFormat::Text),
+        _ => None,
     }
 }
 

@@ -50,6 +50,15 @@ static JSON_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 /// that a pipeline reading JSON lines (the Kubernetes manifest's
 /// `log_format = "json"`) is not fed plain text. `level` is `INFO`, `WARN`
 /// or `ERROR`.
+/// Makes [`say`] write `format` before the log is installed (which sets
+/// it again).
+pub fn say_as(format: LogFormat) {
+    JSON_LOG.store(
+        format == LogFormat::Json,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
 pub fn say(level: &str, line: &str) {
     if !JSON_LOG.load(std::sync::atomic::Ordering::Relaxed) {
         eprintln!("{line}");
