@@ -1253,6 +1253,12 @@ async fn tools_list_is_answered_from_the_prebuilt_page() {
         names(&answer).contains(&"demo__echo".to_owned()),
         "{answer:?}"
     );
+    // As rmcp sends every other page to a 2025-11-25 client: `resultType`
+    // is 2026-07-28's.
+    assert!(
+        answer.body["result"].get("resultType").is_none(),
+        "{answer:?}"
+    );
     assert!(
         !names(&answer).contains(&"demo__bonus".to_owned()),
         "{answer:?}"

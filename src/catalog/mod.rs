@@ -269,16 +269,31 @@ impl MergedCatalog {
     }
 
     /// The first page of `listing`, serialized once for this catalog
-    /// (`downstream/prebuilt.rs` answers with it).
+    /// (`downstream/prebuilt.rs` answers with it), as rmcp's handler
+    /// shapes a page for the protocol versions the gateway offers (none
+    /// newer than 2025-11-25): without `resultType`, which only 2026-07-28
+    /// has and rmcp's typed results carry.
     pub fn first_page_json(&self, listing: Listing) -> Option<Bytes> {
         self.first_pages[listing as usize]
             .get_or_init(|| {
                 let json = match listing {
-                    Listing::Tools => serde_json::to_vec(&self.tools_page(None).ok()?),
-                    Listing::Prompts => serde_json::to_vec(&self.prompts_page(None).ok()?),
-                    Listing::Resources => serde_json::to_vec(&self.resources_page(None).ok()?),
+                    Listing::Tools => serde_json::to_vec(&ListToolsResult {
+                        result_type: None,
+                        ..self.tools_page(None).ok()?
+                    }),
+                    Listing::Prompts => serde_json::to_vec(&ListPromptsResult {
+                        result_type: None,
+                        ..self.prompts_page(None).ok()?
+                    }),
+                    Listing::Resources => serde_json::to_vec(&ListResourcesResult {
+                        result_type: None,
+                        ..self.resources_page(None).ok()?
+                    }),
                     Listing::ResourceTemplates => {
-                        serde_json::to_vec(&self.templates_page(None).ok()?)
+                        serde_json::to_vec(&ListResourceTemplatesResult {
+                            result_type: None,
+                            ..self.templates_page(None).ok()?
+                        })
                     }
                 };
                 json.ok().map(Bytes::from)

@@ -140,34 +140,47 @@ fn a_pass_through_name_can_collide_with_a_qualified_one() {
     assert_eq!(collisions[0].dropped.as_str(), "raw");
 }
 
+/// Each prebuilt first page is the typed first page as rmcp's handler
+/// sends it to a client of the versions the gateway offers: without
+/// `resultType` (2026-07-28's), which the prebuilt pages carried while
+/// every later page, sent through rmcp, did not.
 #[test]
-fn each_prebuilt_first_page_is_the_typed_first_page_serialized_once() {
+fn each_prebuilt_first_page_is_the_typed_first_page_as_rmcp_sends_it() {
+    use rmcp::model::ServerResult;
     let (merged, _) = merge(&[
         view("a", "a", &["one", "two"], &["file:///x"]),
         view("b", "b", &["three"], &[]),
     ]);
-    let prebuilt = merged.first_page_json(Listing::Tools).expect("serialized");
-    let typed = serde_json::to_vec(&merged.tools_page(None).unwrap()).unwrap();
-    assert_eq!(&prebuilt[..], &typed[..]);
-    let again = merged.first_page_json(Listing::Tools).expect("serialized");
-    assert_eq!(prebuilt.as_ptr(), again.as_ptr(), "made once, then shared");
+    let as_sent = |mut result: ServerResult| {
+        result.strip_result_type_for_legacy_peer();
+        serde_json::to_vec(&result).unwrap()
+    };
     for (listing, typed) in [
         (
+            Listing::Tools,
+            ServerResult::ListToolsResult(merged.tools_page(None).unwrap()),
+        ),
+        (
             Listing::Prompts,
-            serde_json::to_vec(&merged.prompts_page(None).unwrap()),
+            ServerResult::ListPromptsResult(merged.prompts_page(None).unwrap()),
         ),
         (
             Listing::Resources,
-            serde_json::to_vec(&merged.resources_page(None).unwrap()),
+            ServerResult::ListResourcesResult(merged.resources_page(None).unwrap()),
         ),
         (
             Listing::ResourceTemplates,
-            serde_json::to_vec(&merged.templates_page(None).unwrap()),
+            ServerResult::ListResourceTemplatesResult(merged.templates_page(None).unwrap()),
         ),
     ] {
         let prebuilt = merged.first_page_json(listing).expect("serialized");
-        assert_eq!(&prebuilt[..], &typed.unwrap()[..], "{listing:?}");
+        assert_eq!(&prebuilt[..], &as_sent(typed)[..], "{listing:?}");
+        let page: serde_json::Value = serde_json::from_slice(&prebuilt).unwrap();
+        assert!(page.get("resultType").is_none(), "{listing:?}: {page}");
     }
+    let prebuilt = merged.first_page_json(Listing::Tools).expect("serialized");
+    let again = merged.first_page_json(Listing::Tools).expect("serialized");
+    assert_eq!(prebuilt.as_ptr(), again.as_ptr(), "made once, then shared");
 }
 
 /// A cursor pages through its own list: it stays good across rebuilds that
