@@ -2039,3 +2039,72 @@ async fn no_page_gets_cors_answers_with_the_origin_check_off() {
         .get("access-control-allow-origin")
         .is_none());
 }
+
+/// A list asked for right after a call whose upstream changed that list
+/// (and said so before answering) shows the change, as the server itself
+/// would: the list came from the cache as it was until the gateway's
+/// refresh, a moment later, had read the upstream's list again. On a
+/// shared and on a per-session stdio mount, for tools, prompts and
+/// resources alike, each toggled several times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_after_a_call_that_changed_it_shows_the_change() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", ""),
+        stdio_demo_mount("own", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let session = raw::open_session(&http, &mcp).await;
+    let mut id = 10;
+    let mut post = |method: &str, params: Value| {
+        id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        raw::post(
+            &http,
+            &mcp,
+            Some(&session),
+            raw::JSON_POST,
+            body.to_string(),
+        )
+    };
+    for mount in ["shared", "own"] {
+        for round in 0..6 {
+            let toggled = post(
+                "tools/call",
+                json!({"name": format!("{mount}__toggle_bonus"), "arguments": {}}),
+            )
+            .await;
+            let on = round % 2 == 0;
+            let expected = if on { "bonus on" } else { "bonus off" };
+            assert_eq!(
+                toggled.body["result"]["content"][0]["text"], expected,
+                "{mount} round {round}: {toggled:?}"
+            );
+            for (method, key, field) in [
+                ("tools/list", "tools", "name"),
+                ("prompts/list", "prompts", "name"),
+                ("resources/list", "resources", "uri"),
+            ] {
+                let answer = post(method, json!({})).await;
+                let names: Vec<&str> = answer.body["result"][key]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{mount} {method}: {answer:?}"))
+                    .iter()
+                    .filter_map(|item| item[field].as_str())
+                    .collect();
+                // `{mount}__bonus`, or the mount's `demo://bonus` under its
+                // namespace.
+                let shown = names.iter().any(|name| {
+                    *name == format!("{mount}__bonus")
+                        || (name.starts_with(mount) && name.ends_with("://bonus"))
+                });
+                assert_eq!(
+                    shown, on,
+                    "{mount} round {round}, {method} right after `{expected}`: {names:?}"
+                );
+            }
+        }
+    }
+}

@@ -30,7 +30,7 @@ use super::{
     DownstreamSession, RouteError, SessionState,
 };
 use crate::{
-    catalog::{MergedCatalog, PageError},
+    catalog::{Listing, MergedCatalog, PageError},
     config::Isolation,
     gateway::{bounded, Gateway, Mount, SubscriptionError},
     naming::MountName,
@@ -134,6 +134,12 @@ impl DownstreamSession {
     /// were discovered for this client's profile.
     pub(super) async fn catalog(&self) -> Arc<MergedCatalog> {
         self.state().ready_catalog(&self.gateway).await
+    }
+
+    /// [`Self::catalog`] to list `listing` from, with the changes
+    /// announced so far read.
+    async fn listing_catalog(&self, listing: Listing) -> Arc<MergedCatalog> {
+        self.state().listing_catalog(&self.gateway, listing).await
     }
 
     /// Answers a request routed to one mount: the quick path's, if it
@@ -412,7 +418,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.handle("tools/list", &context, async {
-            tools_page(&*self.catalog().await, &request)
+            tools_page(&*self.listing_catalog(Listing::Tools).await, &request)
         })
         .await
     }
@@ -423,7 +429,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         self.handle("prompts/list", &context, async {
-            let catalog = self.catalog().await;
+            let catalog = self.listing_catalog(Listing::Prompts).await;
             cached_page(&request, |cursor| catalog.prompts_page(cursor))
         })
         .await
@@ -435,7 +441,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.handle("resources/list", &context, async {
-            let catalog = self.catalog().await;
+            let catalog = self.listing_catalog(Listing::Resources).await;
             cached_page(&request, |cursor| catalog.resources_page(cursor))
         })
         .await
@@ -447,7 +453,7 @@ impl ServerHandler for DownstreamSession {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.handle("resources/templates/list", &context, async {
-            let catalog = self.catalog().await;
+            let catalog = self.listing_catalog(Listing::ResourceTemplates).await;
             cached_page(&request, |cursor| catalog.templates_page(cursor))
         })
         .await
@@ -622,7 +628,7 @@ impl ServerHandler for DownstreamSession {
                     .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
                 self.handle("tools/list", &context, async {
                     // One catalog for the page and its tools' `execution`.
-                    let catalog = self.catalog().await;
+                    let catalog = self.listing_catalog(Listing::Tools).await;
                     let result = tools_page(&catalog, &params)?;
                     match super::tasks::with_execution(&result, &catalog.tool_execution) {
                         Some(listed) => Ok(listed),

@@ -34,7 +34,7 @@ pub use admission::LIMIT_EXCEEDED;
 pub use errors::RouteError;
 
 use crate::{
-    catalog::{MergedCatalog, MountCatalog},
+    catalog::{Listing, MergedCatalog, MountCatalog},
     coalesce::Coalescer,
     config::Isolation,
     gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket},
@@ -307,6 +307,25 @@ impl SessionState {
     /// The client's capability profile (none before initialize).
     pub(crate) fn profile(&self) -> ClientProfile {
         self.profile.get().copied().unwrap_or_default()
+    }
+
+    /// The session's catalog for listing `listing`: once every change to
+    /// it its upstreams announced so far has been read (bounded, see
+    /// `Gateway::lists_settled`), and the per-session mounts know their
+    /// lists for this session's profile.
+    pub(crate) async fn listing_catalog(
+        &self,
+        gateway: &Gateway,
+        listing: Listing,
+    ) -> Arc<MergedCatalog> {
+        gateway.lists_settled(announced_as(listing), self).await;
+        self.ready_catalog(gateway).await
+    }
+
+    /// Refreshes of this session's overlays (its per-session upstreams'
+    /// announced changes).
+    pub(crate) fn list_refreshes(&self) -> &Coalescer<(MountName, ListKind)> {
+        &self.refreshes
     }
 
     /// [`Self::catalog`], once the per-session mounts know their lists for
@@ -691,4 +710,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The `list_changed` notification that announces a change to `listing`.
+pub(crate) fn announced_as(listing: Listing) -> ListKind {
+    match listing {
+        Listing::Tools => ListKind::Tools,
+        Listing::Prompts => ListKind::Prompts,
+        Listing::Resources | Listing::ResourceTemplates => ListKind::Resources,
+    }
 }

@@ -46,7 +46,7 @@ impl UpstreamEvents for PerSessionEvents {
         let session = self.state.clone();
         tokio::spawn(async move {
             let live = || session.upgrade().filter(|state| !state.quick_calls_ended());
-            loop {
+            while let Some(started) = live().map(|state| state.refreshes.pass_starts(&key)) {
                 let refreshed = discovery::refresh_retrying(|| async {
                     match live() {
                         Some(state) => refresh_overlay(&state, &mount_name, kind).await,
@@ -55,6 +55,7 @@ impl UpstreamEvents for PerSessionEvents {
                 })
                 .await;
                 let Some(state) = live() else { break };
+                state.refreshes.pass_ended(&key, started);
                 if refreshed == Refreshed::Moot {
                     // Nothing to refresh on any more: let the key go (what
                     // was asked meanwhile was about the same upstream).
@@ -64,9 +65,11 @@ impl UpstreamEvents for PerSessionEvents {
                 if !state.refreshes.again(&key) {
                     break;
                 }
+                let pause = (refreshed == Refreshed::Unchanged)
+                    .then(|| state.refreshes.pause(&key, discovery::UNCHANGED_PAUSE));
                 drop(state);
-                if refreshed == Refreshed::Unchanged {
-                    tokio::time::sleep(discovery::UNCHANGED_PAUSE).await;
+                if let Some(pause) = pause {
+                    pause.await;
                 }
             }
         });

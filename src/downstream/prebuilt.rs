@@ -57,9 +57,12 @@ pub(crate) async fn list(
     // A profile whose lists are still being read (its first list call)
     // goes rmcp's way: the wait, and what it warns, belong inside the
     // request's span and its measured time.
+    // So does a list with an announced change not read yet: the wait for
+    // it is the handler's (`SessionState::listing_catalog`).
     if params.is_some_and(|params| params.cursor.is_some())
         || state.is_asleep()
         || !gateway.is_prepared(state.profile())
+        || gateway.lists_behind(super::announced_as(listing), state)
     {
         return None;
     }

@@ -44,6 +44,7 @@ use crate::{
     config::{Config, MountConfig},
     downstream::{
         hibernation::Hibernation, request_streams::RequestStreams, tasks::TaskToolsListed,
+        SessionState,
     },
     naming::MountName,
     upstream::{
@@ -105,6 +106,11 @@ pub const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
 /// How long a list call waits for a per-session mount's first discovery
 /// for a new client profile before answering with what is known.
 pub const PROFILE_DISCOVERY_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a list call waits for an upstream's announced change to be
+/// read before answering with the list as it was: an upstream slow to
+/// list must not hold every listing.
+pub const LIST_SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 impl Gateway {
     pub fn new(config: Config) -> Arc<Self> {
@@ -437,21 +443,58 @@ impl Gateway {
 
     /// Re-reads one list of a mount's profile session after it said the list
     /// changed, then tells the sessions that see that profile's lists.
-    async fn refresh_mount(&self, name: &MountName, profile: ClientProfile, kind: ListKind) {
-        let key = (name.clone(), profile, kind);
+    /// Reads `kind` of `name`'s lists for `profile` again, after its
+    /// upstream announced a change (counted at once, in the caller's
+    /// task: a list asked for after it waits for the read).
+    fn announce_change(self: &Arc<Self>, name: MountName, profile: ClientProfile, kind: ListKind) {
+        let key = (name, profile, kind);
         if !self.refreshes.start(&key) {
             return;
         }
+        let gateway = self.clone();
+        tokio::spawn(async move { gateway.refresh_mount(&key).await });
+    }
+
+    async fn refresh_mount(&self, key: &(MountName, ClientProfile, ListKind)) {
+        let (name, profile, kind) = key;
         loop {
+            let started = self.refreshes.pass_starts(key);
             let refreshed =
-                discovery::refresh_retrying(|| self.refresh_mount_once(name, profile, kind)).await;
-            if !self.refreshes.again(&key) {
+                discovery::refresh_retrying(|| self.refresh_mount_once(name, *profile, *kind))
+                    .await;
+            self.refreshes.pass_ended(key, started);
+            if !self.refreshes.again(key) {
                 break;
             }
             if refreshed == Refreshed::Unchanged {
-                tokio::time::sleep(discovery::UNCHANGED_PAUSE).await;
+                self.refreshes.pause(key, discovery::UNCHANGED_PAUSE).await;
             }
         }
+    }
+
+    /// Waits (bounded, [`LIST_SETTLE_LIMIT`]) until the lists of `kind`
+    /// that `state`'s session sees are read again after every change
+    /// their upstreams announced so far.
+    pub(crate) async fn lists_settled(&self, kind: ListKind, state: &SessionState) {
+        if !self.lists_behind(kind, state) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + LIST_SETTLE_LIMIT;
+        let settled = self.refreshes.settled(|key| key.2 == kind, deadline).await
+            && state
+                .list_refreshes()
+                .settled(|key| key.1 == kind, deadline)
+                .await;
+        if !settled {
+            tracing::debug!(?kind, "listing before an announced change was read");
+        }
+    }
+
+    /// Whether an upstream announced a change to lists of `kind` that
+    /// `state`'s session sees, not read yet.
+    pub(crate) fn lists_behind(&self, kind: ListKind, state: &SessionState) -> bool {
+        self.refreshes.behind(|key| key.2 == kind)
+            || state.list_refreshes().behind(|key| key.1 == kind)
     }
 
     async fn refresh_mount_once(
@@ -568,9 +611,7 @@ impl UpstreamEvents for MountSessionEvents {
         let Some(gateway) = self.gateway.upgrade() else {
             return;
         };
-        let mount = self.mount.clone();
-        let profile = self.profile;
-        tokio::spawn(async move { gateway.refresh_mount(&mount, profile, kind).await });
+        gateway.announce_change(self.mount.clone(), self.profile, kind);
     }
 
     fn catalog_replaced(&self, kinds: &[ListKind]) {

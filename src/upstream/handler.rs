@@ -423,15 +423,21 @@ impl ClientHandler for UpstreamHandler {
         tracing::debug!(method = %notification.method, "unknown upstream notification not relayed");
     }
 
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+    // Each counted (`ordered::waits_for_relay`) until it is announced: an
+    // answer written after it waits for that, so a list the client asks
+    // for after the answer waits for the list read again.
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let _handled = RelayedOnDrop(&self.relay, context.extensions.get().copied());
         self.events.list_changed(ListKind::Tools);
     }
 
-    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+    async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let _handled = RelayedOnDrop(&self.relay, context.extensions.get().copied());
         self.events.list_changed(ListKind::Prompts);
     }
 
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+    async fn on_resource_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let _handled = RelayedOnDrop(&self.relay, context.extensions.get().copied());
         self.events.list_changed(ListKind::Resources);
     }
 

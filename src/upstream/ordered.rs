@@ -45,18 +45,23 @@ pub(super) fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
 }
 
 /// Whether a request's answer must wait for this notification to be
-/// relayed: progress and log messages, which the client expects before it,
-/// and the upstream's cancel of its own request to the client, whose relay
+/// handled: progress and log messages, which the client expects before it;
+/// the upstream's cancel of its own request to the client, whose relay
 /// must not find the call's stream ended by an answer written just after
-/// it. (rmcp hands every one of them to the handler, which marks it
-/// relayed, under the initialize lifecycle the gateway negotiates; under
-/// the later one it would drop a cancel matching no subscription.)
+/// it; and a `list_changed`, which a list asked for after the answer must
+/// wait for (`Coalescer::settled`), and so must be counted before it. (rmcp
+/// hands every one of them to the handler, which marks it handled, under
+/// the initialize lifecycle the gateway negotiates; under the later one it
+/// would drop a cancel matching no subscription.)
 pub(super) fn waits_for_relay(notification: &ServerNotification) -> bool {
     matches!(
         notification,
         ServerNotification::ProgressNotification(_)
             | ServerNotification::LoggingMessageNotification(_)
             | ServerNotification::CancelledNotification(_)
+            | ServerNotification::ToolListChangedNotification(_)
+            | ServerNotification::PromptListChangedNotification(_)
+            | ServerNotification::ResourceListChangedNotification(_)
     )
 }
 
