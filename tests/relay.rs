@@ -607,6 +607,60 @@ async fn an_upstream_cancel_written_with_the_answer_comes_before_it() {
     }
 }
 
+/// A relayed sampling request's `temperature` reaches the client as the
+/// upstream wrote it: rmcp read 0.7 into an `f32` and wrote it through an
+/// `f64`, and the client was asked for 0.699999988079071.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_sampling_request_keeps_its_temperature() {
+    let (port, _serving) =
+        common::scripted_sse_upstream(json!({"tools": {}}), sample_then_answer).await;
+    let sampler = SilentSampler::over(&http_mount(
+        "flood",
+        &format!("http://127.0.0.1:{port}/mcp"),
+        "",
+    ))
+    .await;
+    let answer = sampler.call("sample", json!({})).await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "asked",
+        "{answer:?}"
+    );
+    let asked = answer
+        .messages
+        .iter()
+        .find(|message| message["method"] == "sampling/createMessage")
+        .unwrap_or_else(|| panic!("the sampling request: {answer:?}"));
+    let params = &asked["params"];
+    assert_eq!(params["temperature"].to_string(), "0.7", "{asked}");
+    assert_eq!(params["maxTokens"], 10, "{asked}");
+    assert_eq!(params["stopSequences"], json!(["\n\n"]), "{asked}");
+    assert_eq!(params["messages"][0]["content"]["text"], "hi", "{asked}");
+}
+
+/// `sample`: a sampling request with a temperature, then, 0.2 s later
+/// (unanswered), the call's answer.
+fn sample_then_answer(request: &Value) -> common::ScriptedReply {
+    use common::ScriptedReply;
+    match request["method"].as_str() {
+        Some("tools/list") => ScriptedReply::Result(
+            json!({"tools": [{"name": "sample", "inputSchema": {"type": "object"}}]}),
+        ),
+        Some("tools/call") => ScriptedReply::Stream(vec![
+            (
+                Duration::ZERO,
+                json!({"jsonrpc": "2.0", "id": "s-1", "method": "sampling/createMessage",
+                       "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                                  "maxTokens": 10, "temperature": 0.7, "stopSequences": ["\n\n"]}}),
+            ),
+            (
+                Duration::from_millis(200),
+                json!({"jsonrpc": "2.0", "id": "$request", "result": {"content": [{"type": "text", "text": "asked"}]}}),
+            ),
+        ]),
+        _ => ScriptedReply::Result(json!({})),
+    }
+}
+
 /// `give_up` as `flood_sampling.py` does it with `answer_after_s = 0`, in
 /// an SSE answer: a sampling request, then 0.3 s later its cancel and the
 /// call's answer in one write.

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use rmcp::{
     model::{
-        CancelledNotificationParam, ClientConfig, ClientResult, CreateMessageRequest,
-        CreateMessageRequestParams, CreateMessageResult, CustomNotification, ElicitRequest,
-        ElicitRequestParams, ElicitResult, ErrorCode, GetExtensions, GetMeta, ListRootsRequest,
-        ListRootsResult, LoggingMessageNotificationParam, MetaObject, Notification,
-        NotificationMetaObject, ProgressNotificationParam, ResourceUpdatedNotificationParam,
-        ServerNotification, ServerRequest,
+        CancelledNotificationParam, ClientConfig, ClientResult, CreateMessageRequestParams,
+        CreateMessageResult, CustomNotification, CustomRequest, ElicitRequest, ElicitRequestParams,
+        ElicitResult, ErrorCode, GetExtensions, GetMeta, ListRootsRequest, ListRootsResult,
+        LoggingMessageNotificationParam, MetaObject, Notification, NotificationMetaObject,
+        ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerNotification,
+        ServerRequest,
     },
     service::{NotificationContext, OriginatingRequestId, RequestContext, ServiceError},
     ClientHandler, ErrorData, RoleClient,
@@ -155,6 +155,31 @@ impl UpstreamHandler {
     }
 }
 
+/// The `sampling/createMessage` request to the client, with the
+/// upstream's `temperature` as it wrote it: rmcp reads it as an `f32` and
+/// writes that through an `f64`, so the client got 0.699999988079071 for
+/// 0.7. Sent as the same method with its params as JSON, the temperature
+/// written as the `f32`'s shortest decimal form (the upstream's, for any
+/// value an `f32` holds exactly enough to tell apart).
+fn sampling_request(params: CreateMessageRequestParams) -> Result<ServerRequest, ErrorData> {
+    let temperature = params.temperature;
+    let mut params = serde_json::to_value(params).map_err(|error| {
+        ErrorData::internal_error(
+            format!("the sampling request could not be written: {error}"),
+            None,
+        )
+    })?;
+    if let (Some(temperature), Some(params)) = (temperature, params.as_object_mut()) {
+        if let Ok(written) = temperature.to_string().parse::<serde_json::Number>() {
+            params.insert("temperature".to_owned(), written.into());
+        }
+    }
+    Ok(ServerRequest::CustomRequest(CustomRequest::new(
+        "sampling/createMessage",
+        Some(params),
+    )))
+}
+
 fn cancelled_by_the_server() -> ErrorData {
     ErrorData::internal_error("cancelled by the server", None)
 }
@@ -235,7 +260,7 @@ impl ClientHandler for UpstreamHandler {
         }
         metrics().count_relayed("sampling");
         params.meta = self.passed_meta(&context);
-        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        let request = sampling_request(params)?;
         match self.forward(&caller, request, &context).await? {
             ClientResult::CreateMessageResult(result) => Ok(*result),
             _ => Err(unexpected_answer()),
