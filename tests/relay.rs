@@ -661,6 +661,99 @@ fn sample_then_answer(request: &Value) -> common::ScriptedReply {
     }
 }
 
+/// A call's answer stream resumed after a break brings only what belongs
+/// to it: the reference server replays, after the `Last-Event-ID`, the
+/// events of every stream of the session, and on a shared mount another
+/// client's log line (or sampling request) reached this one. An event
+/// delivered before is a replay, and is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_answer_stream_does_not_replay_another_clients_events() {
+    let (port, _serving) = common::scripted_sse_upstream(json!({"tools": {}}), replaying).await;
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        http_mount("up", &format!("http://127.0.0.1:{port}/mcp"), "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let call = |session: String, tool: &'static str| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                              "params": {"name": format!("up__{tool}"), "arguments": {}}});
+            raw::post(
+                &http,
+                &url,
+                Some(&session),
+                raw::JSON_POST,
+                body.to_string(),
+            )
+            .await
+        }
+    };
+    let b = raw::open_session(&http, &url).await;
+    let a = raw::open_session(&http, &url).await;
+    let answer = call(b, "b").await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "b done",
+        "{answer:?}"
+    );
+    assert!(
+        answer
+            .messages
+            .iter()
+            .any(|message| message["params"]["data"] == "B-SECRET"),
+        "B's own log line: {answer:?}"
+    );
+    let answer = call(a, "a").await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "a done",
+        "{answer:?}"
+    );
+    assert!(
+        !format!("{answer:?}").contains("B-SECRET"),
+        "B's log line reached A: {answer:?}"
+    );
+}
+
+/// `b`: a log line and the answer. `a`: an event, then the stream ends;
+/// its resume replays `b`'s log line (as the reference server does), then
+/// answers `a` (the second direct call on the session: `junction-2`).
+fn replaying(request: &Value) -> common::ScriptedReply {
+    use common::ScriptedReply;
+    let secret = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "data": "B-SECRET"}});
+    let answer = |id: Value, text: &str| json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}});
+    match (
+        request["method"].as_str(),
+        request["params"]["name"].as_str(),
+    ) {
+        (Some("tools/list"), _) => ScriptedReply::Result(json!({"tools": [
+            {"name": "a", "inputSchema": {"type": "object"}},
+            {"name": "b", "inputSchema": {"type": "object"}},
+        ]})),
+        (Some("tools/call"), Some("b")) => ScriptedReply::Stream(vec![
+            (Duration::ZERO, json!({"eventId": "b-1", "data": secret})),
+            (
+                Duration::ZERO,
+                json!({"eventId": "b-2", "data": answer(json!("$request"), "b done")}),
+            ),
+        ]),
+        (Some("tools/call"), Some("a")) => ScriptedReply::Stream(vec![(
+            Duration::ZERO,
+            json!({"eventId": "a-1", "data": null}),
+        )]),
+        (Some("GET"), _) if request["lastEventId"] == "a-1" => ScriptedReply::Stream(vec![
+            (Duration::ZERO, json!({"eventId": "b-1", "data": secret})),
+            (
+                Duration::ZERO,
+                json!({"eventId": "a-2", "data": answer(json!("junction-2"), "a done")}),
+            ),
+        ]),
+        _ => ScriptedReply::Result(json!({})),
+    }
+}
+
 /// `give_up` as `flood_sampling.py` does it with `answer_after_s = 0`, in
 /// an SSE answer: a sampling request, then 0.3 s later its cancel and the
 /// call's answer in one write.

@@ -56,6 +56,7 @@ use sse_stream::SseStream;
 use tokio::sync::mpsc;
 
 use super::{
+    bounded_map::BoundedMap,
     http_client::trace_headers,
     ordered::says_session_is_gone,
     ordered::waits_for_relay,
@@ -154,7 +155,15 @@ pub struct DirectCalls {
     relay: Arc<Relay>,
     next_id: AtomicU64,
     limits: StreamableHttpResponseLimits,
+    /// The ids of the events other than answers handed to rmcp from this
+    /// session's answer streams, the latest [`DELIVERED_MAX`]: a resumed
+    /// stream that brings one of them again is replaying another stream.
+    delivered: std::sync::Mutex<BoundedMap<(), DELIVERED_MAX>>,
 }
+
+/// How many delivered event ids a session remembers (see
+/// [`DirectCalls::delivered`]).
+const DELIVERED_MAX: usize = 1024;
 
 /// A request about to go the direct way.
 pub struct DirectRequest {
@@ -179,6 +188,7 @@ impl DirectCalls {
             relay,
             next_id: AtomicU64::new(1),
             limits,
+            delivered: Default::default(),
         }
     }
 
@@ -273,6 +283,7 @@ impl DirectCalls {
         let mut last_event_id: Option<String> = None;
         let mut retry = DEFAULT_RETRY;
         let mut resumes = 0;
+        let mut resumes_made = 0;
         loop {
             let bytes = bounded_events(reply.body, self.limits.max_sse_event_size);
             let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
@@ -307,10 +318,28 @@ impl DirectCalls {
                         if data.trim().is_empty() {
                             continue;
                         }
+                        // Event ids are unique within the session: one
+                        // seen before is a replay, which some servers
+                        // (the reference server among them) send from
+                        // every stream of the session on a resume. On a
+                        // shared mount those streams are other clients'
+                        // (their sampling requests, their log lines).
+                        let event_id = event.id.filter(|id| !id.is_empty());
+                        if resumes_made > 0
+                            && event_id
+                                .as_deref()
+                                .is_some_and(|id| lock(&self.delivered).get(id).is_some())
+                        {
+                            tracing::debug!("skipped an event the upstream replayed on a resumed answer stream: it was delivered before");
+                            continue;
+                        }
                         if let Some(answer) = self.handle(&direct.id, data.as_bytes()).await {
                             let rest = async { while events.next().await.is_some() {} };
                             let _ = tokio::time::timeout(DRAIN_AFTER_ANSWER, rest).await;
                             return answer;
+                        }
+                        if let Some(id) = event_id {
+                            lock(&self.delivered).insert(id, ());
                         }
                     }
                 }
@@ -322,6 +351,7 @@ impl DirectCalls {
                 ))));
             };
             resumes += 1;
+            resumes_made += 1;
             tracing::debug!(resumes, "resuming an upstream answer stream");
             tokio::time::sleep(retry).await;
             reply = self.resume(&direct.post, event_id).await?;
@@ -460,6 +490,12 @@ impl DirectCalls {
         }
         room.send(message);
     }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Enough of a JSON-RPC message to tell an answer from the rest.

@@ -952,11 +952,15 @@ pub enum ScriptedReply {
     /// An SSE stream of these messages, each written after its pause
     /// (several with no pause between them go out in one write); the
     /// stream then ends. A message whose `id` is `"$request"` gets the
-    /// request's id (the answer).
+    /// request's id (the answer). A message that is an object with only
+    /// `eventId` and `data` is written as that event: `data` a message, or
+    /// `null` for an event with an id and no data.
     Stream(Vec<(Duration, Value)>),
 }
 
-/// [`scripted_http_upstream`] whose answers may be SSE streams.
+/// [`scripted_http_upstream`] whose answers may be SSE streams. A `GET`
+/// that resumes a stream (`Last-Event-ID`) is answered as the script
+/// answers `{"method": "GET", "lastEventId": …}`, if with a stream.
 pub async fn scripted_sse_upstream(
     capabilities: Value,
     answer: fn(&Value) -> ScriptedReply,
@@ -999,10 +1003,24 @@ async fn write_scripted_stream(
             pending.clear();
             tokio::time::sleep(pause).await;
         }
-        if message.get("id") == Some(&Value::String("$request".to_owned())) {
+        let is_the_answer =
+            |message: &Value| message.get("id") == Some(&Value::String("$request".to_owned()));
+        if is_the_answer(&message) {
             message["id"] = request_id.clone();
         }
-        pending.push_str(&format!("event: message\ndata: {message}\n\n"));
+        if is_the_answer(&message["data"]) {
+            message["data"]["id"] = request_id.clone();
+        }
+        match message.get("eventId").and_then(Value::as_str) {
+            Some(id) if message["data"].is_null() => {
+                pending.push_str(&format!("id: {id}\ndata:\n\n"))
+            }
+            Some(id) => pending.push_str(&format!(
+                "id: {id}\nevent: message\ndata: {}\n\n",
+                message["data"]
+            )),
+            None => pending.push_str(&format!("event: message\ndata: {message}\n\n")),
+        }
     }
     socket.write_all(pending.as_bytes()).await?;
     socket.shutdown().await
@@ -1054,7 +1072,21 @@ async fn serve_scripted(
                         message.len()
                     )
                 };
-                let reply = if head[0].starts_with("get ") {
+                let resumed_after = head
+                    .iter()
+                    .find_map(|line| line.strip_prefix("last-event-id:"))
+                    .map(str::trim);
+                let reply = if let (true, Some(after)) =
+                    (head[0].starts_with("get "), resumed_after)
+                {
+                    // A resume: the script's, if it has one.
+                    let resume = serde_json::json!({"method": "GET", "lastEventId": after});
+                    if let ScriptedReply::Stream(steps) = answer(&resume) {
+                        let _ = write_scripted_stream(&mut socket, &Value::Null, steps).await;
+                        return;
+                    }
+                    stream(gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst)).to_owned()
+                } else if head[0].starts_with("get ") {
                     stream(gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst)).to_owned()
                 } else if head[0].starts_with("delete ") {
                     "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_owned()
