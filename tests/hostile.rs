@@ -1129,3 +1129,67 @@ async fn bad_params_without_a_session_are_a_missing_session_first() {
     assert_refused(&answer, initialize.as_bytes(), 200, INVALID_PARAMS);
     hostile.assert_unharmed().await;
 }
+
+/// A request racing its session's `DELETE` (sent on another connection
+/// just after it) gets an answer for a session that ended (404, or its
+/// call's error), never a 500 whose text names the session: rmcp checks
+/// the session, then hands it the request, and a `DELETE` between the two
+/// failed the second step with `Session not found: <the session id>`.
+/// The first call to a per-session mount is the widest window (it opens
+/// the upstream, here one that takes 0.2 s to start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_racing_its_sessions_delete_gets_no_internal_error() {
+    let slow_start = format!("sleep 0.2; exec {BIN} demo-server");
+    let config = format!(
+        "{SERVER_TOML}[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {slow_start:?}]\nisolation = \"per_session\"\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let (poster, deleter) = (reqwest::Client::new(), reqwest::Client::new());
+    let url = gateway.mcp_url();
+    for round in 0..12u64 {
+        let session = open_session(&poster, &url).await;
+        // Both connections open and warm: the race is between requests.
+        let ping = r#"{"jsonrpc":"2.0","id":"w","method":"ping"}"#;
+        post(&poster, &url, Some(&session), JSON_POST, ping).await;
+        post(&deleter, &url, Some(&session), JSON_POST, ping).await;
+        let call = json!({"jsonrpc": "2.0", "id": round, "method": "tools/call",
+                          "params": {"name": "own__echo", "arguments": {"message": "x"}}});
+        let posted = async {
+            within(
+                "the racing POST",
+                poster
+                    .post(&url)
+                    .header("mcp-session-id", &session)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("content-type", "application/json")
+                    .body(call.to_string())
+                    .send(),
+            )
+            .await
+            .expect("the racing POST")
+        };
+        let deleted = async {
+            tokio::time::sleep(Duration::from_millis(round * 10)).await;
+            within(
+                "DELETE",
+                deleter
+                    .delete(&url)
+                    .header("mcp-session-id", &session)
+                    .send(),
+            )
+            .await
+            .expect("DELETE")
+        };
+        let (posted, _) = tokio::join!(posted, deleted);
+        let status = posted.status();
+        let text = within("the answer", posted.text())
+            .await
+            .unwrap_or_default();
+        assert_ne!(
+            status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "round {round}: {text}"
+        );
+        assert!(!text.contains(&session), "round {round}: {status} {text}");
+    }
+}

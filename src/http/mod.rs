@@ -362,14 +362,15 @@ async fn answer_for_session(
 ) -> axum::response::Response {
     let sessions = &edge.sessions;
     let method = request.method().clone();
-    if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
-        return next.run(request).await;
-    }
     let session = request
         .headers()
         .get("mcp-session-id")
         .and_then(|id| id.to_str().ok())
         .map(rmcp::transport::streamable_http_server::session::SessionId::from);
+    if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
+        let response = next.run(request).await;
+        return without_internal_details(sessions, session.as_ref(), response).await;
+    }
     if method == axum::http::Method::POST {
         let response = next.run(request).await;
         if response
@@ -377,7 +378,7 @@ async fn answer_for_session(
             .get::<json_guard::BodyRefused>()
             .is_none()
         {
-            return response;
+            return without_internal_details(sessions, session.as_ref(), response).await;
         }
         // Counted here: `json_guard` uses nothing of the crate (the fuzz
         // crate compiles it alone). A 200 is a params error, answered.
@@ -412,6 +413,39 @@ async fn answer_for_session(
     }
     response
 }
+
+/// rmcp's 500 answer, as a client should get it. rmcp checks the session,
+/// then hands the request to it: a session that ended in between (a
+/// `DELETE` racing the request) fails the second step with 500, its id in
+/// the text; the client must start a new session, so it gets what an
+/// unknown session gets (404). Any other 500 keeps its status, its text
+/// with session ids fingerprinted (as in the log): an error text sent to a
+/// client names no session.
+async fn without_internal_details(
+    sessions: &resumable::ResumableSessions,
+    session: Option<&rmcp::transport::streamable_http_server::session::SessionId>,
+    response: axum::response::Response,
+) -> axum::response::Response {
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR {
+        return response;
+    }
+    if let Some(id) = session {
+        if !sessions.knows_session(id).await {
+            return session_not_found();
+        }
+    }
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    let text = axum::body::to_bytes(body, INTERNAL_ERROR_TEXT_MAX)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let text = crate::telemetry::redact::fingerprint_session_ids(&text).unwrap_or(text);
+    axum::response::Response::from_parts(parts, axum::body::Body::from(text))
+}
+
+/// Bound on the text of a 500 answer read to scrub it (rmcp's are a line).
+const INTERNAL_ERROR_TEXT_MAX: usize = 64 * 1024;
 
 /// As rmcp answers any other request for an unknown session.
 fn session_not_found() -> axum::response::Response {
