@@ -1193,3 +1193,42 @@ async fn a_request_racing_its_sessions_delete_gets_no_internal_error() {
         assert!(!text.contains(&session), "round {round}: {status} {text}");
     }
 }
+
+/// A request id used again while the request that has it is in flight on
+/// the session is refused (-32600), and the first request still gets its
+/// answer: the second took its place in the routing of answers, and the
+/// first's stream stayed open, unanswered, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_in_use_is_refused_and_the_first_request_answered() {
+    let mut hostile = Hostile::start().await;
+    let slow = |steps: u32| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "demo__slow", "arguments": {"steps": steps, "delay_ms": 100}}})
+        .to_string()
+    };
+    let first = hostile.send(slow(10));
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        hostile.send(slow(1)).await
+    };
+    let (first, second) = within("both answers", async { tokio::join!(first, second) }).await;
+    assert_eq!(
+        first.body["result"]["content"][0]["text"], "done after 10 steps",
+        "{first:?}"
+    );
+    let error = &rpc_error(&second, INVALID_REQUEST)["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("already in use")),
+        "{second:?}"
+    );
+    assert_eq!(second.body["id"], 1, "{second:?}");
+    // Once answered, the id is free again.
+    let again = hostile.send(slow(1)).await;
+    assert_eq!(
+        again.body["result"]["content"][0]["text"], "done after 1 steps",
+        "{again:?}"
+    );
+    hostile.assert_unharmed().await;
+}

@@ -263,6 +263,29 @@ async fn release_freed_memory() {
 }
 
 impl ResumableSessions {
+    /// The answer to `request` if its id is that of a request still in
+    /// flight on the session (its stream open): a JSON-RPC id may not be
+    /// used twice in a session, and the second took the first's place in
+    /// the routing of its answer, which then never came.
+    fn id_in_use(
+        &self,
+        session: &SessionId,
+        request: &JsonRpcRequest<ClientRequest>,
+    ) -> Option<Vec<bytes::Bytes>> {
+        self.request_streams.queue(session, &request.id)?;
+        let error = rmcp::ErrorData::invalid_request(
+            format!(
+                "request id {} is already in use by a request in flight on this session",
+                request.id
+            ),
+            None,
+        );
+        let answer = ServerJsonRpcMessage::error(error, Some(request.id.clone()));
+        serde_json::to_vec(&answer)
+            .ok()
+            .map(|json| vec![json.into()])
+    }
+
     /// What becomes of `request` before rmcp's handler, when the route can
     /// take an answer and the session is awake: a list answered from its
     /// prebuilt page (`downstream/prebuilt.rs`), or a call answered or
@@ -357,6 +380,11 @@ impl SessionManager for ResumableSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let mut handed_over = None;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
+            if let Some(refusal) = self.id_in_use(id, request) {
+                if answer_slot::fill(refusal) {
+                    return Ok(futures::stream::empty().left_stream());
+                }
+            }
             match self.before_handler(id, request).await {
                 Quick::Answered(answer) => {
                     answer_slot::fill(answer);
