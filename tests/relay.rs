@@ -637,8 +637,43 @@ async fn a_relayed_sampling_request_keeps_its_temperature() {
     assert_eq!(params["messages"][0]["content"]["text"], "hi", "{asked}");
 }
 
-/// `sample`: a sampling request with a temperature, then, 0.2 s later
-/// (unanswered), the call's answer.
+/// A request the upstream sends with an id it used before in the session
+/// is refused, not relayed: it is a replay (some servers resend, on a
+/// resumed stream, what every stream carried, whichever path read it
+/// first), and on a shared mount it would be another client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_again_with_its_id_is_not_relayed() {
+    let (port, _serving) =
+        common::scripted_sse_upstream(json!({"tools": {}}), sample_then_answer).await;
+    let sampler = SilentSampler::over(&http_mount(
+        "flood",
+        &format!("http://127.0.0.1:{port}/mcp"),
+        "",
+    ))
+    .await;
+    let asked = |answer: &raw::Answer| {
+        answer
+            .messages
+            .iter()
+            .filter(|message| message["method"] == "sampling/createMessage")
+            .count()
+    };
+    let first = sampler.call("sample", json!({})).await;
+    assert_eq!(asked(&first), 1, "{first:?}");
+    let again = sampler.call("sample", json!({})).await;
+    assert_eq!(
+        again.body["result"]["content"][0]["text"], "asked",
+        "{again:?}"
+    );
+    assert_eq!(
+        asked(&again),
+        0,
+        "the replayed request reached the client: {again:?}"
+    );
+}
+
+/// `sample`: a sampling request with a temperature (its id `s-1` each
+/// time), then, 0.2 s later (unanswered), the call's answer.
 fn sample_then_answer(request: &Value) -> common::ScriptedReply {
     use common::ScriptedReply;
     match request["method"].as_str() {
@@ -763,16 +798,18 @@ fn give_up_at_once(request: &Value) -> common::ScriptedReply {
         Some("tools/list") => ScriptedReply::Result(
             json!({"tools": [{"name": "give_up", "inputSchema": {"type": "object"}}]}),
         ),
+        // A request id of its own each time: ids are unique within a
+        // session (a repeated one is refused as a replay).
         Some("tools/call") => ScriptedReply::Stream(vec![
             (
                 Duration::ZERO,
-                json!({"jsonrpc": "2.0", "id": "s-give-up", "method": "sampling/createMessage",
+                json!({"jsonrpc": "2.0", "id": format!("s-give-up-{}", request["id"]), "method": "sampling/createMessage",
                        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 10}}),
             ),
             (
                 Duration::from_millis(300),
                 json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                       "params": {"requestId": "s-give-up", "reason": "took too long"}}),
+                       "params": {"requestId": format!("s-give-up-{}", request["id"]), "reason": "took too long"}}),
             ),
             (
                 Duration::ZERO,
@@ -781,6 +818,36 @@ fn give_up_at_once(request: &Value) -> common::ScriptedReply {
         ]),
         _ => ScriptedReply::Result(json!({})),
     }
+}
+
+/// Notifications an upstream writes before its answer to `initialize`
+/// (rmcp drops all but log messages then) hold no later answer: counted
+/// as waiting to be relayed and never handled, each made every call on
+/// the session wait the whole drain limit (2 s) for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_before_initialize_hold_no_answer() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("early", "announce_before_initialize.py", "")
+    );
+    let gateway = Gateway::launch(
+        &config,
+        "toml",
+        &[("RUST_LOG", "info,rmcp=warn,junction::upstream::relay=debug")],
+    )
+    .await;
+    let client = gateway.connect().await;
+    for _ in 0..3 {
+        let answer = call(&client, "early__ping", json!({})).await;
+        assert_eq!(text(&answer), "pong");
+    }
+    close(client).await;
+    let held = "answering before every earlier notification was relayed";
+    let stderr = gateway.proc.stderr.text();
+    assert!(
+        !stderr.contains(held),
+        "an answer waited out the drain limit:\n{stderr}"
+    );
 }
 
 /// Progress and log messages an upstream sends in one order reach the

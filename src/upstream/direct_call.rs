@@ -56,7 +56,6 @@ use sse_stream::SseStream;
 use tokio::sync::mpsc;
 
 use super::{
-    bounded_map::BoundedMap,
     http_client::trace_headers,
     ordered::says_session_is_gone,
     ordered::waits_for_relay,
@@ -106,6 +105,9 @@ struct ReadySession {
     /// For a plain-`http` upstream: its connections, and the URL's
     /// `/path?query`.
     same_task: Option<(SameTaskClient, String)>,
+    /// Whether rmcp hands the upstream's cancels to the handler on this
+    /// session (the `initialize` lifecycle; see `ordered::waits_for_relay`).
+    cancels_reach_the_handler: bool,
 }
 
 impl ReadySession {
@@ -136,10 +138,16 @@ impl ReadySession {
                 }
                 (client, origin_form)
             });
+        let cancels_reach_the_handler = post
+            .headers
+            .get(&HeaderName::from_static("mcp-protocol-version"))
+            .and_then(|version| version.to_str().ok())
+            .is_none_or(|version| version < rmcp::model::ProtocolVersion::NO_INITIALIZE.as_str());
         Some(Self {
             post,
             headers,
             same_task,
+            cancels_reach_the_handler,
         })
     }
 }
@@ -158,7 +166,35 @@ pub struct DirectCalls {
     /// The ids of the events other than answers handed to rmcp from this
     /// session's answer streams, the latest [`DELIVERED_MAX`]: a resumed
     /// stream that brings one of them again is replaying another stream.
-    delivered: std::sync::Mutex<BoundedMap<(), DELIVERED_MAX>>,
+    delivered: std::sync::Mutex<RecentIds>,
+}
+
+/// The latest [`DELIVERED_MAX`] event ids, oldest out first; each insert
+/// and look-up O(1) (a progress-heavy call records one per event).
+#[derive(Default)]
+struct RecentIds {
+    known: std::collections::HashSet<Arc<str>>,
+    order: std::collections::VecDeque<Arc<str>>,
+}
+
+impl RecentIds {
+    fn contains(&self, id: &str) -> bool {
+        self.known.contains(id)
+    }
+
+    fn insert(&mut self, id: &str) {
+        if self.known.contains(id) {
+            return;
+        }
+        let id: Arc<str> = id.into();
+        self.known.insert(id.clone());
+        self.order.push_back(id);
+        if self.order.len() > DELIVERED_MAX {
+            if let Some(oldest) = self.order.pop_front() {
+                self.known.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// How many delivered event ids a session remembers (see
@@ -328,7 +364,7 @@ impl DirectCalls {
                         if resumes_made > 0
                             && event_id
                                 .as_deref()
-                                .is_some_and(|id| lock(&self.delivered).get(id).is_some())
+                                .is_some_and(|id| lock(&self.delivered).contains(id))
                         {
                             tracing::debug!("skipped an event the upstream replayed on a resumed answer stream: it was delivered before");
                             continue;
@@ -339,7 +375,7 @@ impl DirectCalls {
                             return answer;
                         }
                         if let Some(id) = event_id {
-                            lock(&self.delivered).insert(id, ());
+                            lock(&self.delivered).insert(&id);
                         }
                     }
                 }
@@ -464,13 +500,18 @@ impl DirectCalls {
     /// Hands a message to rmcp's loop, as arriving on `id`'s stream.
     async fn pass_on(&self, mut message: ServerJsonRpcMessage, id: &RequestId) {
         let origin = InboundStreamOrigin::OutboundRequest(id.clone());
-        let mut counted = false;
+        let mut counted = None;
         match &mut message {
             JsonRpcMessage::Request(request) => {
                 request.request.extensions_mut().insert(origin);
             }
             JsonRpcMessage::Notification(notification) => {
-                counted = waits_for_relay(&notification.notification);
+                let cancels = self
+                    .session
+                    .load()
+                    .as_ref()
+                    .is_none_or(|session| session.cancels_reach_the_handler);
+                counted = waits_for_relay(&notification.notification, cancels);
                 notification.notification.extensions_mut().insert(origin);
             }
             _ => {}
@@ -483,7 +524,7 @@ impl DirectCalls {
             // The session's loop has stopped: nothing will relay it.
             return;
         };
-        let arrival = counted.then(|| self.relay.notification_arrived());
+        let arrival = counted.map(|in_order| self.relay.notification_arrived(in_order));
         if let (Some(arrival), JsonRpcMessage::Notification(notification)) = (arrival, &mut message)
         {
             notification.notification.extensions_mut().insert(arrival);

@@ -84,6 +84,13 @@ impl UpstreamHandler {
     /// The caller a server→client request goes to, or the error the
     /// upstream gets instead.
     async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+        if !self.relay.first_sent(&context.id) {
+            tracing::debug!(id = %context.id, "refusing a request the upstream sent before (replayed on a resumed stream?)");
+            return Err(ErrorData::invalid_request(
+                format!("request id {} was used before in this session", context.id),
+                None,
+            ));
+        }
         let related_task = related_task(&context.meta.0);
         let caller = self
             .relay

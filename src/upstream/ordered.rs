@@ -21,7 +21,9 @@
 use std::{future::Future, sync::Arc};
 
 use rmcp::{
-    model::{GetExtensions, JsonRpcMessage, ServerJsonRpcMessage, ServerNotification},
+    model::{
+        GetExtensions, JsonRpcMessage, ServerJsonRpcMessage, ServerNotification, ServerResult,
+    },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
     RoleClient,
@@ -45,24 +47,29 @@ pub(super) fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
 }
 
 /// Whether a request's answer must wait for this notification to be
-/// handled: progress and log messages, which the client expects before it;
+/// handled (`Some`), and whether it is relayed in wire order with the
+/// others (`Some(true)`): progress and log messages, which the client
+/// expects before the answer and in the order sent. Also, taking no turn:
 /// the upstream's cancel of its own request to the client, whose relay
 /// must not find the call's stream ended by an answer written just after
 /// it; and a `list_changed`, which a list asked for after the answer must
-/// wait for (`Coalescer::settled`), and so must be counted before it. (rmcp
-/// hands every one of them to the handler, which marks it handled, under
-/// the initialize lifecycle the gateway negotiates; under the later one it
-/// would drop a cancel matching no subscription.)
-pub(super) fn waits_for_relay(notification: &ServerNotification) -> bool {
-    matches!(
-        notification,
+/// wait for (`Coalescer::settled`), and so must be known before it.
+/// Counted only once the session is initialized (see [`OrderedTransport`]):
+/// rmcp hands every one of them to the handler, which marks it handled,
+/// only from then on, and a cancel only under the initialize lifecycle.
+pub(super) fn waits_for_relay(
+    notification: &ServerNotification,
+    cancels_reach_the_handler: bool,
+) -> Option<bool> {
+    match notification {
         ServerNotification::ProgressNotification(_)
-            | ServerNotification::LoggingMessageNotification(_)
-            | ServerNotification::CancelledNotification(_)
-            | ServerNotification::ToolListChangedNotification(_)
-            | ServerNotification::PromptListChangedNotification(_)
-            | ServerNotification::ResourceListChangedNotification(_)
-    )
+        | ServerNotification::LoggingMessageNotification(_) => Some(true),
+        ServerNotification::CancelledNotification(_) => cancels_reach_the_handler.then_some(false),
+        ServerNotification::ToolListChangedNotification(_)
+        | ServerNotification::PromptListChangedNotification(_)
+        | ServerNotification::ResourceListChangedNotification(_) => Some(false),
+        _ => None,
+    }
 }
 
 pub struct OrderedTransport<T> {
@@ -73,6 +80,21 @@ pub struct OrderedTransport<T> {
     raw: Arc<RawAnswers>,
     /// From the direct path, when the transport has one.
     injected: Option<mpsc::Receiver<ServerJsonRpcMessage>>,
+    /// How far the session is: a notification is counted only once it is
+    /// initialized (the first answer, to `initialize`, has passed). rmcp
+    /// drops what comes before but log messages, and one counted but never
+    /// handled would hold every later answer for the whole drain limit.
+    lifecycle: Lifecycle,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    Initializing,
+    /// Under the `initialize` lifecycle (up to 2025-11-25), whose cancels
+    /// rmcp hands to the handler.
+    Initialized,
+    /// Under a later one, whose cancels rmcp may keep from it.
+    InitializedWithoutHandshake,
 }
 
 impl<T> OrderedTransport<T> {
@@ -89,6 +111,7 @@ impl<T> OrderedTransport<T> {
             ended,
             raw,
             injected: None,
+            lifecycle: Lifecycle::Initializing,
         }
     }
 
@@ -144,11 +167,31 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             _ => {}
         }
         let mut message = message;
-        if let Some(JsonRpcMessage::Notification(notification)) = &mut message {
-            if waits_for_relay(&notification.notification) {
-                let arrival = self.relay.notification_arrived();
-                notification.notification.extensions_mut().insert(arrival);
+        match (&mut message, self.lifecycle) {
+            (Some(JsonRpcMessage::Notification(notification)), lifecycle)
+                if lifecycle != Lifecycle::Initializing =>
+            {
+                let cancels_counted = lifecycle == Lifecycle::Initialized;
+                if let Some(in_order) = waits_for_relay(&notification.notification, cancels_counted)
+                {
+                    let arrival = self.relay.notification_arrived(in_order);
+                    notification.notification.extensions_mut().insert(arrival);
+                }
             }
+            (Some(JsonRpcMessage::Response(response)), Lifecycle::Initializing) => {
+                self.lifecycle = match &response.result {
+                    ServerResult::InitializeResult(result)
+                        if !result.protocol_version.has_initialize() =>
+                    {
+                        Lifecycle::InitializedWithoutHandshake
+                    }
+                    _ => Lifecycle::Initialized,
+                };
+            }
+            (Some(JsonRpcMessage::Error(_)), Lifecycle::Initializing) => {
+                self.lifecycle = Lifecycle::Initialized;
+            }
+            _ => {}
         }
         message
     }

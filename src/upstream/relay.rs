@@ -271,10 +271,14 @@ const ELICITATIONS_MAX: usize = 1024;
 /// (2025-11-25); its `data.elicitations` lists them.
 pub const URL_ELICITATION_REQUIRED: i32 = -32042;
 
-/// A progress or log notification's place in its upstream's wire order,
-/// carried in its extensions from the transport to the handler.
+/// Marks a notification counted as pending ([`Relay::notification_arrived`]),
+/// carried in its extensions from the transport to the handler; with its
+/// place in its upstream's wire order when it is relayed in that order
+/// (progress, log messages).
 #[derive(Clone, Copy, Debug)]
-pub struct Arrival(u64);
+pub struct Arrival {
+    place: Option<u64>,
+}
 
 #[derive(Default)]
 pub struct Relay {
@@ -332,7 +336,14 @@ pub struct Relay {
     /// upstream's id; each token is cancelled when its forwarding ends
     /// (see [`Relay::forwarding`]).
     forwarding: Mutex<HashMap<RequestId, Arc<CancellationToken>>>,
+    /// The ids of the latest requests the upstream sent the clients
+    /// ([`Relay::first_sent`]).
+    requests_seen: Mutex<BoundedMap<(), REQUESTS_SEEN_MAX>>,
 }
+
+/// How many of the upstream's request ids a session remembers to tell a
+/// replayed request from a new one.
+const REQUESTS_SEEN_MAX: usize = 1024;
 
 /// Held while an upstream's request is forwarded to its client
 /// ([`Relay::forwarding`]).
@@ -681,17 +692,25 @@ impl Relay {
         sessions
     }
 
-    /// A progress or log notification arrived (called in wire order): it
-    /// is pending until relayed, and gets its place in the order.
-    pub fn notification_arrived(&self) -> Arrival {
+    /// A notification an answer must wait for arrived (called in wire
+    /// order): it is pending until handled, and, if it is relayed `in_order`
+    /// (progress, logs), gets its place in that order. Others (a cancel, a
+    /// `list_changed`) take no turn: one handled at once must not let a
+    /// later progress overtake an earlier one.
+    pub fn notification_arrived(&self, in_order: bool) -> Arrival {
         self.pending_notifications.fetch_add(1, Ordering::AcqRel);
-        Arrival(self.arrivals.fetch_add(1, Ordering::AcqRel))
+        Arrival {
+            place: in_order.then(|| self.arrivals.fetch_add(1, Ordering::AcqRel)),
+        }
     }
 
-    /// A notification counted by `notification_arrived` has been handled;
-    /// the next one's turn comes.
+    /// A notification counted by `notification_arrived` has been handled
+    /// (`None`: one that was not counted); the next one's turn comes.
     pub fn notification_relayed(&self, arrival: Option<Arrival>) {
-        if let Some(Arrival(place)) = arrival {
+        let Some(Arrival { place }) = arrival else {
+            return;
+        };
+        if let Some(place) = place {
             let turn = self
                 .turn
                 .fetch_max(place + 1, Ordering::AcqRel)
@@ -716,22 +735,43 @@ impl Relay {
     /// reach the client in whatever order those tasks run, progress 2
     /// before progress 1.
     pub async fn wait_turn(&self, arrival: Arrival) {
-        if self.turn.load(Ordering::Acquire) >= arrival.0 {
+        let Some(place) = arrival.place else {
+            return;
+        };
+        if self.turn.load(Ordering::Acquire) >= place {
             return;
         }
         let woken = Arc::new(Notify::new());
-        lock(&self.turn_waiters).insert(arrival.0, woken.clone());
+        lock(&self.turn_waiters).insert(place, woken.clone());
         // Checked again once registered: a relay that advanced the turn
         // before seeing this waiter is seen here (it advances the turn
         // before it looks for waiters); one after leaves a permit.
-        if self.turn.load(Ordering::Acquire) < arrival.0
+        if self.turn.load(Ordering::Acquire) < place
             && tokio::time::timeout(TURN_LIMIT, woken.notified())
                 .await
                 .is_err()
         {
             tracing::debug!("relaying a notification before an earlier one");
         }
-        lock(&self.turn_waiters).remove(&arrival.0);
+        lock(&self.turn_waiters).remove(&place);
+    }
+
+    /// Whether this is the first time the upstream sent a request with
+    /// `id` (ids are unique within a session). A second one is a replay:
+    /// some servers resend, on a resumed stream, what every stream of the
+    /// session carried, and on a shared mount another client's sampling
+    /// request would reach the client whose stream was resumed.
+    pub fn first_sent(&self, id: &RequestId) -> bool {
+        let key = match id {
+            RequestId::Number(n) => format!("n{n}"),
+            RequestId::String(s) => format!("s{s}"),
+        };
+        let mut seen = lock(&self.requests_seen);
+        if seen.get(&key).is_some() {
+            return false;
+        }
+        seen.insert(key, ());
+        true
     }
 
     /// Marks the upstream's request `id` as being forwarded to a client
@@ -1326,8 +1366,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_notification_waits_for_the_ones_that_arrived_before_it() {
         let relay = Relay::default();
-        let first = relay.notification_arrived();
-        let second = relay.notification_arrived();
+        let first = relay.notification_arrived(true);
+        let second = relay.notification_arrived(true);
         let second_turn = relay.wait_turn(second);
         tokio::pin!(second_turn);
         assert!(futures::poll!(&mut second_turn).is_pending());
@@ -1340,16 +1380,55 @@ mod tests {
             .expect("its turn once the first is relayed");
     }
 
+    #[test]
+    fn a_request_id_is_first_sent_once() {
+        let relay = Relay::default();
+        let (number, text) = (RequestId::Number(1), RequestId::String("1".into()));
+        assert!(relay.first_sent(&number));
+        assert!(relay.first_sent(&text), "a string id is not the number");
+        assert!(!relay.first_sent(&number));
+        assert!(!relay.first_sent(&text));
+    }
+
+    /// A notification that takes no turn (a `list_changed`, a cancel),
+    /// handled at once, lets no later progress overtake an earlier one.
+    #[tokio::test(start_paused = true)]
+    async fn one_taking_no_turn_moves_no_turn_on() {
+        let relay = Relay::default();
+        let first = relay.notification_arrived(true);
+        let unordered = relay.notification_arrived(false);
+        let second = relay.notification_arrived(true);
+        relay.wait_turn(unordered).await;
+        relay.notification_relayed(Some(unordered));
+        let second_turn = relay.wait_turn(second);
+        tokio::pin!(second_turn);
+        assert!(
+            futures::poll!(&mut second_turn).is_pending(),
+            "the first is not relayed yet"
+        );
+        relay.notification_relayed(Some(first));
+        tokio::time::timeout(TURN_LIMIT / 2, second_turn)
+            .await
+            .expect("its turn once the first is relayed");
+        relay.notification_relayed(Some(second));
+        // And nothing is left pending for an answer's drain.
+        tokio::time::timeout(Duration::from_millis(1), relay.drain())
+            .await
+            .expect("none pending");
+        // One never counted marks nothing.
+        relay.notification_relayed(None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_notification_whose_predecessor_never_goes_waits_only_so_long() {
         let relay = Relay::default();
-        let _lost = relay.notification_arrived();
-        let next = relay.notification_arrived();
+        let _lost = relay.notification_arrived(true);
+        let next = relay.notification_arrived(true);
         let started = tokio::time::Instant::now();
         relay.wait_turn(next).await;
         assert!(started.elapsed() >= TURN_LIMIT);
         relay.notification_relayed(Some(next));
-        let after = relay.notification_arrived();
+        let after = relay.notification_arrived(true);
         let started = tokio::time::Instant::now();
         relay.wait_turn(after).await;
         assert_eq!(
