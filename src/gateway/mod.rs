@@ -480,7 +480,9 @@ impl Gateway {
             return;
         }
         let deadline = tokio::time::Instant::now() + LIST_SETTLE_LIMIT;
-        let settled = self.refreshes.settled(|key| key.2 == kind, deadline).await
+        let profile = state.profile();
+        let seen = |key: &(MountName, ClientProfile, ListKind)| sees(key, kind, profile);
+        let settled = self.refreshes.settled(seen, deadline).await
             && state
                 .list_refreshes()
                 .settled(|key| key.1 == kind, deadline)
@@ -493,7 +495,8 @@ impl Gateway {
     /// Whether an upstream announced a change to lists of `kind` that
     /// `state`'s session sees, not read yet.
     pub(crate) fn lists_behind(&self, kind: ListKind, state: &SessionState) -> bool {
-        self.refreshes.behind(|key| key.2 == kind)
+        let profile = state.profile();
+        self.refreshes.behind(|key| sees(key, kind, profile))
             || state.list_refreshes().behind(|key| key.1 == kind)
     }
 
@@ -566,6 +569,17 @@ impl Gateway {
                 || (profile == ClientProfile::FULL && mount.shows_full_lists(serving))
         });
     }
+}
+
+/// Whether a session of `profile` listing `kind` sees the lists a refresh
+/// with `key` reads: the full profile's (shared mounts, and per-session
+/// mounts not discovered for `profile` yet) and its own profile's.
+fn sees(
+    key: &(MountName, ClientProfile, ListKind),
+    kind: ListKind,
+    profile: ClientProfile,
+) -> bool {
+    key.2 == kind && (key.1 == ClientProfile::FULL || key.1 == profile)
 }
 
 /// Builds a mount whose events reach this gateway.
