@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use rmcp::model::{
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, Prompt,
-    Resource, ResourceTemplate, Tool,
+    Resource, ResourceTemplate, ServerResult, Tool,
 };
 use serde_json::Value;
 
@@ -272,31 +272,26 @@ impl MergedCatalog {
     /// (`downstream/prebuilt.rs` answers with it), as rmcp's handler
     /// shapes a page for the protocol versions the gateway offers (none
     /// newer than 2025-11-25): without `resultType`, which only 2026-07-28
-    /// has and rmcp's typed results carry.
+    /// has and rmcp's typed results carry, and without a tool's non-object
+    /// `outputSchema`.
     pub fn first_page_json(&self, listing: Listing) -> Option<Bytes> {
         self.first_pages[listing as usize]
             .get_or_init(|| {
-                let json = match listing {
-                    Listing::Tools => serde_json::to_vec(&ListToolsResult {
-                        result_type: None,
-                        ..self.tools_page(None).ok()?
-                    }),
-                    Listing::Prompts => serde_json::to_vec(&ListPromptsResult {
-                        result_type: None,
-                        ..self.prompts_page(None).ok()?
-                    }),
-                    Listing::Resources => serde_json::to_vec(&ListResourcesResult {
-                        result_type: None,
-                        ..self.resources_page(None).ok()?
-                    }),
+                let mut page = match listing {
+                    Listing::Tools => ServerResult::ListToolsResult(self.tools_page(None).ok()?),
+                    Listing::Prompts => {
+                        ServerResult::ListPromptsResult(self.prompts_page(None).ok()?)
+                    }
+                    Listing::Resources => {
+                        ServerResult::ListResourcesResult(self.resources_page(None).ok()?)
+                    }
                     Listing::ResourceTemplates => {
-                        serde_json::to_vec(&ListResourceTemplatesResult {
-                            result_type: None,
-                            ..self.templates_page(None).ok()?
-                        })
+                        ServerResult::ListResourceTemplatesResult(self.templates_page(None).ok()?)
                     }
                 };
-                json.ok().map(Bytes::from)
+                page.strip_result_type_for_legacy_peer();
+                page.strip_non_object_output_for_legacy_peer();
+                serde_json::to_vec(&page).ok().map(Bytes::from)
             })
             .clone()
     }

@@ -153,6 +153,7 @@ fn each_prebuilt_first_page_is_the_typed_first_page_as_rmcp_sends_it() {
     ]);
     let as_sent = |mut result: ServerResult| {
         result.strip_result_type_for_legacy_peer();
+        result.strip_non_object_output_for_legacy_peer();
         serde_json::to_vec(&result).unwrap()
     };
     for (listing, typed) in [

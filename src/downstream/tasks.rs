@@ -176,7 +176,12 @@ pub(crate) fn with_execution(
     {
         return None;
     }
+    // As rmcp's handler sends a typed page: no `resultType`, which only
+    // 2026-07-28 has (the gateway offers no newer than 2025-11-25).
     let mut value = serde_json::to_value(result).ok()?;
+    if let Some(page) = value.as_object_mut() {
+        page.remove("resultType");
+    }
     for tool in value.get_mut("tools")?.as_array_mut()? {
         let Some(tool) = tool.as_object_mut() else {
             continue;
@@ -788,17 +793,20 @@ mod tests {
 
     #[test]
     fn execution_is_added_only_where_declared() {
-        let tools: rmcp::model::ListToolsResult = serde_json::from_value(json!({
-            "tools": [
+        // As the catalog makes its pages: with 2026-07-28's `resultType`.
+        let tools = rmcp::model::ListToolsResult::with_all_items(
+            serde_json::from_value(json!([
                 {"name": "a__plain", "inputSchema": {"type": "object"}},
                 {"name": "a__task", "inputSchema": {"type": "object"}}
-            ]
-        }))
-        .unwrap();
+            ]))
+            .unwrap(),
+        );
         assert!(with_execution(&tools, &HashMap::new()).is_none());
         let execution = HashMap::from([("a__task".to_owned(), json!({"taskSupport": "required"}))]);
         let listed = with_execution(&tools, &execution).expect("a tool declares one");
         assert!(listed["tools"][0].get("execution").is_none());
         assert_eq!(listed["tools"][1]["execution"]["taskSupport"], "required");
+        // Sent to clients of 2025-11-25 at most: without it.
+        assert!(listed.get("resultType").is_none(), "{listed}");
     }
 }
