@@ -308,6 +308,24 @@ async fn reload_touches_only_what_changed() {
         reload_metrics(&metrics_text(&gateway).await),
         (Some(3.0), Some(2.0), Some(1.0))
     );
+
+    // A change that waits for a restart is applied but for it: the file
+    // and the running config differ, and the gauge says so.
+    rewrite_config(
+        &gateway.config_path,
+        &format!("[telemetry]\nlog_level = \"info\"\n\n{}", config_after()),
+    );
+    wait_for_log(
+        &gateway,
+        &["changes to [telemetry] take effect after a restart"],
+        1,
+    )
+    .await;
+    wait_for_log(&gateway, &["config reloaded"], 4).await;
+    assert_eq!(
+        reload_metrics(&metrics_text(&gateway).await),
+        (Some(4.0), Some(2.0), Some(0.0))
+    );
     close(client).await;
 }
 

@@ -119,7 +119,7 @@ async fn reload_once(
             %trigger,
             "config reload rejected: the file is empty (caught while being written?); the running config keeps serving"
         );
-        metrics().count_reload(false);
+        metrics().count_reload(false, false);
         return;
     }
     let mut config = match config::load(source) {
@@ -134,7 +134,7 @@ async fn reload_once(
                 %trigger,
                 "config reload rejected; the running config keeps serving"
             );
-            metrics().count_reload(false);
+            metrics().count_reload(false, false);
             return;
         }
     };
@@ -154,7 +154,7 @@ async fn reload_once(
                 %trigger,
                 "config reload rejected (a new separator takes effect after a restart); the running config keeps serving"
             );
-            metrics().count_reload(false);
+            metrics().count_reload(false, false);
             return;
         }
     }
@@ -181,7 +181,7 @@ async fn reload_once(
         applied = %outcome.applied.join(","),
         "config reloaded"
     );
-    metrics().count_reload(true);
+    metrics().count_reload(true, outcome.needs_restart.is_empty());
 }
 
 #[cfg(test)]

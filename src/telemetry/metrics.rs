@@ -214,7 +214,7 @@ impl Metrics {
         config_last_reload_successful.set(1);
         registry.register(
             "config_last_reload_successful",
-            "Whether the last config reload was applied (1, also before any) or rejected (0): the running config is not the file's",
+            "Whether the last config reload was applied whole (1, also before any); 0 after one rejected, or one whose [server] changes wait for a restart: the running config is not the file's",
             config_last_reload_successful.clone(),
         );
         Self {
@@ -248,13 +248,15 @@ impl Metrics {
         out
     }
 
-    /// A config reload was applied (`applied`) or rejected.
-    pub fn count_reload(&self, applied: bool) {
+    /// A config reload was applied (`applied`) or rejected; an applied one
+    /// may leave changes that wait for a restart (not `whole`).
+    pub fn count_reload(&self, applied: bool, whole: bool) {
         let result = if applied { "applied" } else { "rejected" };
         self.config_reloads
             .get_or_create(&ResultLabels { result })
             .inc();
-        self.config_last_reload_successful.set(i64::from(applied));
+        self.config_last_reload_successful
+            .set(i64::from(applied && whole));
     }
 
     pub fn count_refused(&self, refusal: Refusal) {
