@@ -48,8 +48,10 @@ impl RequestStreams {
     }
 
     /// Opens the queue of `request` on HTTP session `session`; it closes
-    /// when the returned [`OpenQueue`] is dropped.
-    pub fn open(self: &Arc<Self>, session: &Arc<str>, request: RequestId) -> OpenQueue {
+    /// when the returned [`OpenQueue`] is dropped. `None` if a request with
+    /// that id is in flight on the session (its queue open): a JSON-RPC id
+    /// may not be used twice in a session.
+    pub fn open(self: &Arc<Self>, session: &Arc<str>, request: RequestId) -> Option<OpenQueue> {
         self.adopt(session, request, Arc::default())
     }
 
@@ -60,17 +62,24 @@ impl RequestStreams {
         session: &Arc<str>,
         request: RequestId,
         queue: Arc<RelatedQueue>,
-    ) -> OpenQueue {
-        self.open_streams()
+    ) -> Option<OpenQueue> {
+        match self
+            .open_streams()
             .entry(session.clone())
             .or_default()
-            .insert(request.clone(), queue.clone());
-        OpenQueue {
+            .entry(request.clone())
+        {
+            std::collections::hash_map::Entry::Occupied(_) => return None,
+            std::collections::hash_map::Entry::Vacant(place) => {
+                place.insert(queue.clone());
+            }
+        }
+        Some(OpenQueue {
             queue,
             session: session.clone(),
             request,
             streams: self.clone(),
-        }
+        })
     }
 
     /// The queue of `request` on `session`, while its stream is open.
@@ -241,7 +250,7 @@ mod tests {
         let streams = Arc::new(RequestStreams::default());
         let session: Arc<str> = Arc::from("s1");
         let request = RequestId::Number(7);
-        let open = streams.open(&session, request.clone());
+        let open = streams.open(&session, request.clone()).expect("free");
         let queue = streams.queue("s1", &request).expect("open");
         assert!(streams.queue("s2", &request).is_none());
         assert!(streams.queue("s1", &RequestId::Number(8)).is_none());
@@ -261,7 +270,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_reader_is_waited_for_once() {
         let streams = Arc::new(RequestStreams::default());
-        let open = streams.open(&Arc::from("s1"), RequestId::Number(1));
+        let open = streams
+            .open(&Arc::from("s1"), RequestId::Number(1))
+            .expect("free");
         for _ in 0..MAX_WAITING {
             assert!(open.push(message()).is_none());
         }
@@ -277,16 +288,22 @@ mod tests {
         assert!(open.push_waiting(message()).await.is_none(), "room made");
     }
 
+    /// An id is taken while its request's queue is open, on its session
+    /// only, and free again once it closes.
     #[test]
-    fn closing_an_old_stream_keeps_a_newer_one_with_the_same_id() {
+    fn an_id_in_flight_is_not_opened_again() {
         let streams = Arc::new(RequestStreams::default());
-        let session: Arc<str> = Arc::from("s1");
+        let (session, other): (Arc<str>, Arc<str>) = (Arc::from("s1"), Arc::from("s2"));
         let request = RequestId::Number(1);
-        let old = streams.open(&session, request.clone());
-        let new = streams.open(&session, request.clone());
-        drop(old);
-        assert!(streams.queue("s1", &request).is_some());
-        drop(new);
+        let first = streams.open(&session, request.clone()).expect("free");
+        assert!(streams.open(&session, request.clone()).is_none(), "in use");
+        let elsewhere = streams.open(&other, request.clone());
+        assert!(elsewhere.is_some(), "another session's ids are its own");
+        drop(first);
         assert!(streams.queue("s1", &request).is_none());
+        assert!(
+            streams.open(&session, request.clone()).is_some(),
+            "free again"
+        );
     }
 }

@@ -250,6 +250,22 @@ pub fn spawn_sweeper(sessions: &Arc<ResumableSessions>) {
     });
 }
 
+/// The answer to `request`, whose id is that of a request still in flight
+/// on the session.
+fn id_in_use(request: &JsonRpcRequest<ClientRequest>) -> Vec<bytes::Bytes> {
+    let error = rmcp::ErrorData::invalid_request(
+        format!(
+            "request id {} is already in use by a request in flight on this session",
+            request.id
+        ),
+        None,
+    );
+    let answer = ServerJsonRpcMessage::error(error, Some(request.id.clone()));
+    serde_json::to_vec(&answer)
+        .map(|json| vec![json.into()])
+        .unwrap_or_default()
+}
+
 /// Gives the heap pages freed by sessions put to sleep back to the system:
 /// glibc keeps them otherwise, and resident memory would not go down.
 async fn release_freed_memory() {
@@ -263,29 +279,6 @@ async fn release_freed_memory() {
 }
 
 impl ResumableSessions {
-    /// The answer to `request` if its id is that of a request still in
-    /// flight on the session (its stream open): a JSON-RPC id may not be
-    /// used twice in a session, and the second took the first's place in
-    /// the routing of its answer, which then never came.
-    fn id_in_use(
-        &self,
-        session: &SessionId,
-        request: &JsonRpcRequest<ClientRequest>,
-    ) -> Option<Vec<bytes::Bytes>> {
-        self.request_streams.queue(session, &request.id)?;
-        let error = rmcp::ErrorData::invalid_request(
-            format!(
-                "request id {} is already in use by a request in flight on this session",
-                request.id
-            ),
-            None,
-        );
-        let answer = ServerJsonRpcMessage::error(error, Some(request.id.clone()));
-        serde_json::to_vec(&answer)
-            .ok()
-            .map(|json| vec![json.into()])
-    }
-
     /// What becomes of `request` before rmcp's handler, when the route can
     /// take an answer and the session is awake: a list answered from its
     /// prebuilt page (`downstream/prebuilt.rs`), or a call answered or
@@ -380,11 +373,6 @@ impl SessionManager for ResumableSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let mut handed_over = None;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
-            if let Some(refusal) = self.id_in_use(id, request) {
-                if answer_slot::fill(refusal) {
-                    return Ok(futures::stream::empty().left_stream());
-                }
-            }
             match self.before_handler(id, request).await {
                 Quick::Answered(answer) => {
                     answer_slot::fill(answer);
@@ -395,14 +383,24 @@ impl SessionManager for ResumableSessions {
             }
         }
         // Open before rmcp sees the request: its handler may relay a
-        // related message at once.
-        let related = match (&message, &handed_over) {
-            (ClientJsonRpcMessage::Request(request), Some(pending)) => Some(
-                self.request_streams
-                    .adopt(id, request.id.clone(), pending.queue().clone()),
-            ),
-            (ClientJsonRpcMessage::Request(request), None) => {
-                Some(self.request_streams.open(id, request.id.clone()))
+        // related message at once. A request whose id is that of one in
+        // flight on the session is refused: it would take the first one's
+        // place in the routing of answers (rmcp's too), and the first
+        // would never be answered. (A quick call answered at once took no
+        // place; one handed over is dropped with its message, its
+        // upstream call cancelled.)
+        let related = match &message {
+            ClientJsonRpcMessage::Request(request) => {
+                let queue = handed_over
+                    .as_ref()
+                    .map_or_else(Arc::default, |pending| pending.queue().clone());
+                match self.request_streams.adopt(id, request.id.clone(), queue) {
+                    Some(open) => Some(open),
+                    None if answer_slot::fill(id_in_use(request)) => {
+                        return Ok(futures::stream::empty().left_stream());
+                    }
+                    None => None,
+                }
             }
             _ => None,
         };

@@ -563,7 +563,7 @@ mod tests {
             Box::pin(futures::stream::unfold(receiver, |mut r| async move {
                 r.recv().await.map(|e| (e, r))
             })),
-            Some(related),
+            related,
         );
         // Queued before the priming event: held until it names the stream.
         assert!(queue.push(list_changed()).is_none(), "open");
