@@ -16,6 +16,11 @@
 //! HTTP client's errors whole, URL and all), which may carry a credential
 //! (see `redact.rs`).
 //!
+//! The same way, rmcp's `warn` for each error a handler answers with (an
+//! unknown tool a client called, a bad argument) is written again at
+//! `debug`: no fault of the gateway's, and one warning per client mistake
+//! buried the ones that matter. An internal error stays a warning.
+//!
 //! The events seen are only those the configured filter lets through (for
 //! rmcp, `warn` and up by default).
 
@@ -67,11 +72,11 @@ pub struct RewriteSessionIds;
 
 impl<S: Subscriber> Layer<S> for RewriteSessionIds {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        let Some(line) = rewritten(event) else {
+        let Some((line, level)) = rewritten(event) else {
             return;
         };
         let origin = event.metadata().target();
-        match *event.metadata().level() {
+        match level {
             Level::ERROR => {
                 tracing::error!(target: "junction::rmcp", origin = origin, "{line}")
             }
@@ -102,10 +107,11 @@ fn span_carries_a_session_id(metadata: &Metadata<'_>) -> bool {
             || metadata.fields().field("id").is_some())
 }
 
-/// The line to write instead of `event`, if it is rmcp's and names a
-/// session (by a `session_id` field, or in its message: `"... session
-/// <id>: ..."`) or a URL beyond its origin.
-fn rewritten(event: &Event<'_>) -> Option<String> {
+/// The line (and level) to write instead of `event`, if it is rmcp's and
+/// names a session (by a `session_id` field, or in its message: `"...
+/// session <id>: ..."`) or a URL beyond its origin, or is an error answer
+/// logged at `warn` that is no fault of the gateway's.
+fn rewritten(event: &Event<'_>) -> Option<(String, Level)> {
     if !is_rmcp(event.metadata()) {
         return None;
     }
@@ -118,10 +124,31 @@ fn rewritten(event: &Event<'_>) -> Option<String> {
     let names_a_session = fields.session_id.is_some() || fingerprinted.is_some();
     let line = fingerprinted.unwrap_or(written);
     let redacted = origins_only(&line);
-    if redacted != line {
-        return Some(redacted);
-    }
-    names_a_session.then_some(line)
+    let level = match answered_a_refusal(event.metadata(), &fields) {
+        true => Level::DEBUG,
+        false => *event.metadata().level(),
+    };
+    let changed = redacted != line || names_a_session || level != *event.metadata().level();
+    changed.then_some((redacted, level))
+}
+
+/// Whether `event` is rmcp's `warn` for an error answer to a request,
+/// other than an internal error: rmcp logs one for every error a handler
+/// returns, so every unknown tool or bad argument a client sent (and
+/// every sampling request the gateway refused an upstream) was a warning
+/// in the gateway's log. Kept at `debug`; an internal error (-32603) stays.
+fn answered_a_refusal(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
+    const INTERNAL_ERROR: i32 = -32603;
+    metadata.target() == "rmcp::service"
+        && *metadata.level() == Level::WARN
+        && fields.message == "response error"
+        && error_code(&fields.others).is_some_and(|code| code != INTERNAL_ERROR)
+}
+
+/// The JSON-RPC error code in a recorded `ErrorData` (`ErrorCode(-32602)`).
+fn error_code(fields: &str) -> Option<i32> {
+    let (_, rest) = fields.split_once("ErrorCode(")?;
+    rest.split_once(')')?.0.parse().ok()
 }
 
 /// What an rmcp event said, its session id apart.
@@ -230,6 +257,25 @@ mod tests {
                 "span serve_inner",
             ]
         );
+    }
+
+    /// rmcp's warning for an error answer is kept from the layer (and
+    /// written again at `debug`), unless it is an internal error.
+    #[test]
+    fn an_error_answer_that_is_no_fault_of_the_gateway_is_no_warning() {
+        let seen = Seen::default();
+        let subscriber =
+            tracing_subscriber::registry().with(seen.clone().with_filter(WithoutSessionIds));
+        let refused = rmcp::ErrorData::invalid_params("unknown tool \"x\"", None);
+        let internal = rmcp::ErrorData::internal_error("broke", None);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "rmcp::service", id = 2, error = ?refused, "response error");
+            tracing::warn!(target: "rmcp::service", id = 3, error = ?internal, "response error");
+        });
+        let seen = seen.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].contains("-32603"), "{seen:?}");
+        assert_eq!(error_code(&format!(" error={refused:?}")), Some(-32602));
     }
 
     #[test]
