@@ -35,3 +35,31 @@ async fn every_catalog_build_has_its_own_generation() {
     assert!(!Arc::ptr_eq(&shared, &after), "forgotten after a change");
     assert!(after.generation > rebuilt.generation);
 }
+
+/// A session's list waits for the refreshes of the lists it sees: the full
+/// profile's (shared mounts) and its own profile's, of that kind; not
+/// another profile's per-session discovery, nor another kind.
+#[test]
+fn a_list_waits_only_for_refreshes_it_sees() {
+    let mount = MountName::new("m").expect("a mount name");
+    let own = ClientProfile {
+        sampling: true,
+        ..ClientProfile::default()
+    };
+    let other = ClientProfile::default();
+    assert_ne!(own, other);
+    assert_ne!(own, ClientProfile::FULL);
+    let key = |profile, kind| (mount.clone(), profile, kind);
+    assert!(sees(
+        &key(ClientProfile::FULL, ListKind::Tools),
+        ListKind::Tools,
+        own
+    ));
+    assert!(sees(&key(own, ListKind::Tools), ListKind::Tools, own));
+    assert!(!sees(&key(other, ListKind::Tools), ListKind::Tools, own));
+    assert!(!sees(
+        &key(ClientProfile::FULL, ListKind::Prompts),
+        ListKind::Tools,
+        own
+    ));
+}
