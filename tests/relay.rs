@@ -476,6 +476,8 @@ struct SilentSampler {
     http: reqwest::Client,
     url: String,
     session: String,
+    /// The scripted upstream's server, when it is one (`over_script`).
+    _upstream: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl SilentSampler {
@@ -496,7 +498,18 @@ impl SilentSampler {
             http,
             url,
             session,
+            _upstream: None,
         }
+    }
+
+    /// Over a scripted Streamable HTTP upstream answering as `script`
+    /// (`common::scripted_sse_upstream`).
+    async fn over_script(script: fn(&Value) -> common::ScriptedReply) -> Self {
+        let (port, serving) = common::scripted_sse_upstream(json!({"tools": {}}), script).await;
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let mut sampler = Self::over(&http_mount("flood", &url, "")).await;
+        sampler._upstream = Some(serving);
+        sampler
     }
 
     /// `tools/call flood__<tool>`, answered with every message of its
@@ -569,18 +582,12 @@ async fn an_upstream_cancel_goes_on_its_requests_stream() {
 /// before the answer ends the call's stream. The answer won the race with
 /// the task relaying the cancel now and then, and the cancel was lost
 /// with the stream.
+///
 /// Over stdio (through rmcp's client) and over HTTP (the direct path,
 /// which hands the cancel to rmcp's loop and takes the answer itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_cancel_written_with_the_answer_comes_before_it() {
-    let (port, _serving) =
-        common::scripted_sse_upstream(json!({"tools": {}}), give_up_at_once).await;
-    let over_http = SilentSampler::over(&http_mount(
-        "flood",
-        &format!("http://127.0.0.1:{port}/mcp"),
-        "",
-    ))
-    .await;
+    let over_http = SilentSampler::over_script(give_up_at_once).await;
     let over_stdio = SilentSampler::start().await;
     for (transport, sampler) in [("http", &over_http), ("stdio", &over_stdio)] {
         for attempt in 0..20 {
@@ -612,14 +619,7 @@ async fn an_upstream_cancel_written_with_the_answer_comes_before_it() {
 /// `f64`, and the client was asked for 0.699999988079071.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_sampling_request_keeps_its_temperature() {
-    let (port, _serving) =
-        common::scripted_sse_upstream(json!({"tools": {}}), sample_then_answer).await;
-    let sampler = SilentSampler::over(&http_mount(
-        "flood",
-        &format!("http://127.0.0.1:{port}/mcp"),
-        "",
-    ))
-    .await;
+    let sampler = SilentSampler::over_script(sample_then_answer).await;
     let answer = sampler.call("sample", json!({})).await;
     assert_eq!(
         answer.body["result"]["content"][0]["text"], "asked",
@@ -643,14 +643,7 @@ async fn a_relayed_sampling_request_keeps_its_temperature() {
 /// first), and on a shared mount it would be another client's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_sent_again_with_its_id_is_not_relayed() {
-    let (port, _serving) =
-        common::scripted_sse_upstream(json!({"tools": {}}), sample_then_answer).await;
-    let sampler = SilentSampler::over(&http_mount(
-        "flood",
-        &format!("http://127.0.0.1:{port}/mcp"),
-        "",
-    ))
-    .await;
+    let sampler = SilentSampler::over_script(sample_then_answer).await;
     let asked = |answer: &raw::Answer| {
         answer
             .messages
