@@ -1203,18 +1203,49 @@ async fn an_id_in_use_is_refused_and_the_first_request_answered() {
     let mut hostile = Hostile::start().await;
     let slow = |steps: u32| {
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-               "params": {"name": "demo__slow", "arguments": {"steps": steps, "delay_ms": 100}}})
+               "params": {"name": "demo__slow", "arguments": {"steps": steps, "delay_ms": 100},
+                          "_meta": {"progressToken": "p"}}})
         .to_string()
     };
-    let first = hostile.send(slow(10));
-    let second = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        hostile.send(slow(1)).await
-    };
-    let (first, second) = within("both answers", async { tokio::join!(first, second) }).await;
+    // The first is read as it streams: the second goes once the first's
+    // progress shows it in flight.
+    let mut first = JSON_POST
+        .iter()
+        .fold(
+            hostile
+                .http
+                .post(hostile.gateway.mcp_url())
+                .header("mcp-session-id", &hostile.session),
+            |request, (name, value)| request.header(*name, *value),
+        )
+        .body(slow(10))
+        .send()
+        .await
+        .expect("the first call")
+        .bytes_stream();
+    let mut streamed = String::new();
+    within("the first call's progress", async {
+        while !streamed.contains("notifications/progress") {
+            let chunk = first
+                .next()
+                .await
+                .expect("more of the stream")
+                .expect("a chunk");
+            streamed.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let second = hostile.send(slow(1)).await;
+    within("the first call's answer", async {
+        while let Some(chunk) = first.next().await {
+            streamed.push_str(&String::from_utf8_lossy(&chunk.expect("a chunk")));
+        }
+    })
+    .await;
+    let first = sse_response(&streamed);
     assert_eq!(
-        first.body["result"]["content"][0]["text"], "done after 10 steps",
-        "{first:?}"
+        first["result"]["content"][0]["text"], "done after 10 steps",
+        "{streamed}"
     );
     let error = &rpc_error(&second, INVALID_REQUEST)["error"];
     assert!(
