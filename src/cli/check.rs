@@ -130,7 +130,7 @@ fn target(config: &Config, mount: &MountConfig) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         }
-        UpstreamTransport::StreamableHttp { url, .. } => {
+        UpstreamTransport::StreamableHttp { url, .. } | UpstreamTransport::Sse { url, .. } => {
             masked_url(config.shown(&at("url"), url.as_str()))
         }
     }

@@ -255,6 +255,12 @@ pub enum UpstreamTransport {
         url: url::Url,
         headers: BTreeMap<String, String>,
     },
+    /// A remote server on the legacy HTTP+SSE transport (2024-11-05): an
+    /// SSE stream at `url` that names the endpoint messages are POSTed to.
+    Sse {
+        url: url::Url,
+        headers: BTreeMap<String, String>,
+    },
 }
 
 impl UpstreamTransport {
@@ -262,6 +268,7 @@ impl UpstreamTransport {
         match self {
             UpstreamTransport::Stdio { .. } => "stdio",
             UpstreamTransport::StreamableHttp { .. } => "streamable_http",
+            UpstreamTransport::Sse { .. } => "sse",
         }
     }
 
@@ -269,7 +276,7 @@ impl UpstreamTransport {
     pub fn network_transport(&self) -> &'static str {
         match self {
             UpstreamTransport::Stdio { .. } => "pipe",
-            UpstreamTransport::StreamableHttp { .. } => "tcp",
+            UpstreamTransport::StreamableHttp { .. } | UpstreamTransport::Sse { .. } => "tcp",
         }
     }
 }

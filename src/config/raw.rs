@@ -33,9 +33,10 @@ pub struct RawMount {
     pub args: Option<Vec<Text>>,
     pub env: Option<BTreeMap<String, Text>>,
     pub cwd: Option<Text>,
-    // Streamable HTTP upstream
+    // HTTP upstream (Streamable HTTP, or the legacy HTTP+SSE transport)
     pub url: Option<String>,
     pub headers: Option<BTreeMap<String, Text>>,
+    pub transport: Option<String>,
     // both
     pub namespace: Option<String>,
     pub isolation: Option<String>,

@@ -449,16 +449,79 @@ fn every_problem_is_reported_at_once_with_its_path() {
         "bogus: unknown key (expected `server`, `mounts`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
         "mounts.Bad_Name: mount name \"Bad_Name\" must match ^[a-z][a-z0-9-]{0,31}$",
         "mounts.tiny.url: relative URL without a base",
-        "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
+        "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream), not both",
         "mounts.neither.isolation: \"sometimes\" is not an isolation mode",
-        "mounts.neither: missing `command` (stdio upstream) or `url` (Streamable HTTP upstream)",
+        "mounts.neither: missing `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream)",
         "mounts.typo.comand: unknown field `comand`",
         "mounts.secret.headers.Authorization: environment variable JUNCTION_TEST_UNSET_VARIABLE is not set",
-        "mounts.mixed.headers: only Streamable HTTP upstreams (`url`) take headers",
+        "mounts.mixed.headers: only HTTP upstreams (`url`) take headers",
         "mounts.remote.args: only stdio upstreams (`command`) take this field",
         "mounts.remote.url: scheme \"ftp\" is not http or https",
     ];
     assert_reported(&found, &expected);
+}
+
+/// `transport` picks the HTTP protocol of a `url` mount (Streamable HTTP
+/// unless it says "sse"); a stdio mount may only say "stdio"; anything
+/// else is reported with the choices, alongside the mount's other problems.
+#[test]
+fn an_http_mount_chooses_its_transport() {
+    let config = parse(
+        "junction.toml",
+        r#"
+        [mounts.modern]
+        url = "http://h/mcp"
+        [mounts.named]
+        url = "http://h/mcp"
+        transport = "streamable_http"
+        [mounts.legacy]
+        url = "http://h/sse"
+        transport = "sse"
+        headers = { Authorization = "Bearer x" }
+        [mounts.local]
+        command = "x"
+        transport = "stdio"
+        "#,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = config.mounts.iter().map(|m| m.transport.kind()).collect();
+    assert_eq!(
+        kinds,
+        ["streamable_http", "streamable_http", "sse", "stdio"]
+    );
+    let UpstreamTransport::Sse { url, headers } = &config.mounts[2].transport else {
+        panic!("{:?}", config.mounts[2].transport);
+    };
+    assert_eq!(url.as_str(), "http://h/sse");
+    assert_eq!(headers["Authorization"], "Bearer x");
+
+    let found = problems(
+        "junction.toml",
+        r#"
+        [mounts.typo]
+        url = "http://h/sse"
+        transport = "SSE"
+        [mounts.stdio-url]
+        url = "http://h/mcp"
+        transport = "stdio"
+        [mounts.sse-command]
+        command = "x"
+        transport = "sse"
+        [mounts.both-bad]
+        url = "ftp://h/sse"
+        transport = "websocket"
+        "#,
+    );
+    assert_reported(
+        &found,
+        &[
+            "mounts.typo.transport: \"SSE\" is not an HTTP transport (use \"streamable_http\" or \"sse\")",
+            "mounts.stdio-url.transport: \"stdio\" is not an HTTP transport (use \"streamable_http\" or \"sse\") (stdio upstreams are given by `command`)",
+            "mounts.sse-command.transport: a `command` upstream speaks stdio; \"streamable_http\" and \"sse\" need a `url`",
+            "mounts.both-bad.transport: \"websocket\" is not an HTTP transport",
+            "mounts.both-bad.url: scheme \"ftp\" is not http or https",
+        ],
+    );
 }
 
 /// A `${VAR}` that is not set is one problem, not two: checking the

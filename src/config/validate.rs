@@ -894,14 +894,14 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         (Some(_), Some(_)) => {
             problems.push(
                 &path,
-                "set either `command` (stdio upstream) or `url` (Streamable HTTP upstream), not both",
+                "set either `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream), not both",
             );
             None
         }
         (None, None) => {
             problems.push(
                 &path,
-                "missing `command` (stdio upstream) or `url` (Streamable HTTP upstream)",
+                "missing `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream)",
             );
             None
         }
@@ -909,9 +909,19 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
             if raw.headers.is_some() {
                 problems.push(
                     format!("{path}.headers"),
-                    "only Streamable HTTP upstreams (`url`) take headers",
+                    "only HTTP upstreams (`url`) take headers",
                 );
                 ok = false;
+            }
+            match raw.transport.as_deref() {
+                None | Some("stdio") => {}
+                Some(_) => {
+                    problems.push(
+                        format!("{path}.transport"),
+                        "a `command` upstream speaks stdio; \"streamable_http\" and \"sse\" need a `url`",
+                    );
+                    ok = false;
+                }
             }
             if command.trim().is_empty() {
                 problems.push(format!("{path}.command"), "must not be empty");
@@ -938,6 +948,23 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     ok = false;
                 }
             }
+            let legacy_sse = match raw.transport.as_deref() {
+                None | Some("streamable_http") => Some(false),
+                Some("sse") => Some(true),
+                Some(other) => {
+                    let hint = match other {
+                        "stdio" => " (stdio upstreams are given by `command`)",
+                        _ => "",
+                    };
+                    problems.push(
+                        format!("{path}.transport"),
+                        format!(
+                            "{other:?} is not an HTTP transport (use \"streamable_http\" or \"sse\"){hint}"
+                        ),
+                    );
+                    None
+                }
+            };
             let headers = raw.headers.map(text_map).unwrap_or_default();
             for (header, value) in &headers {
                 if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
@@ -956,10 +983,8 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     ok = false;
                 }
             }
-            match url::Url::parse(&url_text) {
-                Ok(url) if matches!(url.scheme(), "http" | "https") => {
-                    Some(UpstreamTransport::StreamableHttp { url, headers })
-                }
+            let url = match url::Url::parse(&url_text) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => Some(url),
                 Ok(url) => {
                     problems.push(
                         format!("{path}.url"),
@@ -971,6 +996,13 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     problems.push(format!("{path}.url"), error.to_string());
                     None
                 }
+            };
+            match (url, legacy_sse) {
+                (Some(url), Some(false)) => {
+                    Some(UpstreamTransport::StreamableHttp { url, headers })
+                }
+                (Some(url), Some(true)) => Some(UpstreamTransport::Sse { url, headers }),
+                _ => None,
             }
         }
     };

@@ -31,6 +31,7 @@ use super::{
     child::{self, ChildTransport},
     direct_call::{DirectCalls, INJECT_CAPACITY},
     http_client::{self, TracingHttpClient},
+    legacy_sse::LegacySseTransport,
     ordered::OrderedTransport,
     process_group::ProcessGroupGuard,
     raw::RawAnswers,
@@ -239,26 +240,30 @@ async fn start(
                 direct: None,
             })
         }
+        UpstreamTransport::Sse { url, headers } => {
+            let client = http_client_for(timeouts)?;
+            let headers: reqwest::header::HeaderMap = header_map(headers)?.into_iter().collect();
+            let (answers, malformed_answers) =
+                tokio::sync::mpsc::channel(super::direct_call::INJECT_CAPACITY);
+            let malformed = super::malformed::MalformedLines::new(mount.name.clone(), answers);
+            let stream = LegacySseTransport::open(client, url, headers, raw.clone(), malformed)
+                .await
+                .map_err(|error| {
+                    UpstreamError::Initialize(format!("cannot open the event stream: {error}"))
+                })?;
+            let transport = OrderedTransport::new(stream, handler.relay().clone(), ended, raw)
+                .with_injected(malformed_answers);
+            let service = handler.serve(transport).await.map_err(initialize_error)?;
+            Ok(Started {
+                service,
+                pid: None,
+                group: ProcessGroupGuard::none(),
+                direct: None,
+            })
+        }
         UpstreamTransport::StreamableHttp { url, headers } => {
-            let mut custom_headers = HashMap::new();
-            for (name, value) in headers {
-                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| UpstreamError::Header(name.clone()))?;
-                let value = reqwest::header::HeaderValue::from_str(value)
-                    .map_err(|_| UpstreamError::Header(name.to_string()))?;
-                custom_headers.insert(name, value);
-            }
-            // No redirects: a redirect could carry the configured headers
-            // (credentials) to another host.
-            let client = reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(timeouts.connect)
-                // reqwest keeps idle connections 90 s; Node and uvicorn
-                // close them after 5 s, and a request written just then
-                // fails (see `same_task_http::DEFAULT_IDLE_LIFETIME`).
-                .pool_idle_timeout(same_task_http::DEFAULT_IDLE_LIFETIME)
-                .build()
-                .map_err(|error| UpstreamError::HttpClient(error.to_string()))?;
+            let custom_headers = header_map(headers)?;
+            let client = http_client_for(timeouts)?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             config.custom_headers = custom_headers;
             // An expired session is the supervisor's to handle: a silent
@@ -305,6 +310,37 @@ async fn start(
             })
         }
     }
+}
+
+/// The mount's headers as reqwest takes them (validation has checked
+/// them; a name or value that is still refused fails the open).
+fn header_map(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>, UpstreamError> {
+    let mut map = HashMap::new();
+    for (name, value) in headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| UpstreamError::Header(name.clone()))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| UpstreamError::Header(name.to_string()))?;
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// The HTTP client of one upstream session.
+fn http_client_for(timeouts: Timeouts) -> Result<reqwest::Client, UpstreamError> {
+    reqwest::Client::builder()
+        // No redirects: a redirect could carry the configured headers
+        // (credentials) to another host.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(timeouts.connect)
+        // reqwest keeps idle connections 90 s; Node and uvicorn close them
+        // after 5 s, and a request written just then fails (see
+        // `same_task_http::DEFAULT_IDLE_LIFETIME`).
+        .pool_idle_timeout(same_task_http::DEFAULT_IDLE_LIFETIME)
+        .build()
+        .map_err(|error| UpstreamError::HttpClient(error.to_string()))
 }
 
 fn initialize_error(error: ClientInitializeError) -> UpstreamError {

@@ -16,6 +16,7 @@ pub mod discovery;
 mod exit_watch;
 pub mod handler;
 pub mod http_client;
+mod legacy_sse;
 mod malformed;
 pub mod ordered;
 pub mod process_group;
