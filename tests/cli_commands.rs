@@ -834,7 +834,7 @@ async fn import_claude_code() {
     let run = import_and_check(
         "claude_code.mcp.json",
         1,
-        &["playwright", "sentry", "db"],
+        &["playwright", "sentry", "linear", "db"],
         &[
             ("SENTRY_TOKEN", "t"),
             ("HOME", "/home/test"),
@@ -850,18 +850,17 @@ async fn import_claude_code() {
         .contains("args = [\"--url\", \"${DATABASE_URL}\"]"));
     assert!(run
         .stdout
-        .contains("# mcpServers.linear was not imported: type \"sse\""));
+        .contains("[mounts.linear]\nurl = \"https://mcp.linear.app/sse\"\ntransport = \"sse\"\n"));
     assert_reported(
         &run,
         "claude_code.mcp.json",
         &[
-            "mcpServers.linear: not translated: not imported: type \"sse\"",
             "mcpServers.db.args.1: not translated: ${DATABASE_URL:-postgres://localhost/dev}: Junction has no defaults",
         ],
     );
     assert!(run
         .stderr
-        .contains("junction import: 3 of 4 servers imported; 2 things not translated"));
+        .contains("junction import: 4 of 4 servers imported; 1 thing not translated"));
 }
 
 #[tokio::test]
@@ -890,7 +889,7 @@ async fn import_vscode() {
     let run = import_and_check(
         "vscode.mcp.json",
         1,
-        &["github", "perplexity", "fetch"],
+        &["github", "perplexity", "fetch", "events"],
         &[("GITHUB_TOKEN", "t"), ("PERPLEXITY_KEY", "k")],
     )
     .await;
@@ -904,7 +903,7 @@ async fn import_vscode() {
     assert!(!run.stdout.contains("envFile"), "{}", run.stdout);
     assert!(run
         .stdout
-        .contains("# servers.events was not imported: type \"sse\""));
+        .contains("[mounts.events]\nurl = \"http://localhost:8931/sse\"\ntransport = \"sse\"\n"));
     assert_reported(
         &run,
         "vscode.mcp.json",
@@ -913,12 +912,11 @@ async fn import_vscode() {
             "servers.Perplexity: note: renamed to mount \"perplexity\"",
             "servers.Perplexity.env.PERPLEXITY_API_KEY: not translated: ${input:perplexity-key} (VS Code prompts for secret \"Perplexity API Key\") became ${PERPLEXITY_KEY}",
             "servers.Perplexity.envFile: not translated: Junction does not read env files",
-            "servers.events: not translated: not imported: type \"sse\"",
         ],
     );
     assert!(run
         .stderr
-        .contains("junction import: 3 of 4 servers imported; 4 things not translated"));
+        .contains("junction import: 4 of 4 servers imported; 3 things not translated"));
 }
 
 #[tokio::test]

@@ -89,8 +89,15 @@ fn table(name: &str, mount: &Mount) -> String {
                 out.push_str(&format!("cwd = {}\n", string(cwd)));
             }
         }
-        Transport::Http { url, headers } => {
+        Transport::Http {
+            url,
+            headers,
+            legacy_sse,
+        } => {
             out.push_str(&format!("url = {}\n", string(url)));
+            if *legacy_sse {
+                out.push_str("transport = \"sse\"\n");
+            }
             if !headers.is_empty() {
                 out.push_str(&format!("headers = {}\n", inline_table(headers)));
             }

@@ -28,6 +28,8 @@ pub enum Transport {
     Http {
         url: String,
         headers: Vec<(String, String)>,
+        /// The older HTTP+SSE transport (`transport = "sse"`).
+        legacy_sse: bool,
     },
 }
 
@@ -43,6 +45,8 @@ pub struct Mount {
 enum Kind {
     Stdio,
     Http,
+    /// Said to be the older HTTP+SSE transport.
+    Sse,
 }
 
 /// Fields this translation reads; any other field is reported as dropped.
@@ -81,7 +85,8 @@ pub fn translate(entry: &Entry, inputs: &Inputs, issues: &mut Vec<Issue>) -> Res
     }
     let transport = match kind {
         Kind::Stdio => stdio(fields, path, inputs, issues)?,
-        Kind::Http => http(fields, path, inputs, issues)?,
+        Kind::Http => http(fields, path, inputs, issues, false)?,
+        Kind::Sse => http(fields, path, inputs, issues, true)?,
     };
     Ok(Mount {
         transport,
@@ -97,11 +102,9 @@ fn transport_kind(fields: &Map<String, Value>) -> Result<Kind, String> {
         Some(Value::String(kind)) => match kind.as_str() {
             "stdio" => Ok(Kind::Stdio),
             "http" | "streamable-http" | "streamable_http" | "streamableHttp" => Ok(Kind::Http),
-            "sse" => Err(
-                "type \"sse\" (the older HTTP+SSE transport) is not supported: Junction mounts stdio and Streamable HTTP upstreams; if the server also speaks Streamable HTTP (often at /mcp rather than /sse), import it with \"type\": \"http\" and that URL".to_owned(),
-            ),
+            "sse" => Ok(Kind::Sse),
             other => Err(format!(
-                "type {other:?} is not a transport Junction knows (use \"stdio\" or \"http\")"
+                "type {other:?} is not a transport Junction knows (use \"stdio\", \"http\" or \"sse\")"
             )),
         },
         Some(other) => Err(format!("`type` must be a string, found {}", kind_of(other))),
@@ -189,7 +192,9 @@ fn http(
     path: &str,
     inputs: &Inputs,
     issues: &mut Vec<Issue>,
+    said_sse: bool,
 ) -> Result<Transport, String> {
+    let mut legacy_sse = said_sse;
     let url = match fields.get("url") {
         Some(Value::String(url)) => vars::translate(url, inputs, &format!("{path}.url"), issues),
         Some(other) => return Err(format!("`url` must be a string, found {}", kind_of(other))),
@@ -200,10 +205,16 @@ fn http(
     if !url.contains('$') {
         match url::Url::parse(&url) {
             Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
-                if parsed.path().trim_end_matches('/').ends_with("/sse") {
+                // Cursor's files say nothing of the transport (Cursor
+                // tries both); a URL ending in /sse is the old one's
+                // usual address.
+                if !fields.contains_key("type")
+                    && parsed.path().trim_end_matches('/').ends_with("/sse")
+                {
+                    legacy_sse = true;
                     issues.push(Issue::note(
                         format!("{path}.url"),
-                        "ends in /sse, which usually means the older HTTP+SSE transport Junction cannot mount; imported as Streamable HTTP (`junction check --connect` will tell)",
+                        "ends in /sse, the usual address of the older HTTP+SSE transport: imported with `transport = \"sse\"` (if the server speaks Streamable HTTP there, remove that line; `junction check --connect` will tell)",
                     ));
                 }
             }
@@ -237,7 +248,11 @@ fn http(
             ));
         }
     }
-    Ok(Transport::Http { url, headers })
+    Ok(Transport::Http {
+        url,
+        headers,
+        legacy_sse,
+    })
 }
 
 /// `env` or `headers`: an object of strings (numbers and booleans are

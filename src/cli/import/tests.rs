@@ -98,26 +98,26 @@ fn claude_code_http_and_sse() {
         api["headers"]["Authorization"].as_str(),
         Some("Bearer ${API_TOKEN}")
     );
-    assert!(config["mounts"].get("old").is_none());
-    assert!(translation
-        .toml
-        .contains("# mcpServers.old was not imported"));
+    assert_eq!(
+        config["mounts"]["old"]["url"].as_str(),
+        Some("https://old.example.com/sse")
+    );
+    assert_eq!(config["mounts"]["old"]["transport"].as_str(), Some("sse"));
+    assert!(
+        api.get("transport").is_none(),
+        "Streamable HTTP is the default"
+    );
     assert_eq!(
         config["mounts"]["local"]["env"]["KEY"].as_str(),
         Some("${KEY}")
     );
     let report = report(&translation);
     assert!(
-        report.contains("mcpServers.old: not translated: not imported: type \"sse\""),
-        "{report}"
-    );
-    assert!(report.contains("Streamable HTTP"), "{report}");
-    assert!(
         report.contains("mcpServers.local.env.KEY: not translated: ${KEY:-dev}"),
         "{report}"
     );
-    assert_eq!((translation.imported, translation.skipped), (2, 1));
-    assert_eq!(lost(&translation), 2);
+    assert_eq!((translation.imported, translation.skipped), (3, 0));
+    assert_eq!(lost(&translation), 1);
 }
 
 #[test]
@@ -142,9 +142,15 @@ fn cursor_url_without_type_is_streamable_http() {
         config["mounts"]["home"]["env"]["TOKEN"].as_str(),
         Some("${MY_TOKEN}")
     );
-    // A /sse URL is only a hint: imported, with a note.
+    // Cursor's files name no transport: a /sse URL is taken as the older
+    // one, with a note; any other as Streamable HTTP.
     assert!(translation.is_complete(), "{}", report(&translation));
     assert!(report(&translation).contains("mcpServers.legacy.url: note: ends in /sse"));
+    assert_eq!(
+        config["mounts"]["legacy"]["transport"].as_str(),
+        Some("sse")
+    );
+    assert!(config["mounts"]["remote"].get("transport").is_none());
 }
 
 #[test]
@@ -183,14 +189,16 @@ fn vscode_inputs_env_file_and_sse() {
         config["mounts"]["tools"]["args"][0].as_str(),
         Some("${WORKSPACE_FOLDER}/server.js")
     );
-    assert!(config["mounts"].get("events").is_none());
+    assert_eq!(
+        config["mounts"]["events"]["transport"].as_str(),
+        Some("sse")
+    );
     let report = report(&translation);
     for expected in [
         "servers.GitHub: note: renamed to mount \"github\"",
         "servers.GitHub.env.GITHUB_PERSONAL_ACCESS_TOKEN: not translated: ${input:github-token} (VS Code prompts for secret \"GitHub token\") became ${GITHUB_TOKEN}",
         "servers.GitHub.envFile: not translated: Junction does not read env files",
         "servers.fetch.headers.X-Key: not translated: ${input:fetch-key} (an input not defined under \"inputs\") became ${FETCH_KEY}",
-        "servers.events: not translated: not imported: type \"sse\"",
         "servers.tools.args.0: not translated: ${workspaceFolder} is an editor variable",
         "servers.tools.dev: not translated: has no Junction equivalent",
     ] {
@@ -418,7 +426,7 @@ fn env_names_for_inputs() {
 fn newlines_in_keys_cannot_break_out_of_comments() {
     let translation = import(json!({
         "mcpServers": {
-            "a\n[mounts.evil]\ncommand = \"x\"": {"type": "sse", "url": "http://h/sse"},
+            "a\n[mounts.evil]\ncommand = \"x\"": {"type": "websocket", "url": "ws://h/mcp"},
             "b\nc": {"command": "y"}
         }
     }));
