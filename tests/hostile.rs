@@ -289,6 +289,76 @@ async fn batch_is_an_invalid_request() {
     .await;
 }
 
+/// A client that negotiated 2025-03-26 may batch (that version's servers
+/// must take batches): each message is answered as if posted alone, on
+/// one stream; a notification adds nothing, an invalid message its error.
+/// Later versions' sessions are refused (above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_03_26_session_may_send_a_batch() {
+    let mut hostile = Hostile::start().await;
+    let initialize = INITIALIZE.replace("2025-11-25", "2025-03-26");
+    let http = hostile.http.clone();
+    let url = hostile.gateway.mcp_url();
+    let session = open_session_with(&http, &url, &initialize).await;
+    // A slow call streams its progress and answer; the others are quick.
+    let slow = json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {
+        "name": "demo__slow", "arguments": {"steps": 2, "delay_ms": 100},
+        "_meta": {"progressToken": "batched-progress"}}});
+    let batch = format!(
+        r#"[{}, {{"jsonrpc":"2.0","id":2,"method":"tools/list"}}, {{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}}, 5, {{"jsonrpc":"2.0","id":"p","method":"ping"}}, {slow}]"#,
+        echo_request("1", "batched")
+    );
+    // With the version header and without it (taken as 2025-03-26).
+    for version in [&[("mcp-protocol-version", "2025-03-26")][..], &[][..]] {
+        let headers: Vec<(&str, &str)> = JSON_POST
+            .iter()
+            .copied()
+            .chain([("mcp-session-id", session.as_str())])
+            .chain(version.iter().copied())
+            .collect();
+        let answer = post(&http, &url, None, &headers, batch.clone()).await;
+        assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+        let by_id = |id: Value| {
+            answer
+                .messages
+                .iter()
+                .find(|message| message["id"] == id)
+                .unwrap_or_else(|| panic!("no answer to {id} in {answer:?}"))
+                .clone()
+        };
+        assert_eq!(by_id(json!(1))["result"]["content"][0]["text"], "batched");
+        assert!(by_id(json!(2))["result"]["tools"]
+            .as_array()
+            .is_some_and(|tools| !tools.is_empty()));
+        assert_eq!(by_id(json!("p"))["result"], json!({}));
+        assert_eq!(by_id(Value::Null)["error"]["code"], INVALID_REQUEST);
+        assert!(by_id(json!("slow"))["result"]["content"].is_array());
+        let progress = answer
+            .messages
+            .iter()
+            .filter(|message| message["params"]["progressToken"] == "batched-progress")
+            .count();
+        assert_eq!(progress, 2, "{answer:?}");
+        assert_eq!(
+            answer.messages.len(),
+            7,
+            "one answer per request: {answer:?}"
+        );
+    }
+    let notifications = r#"[{"jsonrpc":"2.0","method":"notifications/roots/list_changed"},{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"none"}}]"#;
+    let headers: Vec<(&str, &str)> = JSON_POST
+        .iter()
+        .copied()
+        .chain([
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-03-26"),
+        ])
+        .collect();
+    let answer = post(&http, &url, None, &headers, notifications).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_batch_is_an_invalid_request() {
     check_refused("[]", 400, INVALID_REQUEST).await;

@@ -60,7 +60,20 @@ pub struct BodyRules {
     /// What the rest of the gateway notes from a body that passed, as
     /// request extensions (this file uses nothing from the crate).
     pub annotate: fn(&[u8], &mut axum::http::Extensions),
+    /// Makes one answer of a batch's answers (`http::batch`); `None`
+    /// refuses every batch.
+    pub batches: Option<BatchAnswer>,
 }
+
+/// Turns the answers to a batch's messages, each checked and run as if
+/// posted alone, into the answer to the batch.
+pub type BatchAnswer = Arc<
+    dyn Fn(
+            Vec<futures::future::BoxFuture<'static, Response>>,
+        ) -> futures::future::BoxFuture<'static, Response>
+        + Send
+        + Sync,
+>;
 
 /// After refusing an oversized body, how much more of it is read and
 /// dropped, and for how long, so that the client gets to read the 413
@@ -246,8 +259,9 @@ pub enum BodyRejection {
     /// Not JSON (or not UTF-8).
     #[error("parse error: {0}")]
     Parse(#[source] serde_json::Error),
-    /// A JSON array: a batch, which 2025-06-18 and later dropped.
-    #[error("invalid request: JSON-RPC batches are not supported; send one message per POST")]
+    /// A JSON array: a batch, which 2025-06-18 and later dropped (and
+    /// which 2025-03-26 sessions may send: see [`batch_to_split`]).
+    #[error("invalid request: JSON-RPC batches are only taken from 2025-03-26 sessions; send one message per POST")]
     Batch,
     /// JSON, but not an object (a string, number, `null`, …).
     #[error("invalid request: the body must be one JSON-RPC message object")]
@@ -368,6 +382,54 @@ pub async fn check_json_body(
             );
         }
     };
+    if let Some(answer) = rules.batches.clone() {
+        if let Some(messages) = batch_to_split(&parts.headers, &bytes) {
+            let answers = messages
+                .into_iter()
+                .map(|message| {
+                    let run = check_message(rules.clone(), parts.clone(), message, next.clone());
+                    Box::pin(run) as futures::future::BoxFuture<'static, Response>
+                })
+                .collect();
+            return answer(answers).await;
+        }
+    }
+    check_message(rules, parts, bytes, next).await
+}
+
+/// The messages of a batch the session may send: one negotiated
+/// 2025-03-26, the only version whose clients may batch (and whose servers
+/// must take batches). A client that sends no `MCP-Protocol-Version` is
+/// taken to speak it, as the later versions say. Only for a session: an
+/// `initialize` may not be batched. `None` for anything else, which is
+/// checked as one message (and a batch refused).
+fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Vec<Bytes>> {
+    if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'[') {
+        return None;
+    }
+    headers.get("mcp-session-id")?;
+    match headers.get("mcp-protocol-version") {
+        None => {}
+        Some(version) if version.as_bytes() == b"2025-03-26" => {}
+        Some(_) => return None,
+    }
+    let messages: Vec<Value> = serde_json::from_slice(body).ok()?;
+    if messages.is_empty() {
+        return None;
+    }
+    messages
+        .iter()
+        .map(|message| serde_json::to_vec(message).ok().map(Bytes::from))
+        .collect()
+}
+
+/// Checks one message and passes it on, or answers why not.
+async fn check_message(
+    rules: BodyRules,
+    parts: axum::http::request::Parts,
+    bytes: Bytes,
+    next: Next,
+) -> Response {
     // One typed read decides for every well-formed message (it is the read
     // rmcp makes next); only a body it refuses is looked at more closely.
     match check_shape(&bytes) {

@@ -34,6 +34,7 @@ use lanes::Lanes;
 pub mod admin;
 mod admission;
 mod answer_slot;
+mod batch;
 mod connections;
 mod cors;
 mod host_check;
@@ -136,6 +137,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                 limit: body_limit(&gateway),
                 read_timeout: gateway.config().server.request_read_timeout,
                 annotate: note_task_augmentation,
+                batches: Some(std::sync::Arc::new(batch::answer)),
             },
             json_guard::check_json_body,
         ))
