@@ -241,12 +241,24 @@ fn params_problem(method: &str, params: Option<Value>) -> Option<String> {
     // is left to rmcp.
 }
 
+/// 2^63: the first integer past `i64`, exactly a float.
+const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+
 fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
-        Value::Number(number) if number.is_f64() => "a fraction",
-        Value::Number(_) => "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)",
+        Value::Number(number) => match number.as_f64() {
+            // serde_json reads an integer beyond u64 as a float.
+            _ if !number.is_f64() => "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)",
+            Some(float) if float.fract() == 0.0 && !(-TWO_TO_63..TWO_TO_63).contains(&float) => {
+                "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)"
+            }
+            Some(float) if float.fract() == 0.0 => {
+                "a number written with a fraction or an exponent (`1.0`, `1e3`)"
+            }
+            _ => "a fraction",
+        },
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
@@ -759,6 +771,21 @@ mod plain_tool_call_tests {
             }
         }
         assert!(taken >= 6, "the shortcut took only {taken} bodies");
+    }
+
+    #[test]
+    fn numbers_are_named_for_what_they_are() {
+        let kind = |text: &str| json_kind(&serde_json::from_str(text).unwrap());
+        let beyond = "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)";
+        assert_eq!(kind("18446744073709551616"), beyond, "u64::MAX + 1");
+        assert_eq!(kind("-1e19"), beyond);
+        assert_eq!(kind("1e30"), beyond);
+        assert_eq!(kind("1.5"), "a fraction");
+        assert_eq!(
+            kind("1.0"),
+            "a number written with a fraction or an exponent (`1.0`, `1e3`)"
+        );
+        assert_eq!(kind("true"), "a boolean");
     }
 
     #[test]
