@@ -359,6 +359,30 @@ async fn a_2025_03_26_session_may_send_a_batch() {
     hostile.assert_unharmed().await;
 }
 
+/// A batch is bounded: each message runs at once and its answer is held
+/// until read, so one body could otherwise start tens of thousands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_longer_than_the_bound_is_refused() {
+    let mut hostile = Hostile::start().await;
+    let initialize = INITIALIZE.replace("2025-11-25", "2025-03-26");
+    let (http, url) = (hostile.http.clone(), hostile.gateway.mcp_url());
+    let session = open_session_with(&http, &url, &initialize).await;
+    let ping = |n: usize| format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"ping"}}"#);
+    let headers: Vec<(&str, &str)> = JSON_POST
+        .iter()
+        .copied()
+        .chain([("mcp-session-id", session.as_str())])
+        .collect();
+    let batch = |count: usize| format!("[{}]", (0..count).map(ping).collect::<Vec<_>>().join(","));
+    let answer = post(&http, &url, None, &headers, batch(65)).await;
+    assert_refused(&answer, b"", 400, INVALID_REQUEST);
+    assert!(answer.text().contains("at most 64"), "{answer:?}");
+    let answer = post(&http, &url, None, &headers, batch(64)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(answer.messages.len(), 64, "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_batch_is_an_invalid_request() {
     check_refused("[]", 400, INVALID_REQUEST).await;

@@ -66,14 +66,22 @@ pub struct BodyRules {
 }
 
 /// Turns the answers to a batch's messages, each checked and run as if
-/// posted alone, into the answer to the batch.
+/// posted alone and given with the message's `id` (`null` if it has
+/// none), into the answer to the batch.
 pub type BatchAnswer = Arc<
     dyn Fn(
-            Vec<futures::future::BoxFuture<'static, Response>>,
+            Vec<(Value, futures::future::BoxFuture<'static, Response>)>,
         ) -> futures::future::BoxFuture<'static, Response>
         + Send
         + Sync,
 >;
+
+/// The most messages a batch may hold. Each is run at once, as a POST of
+/// its own on the session would be, and its answer is held until the
+/// client reads it: without a bound one body of `max_body_size` could
+/// start some 90,000 `tools/list`s and hold as many copies of the list.
+/// The session's `max_concurrent_requests` applies to each message too.
+pub const MAX_BATCH_MESSAGES: usize = 64;
 
 /// After refusing an oversized body, how much more of it is read and
 /// dropped, and for how long, so that the client gets to read the 413
@@ -272,7 +280,7 @@ pub enum BodyRejection {
     #[error("parse error: {0}")]
     Parse(#[source] serde_json::Error),
     /// A JSON array: a batch, which 2025-06-18 and later dropped (and
-    /// which 2025-03-26 sessions may send: see [`batch_to_split`]).
+    /// which 2025-03-26 sessions may send: see `batch_to_split`).
     #[error("invalid request: JSON-RPC batches are only taken from 2025-03-26 sessions; send one message per POST")]
     Batch,
     /// JSON, but not an object (a string, number, `null`, …).
@@ -395,44 +403,82 @@ pub async fn check_json_body(
         }
     };
     if let Some(answer) = rules.batches.clone() {
-        if let Some(messages) = batch_to_split(&parts.headers, &bytes) {
-            let answers = messages
-                .into_iter()
-                .map(|message| {
-                    let run = check_message(rules.clone(), parts.clone(), message, next.clone());
-                    Box::pin(run) as futures::future::BoxFuture<'static, Response>
-                })
-                .collect();
-            return answer(answers).await;
+        match batch_to_split(&parts.headers, &bytes) {
+            Split::NotTaken => {}
+            Split::TooLong(count) => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    Value::Null,
+                    INVALID_REQUEST,
+                    format!("invalid request: a batch of {count} messages; at most {MAX_BATCH_MESSAGES} are taken in one"),
+                )
+            }
+            Split::Messages(messages) => {
+                let answers = messages
+                    .into_iter()
+                    .map(|(id, message)| {
+                        let run =
+                            check_message(rules.clone(), parts.clone(), message, next.clone());
+                        (id, Box::pin(run) as futures::future::BoxFuture<'static, Response>)
+                    })
+                    .collect();
+                return answer(answers).await;
+            }
         }
     }
     check_message(rules, parts, bytes, next).await
+}
+
+/// What [`batch_to_split`] made of a body.
+enum Split {
+    /// Not a batch, or not one this session may send: checked as one
+    /// message (and a batch refused).
+    NotTaken,
+    /// A batch of more than [`MAX_BATCH_MESSAGES`].
+    TooLong(usize),
+    /// Each message with its `id` (`null` if none), as the client wrote it.
+    Messages(Vec<(Value, Bytes)>),
 }
 
 /// The messages of a batch the session may send: one negotiated
 /// 2025-03-26, the only version whose clients may batch (and whose servers
 /// must take batches). A client that sends no `MCP-Protocol-Version` is
 /// taken to speak it, as the later versions say. Only for a session: an
-/// `initialize` may not be batched. `None` for anything else, which is
-/// checked as one message (and a batch refused).
-fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Vec<Bytes>> {
+/// `initialize` may not be batched.
+fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Split {
     if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'[') {
-        return None;
+        return Split::NotTaken;
     }
-    headers.get("mcp-session-id")?;
+    if !headers.contains_key("mcp-session-id") {
+        return Split::NotTaken;
+    }
     match headers.get("mcp-protocol-version") {
         None => {}
         Some(version) if version.as_bytes() == b"2025-03-26" => {}
-        Some(_) => return None,
+        Some(_) => return Split::NotTaken,
     }
-    let messages: Vec<Value> = serde_json::from_slice(body).ok()?;
+    // Each message's bytes as written, so that what rmcp reads of it (an
+    // id past u64, a key given twice) is what it would read posted alone.
+    let Ok(messages) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(body) else {
+        return Split::NotTaken;
+    };
     if messages.is_empty() {
-        return None;
+        return Split::NotTaken;
     }
-    messages
-        .iter()
-        .map(|message| serde_json::to_vec(message).ok().map(Bytes::from))
-        .collect()
+    if messages.len() > MAX_BATCH_MESSAGES {
+        return Split::TooLong(messages.len());
+    }
+    let with_ids = messages
+        .into_iter()
+        .map(|message| {
+            let id = serde_json::from_str::<Value>(message.get())
+                .ok()
+                .and_then(|message| message.get("id").cloned())
+                .unwrap_or(Value::Null);
+            (id, Bytes::copy_from_slice(message.get().as_bytes()))
+        })
+        .collect();
+    Split::Messages(with_ids)
 }
 
 /// Checks one message and passes it on, or answers why not.
