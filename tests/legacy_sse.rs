@@ -191,3 +191,25 @@ async fn an_endpoint_on_another_origin_is_refused_before_anything_is_posted() {
     );
     assert!(!seen.is_empty());
 }
+
+/// An `endpoint` event without a URL would resolve to the stream's own:
+/// the session is refused instead of posting there.
+#[tokio::test]
+async fn an_empty_endpoint_is_no_endpoint() {
+    fn nowhere(_port: u16, _session: u64) -> String {
+        String::new()
+    }
+    let server = LegacySseServer::start(nowhere).await;
+    let gateway = Gateway::start(&sse_mount("legacy", &server, "")).await;
+    let readyz = gateway.wait_ready().await;
+    let error = readyz_mount(&readyz, "legacy")["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("before it named the endpoint"), "{readyz}");
+    let seen = server.seen();
+    assert!(
+        seen.iter().all(|(what, _)| what == "GET"),
+        "something was posted: {seen:?}"
+    );
+}

@@ -245,12 +245,21 @@ async fn start(
             let headers: reqwest::header::HeaderMap = header_map(headers)?.into_iter().collect();
             let (answers, malformed_answers) =
                 tokio::sync::mpsc::channel(super::direct_call::INJECT_CAPACITY);
-            let malformed = super::malformed::MalformedLines::new(mount.name.clone(), answers);
-            let stream = LegacySseTransport::open(client, url, headers, raw.clone(), malformed)
-                .await
-                .map_err(|error| {
-                    UpstreamError::Initialize(format!("cannot open the event stream: {error}"))
-                })?;
+            let malformed = super::malformed::MalformedLines::new(mount.name.clone(), answers)
+                .of_event_stream();
+            let stream = LegacySseTransport::open(
+                client,
+                url,
+                headers,
+                mount.name.clone(),
+                raw.clone(),
+                malformed,
+                expired,
+            )
+            .await
+            .map_err(|error| {
+                UpstreamError::Initialize(format!("cannot open the event stream: {error}"))
+            })?;
             let transport = OrderedTransport::new(stream, handler.relay().clone(), ended, raw)
                 .with_injected(malformed_answers);
             let service = handler.serve(transport).await.map_err(initialize_error)?;

@@ -11,35 +11,52 @@
 //! the stream's end is the session's end, and the supervisor opens a new
 //! one.
 //!
+//! Messages are posted one at a time, in the order rmcp sends them (it
+//! starts each send as a task of its own): concurrent POSTs on pooled
+//! connections could reach the server out of order, a cancel before the
+//! request it cancels. Servers answer 202 as soon as they have the
+//! message; one that takes longer than [`POST_LIMIT`] ends the session.
+//!
 //! The mount's headers (credentials) go with the `GET` and every POST, so
 //! an endpoint on another origin than the stream's is refused, as the MCP
 //! SDKs refuse it: a server (or whatever sits in front of it) naming one
 //! would have the gateway hand those headers to a third party. Redirects
 //! are not followed, for the same reason. An endpoint answering 404 says
 //! the server forgot the session (it restarted behind a proxy that kept
-//! the stream open): the transport ends so that a new session is opened.
+//! the stream open): the session ends as expired, as a Streamable HTTP
+//! session the server forgot does, and a new one is opened at once.
 
-use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use rmcp::{
-    model::{JsonRpcMessage, ServerJsonRpcMessage},
+    model::JsonRpcMessage,
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::{streamable_http_client::StreamableHttpResponseLimits, Transport},
     RoleClient,
 };
 use sse_stream::{Sse, SseStream};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{
     http_client::trace_headers, malformed::MalformedLines, raw::RawAnswers,
     raw_post::bounded_events,
 };
+use crate::naming::MountName;
 
 /// The most of an error answer's body quoted in the error.
 const QUOTED_BODY: usize = 200;
+
+/// The most of a POST's answer read (servers answer `Accepted` or
+/// nothing); a longer one is dropped with its connection.
+const ANSWER_READ: usize = 64 * 1024;
+
+/// How long the server has to take one posted message. Servers answer
+/// 202 once they have it, before running it.
+const POST_LIMIT: Duration = Duration::from_secs(30);
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
@@ -60,42 +77,65 @@ pub enum OpenError {
     ForeignEndpoint(String),
 }
 
-/// A legacy SSE upstream's session: its event stream and the endpoint its
-/// messages are posted to.
+/// Why a message could not be posted.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("cannot encode the message: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("{}", super::http_client::with_causes(.0))]
+    Http(#[from] reqwest::Error),
+    #[error("the server refused the message with HTTP {status}{body}")]
+    Refused { status: u16, body: String },
+    #[error(
+        "the server did not take the message within {}",
+        humantime::format_duration(POST_LIMIT)
+    )]
+    TooSlow,
+    #[error("the session has ended")]
+    Ended,
+}
+
+/// One message to post, and where its outcome goes.
+struct Outgoing {
+    body: Vec<u8>,
+    trace: Vec<(HeaderName, HeaderValue)>,
+    posted: oneshot::Sender<Result<(), PostError>>,
+}
+
+/// A legacy SSE upstream's session: its event stream, and the queue of
+/// messages to post to the endpoint it named.
 pub struct LegacySseTransport {
-    client: reqwest::Client,
-    /// The mount's headers, sent with every POST.
-    headers: Arc<HeaderMap>,
-    endpoint: Arc<url::Url>,
+    mount: MountName,
     events: Events,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
     raw: Arc<RawAnswers>,
-    malformed: Arc<MalformedLines>,
-    /// Cancelled by a POST the server answers 404: it forgot the session.
-    forgotten: CancellationToken,
+    malformed: MalformedLines,
+    /// Cancelled when posting showed the session over (a 404, a message
+    /// not taken in time), and on close.
+    over: CancellationToken,
 }
 
 impl LegacySseTransport {
     /// Opens the event stream at `url` and waits for its `endpoint` event
-    /// (the caller bounds the wait: the initialize timeout).
+    /// (the caller bounds the wait: the initialize timeout). `expired` is
+    /// the upstream session's: cancelled when the server forgot it.
     pub async fn open(
         client: reqwest::Client,
         url: &url::Url,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
+        mount: MountName,
         raw: Arc<RawAnswers>,
         malformed: MalformedLines,
+        expired: CancellationToken,
     ) -> Result<Self, OpenError> {
-        let response = client
-            .get(url.clone())
-            .headers(headers.clone())
-            .header(ACCEPT, "text/event-stream")
-            .send()
-            .await?;
+        let mut get_headers = headers.clone();
+        get_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let response = client.get(url.clone()).headers(get_headers).send().await?;
         let status = response.status();
         if !status.is_success() {
-            let body = quoted_body(response).await;
             return Err(OpenError::Refused {
                 status: status.as_u16(),
-                body,
+                body: quoted_body(response).await,
             });
         }
         let content_type = response
@@ -124,44 +164,61 @@ impl LegacySseTransport {
                 // client has not said anything yet.
                 Some(Ok(_)) => continue,
                 Some(Err(error)) => {
-                    tracing::debug!(%error, "a legacy SSE upstream's stream broke before its endpoint");
+                    tracing::debug!(mount = %mount, %error, "a legacy SSE upstream's stream broke before its endpoint");
                     return Err(OpenError::NoEndpoint);
                 }
                 None => return Err(OpenError::NoEndpoint),
             }
         };
+        // Empty, it would resolve to the stream's own URL.
+        if endpoint.trim().is_empty() {
+            return Err(OpenError::NoEndpoint);
+        }
         let endpoint = url.join(endpoint.trim()).map_err(OpenError::BadEndpoint)?;
         if endpoint.origin() != url.origin() {
             return Err(OpenError::ForeignEndpoint(
                 endpoint.origin().ascii_serialization(),
             ));
         }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let over = CancellationToken::new();
+        let (outgoing, queue) = mpsc::unbounded_channel();
+        tokio::spawn(
+            Poster {
+                client,
+                endpoint,
+                headers,
+                mount: mount.clone(),
+                over: over.clone(),
+                expired,
+            }
+            .post_in_order(queue),
+        );
         Ok(Self {
-            client,
-            headers: Arc::new(headers),
-            endpoint: Arc::new(endpoint),
+            mount,
             events,
+            outgoing,
             raw,
-            malformed: Arc::new(malformed),
-            forgotten: CancellationToken::new(),
+            malformed,
+            over,
         })
     }
 
     /// The next message on the stream; `None` once it has ended.
-    async fn next_message(&mut self) -> Option<ServerJsonRpcMessage> {
+    async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let event = tokio::select! {
                 event = self.events.next() => event,
-                () = self.forgotten.cancelled() => return None,
+                () = self.over.cancelled() => return None,
             };
             let event = match event {
                 Some(Ok(event)) => event,
                 Some(Err(error)) => {
-                    tracing::info!(%error, "a legacy SSE upstream's event stream broke; the session ends");
+                    tracing::info!(mount = %self.mount, %error, "a legacy SSE upstream's event stream broke; the session ends");
                     return None;
                 }
                 None => {
-                    tracing::debug!("a legacy SSE upstream's event stream ended");
+                    tracing::debug!(mount = %self.mount, "a legacy SSE upstream's event stream ended");
                     return None;
                 }
             };
@@ -176,37 +233,110 @@ impl LegacySseTransport {
             // What is not JSON is logged, and answers the request it names
             // with an error, as a stdio line does.
             self.malformed.check(data.as_bytes());
-            match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
+            match serde_json::from_str(&data) {
                 Ok(message) => return Some(message),
                 Err(error) => {
-                    tracing::debug!(%error, "skipped a legacy SSE upstream's message that is not JSON-RPC");
+                    tracing::debug!(mount = %self.mount, %error, "skipped a legacy SSE upstream's message that is not JSON-RPC");
                 }
             }
         }
     }
 }
 
+/// Posts a session's messages to its endpoint, one at a time.
+struct Poster {
+    client: reqwest::Client,
+    endpoint: url::Url,
+    /// The mount's headers and the content type, for every POST.
+    headers: HeaderMap,
+    mount: MountName,
+    over: CancellationToken,
+    expired: CancellationToken,
+}
+
+impl Poster {
+    /// Runs until the transport is dropped (its queue closes). Once the
+    /// session is over, what is still queued fails at once.
+    async fn post_in_order(self, mut queue: mpsc::UnboundedReceiver<Outgoing>) {
+        while let Some(message) = queue.recv().await {
+            let outcome = match self.over.is_cancelled() {
+                true => Err(PostError::Ended),
+                false => self.post(message.body, message.trace).await,
+            };
+            let _ = message.posted.send(outcome);
+        }
+    }
+
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        trace: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<(), PostError> {
+        let mut headers = self.headers.clone();
+        headers.extend(trace);
+        let request = self
+            .client
+            .post(self.endpoint.clone())
+            .headers(headers)
+            .body(body)
+            .send();
+        let response = match tokio::time::timeout(POST_LIMIT, request).await {
+            Ok(response) => response?,
+            Err(_) => {
+                tracing::warn!(mount = %self.mount, "the legacy SSE upstream did not take a message in time; the session ends");
+                self.over.cancel();
+                return Err(PostError::TooSlow);
+            }
+        };
+        let status = response.status();
+        if status.is_success() {
+            // Read (a little, briefly) so the connection can be pooled; a
+            // longer answer is dropped with its connection.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), read_at_most(response, ANSWER_READ))
+                    .await;
+            return Ok(());
+        }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            tracing::warn!(mount = %self.mount, "the legacy SSE upstream no longer knows this session");
+            self.expired.cancel();
+            self.over.cancel();
+        }
+        Err(PostError::Refused {
+            status: status.as_u16(),
+            body: quoted_body(response).await,
+        })
+    }
+}
+
+/// At most `limit` bytes of `response`'s body (what it has within that).
+async fn read_at_most(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = limit - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= limit {
+            break;
+        }
+    }
+    body
+}
+
 /// Up to [`QUOTED_BODY`] bytes of an error answer's body, for the error
-/// (servers say why there: "unknown session", "unauthorized").
+/// (servers say why there: "unknown session", "unauthorized"); read
+/// briefly, and no further than that.
 async fn quoted_body(response: reqwest::Response) -> String {
-    let body: Bytes = response.bytes().await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
+    let body: Bytes =
+        tokio::time::timeout(Duration::from_secs(1), read_at_most(response, QUOTED_BODY))
+            .await
+            .unwrap_or_default()
+            .into();
+    let text = String::from_utf8_lossy(&body);
     let text = text.trim();
     match text.is_empty() {
         true => String::new(),
         false => format!(": {text}"),
     }
-}
-
-/// Why a message could not be posted.
-#[derive(Debug, thiserror::Error)]
-pub enum PostError {
-    #[error("cannot encode the message: {0}")]
-    Encode(#[from] serde_json::Error),
-    #[error("{}", super::http_client::with_causes(.0))]
-    Http(#[from] reqwest::Error),
-    #[error("the server refused the message with HTTP {status}{body}")]
-    Refused { status: u16, body: String },
 }
 
 impl Transport<RoleClient> for LegacySseTransport {
@@ -216,42 +346,26 @@ impl Transport<RoleClient> for LegacySseTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let (client, endpoint, headers) = (
-            self.client.clone(),
-            self.endpoint.clone(),
-            self.headers.clone(),
-        );
-        let forgotten = self.forgotten.clone();
-        let trace: HashMap<HeaderName, HeaderValue> = match &item {
+        // Queued here, not in the future rmcp spawns: the queue's order
+        // is the order rmcp sends in.
+        let trace: Vec<(HeaderName, HeaderValue)> = match &item {
             JsonRpcMessage::Request(request) => trace_headers(&request.request).collect(),
-            _ => HashMap::new(),
+            _ => Vec::new(),
         };
-        let body = serde_json::to_vec(&item);
-        async move {
-            let mut post = client
-                .post(endpoint.as_str())
-                .headers((*headers).clone())
-                .header(CONTENT_TYPE, "application/json")
-                .body(body?);
-            for (name, value) in trace {
-                post = post.header(name, value);
-            }
-            let response = post.send().await?;
-            let status = response.status();
-            if status.is_success() {
-                // Read to its end, so the connection goes back to the pool.
-                let _ = response.bytes().await;
-                return Ok(());
-            }
-            if status == reqwest::StatusCode::NOT_FOUND {
-                tracing::warn!("the legacy SSE upstream no longer knows this session");
-                forgotten.cancel();
-            }
-            Err(PostError::Refused {
-                status: status.as_u16(),
-                body: quoted_body(response).await,
-            })
-        }
+        let queued = serde_json::to_vec(&item)
+            .map_err(PostError::from)
+            .and_then(|body| {
+                let (posted, outcome) = oneshot::channel();
+                self.outgoing
+                    .send(Outgoing {
+                        body,
+                        trace,
+                        posted,
+                    })
+                    .map_err(|_| PostError::Ended)?;
+                Ok(outcome)
+            });
+        async move { queued?.await.unwrap_or(Err(PostError::Ended)) }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
@@ -262,7 +376,7 @@ impl Transport<RoleClient> for LegacySseTransport {
         // Dropping the stream closes its connection, which ends the session
         // on the server's side (the legacy transport has no DELETE).
         self.events = Box::pin(futures::stream::empty());
-        self.forgotten.cancel();
+        self.over.cancel();
         Ok(())
     }
 }

@@ -30,6 +30,9 @@ pub struct MalformedLines {
     answers: mpsc::Sender<ServerJsonRpcMessage>,
     /// Whether a line that is no answer has been logged at `warn` yet.
     warned: std::sync::atomic::AtomicBool,
+    /// Where the lines come from, for the log: a child's stdout, or a
+    /// legacy SSE server's event stream (one message per event).
+    source: &'static str,
 }
 
 impl MalformedLines {
@@ -38,7 +41,14 @@ impl MalformedLines {
             mount,
             answers,
             warned: Default::default(),
+            source: "stdout",
         }
+    }
+
+    /// The same, for the messages of a legacy SSE server's event stream.
+    pub fn of_event_stream(mut self) -> Self {
+        self.source = "its event stream";
+        self
     }
 
     /// Looks at one line of the server's stdout (without its `\n`).
@@ -64,7 +74,7 @@ impl MalformedLines {
             if self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 tracing::debug!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON; skipped");
             } else {
-                tracing::warn!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON on stdout, where only MCP messages belong; skipped (further such lines are logged at debug)");
+                tracing::warn!(mount = %self.mount, %error, "the upstream wrote a line that is not JSON on {}, where only MCP messages belong; skipped (further such lines are logged at debug)", self.source);
             }
             return;
         };

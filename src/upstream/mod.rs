@@ -590,9 +590,11 @@ impl UpstreamSession {
     }
 
     /// Whether a request this session refused unrun may be sent again on
-    /// another: only an HTTP upstream refuses so.
+    /// another: only a Streamable HTTP upstream refuses so (its direct
+    /// path hands the request back with the refusal; a legacy SSE
+    /// session's 404 ends the session but tells nothing of the request).
     pub fn may_refuse_unrun(&self) -> bool {
-        self.network_transport == "tcp"
+        self.direct.is_some()
     }
 
     /// Resolves when the connection has ended (child exited, HTTP session
