@@ -510,6 +510,8 @@ fn an_http_mount_chooses_its_transport() {
         [mounts.both-bad]
         url = "ftp://h/sse"
         transport = "websocket"
+        [mounts.neither]
+        transport = "grpc"
         "#,
     );
     assert_reported(
@@ -520,6 +522,8 @@ fn an_http_mount_chooses_its_transport() {
             "mounts.sse-command.transport: a `command` upstream speaks stdio; \"streamable_http\" and \"sse\" need a `url`",
             "mounts.both-bad.transport: \"websocket\" is not an HTTP transport",
             "mounts.both-bad.url: scheme \"ftp\" is not http or https",
+            "mounts.neither.transport: \"grpc\" is not a transport",
+            "mounts.neither: missing `command`",
         ],
     );
 }

@@ -890,6 +890,23 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         }
     };
 
+    // With `command` or `url` missing (or both there), the transport's
+    // fit is not judged, but a value that is no transport is still one
+    // problem more.
+    if raw.command.is_some() == raw.url.is_some() {
+        if let Some(other) = raw
+            .transport
+            .as_deref()
+            .filter(|transport| !["stdio", "streamable_http", "sse"].contains(transport))
+        {
+            problems.push(
+                format!("{path}.transport"),
+                format!(
+                    "{other:?} is not a transport (use \"stdio\", \"streamable_http\" or \"sse\")"
+                ),
+            );
+        }
+    }
     let transport = match (raw.command.map(|Text(command)| command), raw.url) {
         (Some(_), Some(_)) => {
             problems.push(
