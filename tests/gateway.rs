@@ -1146,6 +1146,68 @@ async fn quick_answers_come_whole_and_slow_ones_stream() {
     assert_eq!(raw::sse_response(&rest)["id"], 2, "{rest:?}");
 }
 
+/// Priming events (an id and no data, SEP-1699) only for 2025-11-25
+/// clients: the Python and TypeScript SDKs of earlier versions parse every
+/// event's data as a message and report an error for each. Asserted on the
+/// bytes of a slow call's stream and of the session's GET stream, for a
+/// session opened at each version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_2025_11_25_clients_get_priming_events() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    for (version, header, primed) in [
+        ("2025-11-25", Some("2025-11-25"), true),
+        ("2025-06-18", Some("2025-06-18"), false),
+        ("2025-03-26", None, false),
+    ] {
+        let initialize = raw::INITIALIZE.replace("2025-11-25", version);
+        let session = raw::open_session_with(&http, &mcp, &initialize).await;
+        let slow = json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "demo__slow", "arguments": {"steps": 1, "delay_ms": 100}},
+        });
+        let mut post = http
+            .post(&mcp)
+            .body(slow.to_string())
+            .header("mcp-session-id", &session);
+        let mut get = http
+            .get(&mcp)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session);
+        for (name, value) in raw::JSON_POST {
+            post = post.header(*name, *value);
+        }
+        if let Some(header) = header {
+            post = post.header("mcp-protocol-version", header);
+            get = get.header("mcp-protocol-version", header);
+        }
+        let answer = within("the slow call", post.send()).await.unwrap();
+        let text = within("its stream", answer.text()).await.unwrap();
+        assert_eq!(raw::sse_response(&text)["id"], 2, "{version}: {text:?}");
+        let has_priming = |text: &str| {
+            text.replace("\r\n", "\n").split("\n\n").any(|event| {
+                !event.trim().is_empty()
+                    && !event.lines().any(|line| {
+                        line.strip_prefix("data:")
+                            .is_some_and(|data| !data.trim().is_empty())
+                    })
+            })
+        };
+        assert_eq!(has_priming(&text), primed, "{version}: {text:?}");
+        let mut stream = within("the GET stream", get.send()).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_millis(500), stream.chunk()).await;
+        let first = match first {
+            Ok(chunk) => String::from_utf8_lossy(&chunk.unwrap().unwrap_or_default()).into_owned(),
+            Err(_) => String::new(),
+        };
+        assert_eq!(has_priming(&first), primed, "{version} GET: {first:?}");
+        drop(stream);
+        raw::delete_session(&http, &mcp, &session).await;
+    }
+}
+
 /// `prompts/get`, `resources/read` and `completion/complete` are answered
 /// before rmcp's handler too, like `tools/call` (`downstream/quick_call.rs`):
 /// plain JSON, the request's own id, names and URIs qualified as usual. An

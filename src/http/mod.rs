@@ -42,6 +42,7 @@ mod json_guard;
 mod lane_dispatch;
 pub mod lanes;
 mod one_write;
+mod priming;
 mod resumable;
 mod status_page;
 mod whole_body;
@@ -111,9 +112,17 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                     // `handle` inline, adding the answer slot grew idle
                     // sessions (each with its connection) by ~9 KiB.
                     let is_post = request.method() == axum::http::Method::POST;
+                    let expects_priming = priming::expects_priming(
+                        request.headers(),
+                        request.extensions().get::<priming::RequestedVersion>(),
+                    );
                     let handle = Box::pin(mcp.handle(request));
                     if !is_post {
-                        return handle.await.map(axum::body::Body::new);
+                        let response = handle.await.map(axum::body::Body::new);
+                        return match expects_priming {
+                            true => response,
+                            false => priming::without_priming(response),
+                        };
                     }
                     // One deadline for both waits: a quick call's answer
                     // (`downstream/quick_call.rs`) and a quick SSE stream.
@@ -122,7 +131,11 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                         handle.await.map(axum::body::Body::new)
                     })
                     .await;
-                    one_write::gather_quick_answer(response, deadline).await
+                    let response = one_write::gather_quick_answer(response, deadline).await;
+                    match expects_priming {
+                        true => response,
+                        false => priming::without_priming(response),
+                    }
                 }
             }),
         )
@@ -136,7 +149,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             json_guard::BodyRules {
                 limit: body_limit(&gateway),
                 read_timeout: gateway.config().server.request_read_timeout,
-                annotate: note_task_augmentation,
+                annotate: note_from_body,
                 batches: Some(std::sync::Arc::new(batch::answer)),
             },
             json_guard::check_json_body,
@@ -283,11 +296,36 @@ fn body_limit(gateway: &Arc<Gateway>) -> json_guard::BodyLimit {
     })
 }
 
-/// rmcp's model has no place for a `tools/call`'s `task` (2025-11-25); it
-/// reaches the session as a request extension instead.
-fn note_task_augmentation(body: &[u8], extensions: &mut axum::http::Extensions) {
+/// What the layers past `json_guard` need from a body: a `tools/call`'s
+/// `task` (2025-11-25), for which rmcp's model has no place, reaches the
+/// session as a request extension; so does the version an `initialize`
+/// asks for, which decides whether its stream is primed (`priming.rs`).
+fn note_from_body(body: &[u8], extensions: &mut axum::http::Extensions) {
     if let Some(task) = crate::downstream::tasks::task_augmentation(body) {
         extensions.insert(task);
+    }
+    if memchr::memmem::find(body, b"\"initialize\"").is_some() {
+        #[derive(serde::Deserialize)]
+        struct Initialize {
+            method: String,
+            params: Option<Params>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Params {
+            protocol_version: Option<String>,
+        }
+        if let Ok(Initialize {
+            method,
+            params: Some(Params {
+                protocol_version: Some(version),
+            }),
+        }) = serde_json::from_slice(body)
+        {
+            if method == "initialize" {
+                extensions.insert(priming::RequestedVersion(version));
+            }
+        }
     }
 }
 
