@@ -541,6 +541,38 @@ async fn the_first_call_after_an_http_upstream_restarted_is_served() {
     }
 }
 
+/// A server that answers a session it no longer knows with 400 (the
+/// Python SDK's before 2025-06-18; its GET refused, so no stream finds out
+/// first) is treated as one answering 404: the call it refused is sent
+/// again on a new session, at once. It failed "HTTP 400" for every call
+/// until then, with the mount said to be ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_400_for_an_unknown_session_is_sent_on_a_new_one() {
+    let supervision = "[supervision]\nrestart_backoff = \"1ms\"\nrestart_backoff_max = \"1ms\"\n\n";
+    for extra in ["", "isolation = \"per_session\""] {
+        let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+        let config = format!(
+            "{SERVER_TOML}{supervision}{}",
+            http_mount("remote", &server.url(), extra)
+        );
+        let gateway = Gateway::start(&config).await;
+        let client = gateway.connect().await;
+        let before = ok_text(&call(&client, "remote__whoami", Value::Null).await).to_owned();
+        assert_eq!(
+            ok_text(&call(&client, "remote__forget", Value::Null).await),
+            "forgotten"
+        );
+        let after = ok_text(&call(&client, "remote__whoami", Value::Null).await).to_owned();
+        assert_ne!(after, before, "{extra}: a new session");
+        let stderr = gateway.proc.stderr.text();
+        assert!(
+            stderr.contains("sending the request again on a new one"),
+            "{extra}: {stderr}"
+        );
+        close(client).await;
+    }
+}
+
 async fn reconnects_after_restart(flags: &[&str]) {
     let (gateway, client, replacement, pid) = restarted_http_upstream(flags).await;
     let new_pid = eventually("the mount to reach the new server", OP_TIMEOUT, || async {

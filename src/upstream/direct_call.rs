@@ -276,17 +276,37 @@ impl DirectCalls {
                 "the upstream accepted the request without answering it".into(),
             )));
         }
-        if status == StatusCode::NOT_FOUND && session.post.session_id.is_some() {
-            // Handed back for a new session to take, rather than copied
-            // before every call for the rare one refused.
+        // Handed back for a new session to take, rather than copied before
+        // every call for the rare one refused.
+        let refused_unrun = |message: ClientJsonRpcMessage| {
             let unsent = match message {
                 JsonRpcMessage::Request(request) => Some(Box::new(request.request)),
                 _ => None,
             };
-            return Err(transport(SessionForgotten {
+            transport(SessionForgotten {
                 unrun: true,
                 unsent: std::sync::Mutex::new(unsent),
-            }));
+            })
+        };
+        if status == StatusCode::NOT_FOUND && session.post.session_id.is_some() {
+            return Err(refused_unrun(message));
+        }
+        // A 400 may say the session is unknown too (servers before 404).
+        if status == StatusCode::BAD_REQUEST && session.post.session_id.is_some() {
+            let body = read_bounded(reply.body, self.limits.max_json_response_size)
+                .await
+                .map_err(|error| transport(unexpected(error.to_string())))?;
+            if refuses_unknown_session(&body, &direct.id) {
+                return Err(refused_unrun(message));
+            }
+            // A JSON-RPC error is an answer whatever the status.
+            return match self.handle(&direct.id, body.as_ref()).await {
+                Some(answer) => answer,
+                None => Err(transport(unexpected(format!(
+                    "HTTP {status} with content type {:?}",
+                    reply.content_type
+                )))),
+            };
         }
         if status.is_success() && reply.content_type.starts_with("text/event-stream") {
             return self.read_stream(&direct, reply).await;
@@ -627,6 +647,24 @@ fn client_error(error: reqwest::Error) -> ServiceError {
     transport(StreamableHttpError::Client(error))
 }
 
+/// Whether `body`, a 400 answer to request `id` sent on a session, says
+/// the server does not know the session: what the MCP SDKs' servers
+/// before 2025-06-18's 404 answer (Python: "Bad Request: No valid session
+/// ID provided", with id `server-error`; TypeScript's examples: "Invalid
+/// or missing session ID"), and a restarted server behind a load balancer
+/// then says to every session. The request was not run. An answer to the
+/// request itself (a JSON-RPC error with its id) is not this.
+pub(super) fn refuses_unknown_session(body: &[u8], id: &RequestId) -> bool {
+    let said = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_ascii_lowercase();
+    if !said.contains("session") {
+        return false;
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(message) => message.get("id") != serde_json::to_value(id).ok().as_ref(),
+        Err(_) => true,
+    }
+}
+
 /// As rmcp reports a failed send, so `http_client::means_session_gone`
 /// reads both clients' failures alike.
 /// The upstream no longer knows the session (it restarted, or expired
@@ -915,6 +953,33 @@ mod tests {
                 .is_ok(),
             "a notification never handed over is still waited for"
         );
+    }
+
+    #[test]
+    fn a_400_about_the_session_is_told_from_an_answer() {
+        let id = junction_1();
+        // Python SDK before 404, TypeScript SDK examples, plain text.
+        assert!(refuses_unknown_session(
+            br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}"#,
+            &id
+        ));
+        assert!(refuses_unknown_session(
+            br#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#,
+            &id
+        ));
+        assert!(refuses_unknown_session(
+            b"Invalid or missing session ID",
+            &id
+        ));
+        // The request's own answer, or a 400 about something else.
+        assert!(!refuses_unknown_session(
+            br#"{"jsonrpc":"2.0","id":"junction-1","error":{"code":-32602,"message":"no session named x"}}"#,
+            &id
+        ));
+        assert!(!refuses_unknown_session(
+            b"Bad Request: malformed JSON",
+            &id
+        ));
     }
 
     fn junction_1() -> RequestId {

@@ -62,6 +62,27 @@ impl RawPost<'_> {
         if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);
         }
+        if status == StatusCode::BAD_REQUEST && self.session_id.is_some() {
+            let body = read_bounded(response.bytes_stream(), self.limits.max_json_response_size)
+                .await
+                .map_err(|error| match error {
+                    BoundedError::Http(error) => StreamableHttpError::Client(error),
+                    too_large => unexpected(too_large.to_string()),
+                })?;
+            let id = match message {
+                rmcp::model::JsonRpcMessage::Request(request) => Some(&request.id),
+                _ => None,
+            };
+            if id.is_some_and(|id| super::direct_call::refuses_unknown_session(&body, id)) {
+                return Err(StreamableHttpError::SessionExpired);
+            }
+            return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+                Ok(message) => Ok(StreamableHttpPostResponse::Json(message, None)),
+                Err(error) => Err(unexpected(format!(
+                    "HTTP {status}: not a JSON-RPC message ({error})"
+                ))),
+            };
+        }
         let session = response
             .headers()
             .get("mcp-session-id")

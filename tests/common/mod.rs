@@ -38,6 +38,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
+pub mod forgetful_http;
 pub mod legacy_sse;
 pub mod raw;
 

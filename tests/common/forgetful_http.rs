@@ -1,0 +1,133 @@
+//! A Streamable HTTP server that answers a session it does not know with
+//! 400, as the Python SDK's servers before 2025-06-18's 404 do (`Bad
+//! Request: No valid session ID provided`, id `server-error`), and that can
+//! be made to forget its sessions as a restart would: its `forget` tool
+//! answers, then forgets every session. `whoami` answers with the
+//! session's id. It refuses `GET` (405, as the spec allows), so only a
+//! POST can find out.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::post,
+    Router,
+};
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct Shared {
+    next_session: AtomicU64,
+    sessions: Mutex<HashSet<String>>,
+}
+
+/// The running server; stops when dropped.
+pub struct ForgetfulHttpServer {
+    pub port: u16,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ForgetfulHttpServer {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}
+
+impl ForgetfulHttpServer {
+    pub async fn start() -> ForgetfulHttpServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let port = listener.local_addr().expect("its address").port();
+        let app = Router::new()
+            .route(
+                "/mcp",
+                post(message)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(Arc::new(Shared::default()));
+        let serving = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ForgetfulHttpServer { port, serving }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+fn json_response(message: Value, session: Option<&str>) -> Response {
+    let mut response =
+        ([("content-type", "application/json")], message.to_string()).into_response();
+    if let Some(session) = session {
+        response
+            .headers_mut()
+            .insert("mcp-session-id", session.parse().expect("a header value"));
+    }
+    response
+}
+
+async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let id = message.get("id").cloned();
+    let answer = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+    let session = headers
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    if message["method"] == "initialize" && session.is_none() {
+        let n = shared.next_session.fetch_add(1, Ordering::SeqCst) + 1;
+        let session = format!("s{n}");
+        shared.sessions.lock().unwrap().insert(session.clone());
+        let result = json!({
+            "protocolVersion": "2025-03-26",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "forgetful", "version": "1"}
+        });
+        return json_response(answer(result), Some(&session));
+    }
+    let known = session
+        .as_ref()
+        .is_some_and(|session| shared.sessions.lock().unwrap().contains(session));
+    if !known {
+        let refusal = json!({"jsonrpc": "2.0", "id": "server-error",
+            "error": {"code": -32600, "message": "Bad Request: No valid session ID provided"}});
+        let mut response = json_response(refusal, None);
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    }
+    if id.is_none() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let text = |text: &str| json!({"content": [{"type": "text", "text": text}]});
+    let result = match (
+        message["method"].as_str(),
+        message["params"]["name"].as_str(),
+    ) {
+        (Some("tools/list"), _) => {
+            let schema = json!({"type": "object"});
+            json!({"tools": [
+                {"name": "whoami", "inputSchema": schema},
+                {"name": "forget", "inputSchema": schema},
+            ]})
+        }
+        (Some("tools/call"), Some("whoami")) => text(session.as_deref().unwrap_or_default()),
+        (Some("tools/call"), Some("forget")) => {
+            shared.sessions.lock().unwrap().clear();
+            text("forgotten")
+        }
+        _ => json!({}),
+    };
+    json_response(answer(result), session.as_deref())
+}
