@@ -1208,6 +1208,38 @@ async fn only_2025_11_25_clients_get_priming_events() {
     }
 }
 
+/// A 2024-11-05 upstream is asked for completions though it declares no
+/// `completions` capability (that version had none); a later one that
+/// declares none is not asked, and its mount offers no suggestions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_is_asked_of_servers_older_than_its_capability() {
+    let mounts: String = [("old", "2024-11-05"), ("new", "2025-06-18")]
+        .iter()
+        .map(|(name, version)| {
+            python_fixture_mount(name, "completion_without_capability.py", "")
+                .replace("\"]\n", &format!("\", \"{version}\"]\n"))
+        })
+        .collect();
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mounts}")).await;
+    let client = gateway.connect().await;
+    let complete = |prompt: &str| {
+        let params = rmcp::model::CompleteRequestParams::new(
+            rmcp::model::Reference::for_prompt(prompt),
+            rmcp::model::ArgumentInfo::new("name", "al"),
+        );
+        client.complete(params)
+    };
+    let old = within("completion of old__greet", complete("old__greet"))
+        .await
+        .expect("an answer");
+    assert_eq!(old.completion.values, ["alice", "albert"]);
+    let new = within("completion of new__greet", complete("new__greet"))
+        .await
+        .expect("an answer");
+    assert!(new.completion.values.is_empty(), "{new:?}");
+    close(client).await;
+}
+
 /// `prompts/get`, `resources/read` and `completion/complete` are answered
 /// before rmcp's handler too, like `tools/call` (`downstream/quick_call.rs`):
 /// plain JSON, the request's own id, names and URIs qualified as usual. An

@@ -316,16 +316,29 @@ impl Upstream<'_> {
             }
         };
         let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
-        if !declares(&upstream, |c| c.completions.is_some()) {
+        // 2024-11-05 had `completion/complete` but no capability saying
+        // so: such a server is asked, and one without it says -32601.
+        let predates_capability = upstream
+            .peer()
+            .peer_info()
+            .is_some_and(|info| info.protocol_version.as_str() < "2025-03-26");
+        if !predates_capability && !declares(&upstream, |c| c.completions.is_some()) {
             // Offering no suggestions is the honest answer for a mount
             // that has no completions.
             return Ok(CompleteResult::default());
         }
         params.meta = forwarded_meta(self.meta);
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-        match self.send(&mount, &upstream, request, None).await? {
-            ServerResult::CompleteResult(result) => Ok(result),
-            _ => Err(unexpected(&mount)),
+        match self.send(&mount, &upstream, request, None).await {
+            Ok(ServerResult::CompleteResult(result)) => Ok(result),
+            Ok(_) => Err(unexpected(&mount)),
+            Err(RouteError::UpstreamError { error, .. })
+                if predates_capability
+                    && error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+            {
+                Ok(CompleteResult::default())
+            }
+            Err(error) => Err(error),
         }
     }
 }
