@@ -37,7 +37,12 @@ async fn a_shared_mount_serves_every_client_from_one_session_with_its_headers() 
     let (a, b) = (gateway.connect().await, gateway.connect().await);
     assert_eq!(
         tool_names(&a).await,
-        ["legacy__end_stream", "legacy__forget", "legacy__whoami"]
+        [
+            "legacy__end_stream",
+            "legacy__forget",
+            "legacy__hold",
+            "legacy__whoami"
+        ]
     );
     let first = whoami(&a).await;
     assert_eq!(whoami(&b).await, first, "one upstream session for both");
@@ -212,4 +217,35 @@ async fn an_empty_endpoint_is_no_endpoint() {
         seen.iter().all(|(what, _)| what == "GET"),
         "something was posted: {seen:?}"
     );
+}
+
+/// A server that answers a POST only once it has run the message holds
+/// that message's POST, not every other one: another client's call on the
+/// shared session is answered meanwhile.
+#[tokio::test]
+async fn a_post_held_while_its_message_runs_holds_up_no_other() {
+    let server = LegacySseServer::start(same_origin_endpoint).await;
+    let gateway = Gateway::start(&sse_mount("legacy", &server, "")).await;
+    let (a, b) = (gateway.connect().await, gateway.connect().await);
+    let held = tokio::spawn(async move {
+        let result = call(&a, "legacy__hold", json!({})).await;
+        (a, result)
+    });
+    eventually("the held call to reach the server", OP_TIMEOUT, || async {
+        server
+            .seen()
+            .iter()
+            .any(|(what, _)| what == "tools/call")
+            .then_some(())
+    })
+    .await;
+    whoami(&b).await;
+    let (a, held) = held.await.expect("the held call");
+    assert_eq!(
+        ok_text(&held),
+        "company",
+        "the other call reached the server while the held one ran"
+    );
+    close(a).await;
+    close(b).await;
 }

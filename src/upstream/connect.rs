@@ -255,6 +255,7 @@ async fn start(
                 raw.clone(),
                 malformed,
                 expired,
+                timeouts.request_ceiling,
             )
             .await
             .map_err(|error| {

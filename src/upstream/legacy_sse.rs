@@ -11,11 +11,16 @@
 //! the stream's end is the session's end, and the supervisor opens a new
 //! one.
 //!
-//! Messages are posted one at a time, in the order rmcp sends them (it
-//! starts each send as a task of its own): concurrent POSTs on pooled
-//! connections could reach the server out of order, a cancel before the
-//! request it cancels. Servers answer 202 as soon as they have the
-//! message; one that takes longer than [`POST_LIMIT`] ends the session.
+//! Messages are posted in the order rmcp sends them (it starts each send
+//! as a task of its own, and concurrent POSTs on pooled connections could
+//! reach the server out of order: a cancel before the request it
+//! cancels): each POST starts once the one before has been answered, or
+//! [`NEXT_POST_AFTER`] after it started, whichever comes first. Most
+//! servers answer 202 as soon as they have the message; some (the Java
+//! SDK's servlet transport) answer only once they have run it, and must
+//! not hold every other message meanwhile (a sampling answer the running
+//! tool waits for among them). A POST has the mount's request ceiling to
+//! be answered; one that is not fails its message alone.
 //!
 //! The mount's headers (credentials) go with the `GET` and every POST, so
 //! an endpoint on another origin than the stream's is refused, as the MCP
@@ -54,9 +59,11 @@ const QUOTED_BODY: usize = 200;
 /// nothing); a longer one is dropped with its connection.
 const ANSWER_READ: usize = 64 * 1024;
 
-/// How long the server has to take one posted message. Servers answer
-/// 202 once they have it, before running it.
-const POST_LIMIT: Duration = Duration::from_secs(30);
+/// How long a POST holds the next back before it is answered: long
+/// enough for the message to be on its way first (on loopback, a POST is
+/// answered in about a millisecond), short enough not to hold up a
+/// server that answers only once it has run the message.
+const NEXT_POST_AFTER: Duration = Duration::from_millis(50);
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
@@ -86,11 +93,8 @@ pub enum PostError {
     Http(#[from] reqwest::Error),
     #[error("the server refused the message with HTTP {status}{body}")]
     Refused { status: u16, body: String },
-    #[error(
-        "the server did not take the message within {}",
-        humantime::format_duration(POST_LIMIT)
-    )]
-    TooSlow,
+    #[error("the server did not answer the message's POST within {}", humantime::format_duration(*.0))]
+    TooSlow(Duration),
     #[error("the session has ended")]
     Ended,
 }
@@ -110,8 +114,8 @@ pub struct LegacySseTransport {
     outgoing: mpsc::UnboundedSender<Outgoing>,
     raw: Arc<RawAnswers>,
     malformed: MalformedLines,
-    /// Cancelled when posting showed the session over (a 404, a message
-    /// not taken in time), and on close.
+    /// Cancelled when posting showed the session over (a 404), and on
+    /// close.
     over: CancellationToken,
 }
 
@@ -119,6 +123,9 @@ impl LegacySseTransport {
     /// Opens the event stream at `url` and waits for its `endpoint` event
     /// (the caller bounds the wait: the initialize timeout). `expired` is
     /// the upstream session's: cancelled when the server forgot it.
+    /// `post_limit`: how long a POST may go unanswered (the mount's
+    /// request ceiling).
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         client: reqwest::Client,
         url: &url::Url,
@@ -127,6 +134,7 @@ impl LegacySseTransport {
         raw: Arc<RawAnswers>,
         malformed: MalformedLines,
         expired: CancellationToken,
+        post_limit: Duration,
     ) -> Result<Self, OpenError> {
         let mut get_headers = headers.clone();
         get_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
@@ -186,9 +194,10 @@ impl LegacySseTransport {
         tokio::spawn(
             Poster {
                 client,
-                endpoint,
-                headers,
+                endpoint: Arc::new(endpoint),
+                headers: Arc::new(headers),
                 mount: mount.clone(),
+                limit: post_limit,
                 over: over.clone(),
                 expired,
             }
@@ -243,13 +252,16 @@ impl LegacySseTransport {
     }
 }
 
-/// Posts a session's messages to its endpoint, one at a time.
+/// Posts a session's messages to its endpoint, in order.
+#[derive(Clone)]
 struct Poster {
     client: reqwest::Client,
-    endpoint: url::Url,
+    endpoint: Arc<url::Url>,
     /// The mount's headers and the content type, for every POST.
-    headers: HeaderMap,
+    headers: Arc<HeaderMap>,
     mount: MountName,
+    /// How long a POST may go unanswered.
+    limit: Duration,
     over: CancellationToken,
     expired: CancellationToken,
 }
@@ -259,11 +271,16 @@ impl Poster {
     /// session is over, what is still queued fails at once.
     async fn post_in_order(self, mut queue: mpsc::UnboundedReceiver<Outgoing>) {
         while let Some(message) = queue.recv().await {
-            let outcome = match self.over.is_cancelled() {
-                true => Err(PostError::Ended),
-                false => self.post(message.body, message.trace).await,
-            };
-            let _ = message.posted.send(outcome);
+            if self.over.is_cancelled() {
+                let _ = message.posted.send(Err(PostError::Ended));
+                continue;
+            }
+            let poster = self.clone();
+            let mut posting = tokio::spawn(async move {
+                let outcome = poster.post(message.body, message.trace).await;
+                let _ = message.posted.send(outcome);
+            });
+            let _ = tokio::time::timeout(NEXT_POST_AFTER, &mut posting).await;
         }
     }
 
@@ -272,21 +289,17 @@ impl Poster {
         body: Vec<u8>,
         trace: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<(), PostError> {
-        let mut headers = self.headers.clone();
+        let mut headers = (*self.headers).clone();
         headers.extend(trace);
         let request = self
             .client
-            .post(self.endpoint.clone())
+            .post((*self.endpoint).clone())
             .headers(headers)
             .body(body)
             .send();
-        let response = match tokio::time::timeout(POST_LIMIT, request).await {
+        let response = match tokio::time::timeout(self.limit, request).await {
             Ok(response) => response?,
-            Err(_) => {
-                tracing::warn!(mount = %self.mount, "the legacy SSE upstream did not take a message in time; the session ends");
-                self.over.cancel();
-                return Err(PostError::TooSlow);
-            }
+            Err(_) => return Err(PostError::TooSlow(self.limit)),
         };
         let status = response.status();
         if status.is_success() {

@@ -5,7 +5,9 @@
 //! Its tools say and do what the tests look at: `whoami` answers with the
 //! session's number, `end_stream` ends the session's stream without an
 //! answer, `forget` answers and then forgets every session (their streams
-//! stay open, their POSTs get 404). It records the `Authorization` header
+//! stay open, their POSTs get 404), `hold` answers its POST only once it
+//! has run (as the Java SDK's servlet transport does), which is once a
+//! `whoami` has arrived meanwhile ("company") or 5 s have passed ("alone"). It records the `Authorization` header
 //! of every request, and how many event streams are open.
 
 use std::{
@@ -54,6 +56,8 @@ struct Shared {
     seen: Mutex<Vec<(String, Option<String>)>>,
     /// Every stream's sender, to count those still open.
     streams: Mutex<Vec<mpsc::UnboundedSender<String>>>,
+    /// How many `whoami` calls arrived.
+    whoamis: AtomicU64,
 }
 
 /// The running server; stops when dropped.
@@ -83,6 +87,7 @@ impl LegacySseServer {
             sessions: Default::default(),
             seen: Default::default(),
             streams: Default::default(),
+            whoamis: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/sse", get(open_stream))
@@ -207,9 +212,11 @@ async fn message(
                 {"name": "whoami", "inputSchema": schema},
                 {"name": "end_stream", "inputSchema": schema},
                 {"name": "forget", "inputSchema": schema},
+                {"name": "hold", "inputSchema": schema},
             ]})));
         }
         ("tools/call", "whoami") => {
+            shared.whoamis.fetch_add(1, Ordering::SeqCst);
             let _ = stream.send(answer(
                 json!({"content": [{"type": "text", "text": format!("session {session}")}]}),
             ));
@@ -229,6 +236,19 @@ async fn message(
             let mut sessions = shared.sessions.lock().unwrap();
             let live: Vec<_> = sessions.live.drain().map(|(_, sender)| sender).collect();
             sessions.forgotten.extend(live);
+        }
+        ("tools/call", "hold") => {
+            let before = shared.whoamis.load(Ordering::SeqCst);
+            let mut company = false;
+            for _ in 0..50 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if shared.whoamis.load(Ordering::SeqCst) > before {
+                    company = true;
+                    break;
+                }
+            }
+            let text = if company { "company" } else { "alone" };
+            let _ = stream.send(answer(json!({"content": [{"type": "text", "text": text}]})));
         }
         ("ping", _) => {
             let _ = stream.send(answer(json!({})));
