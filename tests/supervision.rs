@@ -564,6 +564,25 @@ async fn a_call_refused_400_for_an_unknown_session_is_sent_on_a_new_one() {
         );
         let after = ok_text(&call(&client, "remote__whoami", Value::Null).await).to_owned();
         assert_ne!(after, before, "{extra}: a new session");
+        // A prompt goes through rmcp's client, which reads the refusal as
+        // a message: sent again all the same.
+        assert_eq!(
+            ok_text(&call(&client, "remote__forget", Value::Null).await),
+            "forgotten"
+        );
+        let prompt = within(
+            "prompts/get after the server forgot",
+            client.get_prompt(rmcp::model::GetPromptRequestParams::new("remote__whoami")),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{extra}: prompts/get failed: {error}"));
+        let said = prompt.messages[0]
+            .content
+            .as_text()
+            .expect("a text message")
+            .text
+            .clone();
+        assert_ne!(said, after, "{extra}: another new session");
         let stderr = gateway.proc.stderr.text();
         assert!(
             stderr.contains("sending the request again on a new one"),

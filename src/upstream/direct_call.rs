@@ -296,7 +296,7 @@ impl DirectCalls {
             let body = read_bounded(reply.body, self.limits.max_json_response_size)
                 .await
                 .map_err(|error| transport(unexpected(error.to_string())))?;
-            if refuses_unknown_session(&body, &direct.id) {
+            if refuses_unknown_session(&body) {
                 return Err(refused_unrun(message));
             }
             // A JSON-RPC error is an answer whatever the status.
@@ -647,22 +647,54 @@ fn client_error(error: reqwest::Error) -> ServiceError {
     transport(StreamableHttpError::Client(error))
 }
 
-/// Whether `body`, a 400 answer to request `id` sent on a session, says
-/// the server does not know the session: what the MCP SDKs' servers
-/// before 2025-06-18's 404 answer (Python: "Bad Request: No valid session
-/// ID provided", with id `server-error`; TypeScript's examples: "Invalid
-/// or missing session ID"), and a restarted server behind a load balancer
-/// then says to every session. The request was not run. An answer to the
-/// request itself (a JSON-RPC error with its id) is not this.
-pub(super) fn refuses_unknown_session(body: &[u8], id: &RequestId) -> bool {
-    let said = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_ascii_lowercase();
-    if !said.contains("session") {
-        return false;
-    }
+/// Whether `body`, a 400 answer to a request sent on a session, says the
+/// server does not know the session: what the MCP SDKs' servers before
+/// 2025-06-18's 404 answer (Python: "Bad Request: No valid session ID
+/// provided", with id `server-error`; TypeScript's examples: "Invalid or
+/// missing session ID", with id `null`), and a restarted server behind a
+/// load balancer then says to every session. The request was not run.
+/// Narrow on purpose: a proxy's page that only mentions a session (a
+/// cookie) is not this, nor is an answer to the request itself.
+pub(super) fn refuses_unknown_session(body: &[u8]) -> bool {
     match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(message) => message.get("id") != serde_json::to_value(id).ok().as_ref(),
-        Err(_) => true,
+        Ok(message) => {
+            let id = match message.get("id") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(id)) => Some(id.as_str()),
+                Some(_) => return false,
+            };
+            message["error"]["message"]
+                .as_str()
+                .is_some_and(|said| error_refuses_session(id, said))
+        }
+        Err(_) => {
+            let said = String::from_utf8_lossy(&body[..body.len().min(1024)]);
+            says_session_unknown(&said)
+        }
     }
+}
+
+/// Whether a JSON-RPC error with `id` (a string id, or none) saying `said`
+/// is a server's refusal of an unknown session rather than an answer: it
+/// answers no request of the gateway's (no id, or the Python SDK's
+/// `server-error`) and says so.
+pub(super) fn error_refuses_session(id: Option<&str>, said: &str) -> bool {
+    matches!(id, None | Some("server-error")) && says_session_unknown(said)
+}
+
+fn says_session_unknown(said: &str) -> bool {
+    let said = said.to_ascii_lowercase();
+    said.contains("session")
+        && [
+            "no valid",
+            "invalid",
+            "missing",
+            "unknown",
+            "not found",
+            "expired",
+        ]
+        .iter()
+        .any(|why| said.contains(why))
 }
 
 /// As rmcp reports a failed send, so `http_client::means_session_gone`
@@ -957,28 +989,22 @@ mod tests {
 
     #[test]
     fn a_400_about_the_session_is_told_from_an_answer() {
-        let id = junction_1();
         // Python SDK before 404, TypeScript SDK examples, plain text.
         assert!(refuses_unknown_session(
-            br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}"#,
-            &id
+            br#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}"#
         ));
         assert!(refuses_unknown_session(
-            br#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#,
-            &id
+            br#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#
         ));
-        assert!(refuses_unknown_session(
-            b"Invalid or missing session ID",
-            &id
-        ));
-        // The request's own answer, or a 400 about something else.
+        assert!(refuses_unknown_session(b"Invalid or missing session ID"));
+        // The request's own answer, a 400 about something else, a proxy's
+        // page that mentions a session.
         assert!(!refuses_unknown_session(
-            br#"{"jsonrpc":"2.0","id":"junction-1","error":{"code":-32602,"message":"no session named x"}}"#,
-            &id
+            br#"{"jsonrpc":"2.0","id":"junction-1","error":{"code":-32602,"message":"invalid session name"}}"#
         ));
+        assert!(!refuses_unknown_session(b"Bad Request: malformed JSON"));
         assert!(!refuses_unknown_session(
-            b"Bad Request: malformed JSON",
-            &id
+            b"<html><body>Your session cookie was sent</body></html>"
         ));
     }
 

@@ -254,6 +254,7 @@ impl StreamableHttpClient for TracingHttpClient {
             &message,
             JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)
         );
+        let session_known = session_id.is_some();
         let headers = with_trace_headers(&message, custom_headers);
         let response = if raw_wanted {
             let post = RawPost {
@@ -277,6 +278,18 @@ impl StreamableHttpClient for TracingHttpClient {
                     limits,
                 )
                 .await
+        };
+        // A server's refusal of a session it does not know, sent as a
+        // JSON-RPC error (with a 400, which rmcp reads as a message): the
+        // session is over, as a 404 says (`direct_call::refuses_unknown_session`
+        // for the paths that read the body themselves).
+        let response = match response {
+            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(error), _))
+                if session_known && refuses_session(&error) =>
+            {
+                Err(StreamableHttpError::SessionExpired)
+            }
+            other => other,
         };
         // rmcp opens the stream only for a session with an id.
         if initialize
@@ -346,6 +359,17 @@ impl StreamableHttpClient for TracingHttpClient {
         self.saw_get(session, &stream);
         stream.map(|events| self.tapped(events))
     }
+}
+
+/// Whether `error` is a server's refusal of a session it no longer knows
+/// (see `direct_call::error_refuses_session`).
+fn refuses_session(error: &rmcp::model::JsonRpcError) -> bool {
+    let id = match &error.id {
+        None => None,
+        Some(rmcp::model::NumberOrString::String(id)) => Some(&**id),
+        Some(rmcp::model::NumberOrString::Number(_)) => return false,
+    };
+    super::direct_call::error_refuses_session(id, &error.error.message)
 }
 
 /// Whether a failed send means the server no longer knows the session

@@ -69,11 +69,7 @@ impl RawPost<'_> {
                     BoundedError::Http(error) => StreamableHttpError::Client(error),
                     too_large => unexpected(too_large.to_string()),
                 })?;
-            let id = match message {
-                rmcp::model::JsonRpcMessage::Request(request) => Some(&request.id),
-                _ => None,
-            };
-            if id.is_some_and(|id| super::direct_call::refuses_unknown_session(&body, id)) {
+            if super::direct_call::refuses_unknown_session(&body) {
                 return Err(StreamableHttpError::SessionExpired);
             }
             return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {

@@ -2,8 +2,8 @@
 //! 400, as the Python SDK's servers before 2025-06-18's 404 do (`Bad
 //! Request: No valid session ID provided`, id `server-error`), and that can
 //! be made to forget its sessions as a restart would: its `forget` tool
-//! answers, then forgets every session. `whoami` answers with the
-//! session's id. It refuses `GET` (405, as the spec allows), so only a
+//! answers, then forgets every session. `whoami` (a tool, and a prompt,
+//! which goes upstream another way) answers with the session's id. It refuses `GET` (405, as the spec allows), so only a
 //! POST can find out.
 
 use std::{
@@ -92,7 +92,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         shared.sessions.lock().unwrap().insert(session.clone());
         let result = json!({
             "protocolVersion": "2025-03-26",
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}, "prompts": {}},
             "serverInfo": {"name": "forgetful", "version": "1"}
         });
         return json_response(answer(result), Some(&session));
@@ -123,6 +123,9 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
             ]})
         }
         (Some("tools/call"), Some("whoami")) => text(session.as_deref().unwrap_or_default()),
+        (Some("prompts/list"), _) => json!({"prompts": [{"name": "whoami"}]}),
+        (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
+            "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
         (Some("tools/call"), Some("forget")) => {
             shared.sessions.lock().unwrap().clear();
             text("forgotten")
