@@ -59,7 +59,7 @@ pub struct BodyRules {
     pub read_timeout: Duration,
     /// What the rest of the gateway notes from a body that passed, as
     /// request extensions (this file uses nothing from the crate).
-    pub annotate: fn(&[u8], &mut axum::http::Extensions),
+    pub annotate: fn(&[u8], &axum::http::HeaderMap, &mut axum::http::Extensions),
     /// Makes one answer of a batch's answers (`http::batch`); `None`
     /// refuses every batch.
     pub batches: Option<BatchAnswer>,
@@ -459,26 +459,67 @@ fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Split {
     }
     // Each message's bytes as written, so that what rmcp reads of it (an
     // id past u64, a key given twice) is what it would read posted alone.
-    let Ok(messages) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(body) else {
+    let Ok(BoundedBatch { messages, count }) = serde_json::from_slice::<BoundedBatch>(body) else {
         return Split::NotTaken;
     };
-    if messages.is_empty() {
+    if count == 0 {
         return Split::NotTaken;
     }
-    if messages.len() > MAX_BATCH_MESSAGES {
-        return Split::TooLong(messages.len());
+    if count > MAX_BATCH_MESSAGES {
+        return Split::TooLong(count);
     }
     let with_ids = messages
         .into_iter()
         .map(|message| {
+            // Only a request is answered: a response the client sends
+            // (to a server request) has an id of the server's numbering.
             let id = serde_json::from_str::<Value>(message.get())
                 .ok()
+                .filter(|message| message.get("method").is_some())
                 .and_then(|message| message.get("id").cloned())
                 .unwrap_or(Value::Null);
             (id, Bytes::copy_from_slice(message.get().as_bytes()))
         })
         .collect();
     Split::Messages(with_ids)
+}
+
+/// A batch's first [`MAX_BATCH_MESSAGES`] messages as written, and how
+/// many it has: the rest are counted without being kept (a 4 MiB body of
+/// `0,` would otherwise be two million entries before the bound is seen).
+struct BoundedBatch<'a> {
+    messages: Vec<&'a serde_json::value::RawValue>,
+    count: usize,
+}
+
+impl<'de> Deserialize<'de> for BoundedBatch<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BatchVisitor;
+        impl<'de> Visitor<'de> for BatchVisitor {
+            type Value = BoundedBatch<'de>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a JSON-RPC batch")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut messages = Vec::new();
+                while messages.len() < MAX_BATCH_MESSAGES {
+                    match seq.next_element()? {
+                        Some(message) => messages.push(message),
+                        None => {
+                            let count = messages.len();
+                            return Ok(BoundedBatch { messages, count });
+                        }
+                    }
+                }
+                let mut count = messages.len();
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    count += 1;
+                }
+                Ok(BoundedBatch { messages, count })
+            }
+        }
+        deserializer.deserialize_seq(BatchVisitor)
+    }
 }
 
 /// Checks one message and passes it on, or answers why not.
@@ -516,7 +557,7 @@ async fn check_message(
         }
     }
     let mut parts = parts;
-    (rules.annotate)(&bytes, &mut parts.extensions);
+    (rules.annotate)(&bytes, &parts.headers, &mut parts.extensions);
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
     next.run(request).await
@@ -817,6 +858,30 @@ mod plain_tool_call_tests {
             }
         }
         assert!(taken >= 6, "the shortcut took only {taken} bodies");
+    }
+
+    #[test]
+    fn a_batch_is_split_as_written_and_counted_past_its_bound() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("mcp-session-id", "s".parse().unwrap());
+        let body = br#"[{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}, {"jsonrpc":"2.0","id":5,"result":{}}]"#;
+        let Split::Messages(messages) = batch_to_split(&headers, body) else {
+            panic!("not split");
+        };
+        assert_eq!(
+            &messages[0].1[..],
+            br#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#,
+            "as written"
+        );
+        assert!(messages[0].0.is_number(), "a request's id");
+        assert_eq!(messages[1].0, Value::Null, "a response is answered nothing");
+        let long = format!("[{}0]", "0,".repeat(99));
+        assert!(matches!(
+            batch_to_split(&headers, long.as_bytes()),
+            Split::TooLong(100)
+        ));
+        headers.insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
+        assert!(matches!(batch_to_split(&headers, body), Split::NotTaken));
     }
 
     #[test]

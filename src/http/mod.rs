@@ -300,11 +300,19 @@ fn body_limit(gateway: &Arc<Gateway>) -> json_guard::BodyLimit {
 /// `task` (2025-11-25), for which rmcp's model has no place, reaches the
 /// session as a request extension; so does the version an `initialize`
 /// asks for, which decides whether its stream is primed (`priming.rs`).
-fn note_from_body(body: &[u8], extensions: &mut axum::http::Extensions) {
+fn note_from_body(
+    body: &[u8],
+    headers: &axum::http::HeaderMap,
+    extensions: &mut axum::http::Extensions,
+) {
     if let Some(task) = crate::downstream::tasks::task_augmentation(body) {
         extensions.insert(task);
     }
-    if memchr::memmem::find(body, b"\"initialize\"").is_some() {
+    // Only an `initialize` goes without a session: nothing to look for
+    // in the bodies of a session's requests.
+    if !headers.contains_key("mcp-session-id")
+        && memchr::memmem::find(body, b"\"initialize\"").is_some()
+    {
         #[derive(serde::Deserialize)]
         struct Initialize {
             method: String,
