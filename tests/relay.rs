@@ -984,3 +984,104 @@ async fn roots_changed_while_an_upstream_opens_reach_it() {
     })
     .await;
 }
+
+/// POSTs `body` on `session` and keeps what its SSE answer says in
+/// `seen`, as it arrives; returns once the stream has ended.
+async fn read_post_into(
+    http: reqwest::Client,
+    mcp: String,
+    session: String,
+    body: Value,
+    seen: std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    let mut request = http.post(&mcp).body(body.to_string());
+    for (name, value) in common::raw::JSON_POST {
+        request = request.header(*name, *value);
+    }
+    let mut response = request
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", common::raw::VERSION)
+        .send()
+        .await
+        .expect("the POST");
+    while let Ok(Some(chunk)) = response.chunk().await {
+        seen.lock()
+            .unwrap()
+            .push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// A server request that cannot be told apart between two calls of one
+/// session (a stdio upstream: no request association on the wire) goes
+/// on one of their streams. It went to the session's GET stream, which a
+/// client need not open: it was never delivered, and both calls waited,
+/// their timers paused as if the client were answering, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_request_of_one_sessions_two_calls_reaches_a_client_without_a_get_stream() {
+    let gateway = Gateway::start(&config()).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let initialize =
+        common::raw::INITIALIZE.replace(r#""capabilities":{}"#, r#""capabilities":{"roots":{}}"#);
+    let session = common::raw::open_session_with(&http, &mcp, &initialize).await;
+    let (slow_seen, roots_seen) = (Default::default(), Default::default());
+    let slow = json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+        "params": {"name": "private__slow", "arguments": slow_args(30, 100),
+            "_meta": {"progressToken": "slow"}}});
+    let roots = json!({"jsonrpc": "2.0", "id": "roots", "method": "tools/call",
+        "params": {"name": "private__roots", "arguments": {}}});
+    let slow_call = tokio::spawn(read_post_into(
+        http.clone(),
+        mcp.clone(),
+        session.clone(),
+        slow,
+        std::sync::Arc::clone(&slow_seen),
+    ));
+    // The slow call runs upstream (its progress came) before the second
+    // one starts.
+    eventually("the slow call's progress", OP_TIMEOUT, || {
+        let running = slow_seen.lock().unwrap().contains("notifications/progress");
+        async move { running.then_some(()) }
+    })
+    .await;
+    let roots_call = tokio::spawn(read_post_into(
+        http.clone(),
+        mcp.clone(),
+        session.clone(),
+        roots,
+        std::sync::Arc::clone(&roots_seen),
+    ));
+    let asked = eventually(
+        "roots/list on one of the calls' streams",
+        OP_TIMEOUT,
+        || {
+            let seen = format!(
+                "{}{}",
+                slow_seen.lock().unwrap(),
+                roots_seen.lock().unwrap()
+            );
+            async move {
+                common::raw::sse_messages(&seen)
+                    .into_iter()
+                    .find(|message| message["method"] == "roots/list")
+            }
+        },
+    )
+    .await;
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"],
+        "result": {"roots": [{"uri": "file:///two-calls"}]}});
+    let posted = common::raw::post(
+        &http,
+        &mcp,
+        Some(&session),
+        common::raw::JSON_POST,
+        answer.to_string(),
+    )
+    .await;
+    assert_eq!(posted.status, reqwest::StatusCode::ACCEPTED, "{posted:?}");
+    within("the roots call", roots_call).await.unwrap();
+    let said = common::raw::sse_response(&roots_seen.lock().unwrap());
+    assert_eq!(said["id"], "roots", "{said}");
+    assert!(said.to_string().contains("file:///two-calls"), "{said}");
+    slow_call.abort();
+}

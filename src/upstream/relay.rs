@@ -603,6 +603,17 @@ impl Relay {
             }
         }
         if let [only] = sessions.as_slice() {
+            // One session with several requests in flight: which one the
+            // message is for is not known, but any of their streams
+            // reaches the client, which its GET stream may not (a client
+            // need not open one; a server request parked there waited,
+            // and held its requests' timers, for ever).
+            if let Some(entry) = inflight
+                .values()
+                .find(|entry| entry.caller.session == only.session)
+            {
+                return Ok(entry.caller.clone());
+            }
             return Ok(only.session_only());
         }
         if let Some(owner) = self.owner.get() {
