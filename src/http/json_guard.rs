@@ -279,6 +279,9 @@ pub enum BodyRejection {
     /// Not JSON (or not UTF-8).
     #[error("parse error: {0}")]
     Parse(#[source] serde_json::Error),
+    /// `[]`: JSON-RPC answers an empty batch as an invalid request.
+    #[error("invalid request: an empty JSON-RPC batch")]
+    EmptyBatch,
     /// A JSON array: a batch, which 2025-06-18 and later dropped (and
     /// which 2025-03-26 sessions may send: see `batch_to_split`).
     #[error("invalid request: JSON-RPC batches are only taken from 2025-03-26 sessions; send one message per POST")]
@@ -293,7 +296,9 @@ impl BodyRejection {
     pub fn code(&self) -> i64 {
         match self {
             BodyRejection::Parse(_) => PARSE_ERROR,
-            BodyRejection::Batch | BodyRejection::NotObject => INVALID_REQUEST,
+            BodyRejection::Batch | BodyRejection::EmptyBatch | BodyRejection::NotObject => {
+                INVALID_REQUEST
+            }
         }
     }
 }
@@ -304,6 +309,9 @@ pub fn classify(body: &[u8]) -> Result<(), BodyRejection> {
     serde_json::from_slice::<Scanned>(body).map_err(BodyRejection::Parse)?;
     match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
         Some(b'{') => Ok(()),
+        Some(b'[') if body.trim_ascii()[1..].trim_ascii_start().starts_with(b"]") => {
+            Err(BodyRejection::EmptyBatch)
+        }
         Some(b'[') => Err(BodyRejection::Batch),
         _ => Err(BodyRejection::NotObject),
     }
@@ -703,7 +711,14 @@ mod tests {
 
     #[test]
     fn json_that_is_not_one_object_is_an_invalid_request() {
-        check(b"[]", Some((-32600, "invalid request: JSON-RPC batches")));
+        check(
+            b"[]",
+            Some((-32600, "invalid request: an empty JSON-RPC batch")),
+        );
+        check(
+            b" [ \n ] ",
+            Some((-32600, "invalid request: an empty JSON-RPC batch")),
+        );
         check(
             b" [{\"jsonrpc\":\"2.0\"}]",
             Some((-32600, "invalid request: JSON-RPC batches")),
