@@ -1213,13 +1213,17 @@ async fn only_2025_11_25_clients_get_priming_events() {
 /// declares none is not asked, and its mount offers no suggestions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_is_asked_of_servers_older_than_its_capability() {
-    let mounts: String = [("old", "2024-11-05"), ("new", "2025-06-18")]
-        .iter()
-        .map(|(name, version)| {
-            python_fixture_mount(name, "completion_without_capability.py", "")
-                .replace("\"]\n", &format!("\", \"{version}\"]\n"))
-        })
-        .collect();
+    let mounts: String = [
+        ("old", "2024-11-05"),
+        ("new", "2025-06-18"),
+        ("none", "2024-11-05\", \"missing-once"),
+    ]
+    .iter()
+    .map(|(name, arguments)| {
+        python_fixture_mount(name, "completion_without_capability.py", "")
+            .replace("\"]\n", &format!("\", \"{arguments}\"]\n"))
+    })
+    .collect();
     let gateway = Gateway::start(&format!("{SERVER_TOML}{mounts}")).await;
     let client = gateway.connect().await;
     let complete = |prompt: &str| {
@@ -1237,6 +1241,14 @@ async fn completion_is_asked_of_servers_older_than_its_capability() {
         .await
         .expect("an answer");
     assert!(new.completion.values.is_empty(), "{new:?}");
+    // One that says it has no completion is not asked again (clients ask
+    // on every keystroke).
+    for attempt in 0..2 {
+        let none = within("completion of none__greet", complete("none__greet"))
+            .await
+            .expect("an answer");
+        assert!(none.completion.values.is_empty(), "{attempt}: {none:?}");
+    }
     close(client).await;
 }
 

@@ -322,7 +322,8 @@ impl Upstream<'_> {
             .peer()
             .peer_info()
             .is_some_and(|info| info.protocol_version.as_str() < "2025-03-26");
-        if !predates_capability && !declares(&upstream, |c| c.completions.is_some()) {
+        let undeclared = !declares(&upstream, |c| c.completions.is_some());
+        if (undeclared && !predates_capability) || upstream.lacks_completion() {
             // Offering no suggestions is the honest answer for a mount
             // that has no completions.
             return Ok(CompleteResult::default());
@@ -333,9 +334,10 @@ impl Upstream<'_> {
             Ok(ServerResult::CompleteResult(result)) => Ok(result),
             Ok(_) => Err(unexpected(&mount)),
             Err(RouteError::UpstreamError { error, .. })
-                if predates_capability
-                    && error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
+                if undeclared && error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
             {
+                // Not asked again in this upstream session.
+                upstream.found_no_completion();
                 Ok(CompleteResult::default())
             }
             Err(error) => Err(error),

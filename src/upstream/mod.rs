@@ -101,6 +101,9 @@ pub struct UpstreamSession {
     /// seen to have ended, so that whoever waits for [`Self::close`] finds
     /// it given back.
     held_until_closed: Mutex<Option<Box<dyn Send>>>,
+    /// The server answered `completion/complete` with -32601: it will not
+    /// be asked again in this session (clients ask on every keystroke).
+    no_completion: std::sync::atomic::AtomicBool,
 }
 
 /// How long a ping after a timed-out request may take before the upstream
@@ -605,6 +608,19 @@ impl UpstreamSession {
 
     /// Whether the connection still runs (the child has not exited, the HTTP
     /// session has not failed).
+    /// Whether `completion/complete` is known not to exist here (see
+    /// `no_completion`).
+    pub fn lacks_completion(&self) -> bool {
+        self.no_completion
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that the server has no `completion/complete`.
+    pub fn found_no_completion(&self) {
+        self.no_completion
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn is_alive(&self) -> bool {
         !self.ended.is_cancelled() && !self.peer.is_transport_closed()
     }
