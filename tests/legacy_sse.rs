@@ -26,6 +26,19 @@ fn sse_mount(name: &str, server: &LegacySseServer, extra: &str) -> String {
     )
 }
 
+/// `whoami`'s answer once a call of it succeeds (the mount reopening
+/// its session meanwhile).
+async fn whoami_once_it_answers(client: &Client) -> String {
+    eventually("a call on a new session", OP_TIMEOUT, || async {
+        let result = client
+            .call_tool(rmcp::model::CallToolRequestParams::new("legacy__whoami"))
+            .await
+            .ok()?;
+        (result.is_error != Some(true)).then(|| text(&result).to_owned())
+    })
+    .await
+}
+
 async fn whoami(client: &Client) -> String {
     ok_text(&call(client, "legacy__whoami", json!({})).await).to_owned()
 }
@@ -117,14 +130,7 @@ async fn a_stream_that_ends_is_replaced_by_a_new_session() {
         Ok(result) => assert_eq!(result.is_error, Some(true), "{result:?}"),
         Err(error) => assert!(error.to_string().contains("legacy"), "{error}"),
     }
-    let after = eventually("a call on a new session", OP_TIMEOUT, || async {
-        let result = client
-            .call_tool(rmcp::model::CallToolRequestParams::new("legacy__whoami"))
-            .await
-            .ok()?;
-        (result.is_error != Some(true)).then(|| text(&result).to_owned())
-    })
-    .await;
+    let after = whoami_once_it_answers(&client).await;
     assert_ne!(after, before);
     assert_eq!(
         server.open_streams(),
@@ -150,14 +156,7 @@ async fn a_session_the_server_forgot_is_replaced_and_its_stream_closed() {
     );
     // The server still holds the old stream open; only its 404s say the
     // session is gone.
-    let after = eventually("a call on a new session", OP_TIMEOUT, || async {
-        let result = client
-            .call_tool(rmcp::model::CallToolRequestParams::new("legacy__whoami"))
-            .await
-            .ok()?;
-        (result.is_error != Some(true)).then(|| text(&result).to_owned())
-    })
-    .await;
+    let after = whoami_once_it_answers(&client).await;
     assert_ne!(after, before);
     eventually(
         "the forgotten session's stream to be closed",

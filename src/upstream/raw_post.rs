@@ -62,23 +62,6 @@ impl RawPost<'_> {
         if status == StatusCode::NOT_FOUND && self.session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);
         }
-        if status == StatusCode::BAD_REQUEST && self.session_id.is_some() {
-            let body = read_bounded(response.bytes_stream(), self.limits.max_json_response_size)
-                .await
-                .map_err(|error| match error {
-                    BoundedError::Http(error) => StreamableHttpError::Client(error),
-                    too_large => unexpected(too_large.to_string()),
-                })?;
-            if super::direct_call::refuses_unknown_session(&body) {
-                return Err(StreamableHttpError::SessionExpired);
-            }
-            return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
-                Ok(message) => Ok(StreamableHttpPostResponse::Json(message, None)),
-                Err(error) => Err(unexpected(format!(
-                    "HTTP {status}: not a JSON-RPC message ({error})"
-                ))),
-            };
-        }
         let session = response
             .headers()
             .get("mcp-session-id")
@@ -98,13 +81,19 @@ impl RawPost<'_> {
             });
             return Ok(StreamableHttpPostResponse::Sse(events.boxed(), session));
         }
-        if content_type.starts_with("application/json") {
+        // A 400 may say the session is unknown (servers before 404), in
+        // JSON or in plain text.
+        let refused_on_session = status == StatusCode::BAD_REQUEST && self.session_id.is_some();
+        if content_type.starts_with("application/json") || refused_on_session {
             let body = read_bounded(response.bytes_stream(), self.limits.max_json_response_size)
                 .await
                 .map_err(|error| match error {
                     BoundedError::Http(error) => StreamableHttpError::Client(error),
                     too_large => unexpected(too_large.to_string()),
                 })?;
+            if refused_on_session && super::direct_call::refuses_unknown_session(&body) {
+                return Err(StreamableHttpError::SessionExpired);
+            }
             if status.is_success() {
                 self.raw.offer(&body);
             }

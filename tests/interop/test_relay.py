@@ -835,6 +835,14 @@ async def test_concurrent_sessions_get_only_their_own(target: Target) -> None:
     flight: the gateway refuses it (ARCHITECTURE.md / relay.rs: ambiguous is
     refused, never guessed), which server-everything reports in B's result.
     """
+    await two_sessions_get_only_their_own(target.url, ambiguous_refused=target.transport == "stdio" and target.shared)
+
+
+async def two_sessions_get_only_their_own(url: str, *, ambiguous_refused: bool) -> None:
+    """The body of `test_concurrent_sessions_get_only_their_own`, for any
+    mount of server-everything at `url` (also `test_sse_upstream.py`).
+    `ambiguous_refused`: nothing on the wire ties B's sampling request to
+    B (a shared stdio or SSE mount), so it is refused."""
     b_done = anyio.Event()
     a_in_sampling = anyio.Event()
 
@@ -855,7 +863,7 @@ async def test_concurrent_sessions_get_only_their_own(target: Target) -> None:
         return on_progress
 
     with anyio.fail_after(TEST_TIMEOUT_S):
-        async with connect(target.url, a) as ca, connect(target.url, b) as cb:
+        async with connect(url, a) as ca, connect(url, b) as cb:
             # -- progress
             async def run(c: Client, key: str, steps: int) -> None:
                 results[f"progress-{key}"] = await c.call_tool(
@@ -899,9 +907,9 @@ async def test_concurrent_sessions_get_only_their_own(target: Target) -> None:
     assert not results["A"].is_error and a.sampled_text in text_a, f"A's result: {dump(results['A'])}"
     assert b.sampled_text not in text_a, f"A's result carries B's answer: {text_a}"
     assert a.sampled_text not in text_b, f"B's result carries A's answer: {text_b}"
-    if target.transport == "stdio" and target.shared:
-        assert not b_prompts, f"shared stdio: B's sampling request was routed although ambiguous: {b_prompts}"
-        assert "cannot route" in text_b, f"shared stdio: expected the gateway's refusal in B's result: {dump(results['B'])}"
+    if ambiguous_refused:
+        assert not b_prompts, f"B's sampling request was routed although ambiguous: {b_prompts}"
+        assert "cannot route" in text_b, f"expected the gateway's refusal in B's result: {dump(results['B'])}"
     else:
         assert len(b_prompts) == 1 and prompt_b in b_prompts[0], f"B's sampling callback saw {b_prompts}; B's result {dump(results['B'])}"
         assert not results["B"].is_error and b.sampled_text in text_b, f"B's result: {dump(results['B'])}"

@@ -38,7 +38,7 @@ import mcp_types as types
 import pytest
 
 from conftest import EverythingHttp, Gateway, everything_entry, free_port, loopback_preload, node_bin, toml_str
-from test_relay import FORM_ANSWER, Peer, connect, dump, first_text, list_all_resources, list_all_tools, text_of, wait_until
+from test_relay import FORM_ANSWER, Peer, connect, dump, list_all_resources, list_all_tools, text_of, two_sessions_get_only_their_own, wait_until
 
 pytestmark = [
     pytest.mark.anyio,
@@ -489,75 +489,7 @@ async def test_concurrent_clients_get_only_their_own(target: Target) -> None:
     says which call B's belongs to (as over stdio): the gateway refuses it
     (ambiguous is refused, never guessed), which the tool reports in B's
     result."""
-    b_done = anyio.Event()
-    a_in_sampling = anyio.Event()
-
-    async def hold_a(params: types.CreateMessageRequestParams) -> None:
-        a_in_sampling.set()
-        with anyio.move_on_after(20):
-            await b_done.wait()
-
-    a, b = Peer("A", on_sampling=hold_a), Peer("B")
-    prompt_a, prompt_b = f"from-A-{uuid.uuid4().hex[:8]}", f"from-B-{uuid.uuid4().hex[:8]}"
-    progress: dict[str, list[tuple[float, float | None]]] = {"A": [], "B": []}
-    results: dict[str, types.CallToolResult] = {}
-
-    def recorder(key: str):
-        async def on_progress(p: float, total: float | None, message: str | None) -> None:
-            progress[key].append((p, total))
-
-        return on_progress
-
-    with anyio.fail_after(TEST_TIMEOUT_S):
-        async with connect(target.url, a) as ca, connect(target.url, b) as cb:
-
-            async def run(c, key: str, steps: int) -> None:
-                results[f"progress-{key}"] = await c.call_tool(
-                    f"{TOOL_PREFIX}trigger-long-running-operation",
-                    {"duration": 2, "steps": steps},
-                    progress_callback=recorder(key),
-                )
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run, ca, "A", 4)
-                tg.start_soon(run, cb, "B", 5)
-            await wait_until(lambda: len(progress["A"]) >= 4 and len(progress["B"]) >= 5, 5)
-            for key in ("A", "B"):
-                assert not results[f"progress-{key}"].is_error, dump(results[f"progress-{key}"])
-            assert sorted(progress["A"]) == [(i, 4) for i in range(1, 5)], f"A's callback: {progress['A']}"
-            assert sorted(progress["B"]) == [(i, 5) for i in range(1, 6)], f"B's callback: {progress['B']}"
-            assert {p.total for p in a.progress()} == {4}, f"A received progress: {a.progress()}"
-            assert {p.total for p in b.progress()} == {5}, f"B received progress: {b.progress()}"
-
-            async def call_a() -> None:
-                results["A"] = await ca.call_tool(f"{TOOL_PREFIX}trigger-sampling-request", {"prompt": prompt_a})
-
-            async def call_b() -> None:
-                try:
-                    with anyio.move_on_after(20):
-                        await a_in_sampling.wait()
-                    results["B"] = await cb.call_tool(f"{TOOL_PREFIX}trigger-sampling-request", {"prompt": prompt_b})
-                finally:
-                    b_done.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call_a)
-                tg.start_soon(call_b)
-
-    a_prompts = [first_text(p) for p in a.sampling]
-    b_prompts = [first_text(p) for p in b.sampling]
-    assert len(a_prompts) == 1 and prompt_a in a_prompts[0], f"A's sampling callback saw {a_prompts}"
-    assert not any(prompt_a in p for p in b_prompts), f"B's sampling callback saw A's prompt: {b_prompts}"
-    text_a, text_b = text_of(results["A"]), text_of(results["B"])
-    assert not results["A"].is_error and a.sampled_text in text_a, f"A's result: {dump(results['A'])}"
-    assert b.sampled_text not in text_a, f"A's result carries B's answer: {text_a}"
-    assert a.sampled_text not in text_b, f"B's result carries A's answer: {text_b}"
-    if target.shared:
-        assert not b_prompts, f"shared: B's sampling request was routed although ambiguous: {b_prompts}"
-        assert "cannot route" in text_b, f"shared: expected the gateway's refusal in B's result: {dump(results['B'])}"
-    else:
-        assert len(b_prompts) == 1 and prompt_b in b_prompts[0], f"B's sampling callback saw {b_prompts}; B's result {dump(results['B'])}"
-        assert not results["B"].is_error and b.sampled_text in text_b, f"B's result: {dump(results['B'])}"
+    await two_sessions_get_only_their_own(target.url, ambiguous_refused=target.shared)
 
 
 # ------------------------------------------------------------------- restart
