@@ -38,7 +38,7 @@ import mcp_types as types
 import pytest
 
 from conftest import EverythingHttp, Gateway, everything_entry, free_port, loopback_preload, node_bin, toml_str
-from test_relay import FORM_ANSWER, Peer, connect, dump, list_all_resources, list_all_tools, text_of, two_sessions_get_only_their_own, wait_until
+from test_relay import FORM_ANSWER, Peer, connect, dump, first_text, list_all_resources, list_all_tools, text_of, two_sessions_get_only_their_own, wait_until
 
 pytestmark = [
     pytest.mark.anyio,
