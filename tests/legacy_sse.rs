@@ -39,6 +39,19 @@ async fn whoami_once_it_answers(client: &Client) -> String {
     .await
 }
 
+/// A server, a gateway mounting it (`legacy`, restarted quickly) and a
+/// client of the gateway.
+async fn quickly_restarted_mount() -> (LegacySseServer, Gateway, Client) {
+    let server = LegacySseServer::start(same_origin_endpoint).await;
+    let gateway = Gateway::start(&format!(
+        "{QUICK_SUPERVISION}{}",
+        sse_mount("legacy", &server, "")
+    ))
+    .await;
+    let client = gateway.connect().await;
+    (server, gateway, client)
+}
+
 async fn whoami(client: &Client) -> String {
     ok_text(&call(client, "legacy__whoami", json!({})).await).to_owned()
 }
@@ -109,13 +122,7 @@ async fn a_per_session_mount_gives_each_client_its_own_stream_and_closes_it() {
 
 #[tokio::test]
 async fn a_stream_that_ends_is_replaced_by_a_new_session() {
-    let server = LegacySseServer::start(same_origin_endpoint).await;
-    let gateway = Gateway::start(&format!(
-        "{QUICK_SUPERVISION}{}",
-        sse_mount("legacy", &server, "")
-    ))
-    .await;
-    let client = gateway.connect().await;
+    let (server, _gateway, client) = quickly_restarted_mount().await;
     let before = whoami(&client).await;
     // The server ends the stream instead of answering: the call fails
     // (as a tool error naming the mount, or an error), it does not hang.
@@ -142,13 +149,7 @@ async fn a_stream_that_ends_is_replaced_by_a_new_session() {
 
 #[tokio::test]
 async fn a_session_the_server_forgot_is_replaced_and_its_stream_closed() {
-    let server = LegacySseServer::start(same_origin_endpoint).await;
-    let gateway = Gateway::start(&format!(
-        "{QUICK_SUPERVISION}{}",
-        sse_mount("legacy", &server, "")
-    ))
-    .await;
-    let client = gateway.connect().await;
+    let (server, _gateway, client) = quickly_restarted_mount().await;
     let before = whoami(&client).await;
     assert_eq!(
         ok_text(&call(&client, "legacy__forget", json!({})).await),
