@@ -383,6 +383,54 @@ async fn a_batch_longer_than_the_bound_is_refused() {
     hostile.assert_unharmed().await;
 }
 
+/// `initialize` may not be batched: each would open a session whose id
+/// the merged answer cannot carry, so one POST could fill `max_sessions`
+/// 64 at a time with sessions nobody can end. Nor may a batch pass as a
+/// session's with an `Mcp-Session-Id` that is not text, which names no
+/// session (rmcp takes each such message for a new session's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_opens_no_session() {
+    let mut hostile = Hostile::start().await;
+    let initialize = INITIALIZE.replace("2025-11-25", "2025-03-26");
+    let session = open_session_with(&hostile.http, &hostile.gateway.mcp_url(), &initialize).await;
+    let sessions = || async { status_json(&hostile.gateway).await["downstream_sessions"].clone() };
+    let before = sessions().await;
+    let batch = format!(
+        "[{initialize}, {}]",
+        initialize.replace(r#""id":1"#, r#""id":2"#)
+    );
+    let headers: Vec<(&str, &str)> = JSON_POST
+        .iter()
+        .copied()
+        .chain([("mcp-session-id", session.as_str())])
+        .collect();
+    let answer = hostile.post(None, &headers, batch.clone()).await;
+    assert_refused(&answer, b"", 400, INVALID_REQUEST);
+    assert!(
+        answer
+            .text()
+            .contains("initialize may not be sent in a batch"),
+        "{answer:?}"
+    );
+
+    let mut request = hostile
+        .http
+        .post(hostile.gateway.mcp_url())
+        .header(
+            "mcp-session-id",
+            reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        )
+        .body(batch);
+    for (name, value) in JSON_POST {
+        request = request.header(*name, *value);
+    }
+    let refused = within("POST", request.send()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert!(refused.headers().get("mcp-session-id").is_none());
+    assert_eq!(sessions().await, before, "a batch opened sessions");
+    hostile.assert_unharmed().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_batch_is_an_invalid_request() {
     check_refused("[]", 400, INVALID_REQUEST).await;

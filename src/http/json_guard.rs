@@ -421,6 +421,14 @@ pub async fn check_json_body(
                     format!("invalid request: a batch of {count} messages; at most {MAX_BATCH_MESSAGES} are taken in one"),
                 )
             }
+            Split::HoldsInitialize => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    Value::Null,
+                    INVALID_REQUEST,
+                    "invalid request: initialize may not be sent in a batch".to_owned(),
+                )
+            }
             Split::Messages(messages) => {
                 let answers = messages
                     .into_iter()
@@ -444,6 +452,9 @@ enum Split {
     NotTaken,
     /// A batch of more than [`MAX_BATCH_MESSAGES`].
     TooLong(usize),
+    /// A batch with an `initialize` in it, which the spec forbids: each
+    /// would open a session whose id the merged answer could not carry.
+    HoldsInitialize,
     /// Each message with its `id` (`null` if none), as the client wrote it.
     Messages(Vec<(Value, Bytes)>),
 }
@@ -457,7 +468,12 @@ fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Split {
     if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'[') {
         return Split::NotTaken;
     }
-    if !headers.contains_key("mcp-session-id") {
+    // Read as rmcp reads it: an id that is not text names no session,
+    // and each message would be taken for a new session's.
+    if headers
+        .get("mcp-session-id")
+        .is_none_or(|id| id.to_str().is_err())
+    {
         return Split::NotTaken;
     }
     match headers.get("mcp-protocol-version") {
@@ -476,20 +492,26 @@ fn batch_to_split(headers: &axum::http::HeaderMap, body: &[u8]) -> Split {
     if count > MAX_BATCH_MESSAGES {
         return Split::TooLong(count);
     }
-    let with_ids = messages
-        .into_iter()
-        .map(|message| {
-            // Only a request is answered: a response the client sends
-            // (to a server request) has an id of the server's numbering.
-            let id = serde_json::from_str::<Value>(message.get())
-                .ok()
-                .filter(|message| message.get("method").is_some())
-                .and_then(|message| message.get("id").cloned())
-                .unwrap_or(Value::Null);
-            (id, Bytes::copy_from_slice(message.get().as_bytes()))
-        })
-        .collect();
+    let mut with_ids = Vec::with_capacity(messages.len());
+    for message in messages {
+        let head = serde_json::from_str::<BatchedHead>(message.get()).unwrap_or_default();
+        if head.method.as_deref() == Some("initialize") {
+            return Split::HoldsInitialize;
+        }
+        // Only a request is answered: a response the client sends (to a
+        // server request) has an id of the server's numbering.
+        let id = head.method.and(head.id).unwrap_or(Value::Null);
+        with_ids.push((id, Bytes::copy_from_slice(message.get().as_bytes())));
+    }
     Split::Messages(with_ids)
+}
+
+/// What a batched message's answer needs of it, read without building the
+/// rest (its params are skipped, not kept).
+#[derive(Default, serde::Deserialize)]
+struct BatchedHead {
+    method: Option<String>,
+    id: Option<Value>,
 }
 
 /// A batch's first [`MAX_BATCH_MESSAGES`] messages as written, and how
@@ -895,8 +917,19 @@ mod plain_tool_call_tests {
             batch_to_split(&headers, long.as_bytes()),
             Split::TooLong(100)
         ));
+        let initialize = br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","id":2,"method":"initialize","params":{}}]"#;
+        assert!(matches!(
+            batch_to_split(&headers, initialize),
+            Split::HoldsInitialize
+        ));
         headers.insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
         assert!(matches!(batch_to_split(&headers, body), Split::NotTaken));
+        let mut not_text = axum::http::HeaderMap::new();
+        not_text.insert(
+            "mcp-session-id",
+            axum::http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        assert!(matches!(batch_to_split(&not_text, body), Split::NotTaken));
     }
 
     #[test]
