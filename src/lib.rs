@@ -6,6 +6,8 @@
 //!   into a resolved [`config::Config`] with every problem reported at once.
 //! - [`naming`]: the reversible rewrite of tool/prompt names and resource
 //!   URIs between a mount's own names and the names clients see.
+//! - [`tool_filter`]: which of an upstream's tools a mount offers
+//!   (`include_tools`, `exclude_tools`).
 //! - [`rewrite`]: applies that rewrite inside results (resource links,
 //!   embedded resources, read contents).
 //! - [`catalog`]: the discovery cache; one catalog per mount, merged into one
@@ -37,5 +39,6 @@ pub mod naming;
 pub mod rewrite;
 pub mod signals;
 pub mod telemetry;
+pub mod tool_filter;
 pub mod upstream;
 pub mod wait_for_zero;

@@ -639,3 +639,73 @@ async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
     assert_eq!(after, before, "the client's own profile's lists");
     close(client).await;
 }
+
+/// `include_tools` and `exclude_tools` decide what a mount offers, for a
+/// shared and a per-session mount alike: hidden tools are not listed and a
+/// call to one is an unknown tool. A reload that changes only them keeps
+/// the upstreams running (same pids) and tells sessions the tools list
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_tool_patterns_changes_the_lists_not_the_upstreams() {
+    let config = |patterns: &str| {
+        format!(
+            "{SERVER_TOML}{}{}",
+            stdio_demo_mount("shared", patterns),
+            stdio_demo_mount("own", &format!("isolation = \"per_session\"\n{patterns}")),
+        )
+    };
+    let gateway = Gateway::start(&config("include_tools = [\"pid\", \"e*\"]")).await;
+    let client = gateway.connect().await;
+    let mut names = tool_names(&client).await;
+    names.sort();
+    assert_eq!(
+        names,
+        ["own__echo", "own__pid", "shared__echo", "shared__pid"]
+    );
+    let shared_pid = call_pid(&client, "shared__pid").await;
+    let own_pid = call_pid(&client, "own__pid").await;
+    for hidden in ["shared__add", "own__counter"] {
+        let refused = call_err(&client, hidden, json!({"a": 1, "b": 2})).await;
+        assert_eq!(
+            refused.code,
+            rmcp::model::ErrorCode::INVALID_PARAMS,
+            "{refused:?}"
+        );
+        assert!(refused.message.contains(hidden), "{refused:?}");
+    }
+
+    let list_changes_before = client.service().tool_list_changes();
+    rewrite_config(&gateway.config_path, &config("exclude_tools = [\"echo\"]"));
+    let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
+    assert!(line.contains("retuned=shared,own"), "{line}");
+    assert!(line.contains("changed= "), "{line}");
+    eventually(
+        "tools/list_changed after the reload",
+        RELOAD_TIMEOUT,
+        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
+    )
+    .await;
+    let names = tool_names(&client).await;
+    assert!(names.contains(&"shared__add".to_owned()), "{names:?}");
+    assert!(names.contains(&"own__counter".to_owned()), "{names:?}");
+    assert!(
+        !names.iter().any(|name| name.ends_with("__echo")),
+        "{names:?}"
+    );
+    let added = call(&client, "shared__add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(ok_text(&added), "3");
+    let refused = call_err(&client, "own__echo", json!({"text": "x"})).await;
+    assert_eq!(
+        refused.code,
+        rmcp::model::ErrorCode::INVALID_PARAMS,
+        "{refused:?}"
+    );
+    assert_eq!(call_pid(&client, "shared__pid").await, shared_pid);
+    assert_eq!(call_pid(&client, "own__pid").await, own_pid);
+
+    let status = status_json(&gateway).await;
+    let shared = &status["mounts"][0];
+    assert_eq!(shared["name"], "shared", "{status}");
+    assert!(shared["tools_hidden"] == 1, "{status}");
+    close(client).await;
+}

@@ -36,6 +36,7 @@ pub fn view(mount: MountName, namespace: Namespace, names: &[String]) -> MountVi
                 .map(|uri| ResourceTemplate::new(uri, "t"))
                 .collect(),
         }),
+        tools: Default::default(),
     }
 }
 

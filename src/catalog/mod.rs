@@ -28,7 +28,10 @@ use serde_json::Value;
 pub use page::{page, PageError, PAGE_SIZE};
 pub use route::Route;
 
-use crate::naming::{MountName, Namespace, Separator};
+use crate::{
+    naming::{MountName, Namespace, Separator},
+    tool_filter::ToolFilter,
+};
 
 /// One mount's lists, in the upstream's own names.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,6 +51,8 @@ pub struct MountView {
     pub mount: MountName,
     pub namespace: Namespace,
     pub catalog: Arc<MountCatalog>,
+    /// Which of the catalog's tools the mount offers.
+    pub tools: Arc<ToolFilter>,
 }
 
 /// The same client-visible name offered by two mounts; `kept` wins.
@@ -79,6 +84,9 @@ pub struct MergedCatalog {
     separator: Separator,
     /// Mounts in config order, for routing names not in the lists.
     namespaces: Vec<(Namespace, MountName)>,
+    /// The mounts that hide some tools, with their filters: a name such a
+    /// mount's namespace claims routes only to a tool it offers.
+    tool_filters: HashMap<MountName, Arc<ToolFilter>>,
     tool_routes: HashMap<String, Route>,
     prompt_routes: HashMap<String, Route>,
     resource_routes: HashMap<String, Route>,
@@ -137,11 +145,19 @@ impl MergedCatalog {
                 .iter()
                 .map(|view| (view.namespace.clone(), view.mount.clone()))
                 .collect(),
+            tool_filters: views
+                .iter()
+                .filter(|view| !view.tools.offers_everything())
+                .map(|view| (view.mount.clone(), view.tools.clone()))
+                .collect(),
             ..Default::default()
         };
         let mut collisions = Vec::new();
         for view in views {
             for tool in &view.catalog.tools {
+                if !view.tools.offers(&tool.name) {
+                    continue;
+                }
                 let name = view.namespace.qualify_name(separator, &tool.name);
                 if let Some(kept) = claim(&mut merged.tool_routes, &name, view, &tool.name) {
                     collisions.push(collision("tool", name, kept, view));

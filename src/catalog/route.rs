@@ -25,9 +25,17 @@ impl MergedCatalog {
     }
 
     /// `name`'s route, and whether the lists name it (`false`: a name a
-    /// namespace merely claims).
+    /// namespace merely claims). A tool its mount hides has none.
     pub fn resolve_tool_listed(&self, name: &str) -> Option<(Route, bool)> {
         self.resolve_listed(&self.tool_routes, name)
+            .filter(|(route, _)| self.offers_tool(route))
+    }
+
+    /// Whether `route`'s mount offers its tool (a listed one always is).
+    fn offers_tool(&self, route: &Route) -> bool {
+        self.tool_filters
+            .get(&route.mount)
+            .is_none_or(|filter| filter.offers(&route.original))
     }
 
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {

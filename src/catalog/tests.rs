@@ -5,6 +5,7 @@ use std::sync::Arc;
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use super::*;
+use crate::tool_filter::ToolFilter;
 
 fn tool(name: &str) -> Tool {
     Tool::new(name.to_owned(), "", Arc::new(Default::default()))
@@ -24,6 +25,7 @@ fn view(mount: &str, namespace: &str, tools: &[&str], uris: &[&str]) -> MountVie
             templates: vec![ResourceTemplate::new("tmpl://{id}", "t")],
             tool_execution: HashMap::new(),
         }),
+        tools: Default::default(),
     }
 }
 
@@ -75,6 +77,64 @@ fn unlisted_names_route_by_prefix() {
     assert_eq!(merged.resolve_tool("other__x"), None);
     assert_eq!(merged.resolve_tool("later"), None);
     assert_eq!(merged.resolve_uri("tmpl://7"), None);
+}
+
+fn filtered(mut view: MountView, include: Option<&[&str]>, exclude: &[&str]) -> MountView {
+    let owned = |patterns: &[&str]| patterns.iter().map(|p| p.to_string()).collect();
+    view.tools = Arc::new(ToolFilter::new(include.map(owned), owned(exclude)));
+    view
+}
+
+#[test]
+fn hidden_tools_are_neither_listed_nor_routed() {
+    let (merged, collisions) = merge(&[
+        filtered(
+            view(
+                "alpha",
+                "alpha",
+                &["get_a", "get_b", "delete_a", "echo"],
+                &[],
+            ),
+            Some(&["get_*", "delete_*"]),
+            &["delete_*"],
+        ),
+        view("beta", "beta", &["delete_a"], &[]),
+    ]);
+    assert!(collisions.is_empty());
+    assert_eq!(
+        tool_names(&merged),
+        ["alpha__get_a", "alpha__get_b", "beta__delete_a"]
+    );
+    assert_eq!(merged.resolve_tool("alpha__get_a"), route("alpha", "get_a"));
+    assert_eq!(
+        merged.resolve_tool_listed("alpha__get_later"),
+        Some((route("alpha", "get_later").unwrap(), false)),
+        "a name the namespace claims still routes when the filter offers it"
+    );
+    for hidden in ["alpha__delete_a", "alpha__echo", "alpha__later"] {
+        assert_eq!(merged.resolve_tool(hidden), None, "{hidden}");
+    }
+    assert_eq!(
+        merged.resolve_tool("beta__delete_a"),
+        route("beta", "delete_a")
+    );
+    // Only tools: the filtered mount's prompts of the same names stay.
+    assert_eq!(merged.resolve_prompt("alpha__echo"), route("alpha", "echo"));
+    assert_eq!(merged.prompts.len(), 5);
+}
+
+#[test]
+fn a_hidden_pass_through_tool_leaves_its_name_to_the_next_mount() {
+    let (merged, collisions) = merge(&[
+        filtered(view("one", "", &["echo", "add"], &[]), None, &["echo"]),
+        view("two", "", &["echo"], &[]),
+    ]);
+    assert_eq!(tool_names(&merged), ["add", "echo"]);
+    assert_eq!(merged.resolve_tool("echo"), route("two", "echo"));
+    assert!(
+        !collisions.iter().any(|c| c.kind == "tool"),
+        "{collisions:?}"
+    );
 }
 
 #[test]

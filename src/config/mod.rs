@@ -19,7 +19,10 @@ pub use load::{load, log_format_asked, ConfigSource, EMBEDDED_DEFAULT};
 pub use problems::{ConfigError, Problem};
 pub use validate::namespace_problems;
 
-use crate::naming::{MountName, Namespace, Separator};
+use crate::{
+    naming::{MountName, Namespace, Separator},
+    tool_filter::ToolFilter,
+};
 
 /// Everything the gateway needs to run, already checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,13 +196,17 @@ pub struct MountConfig {
     /// Overrides `[limits] max_upstream_sessions` for this mount (tuning,
     /// like `timeouts`).
     pub max_upstream_sessions: Option<usize>,
+    /// Which of the upstream's tools the mount offers. Applied to the
+    /// running mount by a reload, like tuning: it changes what the
+    /// catalog shows, not the upstream.
+    pub tools: ToolFilter,
 }
 
 impl MountConfig {
     /// Whether `other` names the same upstream, exposed the same way: it
     /// may differ only in tuning (timeouts but `connect`, the per-session
-    /// limit), which a reload applies to the running mount without
-    /// restarting it.
+    /// limit) and in which tools it offers, which a reload applies to the
+    /// running mount without restarting it.
     pub fn same_upstream(&self, other: &MountConfig) -> bool {
         // Destructured so that a new field has to be sorted into one kind
         // or the other here.
@@ -210,6 +217,7 @@ impl MountConfig {
             transport,
             timeouts,
             max_upstream_sessions: _,
+            tools: _,
         } = self;
         *name == other.name
             && *namespace == other.namespace

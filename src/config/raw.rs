@@ -42,6 +42,8 @@ pub struct RawMount {
     pub isolation: Option<String>,
     pub timeouts: Option<RawMountTimeouts>,
     pub max_upstream_sessions: Option<usize>,
+    pub include_tools: Option<Vec<String>>,
+    pub exclude_tools: Option<Vec<String>>,
 }
 
 /// A command-line argument, an environment value or a header value: text,

@@ -9,6 +9,7 @@ use figment::Jail;
 use std::time::Duration;
 
 use super::*;
+use crate::tool_filter::ToolFilter;
 
 /// Loads `text` written to a file named `name` inside a jail, with `env` set.
 fn load_file(name: &str, text: &str, env: &[(&str, &str)]) -> Result<Config, Vec<String>> {
@@ -981,4 +982,76 @@ fn admin_listen_is_not_server_listen() {
         "[server]\nlisten = \"127.0.0.1:0\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
     )
     .expect("two fresh ports");
+}
+
+#[test]
+fn tool_patterns_choose_what_a_mount_offers() {
+    let config = parse(
+        "junction.yaml",
+        "mounts:\n  gh:\n    command: x\n    include_tools: [\"get_*\", list_issues]\n    exclude_tools: [get_secret]\n  all:\n    command: x\n",
+    )
+    .unwrap();
+    let gh = &config.mounts[0].tools;
+    assert!(gh.offers("get_issue"));
+    assert!(gh.offers("list_issues"));
+    assert!(!gh.offers("get_secret"));
+    assert!(!gh.offers("delete_issue"));
+    assert!(config.mounts[1].tools.offers_everything());
+    assert_eq!(
+        *gh,
+        ToolFilter::new(
+            Some(vec!["get_*".into(), "list_issues".into()]),
+            vec!["get_secret".into()],
+        )
+    );
+}
+
+#[test]
+fn tool_patterns_come_from_the_environment_as_lists() {
+    let config = load_file(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\n",
+        &[
+            ("JUNCTION_MOUNTS__A__INCLUDE_TOOLS", "[\"get_*\", \"echo\"]"),
+            ("JUNCTION_MOUNTS__A__EXCLUDE_TOOLS", "[\"get_secret\"]"),
+        ],
+    )
+    .unwrap();
+    let tools = &config.mounts[0].tools;
+    assert!(tools.offers("echo") && tools.offers("get_x"));
+    assert!(!tools.offers("get_secret") && !tools.offers("add"));
+}
+
+/// Every bad pattern is reported, with its place, next to the mount's
+/// other problems.
+#[test]
+fn bad_tool_patterns_are_reported_with_their_place() {
+    let found = problems(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\ninclude_tools = [\"ok\", \"\"]\nexclude_tools = [\"\"]\nisolation = \"sometimes\"\n\
+         [mounts.b]\ncommand = \"x\"\ninclude_tools = \"get_*\"\n\
+         [mounts.c]\ncommand = \"x\"\nexclude_tools = [\"a\", 3]\n",
+    );
+    assert_reported(
+        &found,
+        &[
+            "mounts.a.include_tools[1]: an empty pattern matches no tool",
+            "mounts.a.exclude_tools[0]: an empty pattern matches no tool",
+            "mounts.a.isolation:",
+            "mounts.b.include_tools:",
+            "mounts.c.exclude_tools[1]:",
+        ],
+    );
+    assert_eq!(found.len(), 5, "{found:#?}");
+}
+
+/// A mount may offer no tool (kept for its prompts and resources).
+#[test]
+fn an_empty_include_list_is_a_mount_without_tools() {
+    let config = parse(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\ninclude_tools = []\n",
+    )
+    .unwrap();
+    assert!(!config.mounts[0].tools.offers("anything"));
 }

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::naming::{MountName, Namespace, Separator};
 use crate::telemetry::LogFormat;
+use crate::tool_filter::ToolFilter;
 
 /// Turns the merged, expanded tree into a [`Config`]. `problems` may already
 /// hold problems found earlier (expansion); they are reported with the rest.
@@ -870,6 +871,7 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         (None, None) => None,
     };
     let timeouts = resolve_mount_timeouts(&path, raw.timeouts, problems, &mut ok);
+    let tools = resolve_tool_filter(&path, raw.include_tools, raw.exclude_tools, problems);
     if raw.max_upstream_sessions == Some(0) {
         problems.push(
             format!("{path}.max_upstream_sessions"),
@@ -1033,7 +1035,32 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         transport: transport?,
         timeouts,
         max_upstream_sessions: raw.max_upstream_sessions,
+        tools: tools?,
     })
+}
+
+/// A mount's `include_tools` and `exclude_tools`: each pattern must match
+/// some name (an empty one matches none, surely a slip). An empty
+/// `include_tools` is allowed: a mount kept for its prompts and resources.
+fn resolve_tool_filter(
+    path: &str,
+    include: Option<Vec<String>>,
+    exclude: Option<Vec<String>>,
+    problems: &mut Problems,
+) -> Option<ToolFilter> {
+    let mut ok = true;
+    for (key, patterns) in [("include_tools", &include), ("exclude_tools", &exclude)] {
+        for (index, pattern) in patterns.iter().flatten().enumerate() {
+            if pattern.is_empty() {
+                problems.push(
+                    format!("{path}.{key}[{index}]"),
+                    "an empty pattern matches no tool; write a tool name, or a pattern with * and ?",
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| ToolFilter::new(include, exclude.unwrap_or_default()))
 }
 
 /// Two mounts may not share a non-empty namespace, and no `namespace +

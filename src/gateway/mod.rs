@@ -345,6 +345,7 @@ impl Gateway {
                     .get(&mount.config.name)
                     .cloned()
                     .unwrap_or_else(|| mount.catalog_now(mount.serving_profile(profile))),
+                tools: mount.tool_filter(),
             })
             .collect();
         let (merged, collisions) =

@@ -34,6 +34,7 @@ use crate::{
     catalog::MountCatalog,
     config::{Isolation, MountConfig, Supervision, Timeouts, UpstreamTransport},
     telemetry::metrics::MountLabels,
+    tool_filter::ToolFilter,
     upstream::{
         self, ClientProfile, ListKind, Relay, RequestLimit, UpstreamError, UpstreamEvents,
         UpstreamHandler, UpstreamSession,
@@ -129,6 +130,7 @@ pub struct Mount {
 struct MountTuning {
     timeouts: crate::config::MountTimeouts,
     max_upstream_sessions: Option<usize>,
+    tools: Arc<ToolFilter>,
 }
 
 impl MountTuning {
@@ -136,6 +138,7 @@ impl MountTuning {
         Self {
             timeouts: config.timeouts.clone(),
             max_upstream_sessions: config.max_upstream_sessions,
+            tools: Arc::new(config.tools.clone()),
         }
     }
 }
@@ -367,6 +370,12 @@ impl Mount {
         }
         self.tuning.store(Arc::new(tuning));
         true
+    }
+
+    /// Which of the upstream's tools this mount offers (the running
+    /// config's: a reload changes it in place).
+    pub fn tool_filter(&self) -> Arc<ToolFilter> {
+        self.tuning.load().tools.clone()
     }
 
     /// The limit for one request to this mount (`tool` is the upstream's

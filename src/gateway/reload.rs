@@ -3,7 +3,9 @@
 //! Mounts are compared by name: a mount whose table is unchanged keeps
 //! running untouched (its sessions, in-flight calls and per-session
 //! upstreams go on), and so does one whose table changed only in tuning
-//! (its `timeouts`, its `max_upstream_sessions`), which applies at once;
+//! (its `timeouts`, its `max_upstream_sessions`) or in which tools it
+//! offers (`include_tools`, `exclude_tools`: sessions are told the tools
+//! list changed), which applies at once;
 //! an added one starts; a removed one is retired (its
 //! supervisors stop, every upstream session opened for it closes and its
 //! children are reaped); a changed one is retired and started anew, listing
@@ -79,12 +81,18 @@ impl Gateway {
         // With whether a successor waits for it to have closed entirely.
         let mut retired: Vec<(Arc<Mount>, bool)> = Vec::new();
         let mut started: Vec<Arc<Mount>> = Vec::new();
+        // A running mount's `include_tools` / `exclude_tools` changed: its
+        // tools list changes though its upstream does not.
+        let mut offers_other_tools = false;
         for config in &new.mounts {
             let current = running
                 .iter()
                 .find(|mount| mount.config.name == config.name);
             match current {
                 Some(mount) if mount.config.same_upstream(config) => {
+                    if *mount.tool_filter() != config.tools {
+                        offers_other_tools = true;
+                    }
                     match mount.retune(config) {
                         true => outcome.retuned.push(config.name.clone()),
                         false => outcome.unchanged.push(config.name.clone()),
@@ -142,6 +150,8 @@ impl Gateway {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_| true);
             }
+        } else if offers_other_tools {
+            self.sessions.notify_list_changed(ListKind::Tools, |_| true);
         }
         // A successor's children wait for the old ones (`Mount::follow`);
         // nothing waits for a removed mount's per-session upstreams, which

@@ -90,7 +90,10 @@ pub struct MountReport {
     pub last_error: Option<String>,
     pub restarts: u64,
     pub upstream_sessions: i64,
+    /// The tools the mount offers clients.
     pub tools: usize,
+    /// The upstream's tools its `include_tools` / `exclude_tools` hide.
+    pub tools_hidden: usize,
     pub prompts: usize,
     pub resources: usize,
     pub resource_templates: usize,
@@ -104,6 +107,12 @@ pub fn status(gateway: &Gateway) -> Status {
         .map(|mount| {
             let status = mount.status();
             let catalog = mount.catalog_now(ClientProfile::FULL);
+            let filter = mount.tool_filter();
+            let offered = catalog
+                .tools
+                .iter()
+                .filter(|tool| filter.offers(&tool.name))
+                .count();
             let labels = MountLabels {
                 mount: mount.config.name.as_str().to_owned(),
             };
@@ -116,7 +125,8 @@ pub fn status(gateway: &Gateway) -> Status {
                 last_error: status.last_error,
                 restarts: metrics.upstream_restarts.get_or_create(&labels).get(),
                 upstream_sessions: metrics.upstream_sessions.get_or_create(&labels).get(),
-                tools: catalog.tools.len(),
+                tools: offered,
+                tools_hidden: catalog.tools.len() - offered,
                 prompts: catalog.prompts.len(),
                 resources: catalog.resources.len(),
                 resource_templates: catalog.templates.len(),

@@ -115,6 +115,7 @@ mod tests {
                 restarts: 3,
                 upstream_sessions: 1,
                 tools: 5,
+                tools_hidden: 0,
                 prompts: 1,
                 resources: 2,
                 resource_templates: 1,
