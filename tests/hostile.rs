@@ -431,6 +431,74 @@ async fn a_batch_opens_no_session() {
     hostile.assert_unharmed().await;
 }
 
+/// An `initialize` is kept for its session's life as parsed JSON, many
+/// times its size: outside a session a body may have at most 64 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initialize_is_bounded() {
+    let mut hostile = Hostile::start().await;
+    let padded = |bytes: usize| {
+        INITIALIZE.replace(
+            r#""name":"raw""#,
+            &format!(r#""name":"{}""#, "r".repeat(bytes)),
+        )
+    };
+    let answer = hostile.post(None, JSON_POST, padded(66 * 1024)).await;
+    assert_refused(&answer, b"", 413, INVALID_REQUEST);
+    assert!(
+        answer
+            .text()
+            .contains("outside a session, such as initialize"),
+        "{answer:?}"
+    );
+    assert!(answer.headers.get("mcp-session-id").is_none());
+    let answer = hostile.post(None, JSON_POST, padded(60 * 1024)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert!(answer.headers.get("mcp-session-id").is_some(), "{answer:?}");
+    hostile.assert_unharmed().await;
+}
+
+/// The gateway's peak resident memory, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// A large body for a session that does not exist is answered 404 without
+/// being parsed: parsed, such a body takes many times its size, and
+/// anyone may post to made-up sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_posts_to_made_up_sessions_cost_no_memory() {
+    let mut hostile = Hostile::start().await;
+    let pid = hostile.gateway.proc.pid();
+    let zeros = "0,".repeat(1_900_000);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"a":[{zeros}0]}}}}}}"#
+    );
+    assert!(body.len() > 3_500_000 && body.len() < 4 * 1024 * 1024);
+    let before = peak_rss_kib(pid);
+    let answers = futures::future::join_all((0..8).map(|n| {
+        let session = format!("made-up-{n}");
+        let (http, url, body) = (
+            hostile.http.clone(),
+            hostile.gateway.mcp_url(),
+            body.clone(),
+        );
+        async move { post(&http, &url, Some(&session), JSON_POST, body).await }
+    }))
+    .await;
+    for answer in &answers {
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
+    }
+    let grown_mib = peak_rss_kib(pid).saturating_sub(before) / 1024;
+    // Parsed, each would take some 50 MiB; read whole, 4.
+    assert!(grown_mib < 24, "peak memory grew by {grown_mib} MiB");
+    hostile.assert_unharmed().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_batch_is_an_invalid_request() {
     check_refused("[]", 400, INVALID_REQUEST).await;

@@ -83,6 +83,13 @@ pub type BatchAnswer = Arc<
 /// The session's `max_concurrent_requests` applies to each message too.
 pub const MAX_BATCH_MESSAGES: usize = 64;
 
+/// The largest body a POST outside a session may have: an `initialize`
+/// (every other request needs a session). Real ones are under a few KiB;
+/// what one carries (`capabilities`, `clientInfo`) is kept for the
+/// session's life as parsed JSON, many times its size in memory, so a
+/// `max_body_size` initialize would hold hundreds of MiB per session.
+pub const SESSIONLESS_BODY_LIMIT: usize = 64 * 1024;
+
 /// After refusing an oversized body, how much more of it is read and
 /// dropped, and for how long, so that the client gets to read the 413
 /// instead of a connection reset (a server that closes while the client
@@ -384,8 +391,14 @@ pub async fn check_json_body(
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    let limit = (rules.limit)();
     let (parts, body) = request.into_parts();
+    let (limit, named) = match parts.headers.contains_key("mcp-session-id") {
+        true => ((rules.limit)(), "max_body_size"),
+        false => (
+            SESSIONLESS_BODY_LIMIT.min((rules.limit)()),
+            "the most a request outside a session, such as initialize, may have",
+        ),
+    };
     let bytes = match read_body(body, limit, rules.read_timeout).await {
         BodyRead::Whole(bytes) => bytes,
         BodyRead::TooLarge => {
@@ -393,7 +406,7 @@ pub async fn check_json_body(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Value::Null,
                 INVALID_REQUEST,
-                format!("request body exceeds {limit} bytes (max_body_size)"),
+                format!("request body exceeds {limit} bytes ({named})"),
             )
         }
         BodyRead::TooSlow => {
@@ -626,21 +639,33 @@ async fn read_body(body: Body, limit: usize, read_timeout: Duration) -> BodyRead
             return BodyRead::Whole(Bytes::new());
         };
         if bytes.len() + chunk.len() > limit {
-            let drain = async {
-                let mut drained = 0;
-                while let Some(Ok(chunk)) = stream.next().await {
-                    drained += chunk.len();
-                    if drained > DRAIN_BYTES {
-                        break;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            drain(&mut stream).await;
             return BodyRead::TooLarge;
         }
         bytes.extend_from_slice(&chunk);
     }
     BodyRead::Whole(Bytes::from(bytes))
+}
+
+/// Reads what is left of a body and drops it (at most [`DRAIN_BYTES`], for
+/// at most [`DRAIN_TIME`]), so that the client, still sending, reads the
+/// answer given early rather than a reset connection.
+async fn drain(stream: &mut axum::body::BodyDataStream) {
+    let drain = async {
+        let mut drained = 0;
+        while let Some(Ok(chunk)) = stream.next().await {
+            drained += chunk.len();
+            if drained > DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+}
+
+/// [`drain`] for a body not yet read at all: one answered before it is.
+pub async fn discard(body: Body) {
+    drain(&mut body.into_data_stream()).await;
 }
 
 /// Marks an answer this middleware wrote itself: the body never reached

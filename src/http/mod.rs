@@ -402,6 +402,10 @@ async fn session_answers(
     response
 }
 
+/// Bodies longer than this (or of no stated length) are let in only for a
+/// session that exists.
+const LOOK_UP_SESSION_FIRST_ABOVE: usize = 64 * 1024;
+
 /// [`session_answers`] once the request is let in.
 async fn answer_for_session(
     edge: &Edge,
@@ -420,6 +424,21 @@ async fn answer_for_session(
         return without_internal_details(sessions, session.as_ref(), response).await;
     }
     if method == axum::http::Method::POST {
+        // A large body is parsed (by the guard, then rmcp) into many times
+        // its size: for a session that does not exist, say so first, so
+        // that posts to made-up sessions cost no more than reading them.
+        // Small ones, nearly all, skip the lookup; rmcp checks them.
+        if let Some(id) = &session {
+            let large = request
+                .headers()
+                .get(axum::http::header::CONTENT_LENGTH)
+                .and_then(|length| length.to_str().ok()?.parse::<usize>().ok())
+                .is_none_or(|length| length > LOOK_UP_SESSION_FIRST_ABOVE);
+            if large && !sessions.knows_session(id).await {
+                json_guard::discard(request.into_body()).await;
+                return session_not_found();
+            }
+        }
         let response = next.run(request).await;
         if response
             .extensions()
