@@ -638,6 +638,54 @@ async fn unknown_last_event_id_gets_nothing_of_other_streams() {
     assert!(first.message().is_none(), "plain GET: {first:?}");
 }
 
+/// A resume of a stream that cannot be resumed gets 400, not an empty
+/// stream: a client takes an empty stream for one to open again (the
+/// TypeScript SDK, resuming after an error answer it took for none, then
+/// opened a second `GET` stream, and the two cut each other off every
+/// 3 s). An unknown session still gets 404; the `GET` stream can always
+/// be resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
+    let session = Session::start().await;
+    let events = session
+        .post_answer(
+            "a call answered on its stream",
+            &slow_call("c", "tok", 2, 50),
+        )
+        .await;
+    let answered = last_id(&events);
+    let other = session.other().await;
+    let unknown = format!("0/{}", u64::MAX);
+    for (on, last_event_id, why) in [
+        (
+            &session.id,
+            answered.as_str(),
+            "a stream read to its answer",
+        ),
+        (&session.id, unknown.as_str(), "an unknown stream"),
+        (&session.id, "not-an-event-id", "no id of the gateway's"),
+        (&other, answered.as_str(), "another session's stream"),
+    ] {
+        let response = session.get(on, Some(last_event_id)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::BAD_REQUEST,
+            "{why} (Last-Event-ID {last_event_id:?})"
+        );
+    }
+    let response = session.get("no-such-session", Some(&answered)).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let standalone = session.get(&session.id, Some("0")).await;
+    assert_eq!(standalone.status(), StatusCode::OK);
+    let content_type = standalone.headers().get(CONTENT_TYPE).cloned();
+    assert!(
+        content_type.is_some_and(|value| value.as_bytes().starts_with(EVENT_STREAM.as_bytes())),
+        "the GET stream resumed"
+    );
+    drop(standalone);
+    session.assert_working().await;
+}
+
 /// The count of `demo` tool calls answered `ok`, from `/metrics`.
 async fn calls_answered(session: &Session) -> u64 {
     calls_answered_on(session, "demo").await

@@ -402,6 +402,30 @@ async fn session_answers(
     response
 }
 
+/// A `GET` resuming (`last_event_id`) a stream that cannot be resumed (ended and answered,
+/// forgotten, another session's, or no id of the gateway's) gets 400, not
+/// the empty stream rmcp answers: a client takes an empty stream for one
+/// to open again, and the TypeScript SDK (which resumes after any error
+/// answer, taking it for none) then opens a second `GET` stream (see
+/// `resumable/mod.rs`). An unknown session is left to rmcp's 404.
+async fn refuse_unknown_resume(
+    sessions: &resumable::ResumableSessions,
+    session: Option<&rmcp::transport::streamable_http_server::session::SessionId>,
+    last_event_id: Option<String>,
+) -> Option<axum::response::Response> {
+    let (session, last_event_id) = (session?, last_event_id?);
+    if sessions.can_resume(session, &last_event_id) || !sessions.knows_session(session).await {
+        return None;
+    }
+    Some(
+        (
+            StatusCode::BAD_REQUEST,
+            "Bad Request: Last-Event-ID names no stream of this session that can be resumed",
+        )
+            .into_response(),
+    )
+}
+
 /// Bodies longer than this (or of no stated length) are let in only for a
 /// session that exists.
 const LOOK_UP_SESSION_FIRST_ABOVE: usize = 64 * 1024;
@@ -420,6 +444,19 @@ async fn answer_for_session(
         .and_then(|id| id.to_str().ok())
         .map(rmcp::transport::streamable_http_server::session::SessionId::from);
     if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
+        let resumes = (method == axum::http::Method::GET)
+            .then(|| {
+                request
+                    .headers()
+                    .get("last-event-id")?
+                    .to_str()
+                    .ok()
+                    .map(str::to_owned)
+            })
+            .flatten();
+        if let Some(refused) = refuse_unknown_resume(sessions, session.as_ref(), resumes).await {
+            return refused;
+        }
         let response = next.run(request).await;
         return without_internal_details(sessions, session.as_ref(), response).await;
     }

@@ -24,9 +24,11 @@
 //!   events after that one and follows the log until the response (the
 //!   connection still writing that stream, if any, is closed first: its
 //!   client gave up on it, and a writer stuck on a full socket would hold
-//!   the rest of the stream back); an id
-//!   of another session or of an unknown stream gets an empty stream (rmcp
-//!   answers an error from `resume` that way);
+//!   the rest of the stream back); an id of another session or of an
+//!   unknown stream gets 400 (`http/mod.rs` asks [`ResumableSessions::can_resume`]
+//!   first: rmcp would answer an empty stream, which the TypeScript SDK
+//!   takes for a stream to reopen, as a second `GET` stream that cuts the
+//!   first off, which reopens and cuts it in turn, every 3 s for ever);
 //! - the standalone (`GET`) stream stays rmcp's; its event ids are shifted
 //!   by one so that rmcp's "from this index" replay means "after this id",
 //!   and so that they no longer collide with the priming event's `0`. A
@@ -129,6 +131,19 @@ impl ResumableSessions {
     /// Whether `id` names a session here, awake or asleep.
     pub async fn knows_session(&self, id: &SessionId) -> bool {
         self.activity.used(id).await.is_some()
+    }
+
+    /// Whether `last_event_id` names a stream of session `id` that can be
+    /// resumed: the standalone one always can; a request's while its log
+    /// is kept (open, or ended unread within the last minute).
+    pub fn can_resume(&self, id: &SessionId, last_event_id: &str) -> bool {
+        match parse_event_id(last_event_id) {
+            Some(EventPosition::Standalone { .. }) => true,
+            Some(EventPosition::Request { stream, .. }) => {
+                self.streams.get(&(id.clone(), stream)).is_some()
+            }
+            None => false,
+        }
     }
 
     /// Ends the awake sessions idle for `session_idle_timeout`, puts the
