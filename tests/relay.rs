@@ -549,6 +549,63 @@ async fn requests_waiting_for_a_client_are_bounded() {
     assert_eq!(asked, 32, "sampling requests that reached the client");
 }
 
+/// The bound on requests waiting for clients is each client session's
+/// own: on a shared HTTP mount, a client that leaves 32 sampling requests
+/// unanswered used up every place, and every other client's sampling was
+/// refused until that session ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_answers_leaves_the_others_their_places() {
+    // The gateway's bound (`CLIENT_REQUESTS_MAX`, upstream/handler.rs).
+    const WAITING_PER_CLIENT: usize = 32;
+    let upstream = DemoHttp::start().await;
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        http_mount("shared", &upstream.mcp_url(), "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"silent","version":"0"}}}"#;
+    let silent = raw::open_session_with(&http, &url, initialize).await;
+    // Each call's stream, held open once its sampling request came.
+    let waiting = futures::future::join_all((0..WAITING_PER_CLIENT).map(|n| {
+        let (http, url, silent) = (http.clone(), url.clone(), silent.clone());
+        async move {
+            let call = json!({"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call",
+                "params": {"name": "shared__ask_model", "arguments": {"prompt": "never"}}});
+            let mut response = within(
+                "a silent client's call",
+                http.post(&url)
+                    .header("content-type", "application/json")
+                    .header("accept", raw::ACCEPT_BOTH)
+                    .header("mcp-session-id", &silent)
+                    .header("mcp-protocol-version", raw::VERSION)
+                    .body(call.to_string())
+                    .send(),
+            )
+            .await
+            .unwrap();
+            let mut seen = String::new();
+            while !seen.contains("sampling/createMessage") {
+                let chunk = within("its sampling request", response.chunk())
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("the call ended without asking: {seen}"));
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            response
+        }
+    }))
+    .await;
+    assert_eq!(waiting.len(), WAITING_PER_CLIENT);
+
+    let sampler = connect_with(&url, sampling()).await;
+    let answer = call(&sampler, "shared__ask_model", json!({"prompt": "mine"})).await;
+    assert_eq!(ok_text(&answer), "test-model said: echo: mine");
+    close(sampler).await;
+    drop(waiting);
+}
+
 /// An upstream's cancel of its own request to a client reaches the client
 /// on the stream that request came on, under the id the client saw it by.
 /// It went to the `GET` stream (rmcp routes a cancel by the client's own

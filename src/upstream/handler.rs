@@ -7,7 +7,10 @@
 //! hands what concerns the mount as a whole (list changes, resource updates)
 //! to an [`UpstreamEvents`] implementation.
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use rmcp::{
     model::{
@@ -52,10 +55,13 @@ pub trait UpstreamEvents: Send + Sync + 'static {
 }
 
 /// Bound on an upstream session's requests (sampling, elicitation, roots)
-/// waiting for clients at once. They have no timeout of their own (a
-/// person may take minutes to answer an elicitation), so without a bound
-/// an upstream could keep any number open against its clients, each a
-/// task and an entry on both sides; past it the upstream is refused.
+/// waiting for one client session at once. They have no timeout of their
+/// own (a person may take minutes to answer an elicitation), so without a
+/// bound an upstream could keep any number open against a client, each a
+/// task and an entry on both sides; past it the upstream is refused. Per
+/// client session, not per upstream session: on a shared mount a client
+/// that leaves its requests unanswered must not use up the places of the
+/// others.
 pub const CLIENT_REQUESTS_MAX: usize = 32;
 
 #[derive(Clone)]
@@ -63,8 +69,52 @@ pub struct UpstreamHandler {
     info: ClientConfig,
     events: Arc<dyn UpstreamEvents>,
     relay: Arc<Relay>,
-    /// Places for requests waiting for clients ([`CLIENT_REQUESTS_MAX`]).
-    client_requests: Arc<tokio::sync::Semaphore>,
+    /// Requests waiting for each client session ([`CLIENT_REQUESTS_MAX`]),
+    /// by `Caller::session`; only sessions with some waiting have an entry.
+    client_requests: WaitingBySession,
+}
+
+/// How many requests wait for each client session.
+type WaitingBySession = Arc<Mutex<HashMap<u64, usize>>>;
+
+/// One request's place among those waiting for its client session.
+struct WaitingPlace {
+    waiting: WaitingBySession,
+    session: u64,
+}
+
+impl WaitingPlace {
+    fn take(waiting: &WaitingBySession, session: u64) -> Option<Self> {
+        let mut by_session = waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = by_session.entry(session).or_default();
+        if *count >= CLIENT_REQUESTS_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(Self {
+            waiting: waiting.clone(),
+            session,
+        })
+    }
+}
+
+impl Drop for WaitingPlace {
+    fn drop(&mut self) {
+        let mut by_session = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let std::collections::hash_map::Entry::Occupied(mut count) =
+            by_session.entry(self.session)
+        {
+            *count.get_mut() -= 1;
+            if *count.get() == 0 {
+                count.remove();
+            }
+        }
+    }
 }
 
 impl UpstreamHandler {
@@ -73,7 +123,7 @@ impl UpstreamHandler {
             info,
             events,
             relay,
-            client_requests: Arc::new(tokio::sync::Semaphore::new(CLIENT_REQUESTS_MAX)),
+            client_requests: Default::default(),
         }
     }
 
@@ -113,13 +163,13 @@ impl UpstreamHandler {
         mut request: ServerRequest,
         context: &RequestContext<RoleClient>,
     ) -> Result<ClientResult, ErrorData> {
-        let Ok(_place) = self.client_requests.try_acquire() else {
+        let Some(_place) = WaitingPlace::take(&self.client_requests, caller.session) else {
             tracing::debug!(
-                "refusing an upstream request: {CLIENT_REQUESTS_MAX} already wait for clients"
+                "refusing an upstream request: {CLIENT_REQUESTS_MAX} already wait for its client"
             );
             return Err(ErrorData::internal_error(
                 format!(
-                    "too many requests from this server are waiting for their clients (at most {CLIENT_REQUESTS_MAX})"
+                    "too many requests from this server are waiting for this client (at most {CLIENT_REQUESTS_MAX})"
                 ),
                 None,
             ));
