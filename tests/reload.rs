@@ -709,3 +709,34 @@ async fn a_reload_of_tool_patterns_changes_the_lists_not_the_upstreams() {
     assert!(shared["tools_hidden"] == 1, "{status}");
     close(client).await;
 }
+
+/// SIGHUP takes the file as the poll does, once two reads agree: sent
+/// while the file was being written, it applied the cut-off file (here
+/// without mount `c`), and the finished file, the same as polled before,
+/// was never taken: `c` stayed gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_during_a_write_waits_for_the_file_to_settle() {
+    let config = |mounts: &[&str]| {
+        let mounts: String = mounts
+            .iter()
+            .map(|name| stdio_demo_mount(name, ""))
+            .collect();
+        format!("{SERVER_TOML}{mounts}")
+    };
+    let whole = config(&["a", "b", "c"]);
+    let gateway = Gateway::start(&whole).await;
+    let client = gateway.connect().await;
+    let c_pid = call_pid(&client, "c__pid").await;
+
+    // Written in two steps, as `>` or an editor writing in place may.
+    std::fs::write(&gateway.config_path, config(&["a", "b"])).unwrap();
+    hang_up(&gateway);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::fs::write(&gateway.config_path, &whole).unwrap();
+
+    let line = wait_for_log(&gateway, &["config reloaded", "trigger=SIGHUP"], 1).await;
+    assert!(line.contains("removed= "), "{line}");
+    assert!(line.contains("unchanged=3"), "{line}");
+    assert_eq!(call_pid(&client, "c__pid").await, c_pid);
+    close(client).await;
+}

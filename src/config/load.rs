@@ -85,13 +85,39 @@ fn format_of(path: &Path) -> Option<FileFormat> {
 
 /// Loads, merges, expands and validates the config; every problem at once.
 pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
+    load_read(source, source_text(source))
+}
+
+/// [`load`] from `content`, the file's bytes as read already (by the
+/// reload watcher, which takes a file only once two reads agree: reading
+/// it again could catch a write halfway).
+pub fn load_content(source: &ConfigSource, content: Vec<u8>) -> Result<Config, ConfigError> {
+    let read = match source {
+        ConfigSource::Embedded => source_text(source),
+        ConfigSource::File(path) => format_of(path)
+            .ok_or_else(|| {
+                "unknown config format: use a .toml, .yaml, .yml or .json file".to_owned()
+            })
+            .and_then(|format| {
+                String::from_utf8(content)
+                    .map(|text| (text, format))
+                    .map_err(|_| "cannot read file: stream did not contain valid UTF-8".to_owned())
+            }),
+    };
+    load_read(source, read)
+}
+
+fn load_read(
+    source: &ConfigSource,
+    read: Result<(String, FileFormat), String>,
+) -> Result<Config, ConfigError> {
     let origin = source.describe();
     let fail = |path: &str, message: String| {
         let mut problems = Problems::default();
         problems.push(path, message);
         problems.into_error(origin.clone())
     };
-    let (text, format) = match source_text(source) {
+    let (text, format) = match read {
         Ok(read) => read,
         Err(message) => return Err(fail("", message)),
     };

@@ -15,7 +15,7 @@ mod validate;
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 pub use expand::is_variable_name;
-pub use load::{load, log_format_asked, ConfigSource, EMBEDDED_DEFAULT};
+pub use load::{load, load_content, log_format_asked, ConfigSource, EMBEDDED_DEFAULT};
 pub use problems::{ConfigError, Problem};
 pub use validate::namespace_problems;
 

@@ -9,12 +9,14 @@
 //! ([`Gateway::reload`]), an invalid one is logged with every problem and
 //! the running config keeps serving.
 //!
-//! A file is read until two reads [`SETTLE`] apart agree: a write in place
-//! (`cp`, `>`, an editor that truncates then writes) polled halfway is a
-//! cut-off file, often still valid (cut at a mount's end, or empty: no
-//! mounts), and applying it stopped every mount it lacked. And a file
-//! that is empty (or blank) is never applied by a reload: it is a write
-//! caught halfway far more often than a wish to run no upstream.
+//! A file is read until two reads [`SETTLE`] apart agree, on SIGHUP as on
+//! a poll, and what is applied is that content, not the file read again:
+//! a write in place (`cp`, `>`, an editor that truncates then writes) read
+//! halfway is a cut-off file, often still valid (cut at a mount's end, or
+//! empty: no mounts), and applying it stopped every mount it lacked. And a
+//! file that is empty, blank or only comments is never applied by a
+//! reload: it is a write caught halfway far more often than a wish to run
+//! no upstream.
 
 use std::{sync::Arc, time::Duration};
 
@@ -80,9 +82,21 @@ pub async fn watch(
         };
         #[cfg(not(unix))]
         let hangup_received = std::future::pending::<()>();
-        let trigger = tokio::select! {
+        let (trigger, content) = tokio::select! {
             _ = stop.cancelled() => return,
-            _ = hangup_received => "SIGHUP",
+            _ = hangup_received => {
+                // Asked for, so taken even when unchanged; but as the
+                // poll takes it, once two reads agree: a SIGHUP sent
+                // while the file is being written applied the cut-off
+                // file, and the finished one (as polled before) was never
+                // taken. `None` (unreadable, or still changing after
+                // every read) is loaded from the file, which says why.
+                let content = settled(&source).await;
+                if content.is_some() {
+                    seen = content.clone();
+                }
+                ("SIGHUP", content)
+            }
             _ = poll.tick() => {
                 // A file that cannot be read (mid-replace) is not a change.
                 let current = source.snapshot();
@@ -96,33 +110,47 @@ pub async fn watch(
                 if Some(&current) == seen.as_ref() {
                     continue;
                 }
-                seen = Some(current);
-                "config file changed"
+                seen = Some(current.clone());
+                ("config file changed", Some(current))
             }
         };
-        reload_once(&gateway, &source, &adjust, trigger).await;
+        reload_once(&gateway, &source, &adjust, trigger, content).await;
     }
 }
 
+/// Whether a config file says nothing at all: blank, or only comments
+/// (and YAML's document markers). Such a file is a write caught halfway
+/// (a config often starts with a comment) far more often than a wish to
+/// run no upstream; `{}` or an empty table say that on purpose.
+fn says_nothing(content: &[u8]) -> bool {
+    String::from_utf8_lossy(content).lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
+}
+
+/// Loads `content` (the file as read; `None`: read it now) and applies it.
 async fn reload_once(
     gateway: &Gateway,
     source: &ConfigSource,
     adjust: &(impl Fn(&mut Config) + Sync),
     trigger: &str,
+    content: Option<Vec<u8>>,
 ) {
-    if source
-        .snapshot()
-        .is_some_and(|content| content.iter().all(u8::is_ascii_whitespace))
-    {
+    if content.as_deref().is_some_and(says_nothing) {
         tracing::error!(
             config = %source.describe(),
             %trigger,
-            "config reload rejected: the file is empty (caught while being written?); the running config keeps serving"
+            "config reload rejected: the file is empty or only comments (caught while being written?); the running config keeps serving"
         );
         metrics().count_reload(false, false);
         return;
     }
-    let mut config = match config::load(source) {
+    let loaded = match content {
+        Some(content) => config::load_content(source, content),
+        None => config::load(source),
+    };
+    let mut config = match loaded {
         Ok(config) => config,
         Err(error) => {
             for problem in &error.problems {
@@ -252,9 +280,50 @@ mod tests {
         );
 
         let gateway = Gateway::new(config::load(&source).expect("a valid config"));
-        std::fs::write(&path, "").unwrap();
-        reload_once(&gateway, &source, &|_: &mut Config| {}, "test").await;
-        assert_eq!(max_sessions(&gateway), 6, "an empty file applied");
+        for says_nothing in ["", "# the gateway's config\n", "---\n# mounts:\n"] {
+            std::fs::write(&path, says_nothing).unwrap();
+            reload_once(
+                &gateway,
+                &source,
+                &|_: &mut Config| {},
+                "test",
+                source.snapshot(),
+            )
+            .await;
+            assert_eq!(max_sessions(&gateway), 6, "applied {says_nothing:?}");
+        }
+        std::fs::write(&path, "[limits]\nmax_sessions = 8\n").unwrap();
+        reload_once(
+            &gateway,
+            &source,
+            &|_: &mut Config| {},
+            "test",
+            source.snapshot(),
+        )
+        .await;
+        assert_eq!(max_sessions(&gateway), 8);
+    }
+
+    /// What is applied is the content as read and settled, not the file
+    /// read again (which a write may have cut short since).
+    #[tokio::test]
+    async fn the_content_read_is_what_is_applied() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        std::fs::write(&path, "[limits]\nmax_sessions = 5\n").expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        std::fs::write(&path, "[limits]\nmax_sess").unwrap();
+        let settled_before = b"[limits]\nmax_sessions = 9\n".to_vec();
+        reload_once(
+            &gateway,
+            &source,
+            &|_: &mut Config| {},
+            "test",
+            Some(settled_before),
+        )
+        .await;
+        assert_eq!(max_sessions(&gateway), 9);
     }
 
     /// A reload keeps the running separator (a `[server]` change needs a
@@ -281,7 +350,14 @@ mod tests {
             ),
         )
         .expect("edit the config");
-        reload_once(&gateway, &source, &|_: &mut Config| {}, "test").await;
+        reload_once(
+            &gateway,
+            &source,
+            &|_: &mut Config| {},
+            "test",
+            source.snapshot(),
+        )
+        .await;
         let names: Vec<String> = gateway
             .mounts()
             .iter()
