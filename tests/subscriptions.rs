@@ -325,6 +325,33 @@ async fn updates_reach_a_subscription_made_under_an_old_namespace() {
     close(observer).await;
 }
 
+/// A reload that renames a mount but keeps its namespace leaves its URIs
+/// as they were: a subscription follows its URI to the renamed mount, so
+/// updates still come and an unsubscribe still lets the upstream go. The
+/// subscription stayed with the removed mount: updates stopped without a
+/// word, the unsubscribe failed ("the mount is no longer configured") and
+/// the dead entry counted against the session's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_follows_its_uri_to_a_renamed_mount() {
+    let (gateway, uri, subscriber, observer) = one_subscriber().await;
+    let renamed = format!(
+        "{SERVER_TOML}{}",
+        stdio_demo_mount("moved", "namespace = \"shared\"")
+    );
+    rewrite_config(&gateway.config_path, &renamed);
+    eventually("the renamed mount to hold the note", SETTLE, || async {
+        let log = gateway.proc.stderr.text();
+        log.contains("removed=shared").then_some(())
+    })
+    .await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    remember_and_expect_update(&observer, "shared", &subscriber, &uri).await;
+    unsubscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[]).await;
+    close(subscriber).await;
+    close(observer).await;
+}
+
 /// Subscribing again to what a session's own upstream already holds for
 /// it is answered without asking the upstream again: a server refusing
 /// the duplicate had the gateway drop the working subscription from its

@@ -100,16 +100,21 @@ impl DownstreamSession {
     /// Unsubscribes `uri` here alone if it routes to a per-session mount
     /// whose upstream this session has not opened (or no longer has): it
     /// holds no subscription there, and opening one (a new process) only
-    /// to unsubscribe would be waste. Whether that was the case.
+    /// to unsubscribe would be waste; or to a mount that is gone. Whether
+    /// that was the case.
     fn unsubscribe_without_upstream(&self, uri: &str) -> bool {
         let state = self.state();
         let Some(route) = self.unsubscribe_route(uri) else {
             return false;
         };
-        let per_session = self
-            .gateway
-            .mount(&route.mount)
-            .is_some_and(|mount| mount.config.isolation == Isolation::PerSession);
+        let Some(mount) = self.gateway.mount(&route.mount) else {
+            // Subscribed on a mount a reload has removed since (racing
+            // the move in `SessionRegistry::reroute_removed`): no upstream
+            // holds it any more.
+            self.gateway.sessions().unsubscribe(state.key, uri);
+            return true;
+        };
+        let per_session = mount.config.isolation == Isolation::PerSession;
         if !per_session || state.open_upstream(&route.mount).is_some() {
             return false;
         }

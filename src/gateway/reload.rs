@@ -143,6 +143,19 @@ impl Gateway {
         self.config.store(Arc::new(new));
         self.mounts.store(Arc::new(next));
         self.catalog_changed();
+        // Before the new mounts start: their first sessions subscribe to
+        // what sessions want of them, moved subscriptions included.
+        if !outcome.removed.is_empty() {
+            let catalog = self.catalog(crate::upstream::ClientProfile::FULL);
+            for removed in &outcome.removed {
+                let (moved, ended) = self
+                    .sessions
+                    .reroute_removed(removed, |uri| catalog.resolve_uri(uri));
+                if moved + ended > 0 {
+                    tracing::info!(mount = %removed, moved, ended, "subscriptions to a removed mount's resources moved or ended");
+                }
+            }
+        }
         for mount in &started {
             mount.start();
         }

@@ -292,6 +292,42 @@ impl SessionRegistry {
         Some(route)
     }
 
+    /// A reload removed `mount`: each subscription to its URIs moves to
+    /// where its client-visible URI routes now (`route_now`), if that is
+    /// the same upstream URI on another mount (the mount was renamed, its
+    /// namespace kept), and ends otherwise: it would never be told of
+    /// again, nor could it be unsubscribed, and it would count against
+    /// the session's bound for ever. Returns how many moved and ended.
+    pub fn reroute_removed(
+        &self,
+        mount: &MountName,
+        route_now: impl Fn(&str) -> Option<Route>,
+    ) -> (usize, usize) {
+        let mut sessions = self.lock();
+        let mut wanted = self.wanted();
+        let (mut moved, mut ended) = (0, 0);
+        for (key, entry) in sessions.iter_mut() {
+            for (uri, route) in entry.subscriptions.iter_mut() {
+                if route.mount != *mount {
+                    continue;
+                }
+                unwant(&mut wanted, *key, uri, route);
+                match route_now(uri)
+                    .filter(|now| now.mount != *mount && now.original == route.original)
+                {
+                    Some(now) => {
+                        want(&mut wanted, *key, uri, &now);
+                        *route = now;
+                        moved += 1;
+                    }
+                    None => ended += 1,
+                }
+            }
+            entry.subscriptions.retain(|_, route| route.mount != *mount);
+        }
+        (moved, ended)
+    }
+
     /// Whether some session is subscribed to the upstream URI `original` of
     /// `mount`.
     pub fn wants(&self, mount: &MountName, original: &str) -> bool {
@@ -479,6 +515,45 @@ mod tests {
 
     struct Nothing;
     impl rmcp::ServerHandler for Nothing {}
+
+    /// A removed mount's subscriptions move where their URIs now lead to
+    /// the same upstream URI, and end otherwise: none is left on it.
+    #[tokio::test]
+    async fn a_removed_mounts_subscriptions_move_or_end() {
+        let (transport, _other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let registry = SessionRegistry::default();
+        let key = registry.next_key();
+        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let (gone, renamed) = (
+            MountName::new("gone").unwrap(),
+            MountName::new("renamed").unwrap(),
+        );
+        let on = |mount: &MountName, original: &str| Route {
+            mount: mount.clone(),
+            original: original.into(),
+        };
+        for uri in ["x+demo://a", "x+demo://b", "x+demo://c"] {
+            let original = uri.strip_prefix("x+").unwrap();
+            assert!(registry.subscribe(key, uri, &on(&gone, original)).is_ok());
+        }
+        let (moved, ended) = registry.reroute_removed(&gone, |uri| match uri {
+            "x+demo://a" => Some(on(&renamed, "demo://a")),
+            // Routed elsewhere, to another upstream URI: not the same.
+            "x+demo://b" => Some(on(&renamed, "x+demo://b")),
+            _ => None,
+        });
+        assert_eq!((moved, ended), (1, 2));
+        assert_eq!(registry.subscriptions_on(key, &renamed), ["demo://a"]);
+        assert!(registry.subscriptions_on(key, &gone).is_empty());
+        assert!(registry.wanted_on(&gone).is_empty());
+        assert!(registry.wants(&renamed, "demo://a"));
+        assert_eq!(
+            registry.subscribed_route(key, "x+demo://a"),
+            Some(on(&renamed, "demo://a"))
+        );
+        assert_eq!(registry.subscribed_route(key, "x+demo://c"), None);
+    }
 
     /// A subscription belongs to the mount the URI routed to: the same
     /// URI's update from another mount is not the session's.
