@@ -569,6 +569,55 @@ async fn metrics_count_exactly_the_traffic_sent() {
     close(client).await;
 }
 
+/// Not even at rmcp's `trace` level does the session id reach the log:
+/// rmcp's worker span names the session's worker after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_log_holds_no_session_id() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "trace")]).await;
+    gateway.wait_ready().await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+    let answer = raw::post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        raw::JSON_POST,
+        raw::echo_request("7", "x"),
+    )
+    .await;
+    assert_eq!(
+        answer.body["result"]["content"][0]["text"], "x",
+        "{answer:?}"
+    );
+    // Through rmcp's session worker (a quick call does not go there).
+    let subscribe = r#"{"jsonrpc":"2.0","id":8,"method":"resources/subscribe","params":{"uri":"demo+demo://readme"}}"#;
+    let answer = raw::post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        raw::JSON_POST,
+        subscribe,
+    )
+    .await;
+    assert!(answer.body.get("result").is_some(), "{answer:?}");
+    eventually(
+        "rmcp's worker to log the request",
+        Duration::from_secs(5),
+        || async { gateway.proc.stderr.find("request wise channel") },
+    )
+    .await;
+    let stderr = gateway.proc.stderr.text();
+    let leaks: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains(&session))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "the session id {session} is in the log: {leaks:#?}"
+    );
+}
+
 /// JSON log lines inside a request carry its context, and the session
 /// appears only as its fingerprint: the id itself, which is all it takes to
 /// act in the session, never reaches the log.

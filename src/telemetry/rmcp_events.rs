@@ -100,11 +100,16 @@ fn is_rmcp(metadata: &Metadata<'_>) -> bool {
     metadata.target() == "rmcp" || metadata.target().starts_with("rmcp::")
 }
 
-/// rmcp's session spans record the session id as `id`.
+/// rmcp's session spans record the session id as `id`; its
+/// `transport_worker` span (trace level) records the worker's `name`,
+/// which for a downstream session is `streamable-http-session-<id>`. A
+/// span's fields cannot be looked at when it is enabled (only its
+/// callsite), so every such span is left out.
 fn span_carries_a_session_id(metadata: &Metadata<'_>) -> bool {
     is_rmcp(metadata)
-        && (metadata.fields().field("session_id").is_some()
-            || metadata.fields().field("id").is_some())
+        && ["session_id", "id", "name"]
+            .iter()
+            .any(|field| metadata.fields().field(field).is_some())
 }
 
 /// The line (and level) to write instead of `event`, if it is rmcp's and
@@ -246,6 +251,8 @@ mod tests {
             tracing::warn!(target: "rmcp::service", "a line about no session");
             tracing::warn!(target: "junction::x", session_id = "kept-as-is", "not rmcp's");
             let _ = tracing::info_span!(target: "rmcp::transport", "streamable_http_session", id = downstream);
+            let worker = format!("streamable-http-session-{downstream}");
+            let _ = tracing::info_span!(target: "rmcp::transport::worker", "transport_worker", name = worker);
             let _ = tracing::info_span!(target: "rmcp::service", "serve_inner");
         });
         let seen = seen.0.lock().unwrap().clone();
