@@ -352,6 +352,28 @@ async fn a_subscription_follows_its_uri_to_a_renamed_mount() {
     close(observer).await;
 }
 
+/// A URI to subscribe to is bounded (16 KiB): a subscription is kept for
+/// the session's life, several times over, and held upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_to_an_overlong_uri_is_refused() {
+    let gateway = Gateway::start(&shared_config()).await;
+    let client = gateway.connect().await;
+    let long = format!("shared+demo://notes/{}", "n".repeat(16 * 1024));
+    let refused = within(
+        "subscribing",
+        client.subscribe(SubscribeRequestParams::new(&long)),
+    )
+    .await
+    .expect_err("an overlong URI was subscribed to");
+    let rmcp::service::ServiceError::McpError(error) = refused else {
+        panic!("not a JSON-RPC error: {refused}");
+    };
+    assert_eq!(error.code.0, -32000, "{error:?}");
+    assert!(error.message.contains("at most 16384 bytes"), "{error:?}");
+    subscribe(&client, &format!("shared+{NOTE}")).await;
+    close(client).await;
+}
+
 /// Subscribing again to what a session's own upstream already holds for
 /// it is answered without asking the upstream again: a server refusing
 /// the duplicate had the gateway drop the working subscription from its

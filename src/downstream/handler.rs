@@ -225,6 +225,9 @@ pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObje
 
 /// A shared upstream's subscription call failed (see
 /// `gateway::subscriptions`).
+/// The longest URI a session may subscribe to.
+pub const MAX_SUBSCRIBED_URI_BYTES: usize = 16 * 1024;
+
 fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
     match error {
         SubscriptionError::Upstream(error) => RouteError::upstream(&mount.config, error.into()),
@@ -517,6 +520,18 @@ impl ServerHandler for DownstreamSession {
             let uri = request.uri.clone();
             super::observe::concerns_resource(&uri);
             let answer = async {
+                // Kept for the session's life, several times over (and
+                // held upstream): a bound on the count alone let one
+                // session hold 1,000 URIs of up to `max_body_size` each.
+                if uri.len() > MAX_SUBSCRIBED_URI_BYTES {
+                    return Err(RouteError::LimitExceeded {
+                        what: format!(
+                            "a URI to subscribe to may have at most {MAX_SUBSCRIBED_URI_BYTES} bytes; this one has {}",
+                            uri.len()
+                        ),
+                        limit: MAX_SUBSCRIBED_URI_BYTES,
+                    });
+                }
                 let (route, mount, upstream) = self.resource_upstream(&uri).await?;
                 let subscribable = |c: &ServerCapabilities| {
                     c.resources
