@@ -19,7 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from conftest import Gateway, everything_entry, everything_stdio_command
+from conftest import Gateway, everything_config, everything_entry, everything_stdio_command
 
 pytestmark = pytest.mark.anyio
 
@@ -218,6 +218,34 @@ async def test_unnamespaced_tool_is_rejected(everything_gateway: Gateway) -> Non
                 assert e.code in (types.INVALID_PARAMS, types.METHOD_NOT_FOUND), e.error
             else:
                 assert result.is_error, f"unprefixed `echo` was served: {dump(result)}"
+
+
+async def test_tool_patterns_choose_what_the_mount_offers(start_gateway, isolation: str) -> None:
+    """`include_tools` / `exclude_tools` against the real server: the tools
+    they hide are neither listed nor callable, the others work as before."""
+    config = everything_config(isolation) + 'include_tools = ["get-*", "echo"]\nexclude_tools = ["get-env"]\n'
+    gateway = start_gateway(config)
+    # A shared upstream declares every client capability (and lists the
+    # tools gated on them); a per-session one this client's, none.
+    like_the_upstream = ALL_CAPABILITIES if isolation == "shared" else {}
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(upstream_params(), **like_the_upstream) as direct:
+            upstream = [t.name for t in await list_all_tools(direct)]
+        async with connect(gateway.mcp_url) as c:
+            names = sorted(t.name for t in await list_all_tools(c))
+            expected = sorted(
+                TOOL_PREFIX + n for n in upstream if (n.startswith("get-") or n == "echo") and n != "get-env"
+            )
+            assert names == expected, names
+            assert f"{TOOL_PREFIX}get-sum" in names and f"{TOOL_PREFIX}echo" in names, names
+            result = await c.call_tool(f"{TOOL_PREFIX}get-sum", {"a": 2, "b": 3})
+            assert any("5" in t for t in texts(result)), dump(result)
+            for hidden in ("get-env", "trigger-long-running-operation"):
+                assert hidden in upstream, upstream
+                with pytest.raises(MCPError) as refused:
+                    await c.call_tool(f"{TOOL_PREFIX}{hidden}", {})
+                assert refused.value.error.code == types.INVALID_PARAMS, refused.value.error
+                assert "unknown tool" in refused.value.error.message, refused.value.error
 
 
 async def test_two_sessions_in_a_row(everything_gateway: Gateway) -> None:
