@@ -740,3 +740,34 @@ async fn sighup_during_a_write_waits_for_the_file_to_settle() {
     assert_eq!(call_pid(&client, "c__pid").await, c_pid);
     close(client).await;
 }
+
+/// A call in flight on a mount a reload removes fails saying so. It said
+/// the upstream "went away … it is restarted on the next call", though the
+/// next call finds no such tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_by_a_reload_says_so() {
+    let config = |mounts: &str| format!("{SERVER_TOML}{}{mounts}", stdio_demo_mount("keep", ""));
+    let gateway = Gateway::start(&config(&stdio_demo_mount(
+        "gone",
+        "isolation = \"per_session\"",
+    )))
+    .await;
+    let client = gateway.connect().await;
+    let (cut, ()) = tokio::join!(call(&client, "gone__slow", slow_args(100, 100)), async {
+        eventually(
+            "the slow call to be in flight upstream",
+            RELOAD_TIMEOUT,
+            || async { (!client.service().progress().is_empty()).then_some(()) },
+        )
+        .await;
+        rewrite_config(&gateway.config_path, &config(""));
+        wait_for_log(&gateway, &["config reloaded", "removed=gone"], 1).await;
+    });
+    assert_eq!(cut.is_error, Some(true), "{cut:?}");
+    assert!(
+        text(&cut).contains("a config reload removed or changed the mount"),
+        "{cut:?}"
+    );
+    assert!(!text(&cut).contains("restarted"), "{cut:?}");
+    close(client).await;
+}

@@ -17,7 +17,8 @@ use rmcp::{
 use serde_json::json;
 
 use crate::{
-    config::{Isolation, MountConfig},
+    config::Isolation,
+    gateway::Mount,
     naming::{MountName, Namespace},
     upstream::RequestError,
 };
@@ -61,8 +62,19 @@ pub enum RouteError {
 }
 
 impl RouteError {
-    /// Classifies a failed upstream request.
-    pub fn upstream(mount_config: &MountConfig, error: RequestError) -> Self {
+    /// Classifies a failed upstream request to `mount`.
+    pub fn upstream(mount: &Mount, error: RequestError) -> Self {
+        let mount_config = &mount.config;
+        if mount.is_retired() && !matches!(error, RequestError::Service(ServiceError::McpError(_)))
+        {
+            // Whatever the upstream's end looked like from here (it went
+            // away, its stream broke), the reload ended it: a removed
+            // mount is not restarted, and the upstream did nothing wrong.
+            return RouteError::UpstreamFailed {
+                mount: mount_config.name.clone(),
+                cause: "a config reload removed or changed the mount during the request".to_owned(),
+            };
+        }
         let mount = mount_config.name.clone();
         match error {
             RequestError::Service(ServiceError::McpError(error)) => RouteError::UpstreamError {

@@ -230,7 +230,7 @@ pub const MAX_SUBSCRIBED_URI_BYTES: usize = 16 * 1024;
 
 fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
     match error {
-        SubscriptionError::Upstream(error) => RouteError::upstream(&mount.config, error.into()),
+        SubscriptionError::Upstream(error) => RouteError::upstream(mount, error.into()),
         timed_out @ SubscriptionError::TimedOut(_) => RouteError::TimedOut {
             mount: mount.config.name.clone(),
             cause: timed_out.to_string(),

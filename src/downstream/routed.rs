@@ -122,7 +122,7 @@ impl Again<'_> {
         upstream
             .request(request, caller, self.cancel, mount.request_limit(tool))
             .await
-            .map_err(|error| RouteError::upstream(&mount.config, error))
+            .map_err(|error| RouteError::upstream(&mount, error))
     }
 }
 
@@ -186,13 +186,11 @@ impl Upstream<'_> {
                             unrun,
                             unsent: None,
                         };
-                        return Err(RouteError::upstream(&mount.config, error));
+                        return Err(RouteError::upstream(mount, error));
                     }
                 }
             }
-            (answer, _) => {
-                return answer.map_err(|error| RouteError::upstream(&mount.config, error))
-            }
+            (answer, _) => return answer.map_err(|error| RouteError::upstream(mount, error)),
         };
         tracing::info!(mount = %mount.config.name, "the upstream no longer knew the session; sending the request again on a new one");
         // Boxed: inline, this rare path's futures (a connect, a second

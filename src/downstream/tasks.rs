@@ -410,7 +410,7 @@ impl DownstreamSession {
                         limit,
                     )
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?;
+                    .map_err(|error| RouteError::upstream(&mount, error))?;
                 let upstream_id = result
                     .pointer("/task/taskId")
                     .and_then(Value::as_str)
@@ -514,7 +514,7 @@ impl DownstreamSession {
                 let mut result = upstream
                     .request_raw(method, upstream_params, self.caller(&context), &context.ct, limit)
                     .await
-                    .map_err(|error| RouteError::upstream(&mount.config, error))?
+                    .map_err(|error| RouteError::upstream(&mount, error))?
                     .result;
                 match method {
                     // The task's payload: what the original `tools/call`
@@ -650,7 +650,7 @@ impl DownstreamSession {
                 }
             };
             let result = answer
-                .map_err(|error| RouteError::upstream(&mount.config, error))?
+                .map_err(|error| RouteError::upstream(&mount, error))?
                 .result;
             if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
                 tasks.extend(listed.iter().cloned());
