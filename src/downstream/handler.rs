@@ -215,11 +215,15 @@ pub(super) async fn connect(
     }
 }
 
-/// The client's `_meta` for the upstream request, minus the progress token:
-/// rmcp puts its own token on every outbound request.
+/// The client's `_meta` for the upstream request, minus the progress token
+/// (rmcp puts its own token on every outbound request) and any related
+/// task: a client names tasks by the gateway's ids, which mean nothing
+/// upstream, and passed on as written a shared upstream would read a
+/// raw id the client chose, perhaps another session's task.
 pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObject> {
     let mut meta = meta.clone();
     meta.0.remove("progressToken");
+    meta.0.remove(crate::upstream::relay::RELATED_TASK);
     (!meta.0.is_empty()).then_some(meta)
 }
 
@@ -738,5 +742,25 @@ async fn tell_level(
         if let Err(error) = bounded(upstream, timeout, upstream.peer().set_level(params)).await {
             tracing::debug!(mount = %mount.config.name, error = %crate::upstream::http_client::with_causes(&error), "logging/setLevel failed upstream");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_progress_token_and_related_task_stay_here() {
+        let mut meta = RequestMetaObject::default();
+        meta.0.insert("progressToken".into(), serde_json::json!(7));
+        meta.0.insert(
+            crate::upstream::relay::RELATED_TASK.into(),
+            serde_json::json!({"taskId": "1"}),
+        );
+        assert!(forwarded_meta(&meta).is_none());
+        meta.0
+            .insert("traceparent".into(), serde_json::json!("00-x"));
+        let forwarded = forwarded_meta(&meta).expect("the rest goes on");
+        assert_eq!(forwarded.0.keys().collect::<Vec<_>>(), ["traceparent"]);
     }
 }
