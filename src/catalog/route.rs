@@ -33,9 +33,12 @@ impl MergedCatalog {
 
     /// Whether `route`'s mount offers its tool (a listed one always is).
     fn offers_tool(&self, route: &Route) -> bool {
-        self.tool_filters
-            .get(&route.mount)
-            .is_none_or(|filter| filter.offers(&route.original))
+        // Every call asks: most gateways filter nothing.
+        self.tool_filters.is_empty()
+            || self
+                .tool_filters
+                .get(&route.mount)
+                .is_none_or(|filter| filter.offers(&route.original))
     }
 
     pub fn resolve_prompt(&self, name: &str) -> Option<Route> {
