@@ -373,6 +373,23 @@ async fn session_answers(
     if let Some(refused) = host_check::refusal(&edge.allowed, &request) {
         return refused;
     }
+    // An id that is not text names no session to rmcp, which then takes a
+    // POST for a new session's, while the gateway's own checks (the body
+    // bounds of a request outside a session, the early lookup of a large
+    // body's session) saw a session. Refused first, body unread, so that
+    // everything after agrees: a header present is text.
+    if request
+        .headers()
+        .get("mcp-session-id")
+        .is_some_and(|id| id.to_str().is_err())
+    {
+        crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Malformed);
+        return (
+            StatusCode::BAD_REQUEST,
+            "Bad Request: Mcp-Session-Id must be visible ASCII text",
+        )
+            .into_response();
+    }
     // A page's request, its origin on the allow-list: the browser reads
     // the answer only if it says so. Not with the check off (`["*"]`):
     // that would let every website a user visits drive the gateway (and
