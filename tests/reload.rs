@@ -771,3 +771,36 @@ async fn a_call_cut_off_by_a_reload_says_so() {
     assert!(!text(&cut).contains("restarted"), "{cut:?}");
     close(client).await;
 }
+
+/// SIGHUP while the file keeps changing applies nothing (the poll takes
+/// the file once it settles): it read the file once more unchecked, and a
+/// file caught as only a comment stopped every mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_while_the_file_keeps_changing_applies_nothing() {
+    let whole = format!("{SERVER_TOML}{}", stdio_demo_mount("a", ""));
+    let gateway = Gateway::start(&whole).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "a__pid").await;
+    let path = gateway.config_path.clone();
+    let writer = tokio::spawn(async move {
+        // About 2 s of a file that never stays the same for 200 ms.
+        for n in 0..40 {
+            std::fs::write(&path, format!("# config{}\n", " ".repeat(n))).unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    hang_up(&gateway);
+    wait_for_log(&gateway, &["SIGHUP: the config file is still changing"], 1).await;
+    writer.await.unwrap();
+    std::fs::write(&gateway.config_path, &whole).unwrap();
+    // The poll after the edits settles sees the file as first loaded.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        log_lines(&gateway, &["config reloaded"]).is_empty(),
+        "{:?}",
+        log_lines(&gateway, &["config reload"])
+    );
+    assert_eq!(call_pid(&client, "a__pid").await, pid);
+    close(client).await;
+}

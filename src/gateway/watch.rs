@@ -89,13 +89,24 @@ pub async fn watch(
                 // poll takes it, once two reads agree: a SIGHUP sent
                 // while the file is being written applied the cut-off
                 // file, and the finished one (as polled before) was never
-                // taken. `None` (unreadable, or still changing after
-                // every read) is loaded from the file, which says why.
-                let content = settled(&source).await;
-                if content.is_some() {
-                    seen = content.clone();
+                // taken.
+                match settled(&source).await {
+                    Some(content) => {
+                        seen = Some(content.clone());
+                        ("SIGHUP", Some(content))
+                    }
+                    // Unreadable (or the embedded config): loading says why.
+                    None if source.snapshot().is_none() => ("SIGHUP", None),
+                    // Still being written: the poll takes it once it
+                    // settles (it differs from what was seen).
+                    None => {
+                        tracing::warn!(
+                            config = %source.describe(),
+                            "SIGHUP: the config file is still changing; it is applied once it settles"
+                        );
+                        continue;
+                    }
                 }
-                ("SIGHUP", content)
             }
             _ = poll.tick() => {
                 // A file that cannot be read (mid-replace) is not a change.
@@ -129,23 +140,22 @@ fn says_nothing(content: &[u8]) -> bool {
     })
 }
 
-/// Loads `content` (the file as read; `None`: read it now) and applies it.
+/// Loads `content` (the file as read and settled; `None` only for a file
+/// that cannot be read, or the embedded config) and applies it. Returns
+/// whether it was applied.
 async fn reload_once(
     gateway: &Gateway,
     source: &ConfigSource,
     adjust: &(impl Fn(&mut Config) + Sync),
     trigger: &str,
     content: Option<Vec<u8>>,
-) {
-    if content.as_deref().is_some_and(says_nothing) {
-        tracing::error!(
-            config = %source.describe(),
-            %trigger,
-            "config reload rejected: the file is empty or only comments (caught while being written?); the running config keeps serving"
-        );
+) -> bool {
+    let rejected = |problems: usize, why: &str| {
+        tracing::error!(config = %source.describe(), problems, %trigger, "config reload rejected{why}; the running config keeps serving");
         metrics().count_reload(false, false);
-        return;
-    }
+        false
+    };
+    let empty = content.as_deref().is_some_and(says_nothing);
     let loaded = match content {
         Some(content) => config::load_content(source, content),
         None => config::load(source),
@@ -156,34 +166,32 @@ async fn reload_once(
             for problem in &error.problems {
                 tracing::error!(config = %error.origin, %problem, "invalid config");
             }
-            tracing::error!(
-                config = %source.describe(),
-                problems = error.problems.len(),
-                %trigger,
-                "config reload rejected; the running config keeps serving"
-            );
-            metrics().count_reload(false, false);
-            return;
+            return rejected(error.problems.len(), "");
         }
     };
     adjust(&mut config);
+    let running = gateway.config();
+    // What an empty file says is taken only when it changes nothing: a
+    // config held in `JUNCTION_*` variables beside a file of comments
+    // reloads cleanly on SIGHUP (no failed reload to alert on).
+    if empty && config != *running {
+        return rejected(
+            0,
+            ": the file is empty or only comments (caught while being written?)",
+        );
+    }
     // `[server]` is kept as it runs, its separator too: the new mounts were
     // checked with the file's, and must also be unambiguous with this one.
-    let running = gateway.config();
     if config.server.separator != running.server.separator {
         let problems = config::namespace_problems(&config.mounts, &running.server.separator);
         if !problems.is_empty() {
             for problem in &problems {
                 tracing::error!(config = %source.describe(), %problem, "invalid config with the running separator");
             }
-            tracing::error!(
-                config = %source.describe(),
-                problems = problems.len(),
-                %trigger,
-                "config reload rejected (a new separator takes effect after a restart); the running config keeps serving"
+            return rejected(
+                problems.len(),
+                " (a new separator takes effect after a restart)",
             );
-            metrics().count_reload(false, false);
-            return;
         }
     }
     let outcome = gateway.reload(config).await;
@@ -210,6 +218,7 @@ async fn reload_once(
         "config reloaded"
     );
     metrics().count_reload(true, outcome.needs_restart.is_empty());
+    true
 }
 
 #[cfg(test)]
@@ -324,6 +333,33 @@ mod tests {
         )
         .await;
         assert_eq!(max_sessions(&gateway), 9);
+    }
+
+    /// A file of comments beside a config held in the environment reloads
+    /// as unchanged, not as a failure (which `config_last_reload_successful`
+    /// would report for ever); one that would change something does not.
+    #[tokio::test]
+    async fn a_file_of_comments_is_applied_only_if_it_changes_nothing() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        std::fs::write(&path, "# all in JUNCTION_* variables\n").expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        let reload = || {
+            reload_once(
+                &gateway,
+                &source,
+                &|_: &mut Config| {},
+                "test",
+                source.snapshot(),
+            )
+        };
+        assert!(reload().await, "an unchanged config from the environment");
+        let raised = |config: &mut Config| config.limits.max_sessions = 3;
+        assert!(
+            !reload_once(&gateway, &source, &raised, "test", source.snapshot()).await,
+            "a file of comments changed the config"
+        );
     }
 
     /// A reload keeps the running separator (a `[server]` change needs a
