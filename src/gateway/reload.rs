@@ -144,13 +144,19 @@ impl Gateway {
         self.mounts.store(Arc::new(next));
         self.catalog_changed();
         // Before the new mounts start: their first sessions subscribe to
-        // what sessions want of them, moved subscriptions included.
+        // what sessions want of them, moved subscriptions included. Only
+        // to those: a running mount's upstream would never be told (and a
+        // URI a pass-through mount held falls to the first such mount, which
+        // need not offer it).
         if !outcome.removed.is_empty() {
             let catalog = self.catalog(crate::upstream::ClientProfile::FULL);
+            let starting = |route: &crate::catalog::Route| {
+                started.iter().any(|mount| mount.config.name == route.mount)
+            };
             for removed in &outcome.removed {
-                let (moved, ended) = self
-                    .sessions
-                    .reroute_removed(removed, |uri| catalog.resolve_uri(uri));
+                let (moved, ended) = self.sessions.reroute_removed(removed, |uri| {
+                    catalog.resolve_uri(uri).filter(|route| starting(route))
+                });
                 if moved + ended > 0 {
                     tracing::info!(mount = %removed, moved, ended, "subscriptions to a removed mount's resources moved or ended");
                 }

@@ -293,9 +293,10 @@ impl SessionRegistry {
     }
 
     /// A reload removed `mount`: each subscription to its URIs moves to
-    /// where its client-visible URI routes now (`route_now`), if that is
-    /// the same upstream URI on another mount (the mount was renamed, its
-    /// namespace kept), and ends otherwise: it would never be told of
+    /// where its client-visible URI routes now (`route_now`: only to a
+    /// mount the reload starts, whose first session subscribes), if that
+    /// is the same upstream URI on another mount (the mount was renamed,
+    /// its namespace kept), and ends otherwise: it would never be told of
     /// again, nor could it be unsubscribed, and it would count against
     /// the session's bound for ever. Returns how many moved and ended.
     pub fn reroute_removed(
