@@ -467,6 +467,38 @@ async fn check_connect_lists_counts_and_names_then_stops_every_upstream() {
     run.stdout_line("2 of 2 mounts ready");
 }
 
+/// `check --connect` counts the tools a mount's patterns hide apart and
+/// marks them so, rather than as offered (or as names lost to another
+/// mount: a pass-through mount's hidden `echo` goes to the next one).
+#[tokio::test]
+async fn check_connect_tells_hidden_tools_apart() {
+    let config = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("first", "namespace = \"\"\ninclude_tools = [\"add\"]"),
+        stdio_demo_mount("second", "namespace = \"\""),
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(0);
+    let status = run.stdout_line("first: ");
+    assert!(status.contains("first: ready: 1 tool ("), "{status:?}");
+    assert!(status.contains(" more hidden), "), "{status:?}");
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|line| line.starts_with("  tool    echo"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].contains("hidden by include_tools / exclude_tools"),
+        "{lines:?}"
+    );
+    assert!(
+        !lines[1].contains("not listed"),
+        "second's echo is listed: {lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn check_connect_names_a_mount_that_fails_and_exits_1() {
     let marker = unique_marker();

@@ -19,6 +19,7 @@ use super::{
 use crate::{
     catalog::MountCatalog,
     config::{self, Config, ConfigSource, MountConfig, UpstreamTransport},
+    tool_filter::ToolFilter,
 };
 
 /// Shown under `junction check --help`.
@@ -443,7 +444,10 @@ pub fn connect_report(probe: &Probe) -> (String, Outcome) {
         let name = &mount.config.name;
         match &mount.outcome {
             MountOutcome::Ready(catalog) => {
-                out.push_str(&format!("{name}: ready: {}\n", counts(catalog)));
+                out.push_str(&format!(
+                    "{name}: ready: {}\n",
+                    counts(catalog, &mount.config.tools)
+                ));
                 let (lines, rejected) = name_lines(probe, &mount.config, catalog);
                 rejected_names += rejected;
                 out.push_str(&lines);
@@ -482,9 +486,23 @@ pub fn connect_report(probe: &Probe) -> (String, Outcome) {
     (out, outcome)
 }
 
-fn counts(catalog: &MountCatalog) -> String {
+/// The mount's lists by count; the tools its `include_tools` /
+/// `exclude_tools` hide are counted apart.
+fn counts(catalog: &MountCatalog, filter: &ToolFilter) -> String {
+    let hidden = catalog
+        .tools
+        .iter()
+        .filter(|tool| !filter.offers(&tool.name))
+        .count();
+    let tools = match hidden {
+        0 => plural(catalog.tools.len(), "tool", "tools"),
+        hidden => format!(
+            "{} ({hidden} more hidden)",
+            plural(catalog.tools.len() - hidden, "tool", "tools")
+        ),
+    };
     [
-        plural(catalog.tools.len(), "tool", "tools"),
+        tools,
         plural(catalog.prompts.len(), "prompt", "prompts"),
         plural(catalog.resources.len(), "resource", "resources"),
         plural(
@@ -505,6 +523,12 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
     let separator = &probe.separator;
     for tool in &catalog.tools {
         let name = mount.namespace.qualify_name(separator, &tool.name);
+        if !mount.tools.offers(&tool.name) {
+            // No client sees it: no client rule to break, no name lost.
+            let note = "hidden by include_tools / exclude_tools".to_owned();
+            rows.push(vec![kind("tool"), name, note]);
+            continue;
+        }
         let mut notes: Vec<String> = Vec::new();
         let problems = tool_name_problems(&name);
         if !problems.is_empty() {
