@@ -227,11 +227,11 @@ pub(super) fn forwarded_meta(meta: &RequestMetaObject) -> Option<RequestMetaObje
     (!meta.0.is_empty()).then_some(meta)
 }
 
-/// A shared upstream's subscription call failed (see
-/// `gateway::subscriptions`).
 /// The longest URI a session may subscribe to.
 pub const MAX_SUBSCRIBED_URI_BYTES: usize = 16 * 1024;
 
+/// A shared upstream's subscription call failed (see
+/// `gateway::subscriptions`).
 fn subscription_failed(mount: &Mount, error: SubscriptionError) -> RouteError {
     match error {
         SubscriptionError::Upstream(error) => RouteError::upstream(mount, error.into()),

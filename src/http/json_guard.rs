@@ -392,12 +392,13 @@ pub async fn check_json_body(
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
+    let configured = (rules.limit)();
     let (limit, named) = match parts.headers.contains_key("mcp-session-id") {
-        true => ((rules.limit)(), "max_body_size"),
-        false => (
-            SESSIONLESS_BODY_LIMIT.min((rules.limit)()),
+        false if SESSIONLESS_BODY_LIMIT < configured => (
+            SESSIONLESS_BODY_LIMIT,
             "the most a request outside a session, such as initialize, may have",
         ),
+        _ => (configured, "max_body_size"),
     };
     let bytes = match read_body(body, limit, rules.read_timeout).await {
         BodyRead::Whole(bytes) => bytes,

@@ -364,7 +364,8 @@ struct Edge {
 /// check; if it names a session that is unknown, it gets rmcp's
 /// 404 too: the client has to start a new session whatever its body, and
 /// a 400 would have it fix the body and send it to the dead session again.
-/// Only refused bodies pay for the lookup.
+/// Only refused bodies pay for the lookup, and (before they are read)
+/// bodies over 64 KiB or of no stated length, see [`answer_for_session`].
 async fn session_answers(
     axum::extract::State(edge): axum::extract::State<Edge>,
     request: axum::extract::Request,
