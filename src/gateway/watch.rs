@@ -229,16 +229,42 @@ mod tests {
         gateway.config().limits.max_sessions
     }
 
+    /// A config file holding `text` (in a directory kept while the first
+    /// value lives), and a gateway serving it.
+    fn served(
+        text: &str,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        ConfigSource,
+        Arc<Gateway>,
+    ) {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("junction.toml");
+        std::fs::write(&path, text).expect("write the config");
+        let source = ConfigSource::File(path.clone());
+        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        (dir, path, source, gateway)
+    }
+
+    /// [`reload_once`] of the file as it is now, nothing adjusted.
+    async fn reload_as_written(gateway: &Gateway, source: &ConfigSource) -> bool {
+        reload_once(
+            gateway,
+            source,
+            &|_: &mut Config| {},
+            "test",
+            source.snapshot(),
+        )
+        .await
+    }
+
     /// An edit saved after the config was loaded but before the watcher
     /// took its first look is applied at the first poll.
     #[tokio::test]
     async fn an_edit_made_while_starting_is_applied() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("junction.toml");
-        std::fs::write(&path, "[limits]\nmax_sessions = 5\n").expect("write the config");
-        let source = ConfigSource::File(path.clone());
+        let (_dir, path, source, gateway) = served("[limits]\nmax_sessions = 5\n");
         let loaded = source.snapshot();
-        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
         assert_eq!(max_sessions(&gateway), 5);
         std::fs::write(&path, "[limits]\nmax_sessions = 7\n").expect("edit the config");
 
@@ -291,25 +317,11 @@ mod tests {
         let gateway = Gateway::new(config::load(&source).expect("a valid config"));
         for says_nothing in ["", "# the gateway's config\n", "---\n# mounts:\n"] {
             std::fs::write(&path, says_nothing).unwrap();
-            reload_once(
-                &gateway,
-                &source,
-                &|_: &mut Config| {},
-                "test",
-                source.snapshot(),
-            )
-            .await;
+            reload_as_written(&gateway, &source).await;
             assert_eq!(max_sessions(&gateway), 6, "applied {says_nothing:?}");
         }
         std::fs::write(&path, "[limits]\nmax_sessions = 8\n").unwrap();
-        reload_once(
-            &gateway,
-            &source,
-            &|_: &mut Config| {},
-            "test",
-            source.snapshot(),
-        )
-        .await;
+        reload_as_written(&gateway, &source).await;
         assert_eq!(max_sessions(&gateway), 8);
     }
 
@@ -317,11 +329,7 @@ mod tests {
     /// read again (which a write may have cut short since).
     #[tokio::test]
     async fn the_content_read_is_what_is_applied() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("junction.toml");
-        std::fs::write(&path, "[limits]\nmax_sessions = 5\n").expect("write the config");
-        let source = ConfigSource::File(path.clone());
-        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        let (_dir, path, source, gateway) = served("[limits]\nmax_sessions = 5\n");
         std::fs::write(&path, "[limits]\nmax_sess").unwrap();
         let settled_before = b"[limits]\nmax_sessions = 9\n".to_vec();
         reload_once(
@@ -340,21 +348,11 @@ mod tests {
     /// would report for ever); one that would change something does not.
     #[tokio::test]
     async fn a_file_of_comments_is_applied_only_if_it_changes_nothing() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("junction.toml");
-        std::fs::write(&path, "# all in JUNCTION_* variables\n").expect("write the config");
-        let source = ConfigSource::File(path.clone());
-        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
-        let reload = || {
-            reload_once(
-                &gateway,
-                &source,
-                &|_: &mut Config| {},
-                "test",
-                source.snapshot(),
-            )
-        };
-        assert!(reload().await, "an unchanged config from the environment");
+        let (_dir, _path, source, gateway) = served("# all in JUNCTION_* variables\n");
+        assert!(
+            reload_as_written(&gateway, &source).await,
+            "an unchanged config from the environment"
+        );
         let raised = |config: &mut Config| config.limits.max_sessions = 3;
         assert!(
             !reload_once(&gateway, &source, &raised, "test", source.snapshot()).await,
@@ -367,16 +365,9 @@ mod tests {
     /// the running one would not are refused, not applied ambiguous.
     #[tokio::test]
     async fn a_reload_is_checked_with_the_running_separator() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("junction.toml");
         let mount = |name: &str| format!("[mounts.{name}]\nurl = \"http://127.0.0.1:9/mcp\"\n\n");
-        std::fs::write(
-            &path,
-            format!("[server]\nseparator = \"-\"\n\n{}", mount("a")),
-        )
-        .expect("write the config");
-        let source = ConfigSource::File(path.clone());
-        let gateway = Gateway::new(config::load(&source).expect("a valid config"));
+        let (_dir, path, source, gateway) =
+            served(&format!("[server]\nseparator = \"-\"\n\n{}", mount("a")));
         std::fs::write(
             &path,
             format!(
@@ -386,14 +377,7 @@ mod tests {
             ),
         )
         .expect("edit the config");
-        reload_once(
-            &gateway,
-            &source,
-            &|_: &mut Config| {},
-            "test",
-            source.snapshot(),
-        )
-        .await;
+        reload_as_written(&gateway, &source).await;
         let names: Vec<String> = gateway
             .mounts()
             .iter()
