@@ -804,3 +804,26 @@ async fn sighup_while_the_file_keeps_changing_applies_nothing() {
     assert_eq!(call_pid(&client, "a__pid").await, pid);
     close(client).await;
 }
+
+/// A config file that can no longer be read (deleted) is said once, not
+/// silently ignored; the running config keeps serving, and the file is
+/// taken again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_that_cannot_be_read_is_said() {
+    let config = |max: u32| {
+        format!(
+            "{SERVER_TOML}[limits]\nmax_sessions = {max}\n\n{}",
+            stdio_demo_mount("a", "")
+        )
+    };
+    let gateway = Gateway::start(&config(50)).await;
+    std::fs::remove_file(&gateway.config_path).unwrap();
+    wait_for_log(&gateway, &["the config file cannot be read"], 1).await;
+    let client = gateway.connect().await;
+    let echoed = call(&client, "a__echo", json!({"message": "on"})).await;
+    assert_eq!(ok_text(&echoed), "on");
+    rewrite_config(&gateway.config_path, &config(40));
+    wait_for_log(&gateway, &["config reloaded", "applied=limits"], 1).await;
+    assert_eq!(log_lines(&gateway, &["cannot be read"]).len(), 1);
+    close(client).await;
+}

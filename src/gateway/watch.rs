@@ -30,6 +30,9 @@ pub const POLL: Duration = Duration::from_secs(1);
 /// How long a changed file must stay as read before it is taken.
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// After how many polls in a row that cannot read the file that is said.
+const UNREADABLE_POLLS_TOLD: u32 = 3;
+
 /// How many times a file still changing is read again before waiting for
 /// the next poll.
 const SETTLE_READS: usize = 5;
@@ -64,6 +67,7 @@ pub async fn watch(
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut seen = loaded;
+    let mut unreadable_polls = 0;
     #[cfg(unix)]
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|error| tracing::warn!(%error, "cannot listen for SIGHUP"))
@@ -109,9 +113,22 @@ pub async fn watch(
                 }
             }
             _ = poll.tick() => {
-                // A file that cannot be read (mid-replace) is not a change.
+                // A file that cannot be read (mid-replace) is not a change;
+                // one that stays so (deleted, its permissions changed) is
+                // said once, or edits would be lost without a word.
                 let current = source.snapshot();
-                if current.is_none() || current == seen {
+                if current.is_none() && matches!(source, ConfigSource::File(_)) {
+                    unreadable_polls += 1;
+                    if unreadable_polls == UNREADABLE_POLLS_TOLD {
+                        tracing::warn!(
+                            config = %source.describe(),
+                            "the config file cannot be read; the running config keeps serving, and the file is taken again once it can be"
+                        );
+                    }
+                    continue;
+                }
+                unreadable_polls = 0;
+                if current == seen {
                     continue;
                 }
                 // Nor is one still being written.
