@@ -377,14 +377,16 @@ async fn session_answers(
     // An id that is not text names no session to rmcp, which then takes a
     // POST for a new session's, while the gateway's own checks (the body
     // bounds of a request outside a session, the early lookup of a large
-    // body's session) saw a session. Refused first, body unread, so that
-    // everything after agrees: a header present is text.
+    // body's session) saw a session. Refused first, the body dropped
+    // unparsed (read, so the connection stays usable), so that everything
+    // after agrees: a header present is text.
     if request
         .headers()
         .get("mcp-session-id")
         .is_some_and(|id| id.to_str().is_err())
     {
         crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Malformed);
+        json_guard::discard(request.into_body()).await;
         return (
             StatusCode::BAD_REQUEST,
             "Bad Request: Mcp-Session-Id must be visible ASCII text",
