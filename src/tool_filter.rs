@@ -67,6 +67,11 @@ impl ToolFilter {
         included && !self.exclude.iter().any(|p| p.matcher.matches(name))
     }
 
+    /// How many of `names` (the upstream's own) the mount hides.
+    pub fn hides_of<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> usize {
+        names.into_iter().filter(|name| !self.offers(name)).count()
+    }
+
     /// Whether every tool is offered (no pattern at all): the catalog
     /// keeps no filter for such a mount.
     pub fn offers_everything(&self) -> bool {
@@ -95,6 +100,7 @@ mod tests {
     fn include_offers_only_what_a_pattern_matches() {
         let some = filter(Some(&["get_*", "echo", "item-?"]), &[]);
         assert!(!some.offers_everything());
+        assert_eq!(some.hides_of(["get_a", "echo", "add", "item-10"]), 2);
         for offered in ["get_", "get_issue", "echo", "item-1"] {
             assert!(some.offers(offered), "{offered}");
         }

@@ -489,11 +489,7 @@ pub fn connect_report(probe: &Probe) -> (String, Outcome) {
 /// The mount's lists by count; the tools its `include_tools` /
 /// `exclude_tools` hide are counted apart.
 fn counts(catalog: &MountCatalog, filter: &ToolFilter) -> String {
-    let hidden = catalog
-        .tools
-        .iter()
-        .filter(|tool| !filter.offers(&tool.name))
-        .count();
+    let hidden = filter.hides_of(catalog.tools.iter().map(|tool| tool.name.as_ref()));
     let tools = match hidden {
         0 => plural(catalog.tools.len(), "tool", "tools"),
         hidden => format!(

@@ -107,12 +107,9 @@ pub fn status(gateway: &Gateway) -> Status {
         .map(|mount| {
             let status = mount.status();
             let catalog = mount.catalog_now(ClientProfile::FULL);
-            let filter = mount.tool_filter();
-            let offered = catalog
-                .tools
-                .iter()
-                .filter(|tool| filter.offers(&tool.name))
-                .count();
+            let hidden = mount
+                .tool_filter()
+                .hides_of(catalog.tools.iter().map(|tool| tool.name.as_ref()));
             let labels = MountLabels {
                 mount: mount.config.name.as_str().to_owned(),
             };
@@ -125,8 +122,8 @@ pub fn status(gateway: &Gateway) -> Status {
                 last_error: status.last_error,
                 restarts: metrics.upstream_restarts.get_or_create(&labels).get(),
                 upstream_sessions: metrics.upstream_sessions.get_or_create(&labels).get(),
-                tools: offered,
-                tools_hidden: catalog.tools.len() - offered,
+                tools: catalog.tools.len() - hidden,
+                tools_hidden: hidden,
                 prompts: catalog.prompts.len(),
                 resources: catalog.resources.len(),
                 resource_templates: catalog.templates.len(),

@@ -422,8 +422,9 @@ async fn session_answers(
     response
 }
 
-/// A `GET` resuming (`last_event_id`) a stream that cannot be resumed (ended and answered,
-/// forgotten, another session's, or no id of the gateway's) gets 400, not
+/// A `GET` resuming (`last_event_id`) a stream that cannot be resumed
+/// (ended and answered, forgotten, another session's, or no id of the
+/// gateway's) gets 400, not
 /// the empty stream rmcp answers: a client takes an empty stream for one
 /// to open again, and the TypeScript SDK (which resumes after any error
 /// answer, taking it for none) then opens a second `GET` stream (see
