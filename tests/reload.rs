@@ -46,6 +46,26 @@ async fn wait_for_log(gateway: &Gateway, needles: &[&str], count: usize) -> Stri
     .await
 }
 
+/// Waits until `client`'s slow call has reported progress: it is in
+/// flight upstream.
+async fn until_in_flight(client: &Client) {
+    eventually(
+        "the slow call to be in flight upstream",
+        RELOAD_TIMEOUT,
+        || async { (!client.service().progress().is_empty()).then_some(()) },
+    )
+    .await;
+}
+
+/// Waits until `client` has been told its tools list changed more than
+/// the `before` times it had been.
+async fn until_tools_changed(client: &Client, before: usize) {
+    eventually("tools/list_changed", RELOAD_TIMEOUT, || async {
+        (client.service().tool_list_changes() > before).then_some(())
+    })
+    .await;
+}
+
 fn has_prefix(names: &[String], prefix: &str) -> bool {
     names.iter().any(|name| name.starts_with(prefix))
 }
@@ -127,12 +147,7 @@ async fn reload_touches_only_what_changed() {
         result
     };
     let edit = async {
-        eventually(
-            "the slow call to be in flight upstream",
-            RELOAD_TIMEOUT,
-            || async { (!client.service().progress().is_empty()).then_some(()) },
-        )
-        .await;
+        until_in_flight(&client).await;
         rewrite_config(&gateway.config_path, &config_after());
         let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
         for field in [
@@ -158,12 +173,7 @@ async fn reload_touches_only_what_changed() {
     assert_eq!(ok_text(&slow_result), "done after 80 steps");
 
     // The client is told, and its lists show the new mount set.
-    eventually(
-        "tools/list_changed after the reload",
-        RELOAD_TIMEOUT,
-        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
-    )
-    .await;
+    until_tools_changed(&client, list_changes_before).await;
     let names = eventually(
         "the added mount's tools to be listed",
         RELOAD_TIMEOUT,
@@ -401,12 +411,7 @@ async fn a_reload_that_reorders_pass_through_mounts_is_announced() {
     rewrite_config(&gateway.config_path, &config("two", "one"));
     let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
     assert!(line.contains("unchanged=2"), "{line}");
-    eventually(
-        "tools/list_changed after the reorder",
-        RELOAD_TIMEOUT,
-        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
-    )
-    .await;
+    until_tools_changed(&client, list_changes_before).await;
     let pid_after = call_pid(&client, "pid").await;
     assert_ne!(pid_after, pid_before, "the first mount still serves `pid`");
     close(client).await;
@@ -679,12 +684,7 @@ async fn a_reload_of_tool_patterns_changes_the_lists_not_the_upstreams() {
     let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
     assert!(line.contains("retuned=shared,own"), "{line}");
     assert!(line.contains("changed= "), "{line}");
-    eventually(
-        "tools/list_changed after the reload",
-        RELOAD_TIMEOUT,
-        || async { (client.service().tool_list_changes() > list_changes_before).then_some(()) },
-    )
-    .await;
+    until_tools_changed(&client, list_changes_before).await;
     let names = tool_names(&client).await;
     assert!(names.contains(&"shared__add".to_owned()), "{names:?}");
     assert!(names.contains(&"own__counter".to_owned()), "{names:?}");
@@ -729,6 +729,9 @@ async fn sighup_during_a_write_waits_for_the_file_to_settle() {
     let c_pid = call_pid(&client, "c__pid").await;
 
     // Written in two steps, as `>` or an editor writing in place may.
+    // The write's second half 100 ms on: part of the scenario (a write
+    // quicker than the 200 ms a file must stay as read), not a wait for
+    // the gateway.
     std::fs::write(&gateway.config_path, config(&["a", "b"])).unwrap();
     hang_up(&gateway);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -754,12 +757,7 @@ async fn a_call_cut_off_by_a_reload_says_so() {
     .await;
     let client = gateway.connect().await;
     let (cut, ()) = tokio::join!(call(&client, "gone__slow", slow_args(100, 100)), async {
-        eventually(
-            "the slow call to be in flight upstream",
-            RELOAD_TIMEOUT,
-            || async { (!client.service().progress().is_empty()).then_some(()) },
-        )
-        .await;
+        until_in_flight(&client).await;
         rewrite_config(&gateway.config_path, &config(""));
         wait_for_log(&gateway, &["config reloaded", "removed=gone"], 1).await;
     });
@@ -789,15 +787,27 @@ async fn sighup_while_the_file_keeps_changing_applies_nothing() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the writer to start", RELOAD_TIMEOUT, || async {
+        let now = std::fs::read_to_string(&gateway.config_path).unwrap_or_default();
+        now.starts_with("# config").then_some(())
+    })
+    .await;
     hang_up(&gateway);
     wait_for_log(&gateway, &["SIGHUP: the config file is still changing"], 1).await;
     writer.await.unwrap();
     std::fs::write(&gateway.config_path, &whole).unwrap();
-    // The poll after the edits settles sees the file as first loaded.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A SIGHUP on the settled file reloads it, touching nothing: the first
+    // reload of the run, so none applied the file while it changed.
+    hang_up(&gateway);
+    let line = wait_for_log(&gateway, &["config reloaded"], 1).await;
+    assert!(line.contains("trigger=SIGHUP"), "{line}");
     assert!(
-        log_lines(&gateway, &["config reloaded"]).is_empty(),
+        line.contains("removed= ") && line.contains("unchanged=1"),
+        "{line}"
+    );
+    assert_eq!(
+        log_lines(&gateway, &["config reload"]).len(),
+        1,
         "{:?}",
         log_lines(&gateway, &["config reload"])
     );
