@@ -383,6 +383,32 @@ async fn a_batch_longer_than_the_bound_is_refused() {
     hostile.assert_unharmed().await;
 }
 
+/// How many downstream sessions the gateway holds (`/status.json`).
+async fn sessions_held(gateway: &Gateway) -> Value {
+    status_json(gateway).await["downstream_sessions"].clone()
+}
+
+/// `INITIALIZE` with a client name `bytes` long.
+fn padded_initialize(bytes: usize) -> String {
+    INITIALIZE.replace(
+        r#""name":"raw""#,
+        &format!(r#""name":"{}""#, "r".repeat(bytes)),
+    )
+}
+
+/// `request` as a JSON POST under an `Mcp-Session-Id` that is not text
+/// (obs-text bytes), which rmcp reads as no session.
+fn under_a_session_id_not_text(mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    request = request.header(
+        "mcp-session-id",
+        reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+    );
+    for (name, value) in JSON_POST {
+        request = request.header(*name, *value);
+    }
+    request
+}
+
 /// `initialize` may not be batched: each would open a session whose id
 /// the merged answer cannot carry, so one POST could fill `max_sessions`
 /// 64 at a time with sessions nobody can end. Nor may a batch pass as a
@@ -393,8 +419,7 @@ async fn a_batch_opens_no_session() {
     let mut hostile = Hostile::start().await;
     let initialize = INITIALIZE.replace("2025-11-25", "2025-03-26");
     let session = open_session_with(&hostile.http, &hostile.gateway.mcp_url(), &initialize).await;
-    let sessions = || async { status_json(&hostile.gateway).await["downstream_sessions"].clone() };
-    let before = sessions().await;
+    let before = sessions_held(&hostile.gateway).await;
     let batch = format!(
         "[{initialize}, {}]",
         initialize.replace(r#""id":1"#, r#""id":2"#)
@@ -413,21 +438,17 @@ async fn a_batch_opens_no_session() {
         "{answer:?}"
     );
 
-    let mut request = hostile
-        .http
-        .post(hostile.gateway.mcp_url())
-        .header(
-            "mcp-session-id",
-            reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
-        )
-        .body(batch);
-    for (name, value) in JSON_POST {
-        request = request.header(*name, *value);
-    }
-    let refused = within("POST", request.send()).await.unwrap();
+    let request = hostile.http.post(hostile.gateway.mcp_url()).body(batch);
+    let refused = within("POST", under_a_session_id_not_text(request).send())
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     assert!(refused.headers().get("mcp-session-id").is_none());
-    assert_eq!(sessions().await, before, "a batch opened sessions");
+    assert_eq!(
+        sessions_held(&hostile.gateway).await,
+        before,
+        "a batch opened sessions"
+    );
     hostile.assert_unharmed().await;
 }
 
@@ -436,13 +457,9 @@ async fn a_batch_opens_no_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_initialize_is_bounded() {
     let mut hostile = Hostile::start().await;
-    let padded = |bytes: usize| {
-        INITIALIZE.replace(
-            r#""name":"raw""#,
-            &format!(r#""name":"{}""#, "r".repeat(bytes)),
-        )
-    };
-    let answer = hostile.post(None, JSON_POST, padded(66 * 1024)).await;
+    let answer = hostile
+        .post(None, JSON_POST, padded_initialize(66 * 1024))
+        .await;
     assert_refused(&answer, b"", 413, INVALID_REQUEST);
     assert!(
         answer
@@ -451,7 +468,9 @@ async fn an_initialize_is_bounded() {
         "{answer:?}"
     );
     assert!(answer.headers.get("mcp-session-id").is_none());
-    let answer = hostile.post(None, JSON_POST, padded(60 * 1024)).await;
+    let answer = hostile
+        .post(None, JSON_POST, padded_initialize(60 * 1024))
+        .await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
     assert!(answer.headers.get("mcp-session-id").is_some(), "{answer:?}");
     hostile.assert_unharmed().await;
@@ -466,11 +485,8 @@ async fn an_initialize_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_id_that_is_not_text_is_refused_first() {
     let mut hostile = Hostile::start().await;
-    let before = status_json(&hostile.gateway).await["downstream_sessions"].clone();
-    let big = INITIALIZE.replace(
-        r#""name":"raw""#,
-        &format!(r#""name":"{}""#, "r".repeat(3 << 20)),
-    );
+    let before = sessions_held(&hostile.gateway).await;
+    let big = padded_initialize(3 << 20);
     // Unpooled: a POST answered before its body was read leaves its
     // connection closed, which a pooled client could pick next.
     let http = reqwest::Client::builder()
@@ -482,28 +498,19 @@ async fn a_session_id_that_is_not_text_is_refused_first() {
         reqwest::Method::GET,
         reqwest::Method::DELETE,
     ] {
-        let mut request = http
-            .request(method.clone(), hostile.gateway.mcp_url())
-            .header(
-                "mcp-session-id",
-                reqwest::header::HeaderValue::from_bytes(b"\xff").unwrap(),
-            );
-        for (name, value) in JSON_POST {
-            request = request.header(*name, *value);
-        }
+        let mut request =
+            under_a_session_id_not_text(http.request(method.clone(), hostile.gateway.mcp_url()));
         if method == reqwest::Method::POST {
             request = request.body(big.clone());
         }
-        match within("a request", request.send()).await {
-            Ok(answer) => {
-                assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{method}");
-                assert!(answer.headers().get("mcp-session-id").is_none(), "{method}");
-            }
-            Err(error) => panic!("{method}: {error}"),
-        }
+        let answer = within("a request", request.send())
+            .await
+            .unwrap_or_else(|error| panic!("{method}: {error}"));
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{method}");
+        assert!(answer.headers().get("mcp-session-id").is_none(), "{method}");
     }
     assert_eq!(
-        status_json(&hostile.gateway).await["downstream_sessions"],
+        sessions_held(&hostile.gateway).await,
         before,
         "a session was opened"
     );

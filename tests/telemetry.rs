@@ -569,13 +569,9 @@ async fn metrics_count_exactly_the_traffic_sent() {
     close(client).await;
 }
 
-/// Not even at rmcp's `trace` level does the session id reach the log:
-/// rmcp's worker span names the session's worker after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trace_log_holds_no_session_id() {
-    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
-    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "trace")]).await;
-    gateway.wait_ready().await;
+/// Opens a session (raw HTTP) and calls `tool` (a demo `echo`) in it;
+/// returns the client and the session id.
+async fn echoed_in_a_new_session(gateway: &Gateway, tool: &str) -> (reqwest::Client, String) {
     let http = reqwest::Client::new();
     let session = raw::open_session(&http, &gateway.mcp_url()).await;
     let answer = raw::post(
@@ -583,13 +579,24 @@ async fn a_trace_log_holds_no_session_id() {
         &gateway.mcp_url(),
         Some(&session),
         raw::JSON_POST,
-        raw::echo_request("7", "x"),
+        raw::echo_request("7", "x").replace("demo__echo", tool),
     )
     .await;
     assert_eq!(
         answer.body["result"]["content"][0]["text"], "x",
         "{answer:?}"
     );
+    (http, session)
+}
+
+/// Not even at rmcp's `trace` level does the session id reach the log:
+/// rmcp's worker span names the session's worker after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_log_holds_no_session_id() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "trace")]).await;
+    gateway.wait_ready().await;
+    let (http, session) = echoed_in_a_new_session(&gateway, "demo__echo").await;
     // Through rmcp's session worker (a quick call does not go there).
     let subscribe = r#"{"jsonrpc":"2.0","id":8,"method":"resources/subscribe","params":{"uri":"demo+demo://readme"}}"#;
     let answer = raw::post(
@@ -629,21 +636,8 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
     );
     let gateway = Gateway::launch(&config, "toml", &[]).await;
     gateway.wait_ready().await;
-    let http = reqwest::Client::new();
-    let session = raw::open_session(&http, &gateway.mcp_url()).await;
     // Opening the per-session upstream logs a line inside the request.
-    let answer = raw::post(
-        &http,
-        &gateway.mcp_url(),
-        Some(&session),
-        raw::JSON_POST,
-        raw::echo_request("7", "x").replace("demo__echo", "private__echo"),
-    )
-    .await;
-    assert_eq!(
-        answer.body["result"]["content"][0]["text"], "x",
-        "{answer:?}"
-    );
+    let (_http, session) = echoed_in_a_new_session(&gateway, "private__echo").await;
     let line = eventually(
         "the per-session open line",
         Duration::from_secs(5),
