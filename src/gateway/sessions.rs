@@ -517,15 +517,41 @@ mod tests {
     struct Nothing;
     impl rmcp::ServerHandler for Nothing {}
 
+    /// A registry with `N` sessions registered (awake, default profile),
+    /// and the peer they share kept alive.
+    struct Registered<const N: usize> {
+        registry: SessionRegistry,
+        keys: [SessionKey; N],
+        _service: rmcp::service::RunningService<rmcp::RoleServer, Nothing>,
+        _other_end: tokio::io::DuplexStream,
+    }
+
+    fn registered<const N: usize>() -> Registered<N> {
+        let (transport, other_end) = tokio::io::duplex(64);
+        let service = rmcp::service::serve_directly(Nothing, transport, None);
+        let registry = SessionRegistry::default();
+        let keys = std::array::from_fn(|_| registry.next_key());
+        for key in keys {
+            registry.register(key, service.peer().clone(), ClientProfile::default());
+        }
+        Registered {
+            registry,
+            keys,
+            _service: service,
+            _other_end: other_end,
+        }
+    }
+
     /// A removed mount's subscriptions move where their URIs now lead to
     /// the same upstream URI, and end otherwise: none is left on it.
     #[tokio::test]
     async fn a_removed_mounts_subscriptions_move_or_end() {
-        let (transport, _other_end) = tokio::io::duplex(64);
-        let service = rmcp::service::serve_directly(Nothing, transport, None);
-        let registry = SessionRegistry::default();
-        let key = registry.next_key();
-        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let Registered {
+            registry,
+            keys: [key],
+            _service,
+            _other_end,
+        } = registered::<1>();
         let (gone, renamed) = (
             MountName::new("gone").unwrap(),
             MountName::new("renamed").unwrap(),
@@ -560,11 +586,12 @@ mod tests {
     /// URI's update from another mount is not the session's.
     #[tokio::test]
     async fn an_update_is_for_the_sessions_subscribed_on_its_mount() {
-        let (transport, _other_end) = tokio::io::duplex(64);
-        let service = rmcp::service::serve_directly(Nothing, transport, None);
-        let registry = SessionRegistry::default();
-        let key = registry.next_key();
-        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let Registered {
+            registry,
+            keys: [key],
+            _service,
+            _other_end,
+        } = registered::<1>();
         let (first, second) = (
             MountName::new("first").unwrap(),
             MountName::new("second").unwrap(),
@@ -614,13 +641,12 @@ mod tests {
     /// end; one session holds at most [`MAX_SUBSCRIPTIONS_PER_SESSION`].
     #[tokio::test]
     async fn wanted_uris_are_counted_and_a_session_holds_a_bounded_number() {
-        let (transport, _other_end) = tokio::io::duplex(64);
-        let service = rmcp::service::serve_directly(Nothing, transport, None);
-        let registry = SessionRegistry::default();
-        let (one, two) = (registry.next_key(), registry.next_key());
-        for key in [one, two] {
-            registry.register(key, service.peer().clone(), ClientProfile::default());
-        }
+        let Registered {
+            registry,
+            keys: [one, two],
+            _service,
+            _other_end,
+        } = registered::<2>();
         let mount = MountName::new("m").unwrap();
         let route = |original: &str| Route {
             mount: mount.clone(),
@@ -677,11 +703,12 @@ mod tests {
     /// one that ended keeps nothing.
     #[tokio::test]
     async fn a_sleeping_session_keeps_what_it_is_told_up_to_a_bound() {
-        let (transport, _other_end) = tokio::io::duplex(64);
-        let service = rmcp::service::serve_directly(Nothing, transport, None);
-        let registry = SessionRegistry::default();
-        let key = registry.next_key();
-        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let Registered {
+            registry,
+            keys: [key],
+            _service,
+            _other_end,
+        } = registered::<1>();
         registry.set_asleep(key);
         let told = || {
             ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
