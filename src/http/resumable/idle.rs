@@ -10,7 +10,11 @@
 //! wakes it is `Waking`: rmcp has its new session in place but has not
 //! replayed its handshake yet, and a request reaching it then would stop
 //! it (rmcp's worker takes nothing before `initialize`); a request arriving
-//! then waits too, and finds it awake.
+//! then waits too, and finds it awake. The first request to find a session
+//! asleep claims its wake (`WakeClaimed`), and those after it wait for that
+//! wake: rmcp joins only restores that overlap, so a request that found the
+//! session asleep but reached rmcp's restore after the wake was done would
+//! find nothing to restore and be told the session does not exist.
 
 use std::{
     cell::Cell,
@@ -48,8 +52,22 @@ pub(super) enum Phase {
     Awake,
     Closing,
     Asleep,
+    /// Asleep, and a request has begun to wake it (see
+    /// [`Activity::used_claiming_wake`]).
+    WakeClaimed,
     /// Restored, its handshake not replayed yet.
     Waking,
+}
+
+/// What a caller of [`Activity::settle`] waits out, and what it takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    /// A use: waits while the session closes or wakes.
+    Use,
+    /// A use by a request that wakes the session if it is asleep.
+    UseClaimingWake,
+    /// The wake itself: waits only while the session closes.
+    Wake,
 }
 
 struct Entry {
@@ -95,20 +113,47 @@ impl Activity {
     }
 
     /// Marks `id` used now; its phase once it is neither `Closing` nor
-    /// `Waking` (`None`: unknown here), or after [`CLOSING_WAIT`].
+    /// waking (`None`: unknown here), or after [`CLOSING_WAIT`].
     pub(super) async fn used(&self, id: &SessionId) -> Option<Phase> {
+        self.settle(id, Settle::Use).await
+    }
+
+    /// As [`Activity::used`], for a request that wakes the session if it
+    /// is asleep: only the first to find it `Asleep` is told so, and claims
+    /// the wake; those after it wait for that wake and find it awake. A
+    /// claim whose request went away before waking it (its client gone)
+    /// is taken over after [`CLOSING_WAIT`].
+    pub(super) async fn used_claiming_wake(&self, id: &SessionId) -> Option<Phase> {
+        self.settle(id, Settle::UseClaimingWake).await
+    }
+
+    /// Waits while `id` is being put to sleep, for the wake that follows.
+    pub(super) async fn closed(&self, id: &SessionId) {
+        self.settle(id, Settle::Wake).await;
+    }
+
+    async fn settle(&self, id: &SessionId, how: Settle) -> Option<Phase> {
         let deadline = Instant::now() + CLOSING_WAIT;
         loop {
             let settled = self.settled.notified();
             {
                 let mut sessions = lock(&self.sessions);
                 let entry = sessions.get_mut(id)?;
-                let phase = entry.phase;
-                if !matches!(phase, Phase::Closing | Phase::Waking) {
+                let waits = match entry.phase {
+                    Phase::Closing => true,
+                    Phase::WakeClaimed | Phase::Waking => how != Settle::Wake,
+                    Phase::Awake | Phase::Asleep => false,
+                };
+                if !waits || Instant::now() >= deadline {
+                    let phase = match entry.phase {
+                        // Not woken (yet): still asleep.
+                        Phase::WakeClaimed => Phase::Asleep,
+                        phase => phase,
+                    };
+                    if how == Settle::UseClaimingWake && phase == Phase::Asleep {
+                        entry.phase = Phase::WakeClaimed;
+                    }
                     entry.last_used = Instant::now();
-                    return Some(phase);
-                }
-                if Instant::now() >= deadline {
                     return Some(phase);
                 }
             }
@@ -359,5 +404,47 @@ mod tests {
         let waiter = still_waiting_to_use(&activity, &id).await;
         activity.set_phase(&id, Phase::Awake);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Awake));
+    }
+    /// Of requests finding a session asleep together, only the first wakes
+    /// it; the others wait for that wake and find the session awake (rmcp
+    /// would answer 404 to one reaching its restore after the wake).
+    #[tokio::test(start_paused = true)]
+    async fn only_the_first_request_to_find_a_session_asleep_wakes_it() {
+        let activity = Arc::new(Activity::default());
+        let id: SessionId = "s".into();
+        activity.created(&id);
+        activity.set_phase(&id, Phase::Asleep);
+        assert_eq!(
+            activity.used_claiming_wake(&id).await,
+            Some(Phase::Asleep),
+            "the first wakes it"
+        );
+        let second = {
+            let (activity, id) = (activity.clone(), id.clone());
+            tokio::spawn(async move { activity.used_claiming_wake(&id).await })
+        };
+        tokio::time::advance(CLOSING_WAIT / 2).await;
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished(), "the second waits for the wake");
+        // The wake itself does not wait for its own claim.
+        activity.closed(&id).await;
+        activity.waking(&id);
+        activity.set_phase(&id, Phase::Awake);
+        assert_eq!(second.await.unwrap(), Some(Phase::Awake));
+    }
+
+    /// A wake claimed by a request that went away is taken over by the
+    /// next request once the wait is over; a close then finds it asleep.
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_wake_is_taken_over() {
+        let activity = Arc::new(Activity::default());
+        let id: SessionId = "s".into();
+        activity.created(&id);
+        activity.set_phase(&id, Phase::Asleep);
+        assert_eq!(activity.used_claiming_wake(&id).await, Some(Phase::Asleep));
+        let started = Instant::now();
+        assert_eq!(activity.used_claiming_wake(&id).await, Some(Phase::Asleep));
+        assert_eq!(started.elapsed(), CLOSING_WAIT);
+        assert_eq!(activity.used(&id).await, Some(Phase::Asleep));
     }
 }

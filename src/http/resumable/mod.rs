@@ -357,9 +357,10 @@ impl SessionManager for ResumableSessions {
     }
 
     /// Every request asks this first: it marks the session used. `false`
-    /// for a session asleep, so that rmcp wakes it (`restore_session`).
+    /// for a session asleep, so that rmcp wakes it (`restore_session`);
+    /// to the first request only, the others wait for its wake.
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        if self.activity.used(id).await == Some(Phase::Asleep) {
+        if self.activity.used_claiming_wake(id).await == Some(Phase::Asleep) {
             return Ok(false);
         }
         Ok(self.sessions.has_session(id).await?)
@@ -499,7 +500,7 @@ impl SessionManager for ResumableSessions {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         // A session still being put to sleep is let settle first.
-        self.activity.used(&id).await;
+        self.activity.closed(&id).await;
         let outcome = self.sessions.restore_session(id.clone()).await?;
         if matches!(outcome, RestoreOutcome::Restored(_)) {
             // Awake once its replayed `initialized` is in (see
