@@ -448,3 +448,33 @@ async fn a_wake_is_not_counted_as_an_initialize() {
     assert!(answer.body.get("result").is_some(), "{answer:?}");
     assert_eq!(initializes().await, 1.0, "a wake counted as an initialize");
 }
+
+/// A session woken by a request takes the headers its per-session
+/// upstreams forward from that request: a client that renewed its token
+/// while the session slept opens its upstream with the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_session_forwards_the_headers_of_the_request_that_woke_it() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"100ms\"\n\n{}",
+        http_mount(
+            "mine",
+            &server.url(),
+            "isolation = \"per_session\"\nforward_headers = { Authorization = \"X-Mine-Token\" }"
+        )
+    ))
+    .await;
+    let url = gateway.mcp_url();
+    let http = reqwest::Client::new();
+    let token = |value: &'static str| [JSON_POST, &[("x-mine-token", value)]].concat();
+    let initialize = raw::post(&http, &url, None, &token("first"), raw::INITIALIZE).await;
+    let session = initialize.session_id().expect("a session");
+    let first = token("first");
+    let initialized = raw::post(&http, &url, Some(&session), &first, raw::INITIALIZED);
+    assert_eq!(initialized.await.status, StatusCode::ACCEPTED);
+    wait_asleep(&gateway, 1).await;
+
+    let call = request(2, "tools/call", json!({"name": "mine__authorization"}));
+    let answer = raw::post(&http, &url, Some(&session), &token("renewed"), call).await;
+    assert_eq!(answer.tool_text(), Some("renewed / renewed"), "{answer:?}");
+}

@@ -249,3 +249,61 @@ async fn a_post_held_while_its_message_runs_holds_up_no_other() {
     close(a).await;
     close(b).await;
 }
+
+/// A per-session legacy mount with `forward_headers` opens a client's
+/// event stream, and posts every message of it, with that client's own
+/// `Authorization`; the mount's own session keeps the mount's.
+#[tokio::test]
+async fn a_per_session_mount_forwards_the_clients_credentials_on_stream_and_posts() {
+    let server = LegacySseServer::start(same_origin_endpoint).await;
+    let gateway = Gateway::start(&sse_mount(
+        "legacy",
+        &server,
+        "isolation = \"per_session\"\nforward_headers = [\"authorization\"]",
+    ))
+    .await;
+    let url = gateway.mcp_url();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", "Bearer alice".parse().unwrap());
+    let alice = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let session = raw::open_session(&alice, &url).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "legacy__whoami", "arguments": {}}});
+    let answer = raw::post(
+        &alice,
+        &url,
+        Some(&session),
+        raw::JSON_POST,
+        call.to_string(),
+    )
+    .await;
+    assert!(answer.tool_text().is_some(), "{answer:?}");
+
+    let seen = server.seen();
+    let of = |token: &str| -> Vec<String> {
+        seen.iter()
+            .filter(|(_, authorization)| authorization.as_deref() == Some(token))
+            .map(|(what, _)| what.clone())
+            .collect()
+    };
+    let alices = of("Bearer alice");
+    for what in [
+        "GET",
+        "initialize",
+        "notifications/initialized",
+        "tools/call",
+    ] {
+        assert!(alices.iter().any(|seen| seen == what), "{what}: {seen:?}");
+    }
+    let mounts = of("Bearer sse-secret");
+    assert!(mounts.iter().any(|seen| seen == "tools/list"), "{seen:?}");
+    assert!(!mounts.iter().any(|seen| seen == "tools/call"), "{seen:?}");
+    assert_eq!(
+        seen.len(),
+        alices.len() + mounts.len(),
+        "no request without one: {seen:?}"
+    );
+}

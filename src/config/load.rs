@@ -354,7 +354,7 @@ fn takes_data(path: &[&str]) -> bool {
         // A whole section, a whole mount.
         [_] | ["mounts", _] => true,
         ["mounts", _, "max_upstream_sessions" | "args" | "env" | "headers" | "timeouts"] => true,
-        ["mounts", _, "include_tools" | "exclude_tools"] => true,
+        ["mounts", _, "include_tools" | "exclude_tools" | "forward_headers"] => true,
         ["mounts", _, "timeouts", "tools"] => true,
         ["mounts", ..] => false,
         [_, field] => matches!(

@@ -200,6 +200,10 @@ pub struct MountConfig {
     /// running mount by a reload, like tuning: it changes what the
     /// catalog shows, not the upstream.
     pub tools: ToolFilter,
+    /// Headers of the client's own requests a `per_session` HTTP mount
+    /// sends upstream: upstream header name → client header name, both
+    /// lower case. Empty for every other mount (validation sees to it).
+    pub forward_headers: BTreeMap<String, String>,
 }
 
 impl MountConfig {
@@ -218,11 +222,13 @@ impl MountConfig {
             timeouts,
             max_upstream_sessions: _,
             tools: _,
+            forward_headers,
         } = self;
         *name == other.name
             && *namespace == other.namespace
             && *isolation == other.isolation
             && *transport == other.transport
+            && *forward_headers == other.forward_headers
             // Built into an HTTP upstream's client when it opens (a
             // stdio one has no use for it).
             && (matches!(transport, UpstreamTransport::Stdio { .. })

@@ -44,6 +44,17 @@ pub struct RawMount {
     pub max_upstream_sessions: Option<usize>,
     pub include_tools: Option<Vec<String>>,
     pub exclude_tools: Option<Vec<String>>,
+    pub forward_headers: Option<RawForwardHeaders>,
+}
+
+/// A mount's `forward_headers`: client header names, each sent upstream
+/// under its own name (`["Authorization"]`), or a table of upstream header
+/// name = client header name (`{ Authorization = "X-Tiny-Token" }`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawForwardHeaders {
+    Same(Vec<String>),
+    Renamed(BTreeMap<String, String>),
 }
 
 /// A command-line argument, an environment value or a header value: text,

@@ -1055,3 +1055,75 @@ fn an_empty_include_list_is_a_mount_without_tools() {
     .unwrap();
     assert!(!config.mounts[0].tools.offers("anything"));
 }
+
+#[test]
+fn forwarded_headers_are_named_as_sent_or_renamed() {
+    let config = parse(
+        "junction.toml",
+        "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+         forward_headers = [\"Authorization\", \"X-Api-Key\"]\n\
+         [mounts.b]\nurl = \"http://127.0.0.1:1/sse\"\ntransport = \"sse\"\nisolation = \"per_session\"\n\
+         forward_headers = { Authorization = \"X-B-Token\" }\n\
+         [mounts.c]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+    )
+    .unwrap();
+    let forwarded = |index: usize| {
+        config.mounts[index]
+            .forward_headers
+            .iter()
+            .map(|(upstream, client)| (upstream.as_str(), client.as_str()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        forwarded(0),
+        [
+            ("authorization", "authorization"),
+            ("x-api-key", "x-api-key")
+        ]
+    );
+    assert_eq!(forwarded(1), [("authorization", "x-b-token")]);
+    assert!(forwarded(2).is_empty());
+}
+
+#[test]
+fn forwarded_headers_come_from_the_environment_as_a_list() {
+    let config = load_file(
+        "junction.toml",
+        "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n",
+        &[("JUNCTION_MOUNTS__A__FORWARD_HEADERS", "[\"Authorization\"]")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.mounts[0].forward_headers.get("authorization"),
+        Some(&"authorization".to_owned())
+    );
+}
+
+/// A client's headers go only to its own upstream sessions: never to a
+/// shared mount (every client's), never to a stdio one, never in place of
+/// what the transport itself sends. Every problem at once, with its place.
+#[test]
+fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
+    let found = problems(
+        "junction.toml",
+        "[mounts.shared]\nurl = \"http://127.0.0.1:1/mcp\"\nforward_headers = [\"Authorization\"]\n\
+         [mounts.local]\ncommand = \"x\"\nisolation = \"per_session\"\nforward_headers = [\"Authorization\"]\n\
+         [mounts.odd]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+         forward_headers = [\"Mcp-Session-Id\", \"bad header\", \"X-A\", \"x-a\"]\n\
+         [mounts.renamed]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+         forward_headers = { Host = \"X-Host\", Authorization = \"Cookie\", X-Trace = \"traceparent\" }\n",
+    );
+    assert_reported(
+        &found,
+        &[
+            "mounts.shared.forward_headers: only a `per_session` mount may forward",
+            "mounts.local.forward_headers: only HTTP upstreams (`url`) take this field",
+            "mounts.odd.forward_headers[0]: \"Mcp-Session-Id\" is the gateway's own",
+            "mounts.odd.forward_headers[1]: \"bad header\" is not a valid HTTP header name",
+            "mounts.odd.forward_headers[3]: \"x-a\" is forwarded twice",
+            "mounts.renamed.forward_headers.Host: \"Host\" is the gateway's own",
+            "mounts.renamed.forward_headers.X-Trace: \"traceparent\" is the gateway's own",
+        ],
+    );
+    assert_eq!(found.len(), 7, "{found:#?}");
+}

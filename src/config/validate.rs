@@ -13,8 +13,8 @@ use super::{
     defaults,
     problems::{without_the_value, Problems},
     raw::{
-        text_map, texts, RawAdmin, RawLimits, RawMount, RawMountTimeouts, RawServer, RawSize,
-        RawSupervision, RawTelemetry, RawTimeouts, Text,
+        text_map, texts, RawAdmin, RawForwardHeaders, RawLimits, RawMount, RawMountTimeouts,
+        RawServer, RawSize, RawSupervision, RawTelemetry, RawTimeouts, Text,
     },
     AdminConfig, Config, Isolation, Limits, MountConfig, MountTimeouts, ServerConfig, Supervision,
     TelemetryConfig, Timeouts, UpstreamTransport,
@@ -872,6 +872,11 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
     };
     let timeouts = resolve_mount_timeouts(&path, raw.timeouts, problems, &mut ok);
     let tools = resolve_tool_filter(&path, raw.include_tools, raw.exclude_tools, problems);
+    let forward_headers = raw.forward_headers.map(|forward| {
+        let http = raw.url.is_some() && raw.command.is_none();
+        let per_session = raw.isolation.as_deref() == Some("per_session");
+        resolve_forward_headers(&path, forward, http, per_session, problems)
+    });
     if raw.max_upstream_sessions == Some(0) {
         problems.push(
             format!("{path}.max_upstream_sessions"),
@@ -1036,7 +1041,91 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         timeouts,
         max_upstream_sessions: raw.max_upstream_sessions,
         tools: tools?,
+        forward_headers: forward_headers.unwrap_or(Some(BTreeMap::new()))?,
     })
+}
+
+/// Headers no mount may forward: the transport's own (a client's would
+/// break the exchange or smuggle one), the hop-by-hop ones, the trace
+/// context (the gateway sends its own), and the client's session with
+/// the gateway, which means nothing upstream.
+const NOT_FORWARDED: &[&str] = &[
+    "accept",
+    "connection",
+    "content-length",
+    "content-type",
+    "expect",
+    "host",
+    "keep-alive",
+    "last-event-id",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "proxy-connection",
+    "te",
+    "traceparent",
+    "tracestate",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A mount's `forward_headers`, as upstream name → client name (lower
+/// case). Only a `per_session` HTTP mount may have them: a shared upstream
+/// session serves every client, and would carry the first one's
+/// credentials for all of them.
+fn resolve_forward_headers(
+    path: &str,
+    raw: RawForwardHeaders,
+    http: bool,
+    per_session: bool,
+    problems: &mut Problems,
+) -> Option<BTreeMap<String, String>> {
+    let key = format!("{path}.forward_headers");
+    let mut ok = true;
+    if !http {
+        problems.push(&key, "only HTTP upstreams (`url`) take this field");
+        ok = false;
+    } else if !per_session {
+        problems.push(
+            &key,
+            "only a `per_session` mount may forward a client's headers: a shared upstream session serves every client",
+        );
+        ok = false;
+    }
+    let pairs: Vec<(String, String, String)> = match raw {
+        RawForwardHeaders::Same(names) => names
+            .into_iter()
+            .enumerate()
+            .map(|(index, name)| (format!("{key}[{index}]"), name.clone(), name))
+            .collect(),
+        RawForwardHeaders::Renamed(table) => table
+            .into_iter()
+            .map(|(upstream, client)| (format!("{key}.{upstream}"), upstream, client))
+            .collect(),
+    };
+    let mut forwarded = BTreeMap::new();
+    for (at, upstream, client) in pairs {
+        let renamed = !upstream.eq_ignore_ascii_case(&client);
+        for name in std::iter::once(&upstream).chain(renamed.then_some(&client)) {
+            let lower = name.to_ascii_lowercase();
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                problems.push(&at, format!("{name:?} is not a valid HTTP header name"));
+                ok = false;
+            } else if NOT_FORWARDED.contains(&lower.as_str()) {
+                problems.push(
+                    &at,
+                    format!("{name:?} is the gateway's own; it cannot be forwarded"),
+                );
+                ok = false;
+            }
+        }
+        let upstream = upstream.to_ascii_lowercase();
+        if forwarded.contains_key(&upstream) {
+            problems.push(&at, format!("{upstream:?} is forwarded twice"));
+            ok = false;
+        }
+        forwarded.insert(upstream, client.to_ascii_lowercase());
+    }
+    ok.then_some(forwarded)
 }
 
 /// A mount's `include_tools` and `exclude_tools`: each pattern must match

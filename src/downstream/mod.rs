@@ -9,6 +9,7 @@
 
 mod admission;
 mod errors;
+mod forwarded_headers;
 mod handler;
 pub mod hibernation;
 mod observe;
@@ -145,6 +146,9 @@ pub(crate) struct SessionState {
     /// rmcp's `Mcp-Session-Id` for it, once initialized.
     rmcp_id: OnceLock<Arc<str>>,
     client_capabilities: OnceLock<ClientCapabilities>,
+    /// The client's values of the headers mounts forward, taken at
+    /// initialize (or at the wake).
+    client_headers: OnceLock<forwarded_headers::ClientHeaders>,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
     /// What the client asked for with `logging/setLevel`.
@@ -183,6 +187,7 @@ impl SessionState {
             peer: Mutex::new(None),
             rmcp_id: OnceLock::new(),
             client_capabilities: OnceLock::new(),
+            client_headers: OnceLock::new(),
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
@@ -573,7 +578,11 @@ impl SessionState {
         if mount.is_retired() {
             return Err("the mount was removed".to_owned());
         }
-        let session = upstream::open(&mount.config, mount.timeouts(), handler)
+        let config = match self.client_headers.get() {
+            Some(client_headers) => client_headers.applied_to(&mount.config),
+            None => std::borrow::Cow::Borrowed(&mount.config),
+        };
+        let session = upstream::open(&config, mount.timeouts(), handler)
             .await
             .map_err(|error| error.to_string())?;
         // Each bounded: this open holds the session's calls to the mount.

@@ -3,11 +3,13 @@
 //! Request: No valid session ID provided`, id `server-error`), and that can
 //! be made to forget its sessions as a restart would: its `forget` tool
 //! answers, then forgets every session. `whoami` (a tool, and a prompt,
-//! which goes upstream another way) answers with the session's id. It refuses `GET` (405, as the spec allows), so only a
+//! which goes upstream another way) answers with the session's id;
+//! `authorization` with the `Authorization` header its session's
+//! `initialize` came with and the one its call came with. It refuses `GET` (405, as the spec allows), so only a
 //! POST can find out.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -27,7 +29,8 @@ use serde_json::{json, Value};
 #[derive(Default)]
 struct Shared {
     next_session: AtomicU64,
-    sessions: Mutex<HashSet<String>>,
+    /// Each session, with the `Authorization` its `initialize` carried.
+    sessions: Mutex<HashMap<String, Option<String>>>,
 }
 
 /// The running server; stops when dropped.
@@ -86,10 +89,18 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         .get("mcp-session-id")
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let authorization = headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     if message["method"] == "initialize" && session.is_none() {
         let n = shared.next_session.fetch_add(1, Ordering::SeqCst) + 1;
         let session = format!("s{n}");
-        shared.sessions.lock().unwrap().insert(session.clone());
+        shared
+            .sessions
+            .lock()
+            .unwrap()
+            .insert(session.clone(), authorization);
         let result = json!({
             "protocolVersion": "2025-03-26",
             "capabilities": {"tools": {}, "prompts": {}},
@@ -99,14 +110,14 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
     }
     let known = session
         .as_ref()
-        .is_some_and(|session| shared.sessions.lock().unwrap().contains(session));
-    if !known {
+        .and_then(|session| shared.sessions.lock().unwrap().get(session).cloned());
+    let Some(authorization_at_initialize) = known else {
         let refusal = json!({"jsonrpc": "2.0", "id": "server-error",
             "error": {"code": -32600, "message": "Bad Request: No valid session ID provided"}});
         let mut response = json_response(refusal, None);
         *response.status_mut() = StatusCode::BAD_REQUEST;
         return response;
-    }
+    };
     if id.is_none() {
         return StatusCode::ACCEPTED.into_response();
     }
@@ -120,9 +131,18 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
             json!({"tools": [
                 {"name": "whoami", "inputSchema": schema},
                 {"name": "forget", "inputSchema": schema},
+                {"name": "authorization", "inputSchema": schema},
             ]})
         }
         (Some("tools/call"), Some("whoami")) => text(session.as_deref().unwrap_or_default()),
+        (Some("tools/call"), Some("authorization")) => {
+            let shown = |value: Option<String>| value.unwrap_or_else(|| "none".to_owned());
+            text(&format!(
+                "{} / {}",
+                shown(authorization_at_initialize),
+                shown(authorization)
+            ))
+        }
         (Some("prompts/list"), _) => json!({"prompts": [{"name": "whoami"}]}),
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),

@@ -1,0 +1,128 @@
+//! The headers of a client's own requests that its per-session upstreams
+//! get (`forward_headers`): per-user credentials, such as each developer's
+//! own token for a remote server, rather than one token for everyone.
+//!
+//! They are taken from the client's `initialize` (or from the request that
+//! wakes its session, whose headers rmcp hands the replayed `initialize`),
+//! and only those some mount forwards are kept. Each per-session upstream
+//! opened for the session sends them on every request, in place of the
+//! mount's own header of the same name; the mount's own session (discovery)
+//! sends only the mount's `headers`. Validation keeps them off shared
+//! mounts, whose one upstream session serves every client.
+
+use std::{borrow::Cow, collections::BTreeMap};
+
+use crate::{
+    config::{MountConfig, UpstreamTransport},
+    gateway::Mount,
+};
+
+/// A client's values of the headers some mount forwards, by lower-case
+/// name. Never shown: they are credentials.
+#[derive(Default)]
+pub(crate) struct ClientHeaders(BTreeMap<String, String>);
+
+impl std::fmt::Debug for ClientHeaders {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl ClientHeaders {
+    /// What of `headers` (a client's request) any of `mounts` forwards. A
+    /// value that is not visible text is left out, as if not sent.
+    pub(crate) fn taken_from<'a>(
+        headers: &axum::http::HeaderMap,
+        mounts: impl IntoIterator<Item = &'a std::sync::Arc<Mount>>,
+    ) -> ClientHeaders {
+        let mut taken = BTreeMap::new();
+        for mount in mounts {
+            for client_name in mount.config.forward_headers.values() {
+                if let Some(value) = headers.get(client_name).and_then(|v| v.to_str().ok()) {
+                    taken.insert(client_name.clone(), value.to_owned());
+                }
+            }
+        }
+        ClientHeaders(taken)
+    }
+
+    /// `config` as this client's upstream session of it is opened: each
+    /// header the mount forwards that the client sent replaces the mount's
+    /// own of that name (whatever its case); one the client did not send
+    /// leaves the mount's own, if any.
+    pub(crate) fn applied_to<'a>(&self, config: &'a MountConfig) -> Cow<'a, MountConfig> {
+        let sent: Vec<(&String, &String)> = config
+            .forward_headers
+            .iter()
+            .filter_map(|(upstream, client)| Some((upstream, self.0.get(client)?)))
+            .collect();
+        if sent.is_empty() {
+            return Cow::Borrowed(config);
+        }
+        let mut config = config.clone();
+        if let UpstreamTransport::StreamableHttp { headers, .. }
+        | UpstreamTransport::Sse { headers, .. } = &mut config.transport
+        {
+            for (upstream, value) in sent {
+                headers.retain(|name, _| !name.eq_ignore_ascii_case(upstream));
+                headers.insert(upstream.clone(), value.clone());
+            }
+        }
+        Cow::Owned(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{load_content, ConfigSource};
+
+    fn mount(toml: &str) -> MountConfig {
+        let source = ConfigSource::File("junction.toml".into());
+        let config = load_content(&source, toml.as_bytes().to_vec()).expect("a valid config");
+        config.mounts[0].clone()
+    }
+
+    fn sent(config: &MountConfig) -> BTreeMap<String, String> {
+        match &config.transport {
+            UpstreamTransport::StreamableHttp { headers, .. }
+            | UpstreamTransport::Sse { headers, .. } => headers.clone(),
+            UpstreamTransport::Stdio { .. } => unreachable!("an HTTP mount"),
+        }
+    }
+
+    /// The client's value replaces the mount's own whatever its case; a
+    /// header the client did not send leaves the mount's; what is not
+    /// forwarded stays as the mount has it.
+    #[test]
+    fn the_clients_values_replace_the_mounts_own() {
+        let config = mount(
+            "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+             headers = { AUTHORIZATION = \"Bearer mount\", X-Team = \"t\", X-Key = \"k\" }\n\
+             forward_headers = { Authorization = \"X-User-Token\", X-Key = \"X-Key\" }\n",
+        );
+        let client = ClientHeaders(BTreeMap::from([(
+            "x-user-token".to_owned(),
+            "Bearer alice".to_owned(),
+        )]));
+        assert_eq!(
+            sent(&client.applied_to(&config)),
+            BTreeMap::from([
+                ("X-Key".to_owned(), "k".to_owned()),
+                ("X-Team".to_owned(), "t".to_owned()),
+                ("authorization".to_owned(), "Bearer alice".to_owned()),
+            ])
+        );
+        let nothing_sent = ClientHeaders::default();
+        assert!(matches!(nothing_sent.applied_to(&config), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_clients_values_are_never_shown() {
+        let client = ClientHeaders(BTreeMap::from([(
+            "authorization".to_owned(),
+            "Bearer secret".to_owned(),
+        )]));
+        assert_eq!(format!("{client:?}"), r#"["authorization"]"#);
+    }
+}
