@@ -83,6 +83,10 @@ pub struct ServerConfig {
     /// connection idle between requests this long is closed. Bounds what a
     /// slow or silent client holds (slowloris).
     pub request_read_timeout: Duration,
+    /// Path of the older HTTP+SSE transport's event stream (its posts go
+    /// to the same path), for clients that speak only that; `None` (`""`):
+    /// not served.
+    pub sse_path: Option<String>,
 }
 
 /// The `[timeouts]` table: gateway-wide defaults, each overridable in a
@@ -305,6 +309,7 @@ pub mod defaults {
     pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600); // humantime's "1year"
     pub const LISTEN: &str = "127.0.0.1:8080";
     pub const PATH: &str = "/mcp";
+    pub const SSE_PATH: &str = "/sse";
     pub const SEPARATOR: &str = "__";
     pub const ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
     /// Pages served from this machine may call the gateway; a page from any

@@ -22,6 +22,7 @@ pub struct RawServer {
     pub session_hibernate_after: Option<String>,
     pub shutdown_grace: Option<String>,
     pub request_read_timeout: Option<String>,
+    pub sse_path: Option<String>,
 }
 
 /// One `[mounts.NAME]` table.

@@ -1127,3 +1127,28 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
     );
     assert_eq!(found.len(), 7, "{found:#?}");
 }
+
+#[test]
+fn the_older_transport_has_a_path_of_its_own_or_none() {
+    let sse_path = |text: &str| parse("junction.toml", text).unwrap().server.sse_path;
+    assert_eq!(sse_path("").as_deref(), Some("/sse"), "served by default");
+    assert_eq!(
+        sse_path("[server]\nsse_path = \"/legacy\"\n").as_deref(),
+        Some("/legacy")
+    );
+    assert_eq!(sse_path("[server]\nsse_path = \"\"\n"), None, "turned off");
+    assert_eq!(
+        sse_path("[server]\npath = \"/sse\"\n"),
+        None,
+        "an endpoint at /sse keeps it"
+    );
+    let found = problems(
+        "junction.toml",
+        "[server]\npath = \"/mcp\"\nsse_path = \"/mcp\"\n",
+    );
+    assert_reported(&found, &["server.sse_path: \"/mcp\" is server.path"]);
+    let found = problems("junction.toml", "[server]\nsse_path = \"sse\"\n");
+    assert_reported(&found, &["server.sse_path: \"sse\" must start with `/`"]);
+    let found = problems("junction.toml", "[server]\nsse_path = \"/healthz\"\n");
+    assert_reported(&found, &["server.sse_path: \"/healthz\" is reserved"]);
+}

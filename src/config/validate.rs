@@ -497,12 +497,30 @@ fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfi
         defaults::REQUEST_READ_TIMEOUT,
         problems,
     );
+    let sse_path = match raw.sse_path {
+        // An endpoint at `/sse` keeps it (it may be the older transport's
+        // place in a config written before this one was served).
+        None => (path != defaults::SSE_PATH).then(|| defaults::SSE_PATH.to_owned()),
+        Some(off) if off.is_empty() => None,
+        Some(sse_path) => {
+            if let Some(problem) = endpoint_path_problem(&sse_path) {
+                problems.push("server.sse_path", format!("{sse_path:?} {problem}"));
+            } else if sse_path == path {
+                problems.push(
+                    "server.sse_path",
+                    format!("{sse_path:?} is server.path; give the older transport a path of its own, or \"\" to serve none"),
+                );
+            }
+            Some(sse_path)
+        }
+    };
     if problems.len() != before {
         return None;
     }
     Some(ServerConfig {
         listen: listen?,
         path,
+        sse_path,
         separator: separator?,
         allowed_hosts,
         allowed_origins,

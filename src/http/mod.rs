@@ -44,6 +44,7 @@ pub mod lanes;
 mod one_write;
 mod priming;
 mod resumable;
+mod sse_endpoint;
 mod status_page;
 mod whole_body;
 
@@ -57,7 +58,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     sessions.session_config.keep_alive = None;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(server.allowed_hosts.clone())
-        .with_cancellation_token(shutdown);
+        .with_cancellation_token(shutdown.clone());
     mcp_config = match &server.allowed_origins {
         Some(origins) => mcp_config
             .with_allowed_origins(origins.clone())
@@ -101,7 +102,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // One service behind an `Arc`: `route_service` and each layer would
     // clone it per request, copying its Host/Origin allow-lists each time.
     let mcp = Arc::new(mcp);
-    let mcp = Router::new()
+    let mcp: Router = Router::new()
         .route(
             &server.path,
             any(move |request: axum::extract::Request| {
@@ -170,12 +171,31 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             },
             session_answers,
         ));
+    let older_transport = server.sse_path.clone().map(|sse_path| {
+        let endpoint = sse_endpoint::SseEndpoint::new(
+            gateway.clone(),
+            mcp.clone(),
+            sse_path.clone(),
+            shutdown,
+        );
+        Router::new()
+            .route(&sse_path, any(sse_endpoint::SseEndpoint::handle))
+            .with_state(endpoint)
+            .layer(axum::middleware::from_fn_with_state(
+                host_check::Allowed {
+                    hosts: host_check::AllowedHosts::new(&server.allowed_hosts),
+                    origins: server.allowed_origins.clone().map(Into::into),
+                },
+                host_check::require_allowed_host,
+            ))
+    });
     let admin_here = gateway.config().admin.enabled && gateway.config().admin.listen.is_none();
     let app = Router::new()
-        .merge(mcp)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(gateway.clone());
+        .with_state(gateway.clone())
+        .merge(mcp)
+        .merge(older_transport.unwrap_or_default());
     if admin_here {
         let allowed = host_check::Allowed {
             hosts: host_check::AllowedHosts::new(&gateway.config().server.allowed_hosts),

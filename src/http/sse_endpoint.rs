@@ -1,0 +1,380 @@
+//! The older HTTP+SSE transport (2024-11-05), for clients that speak only
+//! it: `GET {sse_path}` opens an event stream whose first event, `endpoint`,
+//! names where to post (`{sse_path}?sessionId=…`); every answer and every
+//! message from the server comes on that stream.
+//!
+//! A bridge onto the gateway's own Streamable HTTP endpoint, in process:
+//! each post goes to it as a POST with the client's own headers (so the
+//! Host and Origin checks, the limits and `forward_headers` apply as for
+//! any client), and what it answers, JSON or an event stream, is put on the
+//! client's stream in order. Once the session is initialized its `GET`
+//! stream (the server's own messages: list changes, sampling, elicitation)
+//! is put there too. A post the endpoint refuses outright (413, 400, 404)
+//! gets that answer itself, as the older SDKs answer a bad post. The
+//! client's stream ending ends the session (a `DELETE`), and the session
+//! ending (its `GET` stream closed: idle, deleted, shut down) ends the
+//! client's stream, so that the client reconnects.
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError},
+    time::Duration,
+};
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    http::{header, HeaderMap, HeaderValue, Method, StatusCode},
+    response::{
+        sse::{Event, KeepAlive, Sse},
+        IntoResponse, Response,
+    },
+    Router,
+};
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// Messages waiting for a client that reads its stream slowly; beyond,
+/// the pumps wait for it (the endpoint's own streams hold the rest).
+const OUTBOX: usize = 64;
+/// How long the `DELETE` of a session whose client went away may take.
+const DELETE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The endpoint's state: the Streamable HTTP endpoint it bridges onto and
+/// the sessions open on it.
+#[derive(Clone)]
+pub struct SseEndpoint(Arc<Shared>);
+
+struct Shared {
+    /// The MCP endpoint with all its layers.
+    mcp: Router,
+    mcp_path: String,
+    sse_path: String,
+    /// The gateway's, for `max_sessions` (live).
+    gateway: Arc<crate::gateway::Gateway>,
+    sessions: Mutex<HashMap<String, Arc<LegacySession>>>,
+    shutdown: CancellationToken,
+}
+
+/// One client's event stream and the Streamable HTTP session behind it.
+struct LegacySession {
+    outbox: mpsc::Sender<String>,
+    /// The endpoint's `Mcp-Session-Id`, once `initialize` was answered.
+    mcp_session: OnceLock<HeaderValue>,
+    /// The version `initialize` agreed, sent with every later request.
+    protocol_version: OnceLock<HeaderValue>,
+    /// The `Host` the client's stream came with, for the requests the
+    /// bridge makes on its own (the `GET` stream, the `DELETE`).
+    host: Option<HeaderValue>,
+    /// Cancelled when either side ends the session (the client's stream
+    /// dropped, the endpoint's session gone, never initialized); a watcher
+    /// then closes it (`SseEndpoint::close`).
+    ended: CancellationToken,
+}
+
+impl SseEndpoint {
+    pub fn new(
+        gateway: Arc<crate::gateway::Gateway>,
+        mcp: Router,
+        sse_path: String,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let mcp_path = gateway.config().server.path.clone();
+        SseEndpoint(Arc::new(Shared {
+            mcp,
+            mcp_path,
+            sse_path,
+            gateway,
+            sessions: Mutex::default(),
+            shutdown,
+        }))
+    }
+
+    /// `GET` opens a session's stream; `POST` carries one of its messages.
+    pub async fn handle(State(endpoint): State<SseEndpoint>, request: Request) -> Response {
+        match *request.method() {
+            Method::GET => endpoint.open(request.headers()),
+            Method::POST => endpoint.post(request).await,
+            _ => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(header::ALLOW, "GET, POST")],
+                "Method Not Allowed: GET opens the event stream, POST sends a message",
+            )
+                .into_response(),
+        }
+    }
+
+    fn open(&self, headers: &HeaderMap) -> Response {
+        let limit = self.0.gateway.config().limits.max_sessions;
+        let mut sessions = lock(&self.0.sessions);
+        if sessions.len() >= limit {
+            crate::telemetry::metrics()
+                .count_refused(crate::telemetry::metrics::Refusal::SessionLimit);
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5")],
+                "Service Unavailable: session limit reached",
+            )
+                .into_response();
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let (outbox, messages) = mpsc::channel(OUTBOX);
+        let session = Arc::new(LegacySession {
+            outbox,
+            mcp_session: OnceLock::new(),
+            protocol_version: OnceLock::new(),
+            host: headers.get(header::HOST).cloned(),
+            ended: CancellationToken::new(),
+        });
+        sessions.insert(id.clone(), session.clone());
+        drop(sessions);
+        // A stream holds a place under `max_sessions` before it has a
+        // session: one never initialized gives it back, as a slow request
+        // gives back its connection.
+        let initialize_within = self.0.gateway.config().server.request_read_timeout;
+        let (watcher, watched, watched_id) = (self.clone(), session.clone(), id.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(initialize_within) => {
+                    if watched.mcp_session.get().is_none() {
+                        watched.ended.cancel();
+                    }
+                }
+                _ = watched.ended.cancelled() => {}
+            }
+            watched.ended.cancelled().await;
+            watcher.close(&watched_id, &watched);
+        });
+        let endpoint = format!("{}?sessionId={id}", self.0.sse_path);
+        let closer = session.ended.clone().drop_guard();
+        let ended = session.ended.clone();
+        let shutdown = self.0.shutdown.clone();
+        let stream = futures::stream::once(async move {
+            Ok::<_, Infallible>(Event::default().event("endpoint").data(endpoint))
+        })
+        .chain(
+            tokio_stream_of(messages)
+                .map(|message| Ok(Event::default().event("message").data(message))),
+        )
+        .take_until(async move {
+            tokio::select! {
+                _ = ended.cancelled() => {}
+                _ = shutdown.cancelled() => {}
+            }
+        })
+        .map(move |event| {
+            // Held by the stream: its end (the client gone) closes the session.
+            let _ = &closer;
+            event
+        });
+        Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response()
+    }
+
+    async fn post(&self, request: Request) -> Response {
+        let Some(id) = request.uri().query().and_then(session_id_of) else {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Bad Request: the endpoint's sessionId is missing",
+            )
+                .into_response();
+        };
+        let session = lock(&self.0.sessions).get(&id).cloned();
+        let Some(session) = session else {
+            return (StatusCode::NOT_FOUND, "Not Found: unknown sessionId").into_response();
+        };
+        let (mut parts, body) = request.into_parts();
+        parts.uri = self.0.mcp_path.parse().expect("a validated path");
+        // The session is the bridge's to name, never the client's.
+        for name in ["mcp-session-id", "mcp-protocol-version", "last-event-id"] {
+            parts.headers.remove(name);
+        }
+        parts.headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let initializing = session.mcp_session.get().is_none();
+        session.name_session(&mut parts.headers);
+        let answer = self.call(Request::from_parts(parts, body)).await;
+        let status = answer.status();
+        if !status.is_success() {
+            if status == StatusCode::NOT_FOUND && !initializing {
+                // The endpoint's session is gone: so is this one.
+                session.ended.cancel();
+            }
+            return answer;
+        }
+        // `initialize` opened the endpoint's session: once its answer (and
+        // with it the agreed version) is delivered, the session's own
+        // messages follow on the client's stream.
+        let opened = initializing
+            && answer
+                .headers()
+                .get("mcp-session-id")
+                .is_some_and(|opened| session.mcp_session.set(opened.clone()).is_ok());
+        let endpoint = self.clone();
+        tokio::spawn(async move {
+            session.deliver(answer).await;
+            if opened {
+                endpoint.relay_session_stream(&session).await;
+            }
+        });
+        (StatusCode::ACCEPTED, "Accepted").into_response()
+    }
+
+    /// Puts the session's `GET` stream (what the server sends outside any
+    /// request) on the client's stream; its end ends the client's stream,
+    /// for the client to start over.
+    async fn relay_session_stream(&self, session: &LegacySession) {
+        let mut request = Request::new(Body::empty());
+        *request.method_mut() = Method::GET;
+        *request.uri_mut() = self.0.mcp_path.parse().expect("a validated path");
+        let headers = request.headers_mut();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        session.name_session(headers);
+        let answer = self.call(request).await;
+        if answer.status().is_success() {
+            session.deliver(answer).await;
+        } else {
+            tracing::debug!(status = %answer.status(), "an older-transport session's message stream was refused");
+        }
+        session.ended.cancel();
+    }
+
+    async fn call(&self, request: Request) -> Response {
+        match self.0.mcp.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Either side ended the session: the client's stream ends, and the
+    /// endpoint's session is deleted.
+    fn close(&self, id: &str, session: &LegacySession) {
+        lock(&self.0.sessions).remove(id);
+        let Some(mcp_session) = session.mcp_session.get().cloned() else {
+            return;
+        };
+        let endpoint = self.clone();
+        let host = session.host.clone();
+        tokio::spawn(async move {
+            let mut request = Request::new(Body::empty());
+            *request.method_mut() = Method::DELETE;
+            *request.uri_mut() = endpoint.0.mcp_path.parse().expect("a validated path");
+            let headers = request.headers_mut();
+            headers.insert("mcp-session-id", mcp_session);
+            if let Some(host) = host {
+                headers.insert(header::HOST, host);
+            }
+            let _ = tokio::time::timeout(DELETE_LIMIT, endpoint.call(request)).await;
+        });
+    }
+}
+
+impl LegacySession {
+    /// Names the endpoint's session (once there is one) on a request the
+    /// bridge passes on or makes.
+    fn name_session(&self, headers: &mut HeaderMap) {
+        if let Some(mcp_session) = self.mcp_session.get() {
+            headers.insert("mcp-session-id", mcp_session.clone());
+        }
+        if let Some(version) = self.protocol_version.get() {
+            headers.insert("mcp-protocol-version", version.clone());
+        }
+        if !headers.contains_key(header::HOST) {
+            if let Some(host) = &self.host {
+                headers.insert(header::HOST, host.clone());
+            }
+        }
+    }
+
+    /// Puts what the endpoint answered (one JSON message, or an event
+    /// stream of them) on the client's stream, in order, until the client
+    /// goes.
+    async fn deliver(&self, answer: Response) {
+        let is_stream = answer
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("text/event-stream"));
+        let body = answer.into_body();
+        if !is_stream {
+            let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+                return;
+            };
+            if !bytes.is_empty() {
+                self.put(&bytes).await;
+            }
+            return;
+        }
+        let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+            body.into_data_stream(),
+        ));
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = self.ended.cancelled() => return,
+            };
+            match event {
+                Some(Ok(event)) => {
+                    // Priming events carry no message.
+                    if let Some(data) = event.data.filter(|data| !data.is_empty()) {
+                        if !self.put(data.as_bytes()).await {
+                            return;
+                        }
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "an answer stream broke on its way to an older-transport client");
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Puts one message on the client's stream, on one line (an event's
+    /// data may not hold a line break); `false` once the client is gone.
+    async fn put(&self, message: &[u8]) -> bool {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(message) else {
+            tracing::debug!(
+                "the endpoint answered an older-transport client with something not JSON"
+            );
+            return true;
+        };
+        if let Some(version) = value
+            .pointer("/result/protocolVersion")
+            .and_then(|version| version.as_str())
+            .filter(|_| value.pointer("/result/serverInfo").is_some())
+            .and_then(|version| HeaderValue::from_str(version).ok())
+        {
+            let _ = self.protocol_version.set(version);
+        }
+        tokio::select! {
+            sent = self.outbox.send(value.to_string()) => sent.is_ok(),
+            _ = self.ended.cancelled() => false,
+        }
+    }
+}
+
+/// `sessionId`'s value in a query string.
+fn session_id_of(query: &str) -> Option<String> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "sessionId")
+        .map(|(_, value)| value.into_owned())
+}
+
+fn tokio_stream_of(mut messages: mpsc::Receiver<String>) -> impl Stream<Item = String> {
+    futures::stream::poll_fn(move |context| messages.poll_recv(context))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

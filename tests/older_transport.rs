@@ -1,0 +1,264 @@
+//! The older HTTP+SSE transport downstream (`[server] sse_path`): a client
+//! that speaks only it opens an event stream, posts to the endpoint the
+//! stream names, and gets every answer on the stream. Written by hand with
+//! reqwest, so that each answer's status is seen; real SDK clients are in
+//! `tests/interop/test_sse_clients.py`.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"older","version":"0"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// A client's event stream, read event by event.
+struct EventStream {
+    bytes: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+}
+
+impl EventStream {
+    async fn open(http: &reqwest::Client, url: &str) -> EventStream {
+        let response = within("GET the event stream", http.get(url).send())
+            .await
+            .expect("GET");
+        assert_eq!(response.status(), StatusCode::OK, "{response:?}");
+        let content_type = response.headers()["content-type"].to_str().unwrap();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        EventStream {
+            bytes: response.bytes_stream().boxed(),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event's name and data (comments, keep-alives, skipped);
+    /// `None` once the stream has ended.
+    async fn next(&mut self) -> Option<(String, String)> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut name, mut data) = (String::from("message"), Vec::new());
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("event:") {
+                        name = value.trim().to_owned();
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Some((name, data.join("\n")));
+            }
+            match within("the next event", self.bytes.next()).await {
+                Some(Ok(chunk)) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next message on the stream, as JSON.
+    async fn message(&mut self) -> Value {
+        let (name, data) = self.next().await.expect("a message");
+        assert_eq!(name, "message", "{data}");
+        serde_json::from_str(&data).expect("JSON")
+    }
+}
+
+/// An older-transport session: its stream and where it posts.
+struct OlderClient {
+    http: reqwest::Client,
+    events: EventStream,
+    endpoint: String,
+}
+
+impl OlderClient {
+    /// Opens the stream and reads the endpoint it names.
+    async fn connect(gateway: &Gateway) -> OlderClient {
+        let http = reqwest::Client::new();
+        let mut events = EventStream::open(&http, &gateway.url("/sse")).await;
+        let (name, endpoint) = events.next().await.expect("the endpoint event");
+        assert_eq!(name, "endpoint");
+        assert!(endpoint.starts_with("/sse?sessionId="), "{endpoint}");
+        OlderClient {
+            http,
+            events,
+            endpoint: gateway.url(&endpoint),
+        }
+    }
+
+    async fn post(&self, body: impl Into<String>) -> (StatusCode, String) {
+        let request = self
+            .http
+            .post(&self.endpoint)
+            .header("content-type", "application/json")
+            .body(body.into());
+        let response = within("POST", request.send()).await.expect("POST");
+        let status = response.status();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    /// Posts a request (202) and returns the answer the stream brings.
+    async fn ask(&mut self, body: Value) -> Value {
+        let (status, text) = self.post(body.to_string()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+        let answer = self.events.message().await;
+        assert_eq!(answer["id"], body["id"], "{answer}");
+        answer
+    }
+
+    async fn initialize(&mut self) {
+        let (status, text) = self.post(INITIALIZE).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+        let answer = self.events.message().await;
+        assert_eq!(
+            answer["result"]["protocolVersion"], "2024-11-05",
+            "{answer}"
+        );
+        let (status, text) = self.post(INITIALIZED).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    }
+}
+
+fn call(id: u64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}})
+}
+
+async fn downstream_sessions(gateway: &Gateway) -> u64 {
+    status_json(gateway).await["downstream_sessions"]
+        .as_u64()
+        .expect("a count")
+}
+
+/// Lists, calls and errors come back on the event stream, each for its
+/// own request; closing the stream ends the session behind it.
+#[tokio::test]
+async fn an_older_client_is_answered_on_its_event_stream_and_ends_with_it() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let mut client = OlderClient::connect(&gateway).await;
+    client.initialize().await;
+    let tools = client
+        .ask(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .await;
+    assert!(
+        tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|tool| tool["name"] == "demo__echo"),
+        "{tools}"
+    );
+    let echoed = client
+        .ask(call(
+            3,
+            "demo__echo",
+            json!({"message": "over the old transport"}),
+        ))
+        .await;
+    assert_eq!(
+        echoed["result"]["content"][0]["text"], "over the old transport",
+        "{echoed}"
+    );
+    let unknown = client.ask(call(4, "nope__tool", json!({}))).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert_eq!(downstream_sessions(&gateway).await, 1);
+
+    drop(client);
+    eventually("the session to end with its stream", OP_TIMEOUT, || async {
+        (downstream_sessions(&gateway).await == 0).then_some(())
+    })
+    .await;
+}
+
+/// Posts the endpoint cannot take get their answer on the post itself:
+/// no session named, an unknown one, a body that is not JSON, an
+/// `initialize` over the bound a new session's has. The stream carries on.
+#[tokio::test]
+async fn bad_posts_are_refused_on_the_post_and_the_session_carries_on() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let http = reqwest::Client::new();
+    let no_session = http.post(gateway.url("/sse")).body(INITIALIZE).send();
+    let no_session = within("POST", no_session).await.unwrap();
+    assert_eq!(no_session.status(), StatusCode::BAD_REQUEST);
+    let unknown = http
+        .post(gateway.url("/sse?sessionId=made-up"))
+        .header("content-type", "application/json")
+        .body(INITIALIZE)
+        .send();
+    assert_eq!(
+        within("POST", unknown).await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let put = within("PUT", http.put(gateway.url("/sse")).send()).await;
+    assert_eq!(put.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED);
+
+    let mut client = OlderClient::connect(&gateway).await;
+    let padding = "x".repeat(128 * 1024);
+    let too_big = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": padding, "version": "0"}}});
+    let (status, _) = client.post(too_big.to_string()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    client.initialize().await;
+    let (status, text) = client.post("{not json").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("-32700"), "a JSON-RPC parse error: {text}");
+    let echoed = client
+        .ask(call(2, "demo__echo", json!({"message": "still here"})))
+        .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "still here");
+}
+
+/// The older transport is checked like the endpoint: a foreign `Host`
+/// gets 403 before any stream opens; `max_sessions` bounds its streams;
+/// `sse_path = ""` serves none.
+#[tokio::test]
+async fn the_older_transport_is_guarded_bounded_and_can_be_turned_off() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}[limits]\nmax_sessions = 1\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let foreign = http
+        .get(gateway.url("/sse"))
+        .header("host", "evil.example")
+        .send();
+    assert_eq!(
+        within("GET", foreign).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    let _first = OlderClient::connect(&gateway).await;
+    let second = within("GET", http.get(gateway.url("/sse")).send()).await;
+    assert_eq!(second.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    let off = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsse_path = \"\"\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let none = within("GET", http.get(off.url("/sse")).send()).await;
+    assert_eq!(none.unwrap().status(), StatusCode::NOT_FOUND);
+}
+
+/// A stream whose client never initializes gives its place back after
+/// `request_read_timeout`, as a slow request does its connection.
+#[tokio::test]
+async fn a_stream_never_initialized_ends() {
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nrequest_read_timeout = \"500ms\"\n\n[limits]\nmax_sessions = 1\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let mut idle = OlderClient::connect(&gateway).await;
+    assert_eq!(idle.events.next().await, None, "the stream ends");
+    let mut next = OlderClient::connect(&gateway).await;
+    next.initialize().await;
+}
