@@ -262,3 +262,23 @@ async fn a_stream_never_initialized_ends() {
     let mut next = OlderClient::connect(&gateway).await;
     next.initialize().await;
 }
+
+/// What comes before `initialize` is answered on the stream too, as the
+/// older transport answers everything: a ping (allowed then), and an
+/// error for a request that needs the session.
+#[tokio::test]
+async fn requests_before_initialize_are_answered_on_the_stream() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let mut client = OlderClient::connect(&gateway).await;
+    let pong = client
+        .ask(json!({"jsonrpc": "2.0", "id": "first", "method": "ping"}))
+        .await;
+    assert_eq!(pong["result"], json!({}), "{pong}");
+    let early = client.ask(call(7, "demo__echo", json!({"message": "x"}))).await;
+    assert_eq!(early["error"]["code"], -32600, "{early}");
+    client.initialize().await;
+    let echoed = client
+        .ask(call(8, "demo__echo", json!({"message": "now"})))
+        .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "now");
+}

@@ -40,6 +40,9 @@ use tower::ServiceExt;
 /// Messages waiting for a client that reads its stream slowly; beyond,
 /// the pumps wait for it (the endpoint's own streams hold the rest).
 const OUTBOX: usize = 64;
+/// The most of a refusal's body read to see whether it answers a request.
+const REFUSAL_LIMIT: usize = 1024 * 1024;
+const INVALID_REQUEST: i64 = -32600;
 /// How long the `DELETE` of a session whose client went away may take.
 const DELETE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -198,6 +201,26 @@ impl SseEndpoint {
             HeaderValue::from_static("application/json, text/event-stream"),
         );
         let initializing = session.mcp_session.get().is_none();
+        // Before `initialize` the message is read here, bounded as the
+        // endpoint bounds a new session's: what the endpoint cannot answer
+        // without a session (a ping, which may come first) is still
+        // answered on the stream.
+        let (body, asked) = if initializing {
+            let bytes = match self.read_before_session(body).await {
+                Ok(bytes) => bytes,
+                Err(refused) => return refused,
+            };
+            let asked = request_of(&bytes);
+            if let Some((id, "ping")) = asked.as_ref().map(|(id, method)| (id, method.as_str())) {
+                session
+                    .put_value(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+                    .await;
+                return accepted();
+            }
+            (Body::from(bytes), asked.map(|(id, _)| id))
+        } else {
+            (body, None)
+        };
         session.name_session(&mut parts.headers);
         let answer = self.call(Request::from_parts(parts, body)).await;
         let status = answer.status();
@@ -205,8 +228,9 @@ impl SseEndpoint {
             if status == StatusCode::NOT_FOUND && !initializing {
                 // The endpoint's session is gone: so is this one.
                 session.ended.cancel();
+                return answer;
             }
-            return answer;
+            return session.refused(answer, asked).await;
         }
         // `initialize` opened the endpoint's session: once its answer (and
         // with it the agreed version) is delivered, the session's own
@@ -223,7 +247,25 @@ impl SseEndpoint {
                 endpoint.relay_session_stream(&session).await;
             }
         });
-        (StatusCode::ACCEPTED, "Accepted").into_response()
+        accepted()
+    }
+
+    /// A message posted before the session exists, read whole within the
+    /// endpoint's bounds for one (its size, `request_read_timeout`).
+    async fn read_before_session(&self, body: Body) -> Result<bytes::Bytes, Response> {
+        let limit = super::json_guard::SESSIONLESS_BODY_LIMIT;
+        let within = self.0.gateway.config().server.request_read_timeout;
+        match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(_)) => Err(jsonrpc_refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body exceeds {limit} bytes (a message before initialize)"),
+            )),
+            Err(_) => Err(jsonrpc_refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time".to_owned(),
+            )),
+        }
     }
 
     /// Puts the session's `GET` stream (what the server sends outside any
@@ -349,6 +391,43 @@ impl LegacySession {
             );
             return true;
         };
+        self.put_value(value).await
+    }
+
+    /// What the endpoint refused: an error that answers a request goes on
+    /// the stream, as the older transport's answers do (the post gets
+    /// 202), and so does one for `asked` (a request sent before the
+    /// session, whose id only the bridge knows); any other refusal is the
+    /// post's own answer.
+    async fn refused(&self, answer: Response, asked: Option<serde_json::Value>) -> Response {
+        let (parts, body) = answer.into_parts();
+        let bytes = axum::body::to_bytes(body, REFUSAL_LIMIT)
+            .await
+            .unwrap_or_default();
+        let answered = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .filter(|message| {
+                message.get("id").is_some_and(|id| !id.is_null())
+                    && (message.get("error").is_some() || message.get("result").is_some())
+            });
+        if let Some(message) = answered {
+            self.put_value(message).await;
+            return accepted();
+        }
+        if let Some(id) = asked {
+            let reason = String::from_utf8_lossy(&bytes).trim().to_owned();
+            let message = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": INVALID_REQUEST,
+                "message": format!("not before initialize: {reason}"),
+            }});
+            self.put_value(message).await;
+            return accepted();
+        }
+        Response::from_parts(parts, Body::from(bytes))
+    }
+
+    /// [`LegacySession::put`] for a message already parsed.
+    async fn put_value(&self, value: serde_json::Value) -> bool {
         if let Some(version) = value
             .pointer("/result/protocolVersion")
             .and_then(|version| version.as_str())
@@ -362,6 +441,26 @@ impl LegacySession {
             _ = self.ended.cancelled() => false,
         }
     }
+}
+
+fn accepted() -> Response {
+    (StatusCode::ACCEPTED, "Accepted").into_response()
+}
+
+/// A refusal of a post that names no request (id `null`), as the
+/// endpoint words its own.
+fn jsonrpc_refusal(status: StatusCode, message: String) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": INVALID_REQUEST, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The id and method of the request `message` is, if it is one.
+fn request_of(message: &[u8]) -> Option<(serde_json::Value, String)> {
+    let message: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let method = message.get("method")?.as_str()?.to_owned();
+    let id = message.get("id").filter(|id| !id.is_null())?.clone();
+    Some((id, method))
 }
 
 /// `sessionId`'s value in a query string.
