@@ -2215,31 +2215,6 @@ async fn a_list_after_a_call_that_changed_it_shows_the_change() {
     }
 }
 
-/// A `reqwest` client that sends `Authorization: authorization` on every
-/// request, as an MCP client holding its own token does.
-fn client_with_token(authorization: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        authorization.parse().expect("a header value"),
-    );
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client")
-}
-
-/// `tool`'s text answer to a call in `session`.
-async fn raw_tool_text(http: &reqwest::Client, url: &str, session: &str, tool: &str) -> String {
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": tool, "arguments": {}}});
-    let answer = raw::post(http, url, Some(session), raw::JSON_POST, call.to_string()).await;
-    answer
-        .tool_text()
-        .unwrap_or_else(|| panic!("{tool}: {answer:?}"))
-        .to_owned()
-}
-
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
 /// `Authorization`, on its `initialize` and every request after; a client
@@ -2265,15 +2240,15 @@ async fn a_per_session_mount_forwards_each_clients_own_credentials() {
     .await;
     let url = gateway.mcp_url();
     let (alice, bob) = (
-        client_with_token("Bearer alice"),
-        client_with_token("Bearer bob"),
+        raw::client_with_token("Bearer alice"),
+        raw::client_with_token("Bearer bob"),
     );
     let anonymous = reqwest::Client::new();
     let alice_session = raw::open_session(&alice, &url).await;
     let bob_session = raw::open_session(&bob, &url).await;
     let anonymous_session = raw::open_session(&anonymous, &url).await;
 
-    let seen = |http, session| raw_tool_text(http, &url, session, "mine__authorization");
+    let seen = |http, session| raw::tool_text(http, &url, session, "mine__authorization");
     assert_eq!(
         seen(&alice, &alice_session).await,
         "Bearer alice / Bearer alice"
@@ -2285,7 +2260,7 @@ async fn a_per_session_mount_forwards_each_clients_own_credentials() {
         "no token of its own: the mount's"
     );
     assert_eq!(
-        raw_tool_text(&alice, &url, &alice_session, "team__authorization").await,
+        raw::tool_text(&alice, &url, &alice_session, "team__authorization").await,
         "Bearer team / Bearer team",
         "a shared mount sends only its own"
     );

@@ -274,7 +274,9 @@ async fn requests_before_initialize_are_answered_on_the_stream() {
         .ask(json!({"jsonrpc": "2.0", "id": "first", "method": "ping"}))
         .await;
     assert_eq!(pong["result"], json!({}), "{pong}");
-    let early = client.ask(call(7, "demo__echo", json!({"message": "x"}))).await;
+    let early = client
+        .ask(call(7, "demo__echo", json!({"message": "x"})))
+        .await;
     assert_eq!(early["error"]["code"], -32600, "{early}");
     client.initialize().await;
     let echoed = client

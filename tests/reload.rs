@@ -837,3 +837,60 @@ async fn a_config_file_that_cannot_be_read_is_said() {
     assert_eq!(log_lines(&gateway, &["cannot be read"]).len(), 1);
     close(client).await;
 }
+
+/// A reload that makes a `per_session` mount forward `Authorization`
+/// applies to sessions already open: the client's next call opens its
+/// upstream with the token it sends, not the mount's.
+#[tokio::test]
+async fn a_reload_that_starts_forwarding_takes_the_tokens_of_open_sessions() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let mount = |extra: &str| {
+        format!(
+            "{SERVER_TOML}{}",
+            http_mount(
+                "mine",
+                &server.url(),
+                &format!("isolation = \"per_session\"\nheaders = {{ Authorization = \"Bearer mount\" }}\n{extra}")
+            )
+        )
+    };
+    let gateway = Gateway::start(&mount("")).await;
+    let url = gateway.mcp_url();
+    let alice = raw::client_with_token("Bearer alice");
+    let session = raw::open_session(&alice, &url).await;
+    assert_eq!(
+        raw::tool_text(&alice, &url, &session, "mine__authorization").await,
+        "Bearer mount / Bearer mount",
+        "not forwarded yet"
+    );
+    rewrite_config(
+        &gateway.config_path,
+        &mount("forward_headers = [\"Authorization\"]"),
+    );
+    hang_up(&gateway);
+    wait_for_log(&gateway, &["config reloaded"], 1).await;
+    // Until the restarted mount answers (meanwhile: unknown tool, or a
+    // tool error naming the mount).
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "mine__authorization", "arguments": {}}});
+    let seen = eventually(
+        "alice's call on the reloaded mount",
+        RELOAD_TIMEOUT,
+        || async {
+            let answer = raw::post(
+                &alice,
+                &url,
+                Some(&session),
+                raw::JSON_POST,
+                call.to_string(),
+            )
+            .await;
+            answer
+                .tool_text()
+                .filter(|seen| seen.starts_with("Bearer"))
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert_eq!(seen, "Bearer alice / Bearer alice");
+}

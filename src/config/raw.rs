@@ -52,7 +52,10 @@ pub struct RawMount {
 /// under its own name (`["Authorization"]`), or a table of upstream header
 /// name = client header name (`{ Authorization = "X-Tiny-Token" }`).
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a list of header names, or a table of upstream header name = client header name"
+)]
 pub enum RawForwardHeaders {
     Same(Vec<String>),
     Renamed(BTreeMap<String, String>),

@@ -1111,7 +1111,11 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
          [mounts.odd]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
          forward_headers = [\"Mcp-Session-Id\", \"bad header\", \"X-A\", \"x-a\"]\n\
          [mounts.renamed]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
-         forward_headers = { Host = \"X-Host\", Authorization = \"Cookie\", X-Trace = \"traceparent\" }\n",
+         forward_headers = { Host = \"X-Host\", Authorization = \"Cookie\", X-Trace = \"traceparent\" }\n\
+         [mounts.proxied]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+         forward_headers = [\"Proxy-Authorization\", \"Mcp-Method\"]\n\
+         [mounts.bare]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+         forward_headers = \"Authorization\"\n",
     );
     assert_reported(
         &found,
@@ -1123,9 +1127,18 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
             "mounts.odd.forward_headers[3]: \"x-a\" is forwarded twice",
             "mounts.renamed.forward_headers.Host: \"Host\" is the gateway's own",
             "mounts.renamed.forward_headers.X-Trace: \"traceparent\" is the gateway's own",
+            "mounts.proxied.forward_headers[0]: \"Proxy-Authorization\" is the gateway's own",
+            "mounts.proxied.forward_headers[1]: \"Mcp-Method\" is the gateway's own",
+            "mounts.bare.forward_headers:",
         ],
     );
-    assert_eq!(found.len(), 7, "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|problem| problem.contains("a list of header names, or a table")),
+        "{found:#?}"
+    );
+    assert_eq!(found.len(), 10, "{found:#?}");
 }
 
 #[test]

@@ -1066,10 +1066,13 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
 /// Headers no mount may forward: the transport's own (a client's would
 /// break the exchange or smuggle one), the hop-by-hop ones, the trace
 /// context (the gateway sends its own), and the client's session with
-/// the gateway, which means nothing upstream.
+/// the gateway, which means nothing upstream. So are all `Mcp-*` (the
+/// protocol's own) and `Proxy-*` ones: a client's `Proxy-Authorization`
+/// would take the place of the gateway's own proxy credentials.
 const NOT_FORWARDED: &[&str] = &[
     "accept",
     "connection",
+    "content-encoding",
     "content-length",
     "content-type",
     "expect",
@@ -1082,9 +1085,11 @@ const NOT_FORWARDED: &[&str] = &[
     "te",
     "traceparent",
     "tracestate",
+    "trailer",
     "transfer-encoding",
     "upgrade",
 ];
+const NOT_FORWARDED_PREFIXES: &[&str] = &["mcp-", "proxy-"];
 
 /// A mount's `forward_headers`, as upstream name → client name (lower
 /// case). Only a `per_session` HTTP mount may have them: a shared upstream
@@ -1128,7 +1133,11 @@ fn resolve_forward_headers(
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 problems.push(&at, format!("{name:?} is not a valid HTTP header name"));
                 ok = false;
-            } else if NOT_FORWARDED.contains(&lower.as_str()) {
+            } else if NOT_FORWARDED.contains(&lower.as_str())
+                || NOT_FORWARDED_PREFIXES
+                    .iter()
+                    .any(|prefix| lower.starts_with(prefix))
+            {
                 problems.push(
                     &at,
                     format!("{name:?} is the gateway's own; it cannot be forwarded"),

@@ -81,6 +81,9 @@ impl DownstreamSession {
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
         let initialized = method == "initialize" || self.state().initialize.get().is_some();
+        if let Some(headers) = super::http_headers(context) {
+            self.state().note_client_headers(headers);
+        }
         admit_and_observe(
             &self.state().requests,
             limit,

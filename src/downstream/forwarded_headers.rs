@@ -2,20 +2,20 @@
 //! get (`forward_headers`): per-user credentials, such as each developer's
 //! own token for a remote server, rather than one token for everyone.
 //!
-//! They are taken from the client's `initialize` (or from the request that
-//! wakes its session, whose headers rmcp hands the replayed `initialize`),
-//! and only those some mount forwards are kept. Each per-session upstream
-//! opened for the session sends them on every request, in place of the
-//! mount's own header of the same name; the mount's own session (discovery)
-//! sends only the mount's `headers`. Validation keeps them off shared
-//! mounts, whose one upstream session serves every client.
+//! Each request of the session is read for them (only the headers some
+//! mount forwards now are kept), so the values are the latest the client
+//! sent: a token it renewed, a header a reload began to forward. A request
+//! without one leaves the value it had (a client does not take its token
+//! back, and a stack may leave headers off a notification or a wake). Each
+//! per-session upstream opened for the session sends them on every request,
+//! in place of the mount's own header of the same name; an upstream
+//! already open keeps those it opened with. The mount's own session
+//! (discovery) sends only the mount's `headers`. Validation keeps them off
+//! shared mounts, whose one upstream session serves every client.
 
 use std::{borrow::Cow, collections::BTreeMap};
 
-use crate::{
-    config::{MountConfig, UpstreamTransport},
-    gateway::Mount,
-};
+use crate::config::{MountConfig, UpstreamTransport};
 
 /// A client's values of the headers some mount forwards, by lower-case
 /// name. Never shown: they are credentials.
@@ -29,21 +29,34 @@ impl std::fmt::Debug for ClientHeaders {
 }
 
 impl ClientHeaders {
-    /// What of `headers` (a client's request) any of `mounts` forwards. A
-    /// value that is not visible text is left out, as if not sent.
-    pub(crate) fn taken_from<'a>(
+    /// Takes what of `headers` (a client's request) any of `mounts`
+    /// forwards; those it does not carry keep their value. A value that is
+    /// not visible text is left out, as if not sent. Without a mount that
+    /// forwards, nothing is locked or allocated.
+    pub(crate) fn note<'a>(
+        held: &std::sync::Mutex<ClientHeaders>,
         headers: &axum::http::HeaderMap,
-        mounts: impl IntoIterator<Item = &'a std::sync::Arc<Mount>>,
-    ) -> ClientHeaders {
-        let mut taken = BTreeMap::new();
+        mounts: impl IntoIterator<Item = &'a MountConfig>,
+    ) {
+        let mut sent = Vec::new();
         for mount in mounts {
-            for client_name in mount.config.forward_headers.values() {
+            for client_name in mount.forward_headers.values() {
                 if let Some(value) = headers.get(client_name).and_then(|v| v.to_str().ok()) {
-                    taken.insert(client_name.clone(), value.to_owned());
+                    sent.push((client_name, value));
                 }
             }
         }
-        ClientHeaders(taken)
+        if sent.is_empty() {
+            return;
+        }
+        let mut held = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (client_name, value) in sent {
+            if held.0.get(client_name).map(String::as_str) != Some(value) {
+                held.0.insert(client_name.clone(), value.to_owned());
+            }
+        }
     }
 
     /// `config` as this client's upstream session of it is opened: each
@@ -115,6 +128,48 @@ mod tests {
         );
         let nothing_sent = ClientHeaders::default();
         assert!(matches!(nothing_sent.applied_to(&config), Cow::Borrowed(_)));
+    }
+
+    /// The latest value the client sent wins; a request without the
+    /// header (a notification, a wake) leaves the one it had; a header no
+    /// mount forwards is not kept.
+    #[test]
+    fn each_request_renews_what_it_carries() {
+        let config = mount(
+            "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+             forward_headers = [\"Authorization\"]\n",
+        );
+        let held = std::sync::Mutex::new(ClientHeaders::default());
+        let request = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = axum::http::HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, value.parse().unwrap());
+            }
+            headers
+        };
+        let authorization = |held: &std::sync::Mutex<ClientHeaders>| {
+            sent(&held.lock().unwrap().applied_to(&config))
+                .get("authorization")
+                .cloned()
+        };
+        ClientHeaders::note(
+            &held,
+            &request(&[("authorization", "Bearer old"), ("cookie", "c")]),
+            [&config],
+        );
+        assert_eq!(authorization(&held).as_deref(), Some("Bearer old"));
+        ClientHeaders::note(&held, &request(&[]), [&config]);
+        assert_eq!(authorization(&held).as_deref(), Some("Bearer old"), "kept");
+        ClientHeaders::note(
+            &held,
+            &request(&[("authorization", "Bearer renewed")]),
+            [&config],
+        );
+        assert_eq!(authorization(&held).as_deref(), Some("Bearer renewed"));
+        assert_eq!(
+            format!("{:?}", held.lock().unwrap()),
+            r#"["authorization"]"#
+        );
     }
 
     #[test]

@@ -347,12 +347,10 @@ impl ServerHandler for DownstreamSession {
             let state = self.state();
             let _ = state.initialize.set(request.clone());
             let _ = state.client_capabilities.set(request.capabilities.clone());
+            // A wake is not passed through `handle`, which reads the
+            // headers of every other request.
             if let Some(headers) = super::http_headers(&context) {
-                let taken = super::forwarded_headers::ClientHeaders::taken_from(
-                    headers,
-                    self.gateway.mounts().iter(),
-                );
-                let _ = state.client_headers.set(taken);
+                state.note_client_headers(headers);
             }
             let _ = state.profile.set(ClientProfile::of(&request.capabilities));
             *super::lock(&state.peer) = Some(context.peer.clone());

@@ -146,9 +146,9 @@ pub(crate) struct SessionState {
     /// rmcp's `Mcp-Session-Id` for it, once initialized.
     rmcp_id: OnceLock<Arc<str>>,
     client_capabilities: OnceLock<ClientCapabilities>,
-    /// The client's values of the headers mounts forward, taken at
-    /// initialize (or at the wake).
-    client_headers: OnceLock<forwarded_headers::ClientHeaders>,
+    /// The client's latest values of the headers mounts forward (see
+    /// [`forwarded_headers`]).
+    client_headers: Mutex<forwarded_headers::ClientHeaders>,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
     /// What the client asked for with `logging/setLevel`.
@@ -187,7 +187,7 @@ impl SessionState {
             peer: Mutex::new(None),
             rmcp_id: OnceLock::new(),
             client_capabilities: OnceLock::new(),
-            client_headers: OnceLock::new(),
+            client_headers: Mutex::default(),
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
@@ -199,6 +199,18 @@ impl SessionState {
             ticket: Mutex::new(Some(ticket)),
             quick_calls: tokio_util::sync::CancellationToken::new(),
         })
+    }
+
+    /// Takes the values of the headers mounts forward from a request of
+    /// this session (see [`forwarded_headers`]).
+    pub(crate) fn note_client_headers(&self, headers: &axum::http::HeaderMap) {
+        if let Some(gateway) = self.gateway.upgrade() {
+            forwarded_headers::ClientHeaders::note(
+                &self.client_headers,
+                headers,
+                gateway.mounts().iter().map(|mount| &mount.config),
+            );
+        }
     }
 
     /// The token a quick call of this session is cancelled with; already
@@ -578,11 +590,13 @@ impl SessionState {
         if mount.is_retired() {
             return Err("the mount was removed".to_owned());
         }
-        let config = match self.client_headers.get() {
-            Some(client_headers) => client_headers.applied_to(&mount.config),
-            None => std::borrow::Cow::Borrowed(&mount.config),
+        // With the client's values, if it sent any the mount forwards.
+        let applied = match lock(&self.client_headers).applied_to(&mount.config) {
+            std::borrow::Cow::Owned(applied) => Some(applied),
+            std::borrow::Cow::Borrowed(_) => None,
         };
-        let session = upstream::open(&config, mount.timeouts(), handler)
+        let config = applied.as_ref().unwrap_or(&mount.config);
+        let session = upstream::open(config, mount.timeouts(), handler)
             .await
             .map_err(|error| error.to_string())?;
         // Each bounded: this open holds the session's calls to the mount.

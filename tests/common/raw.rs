@@ -229,3 +229,28 @@ pub async fn wait_until_calls_are_quick(
     )
     .await;
 }
+
+/// A `reqwest` client that sends `Authorization: authorization` on every
+/// request, as an MCP client holding its own token does.
+pub fn client_with_token(authorization: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        authorization.parse().expect("a header value"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// `tool`'s text answer to a call in `session`.
+pub async fn tool_text(http: &reqwest::Client, url: &str, session: &str, tool: &str) -> String {
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}}});
+    let answer = post(http, url, Some(session), JSON_POST, call.to_string()).await;
+    answer
+        .tool_text()
+        .unwrap_or_else(|| panic!("{tool}: {answer:?}"))
+        .to_owned()
+}

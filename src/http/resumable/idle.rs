@@ -82,7 +82,8 @@ struct Entry {
 #[derive(Default)]
 pub(super) struct Activity {
     sessions: Mutex<HashMap<SessionId, Entry>>,
-    /// Woken whenever a session leaves `Closing`.
+    /// Woken whenever a session's phase changes (it leaves `Closing`, or
+    /// a wake is done) or its entry goes.
     settled: Notify,
 }
 
@@ -405,6 +406,7 @@ mod tests {
         activity.set_phase(&id, Phase::Awake);
         assert_eq!(waiter.await.unwrap(), Some(Phase::Awake));
     }
+
     /// Of requests finding a session asleep together, only the first wakes
     /// it; the others wait for that wake and find the session awake (rmcp
     /// would answer 404 to one reaching its restore after the wake).
