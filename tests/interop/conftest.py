@@ -82,6 +82,16 @@ def everything_stdio_command() -> tuple[str, list[str]]:
     return node_bin(), [str(everything_entry()), "stdio"]
 
 
+def lone_error(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception inside `group` (through nested groups of one), or
+    None if it holds several. An MCP client's task groups wrap whatever the
+    test body raised; re-raised bare, a failed assertion reads as itself."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return None if inner is group else inner
+
+
 def toml_str(value: str) -> str:
     # JSON string escaping is valid TOML basic-string escaping for paths.
     return json.dumps(value)

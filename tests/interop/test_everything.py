@@ -19,7 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from conftest import Gateway, everything_config, everything_entry, everything_stdio_command
+from conftest import Gateway, everything_config, everything_entry, everything_stdio_command, lone_error
 
 pytestmark = pytest.mark.anyio
 
@@ -38,12 +38,8 @@ async def connect(target: str | StdioServerParameters, **kwargs: Any) -> AsyncIt
         async with Client(target, mode="auto", read_timeout_seconds=CALL_TIMEOUT_S, **kwargs) as client:
             yield client
     except BaseExceptionGroup as group:
-        # The client's task groups wrap whatever the test body raised: surface
-        # a lone inner exception (e.g. the failed assertion) as itself.
-        inner: BaseException = group
-        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-            inner = inner.exceptions[0]
-        if inner is group:
+        inner = lone_error(group)
+        if inner is None:
             raise
         raise inner from None
 

@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import LOOPBACK_V4_HEX, free_port, tcp_listeners, toml_str
+from conftest import LOOPBACK_V4_HEX, free_port, lone_error, tcp_listeners, toml_str
 
 pytestmark = pytest.mark.anyio
 
@@ -95,11 +95,8 @@ async def client(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
             ) as c:
                 yield c
         except BaseExceptionGroup as group:
-            # Surface a lone inner exception (e.g. the failed assertion) as itself.
-            inner: BaseException = group
-            while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-                inner = inner.exceptions[0]
-            if inner is group:
+            inner = lone_error(group)
+            if inner is None:
                 raise
             raise inner from None
 

@@ -37,7 +37,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import EverythingHttp, Gateway, everything_config, everything_http_config
+from conftest import EverythingHttp, Gateway, everything_config, everything_http_config, lone_error
 
 pytestmark = [
     pytest.mark.anyio,
@@ -198,11 +198,8 @@ async def connect(url: str, peer: Peer) -> AsyncIterator[Client]:
         async with Client(url, mode="auto", read_timeout_seconds=CALL_TIMEOUT_S, **peer.callbacks()) as client:
             yield client
     except BaseExceptionGroup as group:
-        # Surface a lone inner exception (e.g. the failed assertion) as itself.
-        inner: BaseException = group
-        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-            inner = inner.exceptions[0]
-        if inner is group:
+        inner = lone_error(group)
+        if inner is None:
             raise
         raise inner from None
 
