@@ -2217,8 +2217,9 @@ async fn a_list_after_a_call_that_changed_it_shows_the_change() {
 
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
-/// `Authorization`, on its `initialize` and every request after; a client
-/// that sent none gets the mount's own. A shared mount of the same server
+/// `Authorization`, on its `initialize` and every request after (a renewed
+/// token as soon as the client sends it); a client that sent none gets the
+/// mount's own. A shared mount of the same server
 /// never sees a client's token, nor does the mount's own session.
 #[tokio::test]
 async fn a_per_session_mount_forwards_each_clients_own_credentials() {
@@ -2263,6 +2264,18 @@ async fn a_per_session_mount_forwards_each_clients_own_credentials() {
         raw::tool_text(&alice, &url, &alice_session, "team__authorization").await,
         "Bearer team / Bearer team",
         "a shared mount sends only its own"
+    );
+    // Alice's token expired and her client renewed it: her open upstream
+    // session gets the new one on its next request.
+    let renewed = raw::client_with_token("Bearer alice-renewed");
+    assert_eq!(
+        seen(&renewed, &alice_session).await,
+        "Bearer alice / Bearer alice-renewed"
+    );
+    assert_eq!(
+        seen(&bob, &bob_session).await,
+        "Bearer bob / Bearer bob",
+        "bob's stays his"
     );
     // The tools were listed by the mount's own session, with its header.
     let tools = raw::post(

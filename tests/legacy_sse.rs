@@ -263,24 +263,12 @@ async fn a_per_session_mount_forwards_the_clients_credentials_on_stream_and_post
     ))
     .await;
     let url = gateway.mcp_url();
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("authorization", "Bearer alice".parse().unwrap());
-    let alice = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap();
+    let alice = raw::client_with_token("Bearer alice");
     let session = raw::open_session(&alice, &url).await;
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "legacy__whoami", "arguments": {}}});
-    let answer = raw::post(
-        &alice,
-        &url,
-        Some(&session),
-        raw::JSON_POST,
-        call.to_string(),
-    )
-    .await;
-    assert!(answer.tool_text().is_some(), "{answer:?}");
+    raw::tool_text(&alice, &url, &session, "legacy__whoami").await;
+    // Her client renewed its token: the next post carries the new one.
+    let renewed = raw::client_with_token("Bearer alice-renewed");
+    raw::tool_text(&renewed, &url, &session, "legacy__whoami").await;
 
     let seen = server.seen();
     let of = |token: &str| -> Vec<String> {
@@ -298,12 +286,14 @@ async fn a_per_session_mount_forwards_the_clients_credentials_on_stream_and_post
     ] {
         assert!(alices.iter().any(|seen| seen == what), "{what}: {seen:?}");
     }
+    let renewed = of("Bearer alice-renewed");
+    assert_eq!(renewed, ["tools/call"], "{seen:?}");
     let mounts = of("Bearer sse-secret");
     assert!(mounts.iter().any(|seen| seen == "tools/list"), "{seen:?}");
     assert!(!mounts.iter().any(|seen| seen == "tools/call"), "{seen:?}");
     assert_eq!(
         seen.len(),
-        alices.len() + mounts.len(),
+        alices.len() + renewed.len() + mounts.len(),
         "no request without one: {seen:?}"
     );
 }

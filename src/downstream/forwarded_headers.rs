@@ -7,13 +7,15 @@
 //! sent: a token it renewed, a header a reload began to forward. A request
 //! without one leaves the value it had (a client does not take its token
 //! back, and a stack may leave headers off a notification or a wake). Each
-//! per-session upstream opened for the session sends them on every request,
-//! in place of the mount's own header of the same name; an upstream
-//! already open keeps those it opened with. The mount's own session
+//! per-session upstream of the session sends them on every request (its
+//! opening included; `upstream::live_headers` reads them afresh each
+//! time), in place of the mount's own header of the same name. The mount's own session
 //! (discovery) sends only the mount's `headers`. Validation keeps them off
 //! shared mounts, whose one upstream session serves every client.
 
 use std::{borrow::Cow, collections::BTreeMap};
+
+use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::config::{MountConfig, UpstreamTransport};
 
@@ -57,6 +59,24 @@ impl ClientHeaders {
                 held.0.insert(client_name.clone(), value.to_owned());
             }
         }
+    }
+
+    /// The values of `forwarded` (upstream name → client name) the client
+    /// has sent, as headers to send upstream (marked sensitive, so that
+    /// no `Debug` of a request shows them).
+    pub(crate) fn values_for(
+        &self,
+        forwarded: &BTreeMap<String, String>,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        forwarded
+            .iter()
+            .filter_map(|(upstream, client)| {
+                let name = HeaderName::from_bytes(upstream.as_bytes()).ok()?;
+                let mut value = HeaderValue::from_str(self.0.get(client)?).ok()?;
+                value.set_sensitive(true);
+                Some((name, value))
+            })
+            .collect()
     }
 
     /// `config` as this client's upstream session of it is opened: each

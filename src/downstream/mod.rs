@@ -596,7 +596,17 @@ impl SessionState {
             std::borrow::Cow::Borrowed(_) => None,
         };
         let config = applied.as_ref().unwrap_or(&mount.config);
-        let session = upstream::open(config, mount.timeouts(), handler)
+        // ...and with the client's latest values on every request after,
+        // so that a renewed token is used as soon as the client sends it.
+        let live = (!mount.config.forward_headers.is_empty()).then(|| {
+            let state = Arc::downgrade(self);
+            let forwarded = mount.config.forward_headers.clone();
+            upstream::LiveHeaders::new(move || match state.upgrade() {
+                Some(state) => lock(&state.client_headers).values_for(&forwarded),
+                None => Vec::new(),
+            })
+        });
+        let session = upstream::open(config, mount.timeouts(), handler, live)
             .await
             .map_err(|error| error.to_string())?;
         // Each bounded: this open holds the session's calls to the mount.

@@ -600,7 +600,8 @@ impl Mount {
         // A mount's own sessions serve many downstream sessions: no owner.
         let relay = Arc::new(Relay::default());
         let handler = UpstreamHandler::new(info, (self.events)(profile), relay);
-        let session = Box::pin(upstream::open(&self.config, self.timeouts(), handler)).await?;
+        let session =
+            Box::pin(upstream::open(&self.config, self.timeouts(), handler, None)).await?;
         Ok(Arc::new(session))
     }
 

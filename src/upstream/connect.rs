@@ -84,6 +84,7 @@ pub async fn open(
     mount: &MountConfig,
     timeouts: Timeouts,
     handler: UpstreamHandler,
+    live: Option<super::LiveHeaders>,
 ) -> Result<UpstreamSession, UpstreamError> {
     let ended = CancellationToken::new();
     let expired = CancellationToken::new();
@@ -100,7 +101,7 @@ pub async fn open(
         let (mount, ended, raw) = (mount.clone(), ended.clone(), raw.clone());
         let expired = expired.clone();
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            start(&mount, timeouts, handler, ended, expired, raw).await
+            start(&mount, timeouts, handler, ended, expired, raw, live).await
         }))
     };
     let started = tokio::time::timeout(timeouts.initialize, opening).await;
@@ -174,6 +175,7 @@ async fn start(
     ended: CancellationToken,
     expired: CancellationToken,
     raw: Arc<RawAnswers>,
+    live: Option<super::LiveHeaders>,
 ) -> Result<Started, UpstreamError> {
     match &mount.transport {
         UpstreamTransport::Stdio {
@@ -257,6 +259,7 @@ async fn start(
                 malformed,
                 expired,
                 timeouts.request_ceiling,
+                live,
             )
             .await
             .map_err(|error| {
@@ -290,15 +293,19 @@ async fn start(
             // already; this only keeps a runaway bounded.
             config.max_concurrent_requests = UPSTREAM_POSTS_AT_ONCE;
             let (inject, injected) = tokio::sync::mpsc::channel(INJECT_CAPACITY);
-            let direct = Arc::new(DirectCalls::new(
-                client.clone(),
-                inject,
-                handler.relay().clone(),
-                StreamableHttpResponseLimits::default(),
-                timeouts.connect,
-            ));
+            let direct = Arc::new(
+                DirectCalls::new(
+                    client.clone(),
+                    inject,
+                    handler.relay().clone(),
+                    StreamableHttpResponseLimits::default(),
+                    timeouts.connect,
+                )
+                .with_live_headers(live.clone()),
+            );
             let (client, standalone) =
                 TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone(), expired);
+            let client = client.with_live_headers(live);
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),

@@ -167,6 +167,8 @@ pub struct DirectCalls {
     /// session's answer streams, the latest [`DELIVERED_MAX`]: a resumed
     /// stream that brings one of them again is replaying another stream.
     delivered: std::sync::Mutex<RecentIds>,
+    /// Laid over the session's headers on every request.
+    live: Option<super::LiveHeaders>,
 }
 
 /// The latest [`DELIVERED_MAX`] event ids, oldest out first; each insert
@@ -225,7 +227,15 @@ impl DirectCalls {
             next_id: AtomicU64::new(1),
             limits,
             delivered: Default::default(),
+            live: None,
         }
+    }
+
+    /// Sends `live`'s current values with every request (see
+    /// [`super::live_headers`]).
+    pub fn with_live_headers(mut self, live: Option<super::LiveHeaders>) -> Self {
+        self.live = live;
+        self
     }
 
     /// Records how rmcp posts on the session (see [`SessionPost`]).
@@ -450,6 +460,7 @@ impl DirectCalls {
             None => HeaderValue::from_static("text/event-stream"),
         };
         let mut headers = session.headers.clone();
+        super::live_headers::apply(&self.live, &mut headers);
         headers.insert(ACCEPT, accept);
         if body.is_some() {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -48,6 +48,8 @@ pub struct TracingHttpClient {
     expired: CancellationToken,
     /// Whether a `GET` of the session's stream has been served once.
     stream_served: Arc<std::sync::atomic::AtomicBool>,
+    /// Laid over the configured headers of every request.
+    live: Option<super::LiveHeaders>,
 }
 
 impl TracingHttpClient {
@@ -67,8 +69,16 @@ impl TracingHttpClient {
             ended,
             expired,
             stream_served: Default::default(),
+            live: None,
         };
         (client, StandaloneStream(settled))
+    }
+
+    /// Sends `live`'s current values with every request (see
+    /// [`super::live_headers`]).
+    pub fn with_live_headers(mut self, live: Option<super::LiveHeaders>) -> Self {
+        self.live = live;
+        self
     }
 
     /// `events` of a `GET`, each shown to [`RawAnswers`] first. rmcp
@@ -224,9 +234,10 @@ impl StreamableHttpClient for TracingHttpClient {
         message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        super::live_headers::apply(&self.live, &mut custom_headers);
         let initialize = matches!(
             &message,
             JsonRpcMessage::Request(request)
@@ -309,8 +320,9 @@ impl StreamableHttpClient for TracingHttpClient {
         uri: Arc<str>,
         session_id: Arc<str>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
+        super::live_headers::apply(&self.live, &mut custom_headers);
         self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
@@ -322,8 +334,9 @@ impl StreamableHttpClient for TracingHttpClient {
         session_id: Option<Arc<str>>,
         last_event_id: Option<String>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        super::live_headers::apply(&self.live, &mut custom_headers);
         let session = session_id.is_some();
         let stream = self
             .client

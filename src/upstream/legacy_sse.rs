@@ -135,8 +135,10 @@ impl LegacySseTransport {
         malformed: MalformedLines,
         expired: CancellationToken,
         post_limit: Duration,
+        live: Option<super::LiveHeaders>,
     ) -> Result<Self, OpenError> {
         let mut get_headers = headers.clone();
+        super::live_headers::apply(&live, &mut get_headers);
         get_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let response = client.get(url.clone()).headers(get_headers).send().await?;
         let status = response.status();
@@ -196,6 +198,7 @@ impl LegacySseTransport {
                 client,
                 endpoint: Arc::new(endpoint),
                 headers: Arc::new(headers),
+                live,
                 mount: mount.clone(),
                 limit: post_limit,
                 over: over.clone(),
@@ -259,6 +262,8 @@ struct Poster {
     endpoint: Arc<url::Url>,
     /// The mount's headers and the content type, for every POST.
     headers: Arc<HeaderMap>,
+    /// Laid over `headers` on every POST.
+    live: Option<super::LiveHeaders>,
     mount: MountName,
     /// How long a POST may go unanswered.
     limit: Duration,
@@ -290,6 +295,7 @@ impl Poster {
         trace: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<(), PostError> {
         let mut headers = (*self.headers).clone();
+        super::live_headers::apply(&self.live, &mut headers);
         headers.extend(trace);
         let request = self
             .client

@@ -40,7 +40,13 @@ async fn open_mount(dir: &Path, mount: &str) -> Result<UpstreamSession, connect:
         Arc::new(NoEvents),
         Arc::new(Relay::default()),
     );
-    open(mount, config.timeouts.for_mount(&mount.timeouts), handler).await
+    open(
+        mount,
+        config.timeouts.for_mount(&mount.timeouts),
+        handler,
+        None,
+    )
+    .await
 }
 
 /// A stdio server that answers `initialize` and, once its stdin closes,
