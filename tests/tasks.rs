@@ -207,6 +207,12 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
         json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": task_id}});
     let answer = send(&http, &gateway, &session, get).await;
     assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the upstream session of mount own that ran it has ended"),
+        "says why: {answer:?}"
+    );
+    assert_eq!(answer.body["error"]["data"]["mount"], "own", "{answer:?}");
     let status = status_json(&gateway).await;
     assert_eq!(
         readyz_mount(&status, "own")["restarts"],

@@ -37,6 +37,11 @@ pub enum RouteError {
     UnknownResource(String),
     #[error("unknown task {0:?}")]
     UnknownTask(String),
+    /// A task this session created whose upstream session has ended (a
+    /// crash, a config reload that changed the mount, a per-session
+    /// upstream closed): the upstream's tasks went with it.
+    #[error("task {id:?} is gone: the upstream session of mount {mount} that ran it has ended (a restart or a config reload)")]
+    TaskGone { id: String, mount: MountName },
     #[error("mount {mount} is unavailable: {cause}")]
     MountUnavailable { mount: MountName, cause: String },
     #[error("mount {mount} failed: {cause}")]
@@ -132,6 +137,10 @@ impl RouteError {
             RouteError::UnknownTask(id) => {
                 ErrorData::invalid_params(message, Some(json!({ "taskId": id })))
             }
+            RouteError::TaskGone { id, mount } => ErrorData::invalid_params(
+                message,
+                Some(json!({ "taskId": id, "mount": mount.as_str() })),
+            ),
             RouteError::MountUnavailable { mount, .. }
             | RouteError::UpstreamFailed { mount, .. } => {
                 ErrorData::internal_error(message, Some(json!({ "mount": mount.as_str() })))

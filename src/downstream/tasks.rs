@@ -492,12 +492,16 @@ impl DownstreamSession {
             let id = task_id_param(&params)?;
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
             let answer = async {
+                let gone = || RouteError::TaskGone {
+                    id: id.clone(),
+                    mount: home.mount.clone(),
+                };
                 let (mount, upstream) = self
                     .task_upstream(&home.mount)
                     .await?
-                    .ok_or_else(|| RouteError::UnknownTask(id.clone()))?;
+                    .ok_or_else(gone)?;
                 if !home.lives_on(upstream.id()) {
-                    return Err(RouteError::UnknownTask(id.clone()));
+                    return Err(gone());
                 }
                 let mut upstream_params = match params.clone() {
                     Some(Value::Object(params)) => params,
@@ -530,7 +534,10 @@ impl DownstreamSession {
                 let unknown_upstream = matches!(
                     &error,
                     RouteError::UpstreamError { error, .. } if error.code == ErrorCode::INVALID_PARAMS
-                ) || matches!(error, RouteError::UnknownTask(_));
+                ) || matches!(
+                    error,
+                    RouteError::UnknownTask(_) | RouteError::TaskGone { .. }
+                );
                 if unknown_upstream && method == "tasks/get" {
                     // The upstream no longer knows it (its TTL ran out, or
                     // it restarted): neither does this session from now on.
