@@ -284,3 +284,84 @@ async fn requests_before_initialize_are_answered_on_the_stream() {
         .await;
     assert_eq!(echoed["result"]["content"][0]["text"], "now");
 }
+
+/// A stream and the session it becomes hold one place under
+/// `max_sessions`, shared with the MCP endpoint's sessions: the stream's
+/// `initialize` takes the place its `GET` held.
+#[tokio::test]
+async fn a_stream_and_its_session_hold_one_place_under_max_sessions() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}[limits]\nmax_sessions = 1\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let mcp_url = gateway.mcp_url();
+    let initialize_at_mcp = || async {
+        raw::post(&http, &mcp_url, None, raw::JSON_POST, raw::INITIALIZE)
+            .await
+            .status
+    };
+    let mut client = OlderClient::connect(&gateway).await;
+    assert_eq!(initialize_at_mcp().await, StatusCode::SERVICE_UNAVAILABLE);
+    client.initialize().await;
+    assert_eq!(initialize_at_mcp().await, StatusCode::SERVICE_UNAVAILABLE);
+    drop(client);
+    eventually("the place to be given back", OP_TIMEOUT, || async {
+        (initialize_at_mcp().await == StatusCode::OK).then_some(())
+    })
+    .await;
+    let refused = within("GET", http.get(gateway.url("/sse")).send()).await;
+    assert_eq!(
+        refused.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the MCP endpoint's session holds the place now"
+    );
+}
+
+/// `initialize`s posted at once on one stream make one session: the rest
+/// are told it is initialized already.
+#[tokio::test]
+async fn initializes_at_once_on_one_stream_make_one_session() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let mut client = OlderClient::connect(&gateway).await;
+    let posts = (0..4).map(|_| client.post(INITIALIZE));
+    for (status, text) in futures::future::join_all(posts).await {
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    }
+    let mut results = 0;
+    for _ in 0..4 {
+        let answer = client.events.message().await;
+        results += usize::from(answer.get("result").is_some());
+    }
+    assert_eq!(results, 1, "one initialize answered, three refused");
+    assert_eq!(downstream_sessions(&gateway).await, 1);
+    drop(client);
+    eventually("the session to end with its stream", OP_TIMEOUT, || async {
+        (downstream_sessions(&gateway).await == 0).then_some(())
+    })
+    .await;
+}
+
+/// A client that posts and never reads its stream is made to wait, then
+/// refused (503), rather than having its answers pile up in the gateway.
+#[tokio::test]
+async fn a_client_that_never_reads_is_refused_not_buffered() {
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+    let mut client = OlderClient::connect(&gateway).await;
+    client.initialize().await;
+    let large = "x".repeat(200 * 1024);
+    let mut refused = None;
+    for id in 0..400u64 {
+        let (status, _) = client
+            .post(call(id + 10, "demo__echo", json!({"message": large})).to_string())
+            .await;
+        if status != StatusCode::ACCEPTED {
+            refused = Some((id, status));
+            break;
+        }
+    }
+    let (after, status) = refused.expect("a post refused within 400");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(after >= 64, "not before the unread answers' bound: {after}");
+}

@@ -53,6 +53,26 @@ pub fn take_reserved_ticket() -> Option<SessionTicket> {
         .flatten()
 }
 
+/// A place under `max_sessions` a request brings along, for the session it
+/// creates: the HTTP+SSE endpoint's stream holds one from its `GET`, and
+/// hands it to its `initialize` (`sse_endpoint.rs`), so that the stream
+/// and the session it becomes count once.
+#[derive(Clone, Default)]
+pub struct HeldPlace(Arc<std::sync::Mutex<Option<SessionTicket>>>);
+
+impl HeldPlace {
+    pub fn new(ticket: SessionTicket) -> Self {
+        HeldPlace(Arc::new(std::sync::Mutex::new(Some(ticket))))
+    }
+
+    fn take(&self) -> Option<SessionTicket> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
 /// Seconds a refused client is told to wait before trying again.
 const RETRY_AFTER_SECONDS: &str = "5";
 
@@ -186,8 +206,12 @@ pub async fn reserve_session(
     if !initializes {
         return next.run(request).await;
     }
+    let held = request
+        .extensions()
+        .get::<HeldPlace>()
+        .and_then(HeldPlace::take);
     let limit = gateway.config().limits.max_sessions;
-    let Some(ticket) = gateway.sessions().reserve(limit) else {
+    let Some(ticket) = held.or_else(|| gateway.sessions().reserve(limit)) else {
         tracing::warn!(limit, "session limit reached; refusing a new session");
         crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::SessionLimit);
         return unavailable(format!(

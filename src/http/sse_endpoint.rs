@@ -43,6 +43,9 @@ const OUTBOX: usize = 64;
 /// The most of a refusal's body read to see whether it answers a request.
 const REFUSAL_LIMIT: usize = 1024 * 1024;
 const INVALID_REQUEST: i64 = -32600;
+/// How long a post waits for its client to read the answers before it
+/// (see `LegacySession::unread`).
+const UNREAD_WAIT: Duration = Duration::from_secs(10);
 /// How long the `DELETE` of a session whose client went away may take.
 const DELETE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -65,6 +68,16 @@ struct Shared {
 /// One client's event stream and the Streamable HTTP session behind it.
 struct LegacySession {
     outbox: mpsc::Sender<String>,
+    /// Answers not yet on the stream, each holding a permit until it is:
+    /// a client that posts and never reads waits, rather than piling
+    /// answers up here.
+    unread: Arc<tokio::sync::Semaphore>,
+    /// The stream's place under `max_sessions`, until its `initialize`
+    /// takes it for the session it creates.
+    place: super::admission::HeldPlace,
+    /// Held while a message posted before the session exists is passed
+    /// on: two `initialize`s at once would make two sessions.
+    opening: tokio::sync::Mutex<()>,
     /// The endpoint's `Mcp-Session-Id`, once `initialize` was answered.
     mcp_session: OnceLock<HeaderValue>,
     /// The version `initialize` agreed, sent with every later request.
@@ -99,7 +112,7 @@ impl SseEndpoint {
     /// `GET` opens a session's stream; `POST` carries one of its messages.
     pub async fn handle(State(endpoint): State<SseEndpoint>, request: Request) -> Response {
         match *request.method() {
-            Method::GET => endpoint.open(request.headers()),
+            Method::GET => endpoint.open(&request),
             Method::POST => endpoint.post(request).await,
             _ => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -110,30 +123,37 @@ impl SseEndpoint {
         }
     }
 
-    fn open(&self, headers: &HeaderMap) -> Response {
-        let limit = self.0.gateway.config().limits.max_sessions;
-        let mut sessions = lock(&self.0.sessions);
-        if sessions.len() >= limit {
-            crate::telemetry::metrics()
-                .count_refused(crate::telemetry::metrics::Refusal::SessionLimit);
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, "5")],
-                "Service Unavailable: session limit reached",
-            )
-                .into_response();
+    fn open(&self, request: &Request) -> Response {
+        use crate::telemetry::metrics::Refusal;
+        let gateway = &self.0.gateway;
+        if gateway.is_draining() {
+            crate::telemetry::metrics().count_refused(Refusal::Draining);
+            return unavailable("the gateway is shutting down; reconnect to another instance");
         }
+        let limit = gateway.config().limits.max_sessions;
+        let Some(ticket) = gateway.sessions().reserve(limit) else {
+            crate::telemetry::metrics().count_refused(Refusal::SessionLimit);
+            return unavailable("session limit reached (max_sessions); try again later");
+        };
         let id = uuid::Uuid::new_v4().simple().to_string();
         let (outbox, messages) = mpsc::channel(OUTBOX);
+        // The `Host` the outer check passed: the header, or the authority
+        // of an absolute request URI.
+        let host = request.headers().get(header::HOST).cloned().or_else(|| {
+            let authority = request.uri().authority()?;
+            HeaderValue::from_str(authority.as_str()).ok()
+        });
         let session = Arc::new(LegacySession {
             outbox,
+            unread: Arc::new(tokio::sync::Semaphore::new(OUTBOX)),
+            place: super::admission::HeldPlace::new(ticket),
+            opening: tokio::sync::Mutex::new(()),
             mcp_session: OnceLock::new(),
             protocol_version: OnceLock::new(),
-            host: headers.get(header::HOST).cloned(),
+            host,
             ended: CancellationToken::new(),
         });
-        sessions.insert(id.clone(), session.clone());
-        drop(sessions);
+        lock(&self.0.sessions).insert(id.clone(), session.clone());
         // A stream holds a place under `max_sessions` before it has a
         // session: one never initialized gives it back, as a slow request
         // gives back its connection.
@@ -190,6 +210,10 @@ impl SseEndpoint {
         let Some(session) = session else {
             return (StatusCode::NOT_FOUND, "Not Found: unknown sessionId").into_response();
         };
+        let unread = tokio::time::timeout(UNREAD_WAIT, session.unread.clone().acquire_owned());
+        let Ok(Ok(permit)) = unread.await else {
+            return unavailable("the client's event stream is not being read");
+        };
         let (mut parts, body) = request.into_parts();
         parts.uri = self.0.mcp_path.parse().expect("a validated path");
         // The session is the bridge's to name, never the client's.
@@ -200,6 +224,11 @@ impl SseEndpoint {
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
+        // One message at a time until the session exists.
+        let opening = match session.mcp_session.get() {
+            Some(_) => None,
+            None => Some(session.opening.lock().await),
+        };
         let initializing = session.mcp_session.get().is_none();
         // Before `initialize` the message is read here, bounded as the
         // endpoint bounds a new session's: what the endpoint cannot answer
@@ -217,6 +246,8 @@ impl SseEndpoint {
                     .await;
                 return accepted();
             }
+            // The stream's place goes to the session it creates.
+            parts.extensions.insert(session.place.clone());
             (Body::from(bytes), asked.map(|(id, _)| id))
         } else {
             (body, None)
@@ -228,21 +259,38 @@ impl SseEndpoint {
             if status == StatusCode::NOT_FOUND && !initializing {
                 // The endpoint's session is gone: so is this one.
                 session.ended.cancel();
-                return answer;
+                return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
             }
             return session.refused(answer, asked).await;
         }
         // `initialize` opened the endpoint's session: once its answer (and
         // with it the agreed version) is delivered, the session's own
         // messages follow on the client's stream.
-        let opened = initializing
-            && answer
-                .headers()
-                .get("mcp-session-id")
-                .is_some_and(|opened| session.mcp_session.set(opened.clone()).is_ok());
+        let created = answer
+            .headers()
+            .get("mcp-session-id")
+            .filter(|_| initializing)
+            .cloned();
+        let opened = match created {
+            Some(created) if session.mcp_session.set(created.clone()).is_err() => {
+                // Not this stream's (cannot happen while `opening` is held).
+                self.delete_session(created, session.host.clone());
+                false
+            }
+            Some(created) if session.ended.is_cancelled() => {
+                // The stream ended while the session was made: its close
+                // saw none to delete.
+                self.delete_session(created, session.host.clone());
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        drop(opening);
         let endpoint = self.clone();
         tokio::spawn(async move {
             session.deliver(answer).await;
+            drop(permit);
             if opened {
                 endpoint.relay_session_stream(&session).await;
             }
@@ -301,11 +349,14 @@ impl SseEndpoint {
     /// endpoint's session is deleted.
     fn close(&self, id: &str, session: &LegacySession) {
         lock(&self.0.sessions).remove(id);
-        let Some(mcp_session) = session.mcp_session.get().cloned() else {
-            return;
-        };
+        if let Some(mcp_session) = session.mcp_session.get().cloned() {
+            self.delete_session(mcp_session, session.host.clone());
+        }
+    }
+
+    /// Deletes the endpoint's session `mcp_session`, in the background.
+    fn delete_session(&self, mcp_session: HeaderValue, host: Option<HeaderValue>) {
         let endpoint = self.clone();
-        let host = session.host.clone();
         tokio::spawn(async move {
             let mut request = Request::new(Body::empty());
             *request.method_mut() = Method::DELETE;
@@ -415,15 +466,33 @@ impl LegacySession {
             return accepted();
         }
         if let Some(id) = asked {
-            let reason = String::from_utf8_lossy(&bytes).trim().to_owned();
-            let message = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {
-                "code": INVALID_REQUEST,
-                "message": format!("not before initialize: {reason}"),
-            }});
-            self.put_value(message).await;
+            // The endpoint's own error (a refused new session: -32000 and
+            // why) under the request's id; a plain-text refusal, worded.
+            let error = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|message| message.get("error").cloned())
+                .unwrap_or_else(|| {
+                    let reason = String::from_utf8_lossy(&bytes).trim().to_owned();
+                    serde_json::json!({
+                        "code": INVALID_REQUEST,
+                        "message": format!("not before initialize: {reason}"),
+                    })
+                });
+            self.put_value(serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error}))
+                .await;
             return accepted();
         }
-        Response::from_parts(parts, Body::from(bytes))
+        // The post's own answer: its status, type and text, not the
+        // endpoint's CORS answers (browsers use the endpoint itself) or a
+        // length the body no longer has.
+        let mut refusal = Response::new(Body::from(bytes));
+        *refusal.status_mut() = parts.status;
+        for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
+            if let Some(value) = parts.headers.get(&name) {
+                refusal.headers_mut().insert(name, value.clone());
+            }
+        }
+        refusal
     }
 
     /// [`LegacySession::put`] for a message already parsed.
@@ -445,6 +514,16 @@ impl LegacySession {
 
 fn accepted() -> Response {
     (StatusCode::ACCEPTED, "Accepted").into_response()
+}
+
+/// 503 with `Retry-After`, as the MCP endpoint refuses new work.
+fn unavailable(why: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5")],
+        format!("Service Unavailable: {why}"),
+    )
+        .into_response()
 }
 
 /// A refusal of a post that names no request (id `null`), as the
