@@ -290,6 +290,7 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let listen = config.server.listen;
     let path = config.server.path.clone();
+    let sse_path = config.server.sse_path.clone();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -301,9 +302,14 @@ async fn serve(
     gateway.start();
     // Printed, not logged: scripts and tests read this line whatever the
     // log level.
+    let older_transport = sse_path
+        .map(|sse_path| format!("; HTTP+SSE at http://{bound}{sse_path}"))
+        .unwrap_or_default();
     junction::telemetry::say(
         "INFO",
-        &format!("junction listening on {bound} (MCP endpoint http://{bound}{path})"),
+        &format!(
+            "junction listening on {bound} (MCP endpoint http://{bound}{path}{older_transport})"
+        ),
     );
     let stop_watching = tokio_util::sync::CancellationToken::new();
     let watcher = tokio::spawn(junction::gateway::watch::watch(

@@ -74,8 +74,13 @@ pub async fn run(
 /// The config in a few lines: where it serves and one row per mount.
 pub fn summary(origin: &str, config: &Config) -> String {
     let server = &config.server;
+    let older_transport = server
+        .sse_path
+        .as_ref()
+        .map(|sse_path| format!(", HTTP+SSE at http://{}{sse_path}", server.listen))
+        .unwrap_or_default();
     let mut out = format!(
-        "{origin}: valid; {} served at http://{}{} (separator {:?})\n",
+        "{origin}: valid; {} served at http://{}{}{older_transport} (separator {:?})\n",
         plural(config.mounts.len(), "mount", "mounts"),
         server.listen,
         server.path,
@@ -590,7 +595,9 @@ mod tests {
     fn summary_lists_every_mount() {
         let config = config::load(&ConfigSource::Embedded).expect("embedded config is valid");
         let text = summary("embedded", &config);
-        assert!(text.starts_with("embedded: valid; 2 mounts served at http://127.0.0.1:8080/mcp"));
+        assert!(text.starts_with(
+            "embedded: valid; 2 mounts served at http://127.0.0.1:8080/mcp, HTTP+SSE at http://127.0.0.1:8080/sse (separator"
+        ));
         let demo = text
             .lines()
             .find(|line| line.starts_with("demo "))
