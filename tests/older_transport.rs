@@ -169,12 +169,15 @@ async fn an_older_client_is_answered_on_its_event_stream_and_ends_with_it() {
     let unknown = client.ask(call(4, "nope__tool", json!({}))).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     assert_eq!(downstream_sessions(&gateway).await, 1);
+    let streams = |metrics: &str| metric_value(metrics, "junction_downstream_sse_streams");
+    assert_eq!(streams(&metrics_text(&gateway).await), Some(1.0));
 
     drop(client);
     eventually("the session to end with its stream", OP_TIMEOUT, || async {
         (downstream_sessions(&gateway).await == 0).then_some(())
     })
     .await;
+    assert_eq!(streams(&metrics_text(&gateway).await), Some(0.0));
 }
 
 /// Posts the endpoint cannot take get their answer on the post itself:

@@ -154,6 +154,7 @@ impl SseEndpoint {
             ended: CancellationToken::new(),
         });
         lock(&self.0.sessions).insert(id.clone(), session.clone());
+        crate::telemetry::metrics().downstream_sse_streams.inc();
         // A stream holds a place under `max_sessions` before it has a
         // session: one never initialized gives it back, as a slow request
         // gives back its connection.
@@ -348,7 +349,9 @@ impl SseEndpoint {
     /// Either side ended the session: the client's stream ends, and the
     /// endpoint's session is deleted.
     fn close(&self, id: &str, session: &LegacySession) {
-        lock(&self.0.sessions).remove(id);
+        if lock(&self.0.sessions).remove(id).is_some() {
+            crate::telemetry::metrics().downstream_sse_streams.dec();
+        }
         if let Some(mcp_session) = session.mcp_session.get().cloned() {
             self.delete_session(mcp_session, session.host.clone());
         }

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub upstream_duration: Family<UpstreamLabels, Histogram>,
     pub downstream_sessions: Gauge,
     pub downstream_sessions_asleep: Gauge,
+    /// Event streams of the older HTTP+SSE transport (`http::sse_endpoint`).
+    pub downstream_sse_streams: Gauge,
     pub upstream_sessions: Family<MountLabels, Gauge>,
     pub upstream_restarts: Family<MountLabels, Counter>,
     pub cache_hits: Counter,
@@ -167,6 +169,12 @@ impl Metrics {
             "downstream_sessions_asleep",
             "Downstream sessions asleep (idle, state kept, woken by their next request)",
             downstream_sessions_asleep.clone(),
+        );
+        let downstream_sse_streams = Gauge::default();
+        registry.register(
+            "downstream_sse_streams",
+            "Event streams of clients on the older HTTP+SSE transport currently open",
+            downstream_sse_streams.clone(),
         );
         let upstream_sessions = Family::<MountLabels, Gauge>::default();
         registry.register(
@@ -226,6 +234,7 @@ impl Metrics {
             upstream_duration,
             downstream_sessions,
             downstream_sessions_asleep,
+            downstream_sse_streams,
             upstream_sessions,
             upstream_restarts,
             cache_hits,
