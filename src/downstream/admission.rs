@@ -82,7 +82,7 @@ impl DownstreamSession {
         let limit = self.gateway.config().limits.max_concurrent_requests;
         let initialized = method == "initialize" || self.state().initialize.get().is_some();
         if let Some(headers) = super::http_headers(context) {
-            self.state().note_client_headers(headers);
+            self.state().note_client_headers(&self.gateway, headers);
         }
         admit_and_observe(
             &self.state().requests,

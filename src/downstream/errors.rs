@@ -40,7 +40,7 @@ pub enum RouteError {
     /// A task this session created whose upstream session has ended (a
     /// crash, a config reload that changed the mount, a per-session
     /// upstream closed): the upstream's tasks went with it.
-    #[error("task {id:?} is gone: the upstream session of mount {mount} that ran it has ended (a restart or a config reload)")]
+    #[error("task {id:?} is gone: the upstream session of mount {mount} that ran it has ended (a restart, a config reload, or its per-session upstream closing)")]
     TaskGone { id: String, mount: MountName },
     #[error("mount {mount} is unavailable: {cause}")]
     MountUnavailable { mount: MountName, cause: String },

@@ -9,20 +9,29 @@
 //! back, and a stack may leave headers off a notification or a wake). Each
 //! per-session upstream of the session sends them on every request (its
 //! opening included; `upstream::live_headers` reads them afresh each
-//! time), in place of the mount's own header of the same name. The mount's own session
+//! time), in place of the mount's own header of the same name; client
+//! values never enter the mount's config. The mount's own session
 //! (discovery) sends only the mount's `headers`. Validation keeps them off
 //! shared mounts, whose one upstream session serves every client.
 
-use std::{borrow::Cow, collections::BTreeMap};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
 
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::config::{MountConfig, UpstreamTransport};
+use crate::{config::MountConfig, upstream::LiveHeaders};
 
 /// A client's values of the headers some mount forwards, by lower-case
 /// name. Never shown: they are credentials.
 #[derive(Default)]
 pub(crate) struct ClientHeaders(BTreeMap<String, String>);
+
+/// A session's [`ClientHeaders`], shared with its per-session upstreams'
+/// [`LiveHeaders`] (which outlive it a little: the `DELETE` that ends
+/// an upstream session goes out as the session ends).
+pub(crate) type HeldClientHeaders = Arc<Mutex<ClientHeaders>>;
 
 impl std::fmt::Debug for ClientHeaders {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -30,83 +39,74 @@ impl std::fmt::Debug for ClientHeaders {
     }
 }
 
-impl ClientHeaders {
-    /// Takes what of `headers` (a client's request) any of `mounts`
-    /// forwards; those it does not carry keep their value. A value that is
-    /// not visible text is left out, as if not sent. Without a mount that
-    /// forwards, nothing is locked or allocated.
-    pub(crate) fn note<'a>(
-        held: &std::sync::Mutex<ClientHeaders>,
-        headers: &axum::http::HeaderMap,
-        mounts: impl IntoIterator<Item = &'a MountConfig>,
-    ) {
-        let mut sent = Vec::new();
-        for mount in mounts {
-            for client_name in mount.forward_headers.values() {
-                if let Some(value) = headers.get(client_name).and_then(|v| v.to_str().ok()) {
-                    sent.push((client_name, value));
-                }
-            }
+/// Takes what of `headers` (a client's request) some mount forwards (the
+/// names `each_forwarded` gives); those it does not carry keep their
+/// value. A value that is not visible text is left out, as if not sent.
+/// Without a mount that forwards, nothing is locked or allocated.
+pub(crate) fn note(
+    held: &HeldClientHeaders,
+    headers: &axum::http::HeaderMap,
+    each_forwarded: impl FnOnce(&mut dyn FnMut(&str)),
+) {
+    let mut sent: Vec<(String, &str)> = Vec::new();
+    each_forwarded(&mut |client_name| {
+        if let Some(value) = headers.get(client_name).and_then(|v| v.to_str().ok()) {
+            sent.push((client_name.to_owned(), value));
         }
-        if sent.is_empty() {
-            return;
-        }
-        let mut held = held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (client_name, value) in sent {
-            if held.0.get(client_name).map(String::as_str) != Some(value) {
-                held.0.insert(client_name.clone(), value.to_owned());
-            }
+    });
+    if sent.is_empty() {
+        return;
+    }
+    let mut held = lock(held);
+    for (client_name, value) in sent {
+        if held.0.get(&client_name).map(String::as_str) != Some(value) {
+            held.0.insert(client_name, value.to_owned());
         }
     }
+}
 
-    /// The values of `forwarded` (upstream name → client name) the client
-    /// has sent, as headers to send upstream (marked sensitive, so that
-    /// no `Debug` of a request shows them).
-    pub(crate) fn values_for(
-        &self,
-        forwarded: &BTreeMap<String, String>,
-    ) -> Vec<(HeaderName, HeaderValue)> {
+/// The headers `config` forwards, as an upstream session of it for this
+/// client sends them: read from `held` afresh for each request, each in
+/// place of the mount's own of that name (`None`: the mount forwards
+/// none). A header the client never sent leaves the mount's own.
+pub(crate) fn live_for(held: &HeldClientHeaders, config: &MountConfig) -> Option<LiveHeaders> {
+    let forwarded: Vec<(HeaderName, String)> = config
+        .forward_headers
+        .iter()
+        .filter_map(|(upstream, client)| {
+            Some((
+                HeaderName::from_bytes(upstream.as_bytes()).ok()?,
+                client.clone(),
+            ))
+        })
+        .collect();
+    if forwarded.is_empty() {
+        return None;
+    }
+    let held = held.clone();
+    Some(LiveHeaders::new(move || {
+        let held = lock(&held);
         forwarded
             .iter()
             .filter_map(|(upstream, client)| {
-                let name = HeaderName::from_bytes(upstream.as_bytes()).ok()?;
-                let mut value = HeaderValue::from_str(self.0.get(client)?).ok()?;
+                let mut value = HeaderValue::from_str(held.0.get(client)?).ok()?;
+                // Kept out of any `Debug` of a request.
                 value.set_sensitive(true);
-                Some((name, value))
+                Some((upstream.clone(), value))
             })
             .collect()
-    }
+    }))
+}
 
-    /// `config` as this client's upstream session of it is opened: each
-    /// header the mount forwards that the client sent replaces the mount's
-    /// own of that name (whatever its case); one the client did not send
-    /// leaves the mount's own, if any.
-    pub(crate) fn applied_to<'a>(&self, config: &'a MountConfig) -> Cow<'a, MountConfig> {
-        let sent: Vec<(&String, &String)> = config
-            .forward_headers
-            .iter()
-            .filter_map(|(upstream, client)| Some((upstream, self.0.get(client)?)))
-            .collect();
-        if sent.is_empty() {
-            return Cow::Borrowed(config);
-        }
-        let mut config = config.clone();
-        if let UpstreamTransport::StreamableHttp { headers, .. }
-        | UpstreamTransport::Sse { headers, .. } = &mut config.transport
-        {
-            for (upstream, value) in sent {
-                headers.retain(|name, _| !name.eq_ignore_ascii_case(upstream));
-                headers.insert(upstream.clone(), value.clone());
-            }
-        }
-        Cow::Owned(config)
-    }
+fn lock(held: &HeldClientHeaders) -> std::sync::MutexGuard<'_, ClientHeaders> {
+    held.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::config::{load_content, ConfigSource};
 
@@ -116,38 +116,75 @@ mod tests {
         config.mounts[0].clone()
     }
 
-    fn sent(config: &MountConfig) -> BTreeMap<String, String> {
-        match &config.transport {
-            UpstreamTransport::StreamableHttp { headers, .. }
-            | UpstreamTransport::Sse { headers, .. } => headers.clone(),
-            UpstreamTransport::Stdio { .. } => unreachable!("an HTTP mount"),
+    fn request(pairs: &[(&'static str, &'static str)]) -> axum::http::HeaderMap {
+        let mut headers = axum::http::HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().unwrap());
         }
+        headers
     }
 
-    /// The client's value replaces the mount's own whatever its case; a
-    /// header the client did not send leaves the mount's; what is not
-    /// forwarded stays as the mount has it.
+    fn noted(held: &HeldClientHeaders, config: &MountConfig, headers: &axum::http::HeaderMap) {
+        note(held, headers, |take| {
+            for client_name in config.forward_headers.values() {
+                take(client_name);
+            }
+        });
+    }
+
+    /// What a request of `config`'s upstream sends, its own headers being
+    /// `own`.
+    fn sent(
+        held: &HeldClientHeaders,
+        config: &MountConfig,
+        own: &[(&'static str, &'static str)],
+    ) -> BTreeMap<String, String> {
+        let mut headers: HashMap<HeaderName, HeaderValue> = own
+            .iter()
+            .map(|(name, value)| {
+                (
+                    HeaderName::from_static(name),
+                    HeaderValue::from_static(value),
+                )
+            })
+            .collect();
+        crate::upstream::live_headers::apply(&live_for(held, config), &mut headers);
+        headers
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    /// The client's value replaces the mount's own; a header the client
+    /// did not send leaves the mount's; what is not forwarded stays as the
+    /// mount has it.
     #[test]
     fn the_clients_values_replace_the_mounts_own() {
         let config = mount(
             "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
-             headers = { AUTHORIZATION = \"Bearer mount\", X-Team = \"t\", X-Key = \"k\" }\n\
              forward_headers = { Authorization = \"X-User-Token\", X-Key = \"X-Key\" }\n",
         );
-        let client = ClientHeaders(BTreeMap::from([(
-            "x-user-token".to_owned(),
-            "Bearer alice".to_owned(),
-        )]));
+        let held = HeldClientHeaders::default();
+        noted(
+            &held,
+            &config,
+            &request(&[("x-user-token", "Bearer alice")]),
+        );
+        let own = [
+            ("authorization", "Bearer mount"),
+            ("x-team", "t"),
+            ("x-key", "k"),
+        ];
         assert_eq!(
-            sent(&client.applied_to(&config)),
+            sent(&held, &config, &own),
             BTreeMap::from([
-                ("X-Key".to_owned(), "k".to_owned()),
-                ("X-Team".to_owned(), "t".to_owned()),
                 ("authorization".to_owned(), "Bearer alice".to_owned()),
+                ("x-key".to_owned(), "k".to_owned()),
+                ("x-team".to_owned(), "t".to_owned()),
             ])
         );
-        let nothing_sent = ClientHeaders::default();
-        assert!(matches!(nothing_sent.applied_to(&config), Cow::Borrowed(_)));
+        let nothing_forwarded = mount("[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\n");
+        assert!(live_for(&held, &nothing_forwarded).is_none());
     }
 
     /// The latest value the client sent wins; a request without the
@@ -159,45 +196,23 @@ mod tests {
             "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
              forward_headers = [\"Authorization\"]\n",
         );
-        let held = std::sync::Mutex::new(ClientHeaders::default());
-        let request = |pairs: &[(&'static str, &'static str)]| {
-            let mut headers = axum::http::HeaderMap::new();
-            for (name, value) in pairs {
-                headers.insert(*name, value.parse().unwrap());
-            }
-            headers
-        };
-        let authorization = |held: &std::sync::Mutex<ClientHeaders>| {
-            sent(&held.lock().unwrap().applied_to(&config))
-                .get("authorization")
-                .cloned()
-        };
-        ClientHeaders::note(
+        let held = HeldClientHeaders::default();
+        let authorization =
+            |held: &HeldClientHeaders| sent(held, &config, &[]).remove("authorization");
+        noted(
             &held,
+            &config,
             &request(&[("authorization", "Bearer old"), ("cookie", "c")]),
-            [&config],
         );
         assert_eq!(authorization(&held).as_deref(), Some("Bearer old"));
-        ClientHeaders::note(&held, &request(&[]), [&config]);
+        noted(&held, &config, &request(&[]));
         assert_eq!(authorization(&held).as_deref(), Some("Bearer old"), "kept");
-        ClientHeaders::note(
+        noted(
             &held,
+            &config,
             &request(&[("authorization", "Bearer renewed")]),
-            [&config],
         );
         assert_eq!(authorization(&held).as_deref(), Some("Bearer renewed"));
-        assert_eq!(
-            format!("{:?}", held.lock().unwrap()),
-            r#"["authorization"]"#
-        );
-    }
-
-    #[test]
-    fn a_clients_values_are_never_shown() {
-        let client = ClientHeaders(BTreeMap::from([(
-            "authorization".to_owned(),
-            "Bearer secret".to_owned(),
-        )]));
-        assert_eq!(format!("{client:?}"), r#"["authorization"]"#);
+        assert_eq!(format!("{:?}", lock(&held)), r#"["authorization"]"#);
     }
 }

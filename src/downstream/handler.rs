@@ -350,7 +350,7 @@ impl ServerHandler for DownstreamSession {
             // A wake is not passed through `handle`, which reads the
             // headers of every other request.
             if let Some(headers) = super::http_headers(&context) {
-                state.note_client_headers(headers);
+                state.note_client_headers(&self.gateway, headers);
             }
             let _ = state.profile.set(ClientProfile::of(&request.capabilities));
             *super::lock(&state.peer) = Some(context.peer.clone());

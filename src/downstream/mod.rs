@@ -148,7 +148,7 @@ pub(crate) struct SessionState {
     client_capabilities: OnceLock<ClientCapabilities>,
     /// The client's latest values of the headers mounts forward (see
     /// [`forwarded_headers`]).
-    client_headers: Mutex<forwarded_headers::ClientHeaders>,
+    client_headers: forwarded_headers::HeldClientHeaders,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
     /// What the client asked for with `logging/setLevel`.
@@ -187,7 +187,7 @@ impl SessionState {
             peer: Mutex::new(None),
             rmcp_id: OnceLock::new(),
             client_capabilities: OnceLock::new(),
-            client_headers: Mutex::default(),
+            client_headers: Default::default(),
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
@@ -203,14 +203,10 @@ impl SessionState {
 
     /// Takes the values of the headers mounts forward from a request of
     /// this session (see [`forwarded_headers`]).
-    pub(crate) fn note_client_headers(&self, headers: &axum::http::HeaderMap) {
-        if let Some(gateway) = self.gateway.upgrade() {
-            forwarded_headers::ClientHeaders::note(
-                &self.client_headers,
-                headers,
-                gateway.mounts().iter().map(|mount| &mount.config),
-            );
-        }
+    pub(crate) fn note_client_headers(&self, gateway: &Gateway, headers: &axum::http::HeaderMap) {
+        forwarded_headers::note(&self.client_headers, headers, |take| {
+            gateway.each_forwarded_client_header(take)
+        });
     }
 
     /// The token a quick call of this session is cancelled with; already
@@ -590,23 +586,11 @@ impl SessionState {
         if mount.is_retired() {
             return Err("the mount was removed".to_owned());
         }
-        // With the client's values, if it sent any the mount forwards.
-        let applied = match lock(&self.client_headers).applied_to(&mount.config) {
-            std::borrow::Cow::Owned(applied) => Some(applied),
-            std::borrow::Cow::Borrowed(_) => None,
-        };
-        let config = applied.as_ref().unwrap_or(&mount.config);
-        // ...and with the client's latest values on every request after,
-        // so that a renewed token is used as soon as the client sends it.
-        let live = (!mount.config.forward_headers.is_empty()).then(|| {
-            let state = Arc::downgrade(self);
-            let forwarded = mount.config.forward_headers.clone();
-            upstream::LiveHeaders::new(move || match state.upgrade() {
-                Some(state) => lock(&state.client_headers).values_for(&forwarded),
-                None => Vec::new(),
-            })
-        });
-        let session = upstream::open(config, mount.timeouts(), handler, live)
+        // With the client's latest values of the headers the mount
+        // forwards on every request, so that a renewed token is used as
+        // soon as the client sends it.
+        let live = forwarded_headers::live_for(&self.client_headers, &mount.config);
+        let session = upstream::open(&mount.config, mount.timeouts(), handler, live)
             .await
             .map_err(|error| error.to_string())?;
         // Each bounded: this open holds the session's calls to the mount.

@@ -425,7 +425,7 @@ pub(crate) async fn offer(
         return Quick::Declined;
     };
     if let Some(parts) = parts {
-        state.note_client_headers(&parts.headers);
+        state.note_client_headers(gateway, &parts.headers);
     }
     let meta = sent_meta(params_meta, extensions)
         .cloned()

@@ -170,6 +170,17 @@ impl Gateway {
         self.mounts.load_full()
     }
 
+    /// The client header names some mount forwards now (`forward_headers`),
+    /// each given to `take`. Read without touching a shared counter: every
+    /// request of every session asks.
+    pub fn each_forwarded_client_header(&self, mut take: impl FnMut(&str)) {
+        for mount in self.mounts.load().iter() {
+            for client_name in mount.config.forward_headers.values() {
+                take(client_name);
+            }
+        }
+    }
+
     pub fn mount(&self, name: &MountName) -> Option<Arc<Mount>> {
         self.mounts
             .load()

@@ -353,9 +353,12 @@ impl StreamableHttpClient for TracingHttpClient {
         session_id: Option<Arc<str>>,
         last_event_id: Option<String>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        // rmcp's every GET (the session's stream, a resumed answer) comes
+        // here, not through `get_stream`.
+        super::live_headers::apply(&self.live, &mut custom_headers);
         let session = session_id.is_some();
         let stream = self
             .client
@@ -588,6 +591,93 @@ mod tests {
             raw.take(&id),
             Some(serde_json::json!({"tools": [], "x-kept": 1}))
         );
+    }
+
+    /// A server answering each request with an empty event stream (a
+    /// `DELETE` with 200), and telling the head of each it got.
+    async fn heads_told() -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let (tell, heads) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            for _ in 0..8 {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buffer = vec![0; 8192];
+                let read = stream.read(&mut buffer).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buffer[..read]).to_ascii_lowercase();
+                let reply = match head.starts_with("delete") {
+                    true => "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+                    false => "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n",
+                };
+                let _ = tell.send(head);
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        (url, heads)
+    }
+
+    /// A renewed token reaches every kind of request rmcp makes on the
+    /// session: its `GET`s (which come through
+    /// `get_stream_with_max_sse_event_size`) and its `DELETE`, in place of
+    /// the value the session was opened with.
+    #[tokio::test]
+    async fn live_headers_replace_the_configured_ones_on_gets_and_deletes() {
+        let (url, mut heads) = heads_told().await;
+        let (inject, _injected) =
+            tokio::sync::mpsc::channel(super::super::direct_call::INJECT_CAPACITY);
+        let direct = Arc::new(DirectCalls::new(
+            reqwest::Client::new(),
+            inject,
+            Arc::new(super::super::Relay::default()),
+            StreamableHttpResponseLimits::default(),
+            Duration::from_secs(5),
+        ));
+        let (client, _standalone) = TracingHttpClient::new(
+            reqwest::Client::new(),
+            Arc::new(RawAnswers::default()),
+            direct,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let client = client.with_live_headers(Some(super::super::LiveHeaders::new(|| {
+            vec![(
+                HeaderName::from_static("authorization"),
+                HeaderValue::from_static("Bearer renewed"),
+            )]
+        })));
+        let configured = || {
+            HashMap::from([(
+                HeaderName::from_static("authorization"),
+                HeaderValue::from_static("Bearer expired"),
+            )])
+        };
+        let uri: Arc<str> = Arc::from(url.as_str());
+        let session: Arc<str> = Arc::from("session-1");
+        let _ = client
+            .get_stream_with_max_sse_event_size(
+                uri.clone(),
+                Some(session.clone()),
+                None,
+                None,
+                configured(),
+                1024,
+            )
+            .await;
+        let _ = client
+            .delete_session(uri, session, None, configured())
+            .await;
+        for method in ["get", "delete"] {
+            let head = tokio::time::timeout(Duration::from_secs(5), heads.recv())
+                .await
+                .expect("a request in time")
+                .expect("a request");
+            assert!(head.starts_with(method), "{head}");
+            assert!(head.contains("authorization: bearer renewed"), "{head}");
+            assert!(!head.contains("expired"), "{head}");
+        }
     }
 
     #[tokio::test]
