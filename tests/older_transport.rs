@@ -346,25 +346,62 @@ async fn initializes_at_once_on_one_stream_make_one_session() {
     .await;
 }
 
-/// A client that posts and never reads its stream is made to wait, then
-/// refused (503), rather than having its answers pile up in the gateway.
+/// A client that posts and never reads its stream is made to wait: once
+/// the answers it has not read reach their bound, its next post is held
+/// unanswered, rather than its answers piling up in the gateway.
 #[tokio::test]
-async fn a_client_that_never_reads_is_refused_not_buffered() {
-    let gateway = Gateway::start(&format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""))).await;
+async fn a_client_that_never_reads_is_held_not_buffered() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}[limits]\nmax_concurrent_requests = 4\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
     let mut client = OlderClient::connect(&gateway).await;
     client.initialize().await;
     let large = "x".repeat(200 * 1024);
-    let mut refused = None;
+    let mut held_at = None;
     for id in 0..400u64 {
-        let (status, _) = client
-            .post(call(id + 10, "demo__echo", json!({"message": large})).to_string())
-            .await;
-        if status != StatusCode::ACCEPTED {
-            refused = Some((id, status));
-            break;
+        let post = client.post(call(id + 10, "demo__echo", json!({"message": large})).to_string());
+        match tokio::time::timeout(std::time::Duration::from_secs(3), post).await {
+            Ok((status, text)) => assert_eq!(status, StatusCode::ACCEPTED, "{text}"),
+            Err(_) => {
+                held_at = Some(id);
+                break;
+            }
         }
     }
-    let (after, status) = refused.expect("a post refused within 400");
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(after >= 64, "not before the unread answers' bound: {after}");
+    let held_at = held_at.expect("a post held within 400");
+    // 4 in flight and 64 more, besides what the connection itself holds.
+    assert!(
+        held_at >= 68,
+        "not before the unread answers' bound: {held_at}"
+    );
+}
+
+/// An `initialize` the endpoint refuses (here for its content type) after
+/// taking the stream's place leaves the stream holding a place still: a
+/// second stream does not get in beyond `max_sessions`, and the first
+/// initializes on its next try.
+#[tokio::test]
+async fn a_refused_initialize_leaves_the_stream_its_place() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}[limits]\nmax_sessions = 1\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let mut client = OlderClient::connect(&gateway).await;
+    let wrong_type = client
+        .http
+        .post(&client.endpoint)
+        .header("content-type", "text/plain")
+        .body(INITIALIZE)
+        .send();
+    let refused = within("POST", wrong_type).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::ACCEPTED);
+    let answer = client.events.message().await;
+    assert!(answer.get("error").is_some(), "{answer}");
+    let http = reqwest::Client::new();
+    let second = within("GET", http.get(gateway.url("/sse")).send()).await;
+    assert_eq!(second.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+    client.initialize().await;
 }

@@ -66,10 +66,23 @@ impl HeldPlace {
     }
 
     fn take(&self) -> Option<SessionTicket> {
+        self.held().take()
+    }
+
+    /// Whether it still holds its place (an `initialize` that took it and
+    /// made no session dropped it).
+    pub fn is_held(&self) -> bool {
+        self.held().is_some()
+    }
+
+    pub fn hold(&self, ticket: SessionTicket) {
+        *self.held() = Some(ticket);
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<SessionTicket>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
     }
 }
 

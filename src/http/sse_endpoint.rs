@@ -43,9 +43,6 @@ const OUTBOX: usize = 64;
 /// The most of a refusal's body read to see whether it answers a request.
 const REFUSAL_LIMIT: usize = 1024 * 1024;
 const INVALID_REQUEST: i64 = -32600;
-/// How long a post waits for its client to read the answers before it
-/// (see `LegacySession::unread`).
-const UNREAD_WAIT: Duration = Duration::from_secs(10);
 /// How long the `DELETE` of a session whose client went away may take.
 const DELETE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -68,9 +65,12 @@ struct Shared {
 /// One client's event stream and the Streamable HTTP session behind it.
 struct LegacySession {
     outbox: mpsc::Sender<String>,
-    /// Answers not yet on the stream, each holding a permit until it is:
-    /// a client that posts and never reads waits, rather than piling
-    /// answers up here.
+    /// Answers being put on the stream, each holding a permit until it
+    /// is: `max_concurrent_requests` (as at the `GET`) for those of calls
+    /// in flight, and [`OUTBOX`] more. Past that an answer waits in its
+    /// post's handler, the post unanswered, so a client that posts and
+    /// never reads holds a connection for each answer it has not read,
+    /// rather than the gateway holding them all.
     unread: Arc<tokio::sync::Semaphore>,
     /// The stream's place under `max_sessions`, until its `initialize`
     /// takes it for the session it creates.
@@ -145,7 +145,9 @@ impl SseEndpoint {
         });
         let session = Arc::new(LegacySession {
             outbox,
-            unread: Arc::new(tokio::sync::Semaphore::new(OUTBOX)),
+            unread: Arc::new(tokio::sync::Semaphore::new(
+                gateway.config().limits.max_concurrent_requests + OUTBOX,
+            )),
             place: super::admission::HeldPlace::new(ticket),
             opening: tokio::sync::Mutex::new(()),
             mcp_session: OnceLock::new(),
@@ -211,10 +213,6 @@ impl SseEndpoint {
         let Some(session) = session else {
             return (StatusCode::NOT_FOUND, "Not Found: unknown sessionId").into_response();
         };
-        let unread = tokio::time::timeout(UNREAD_WAIT, session.unread.clone().acquire_owned());
-        let Ok(Ok(permit)) = unread.await else {
-            return unavailable("the client's event stream is not being read");
-        };
         let (mut parts, body) = request.into_parts();
         parts.uri = self.0.mcp_path.parse().expect("a validated path");
         // The session is the bridge's to name, never the client's.
@@ -262,8 +260,25 @@ impl SseEndpoint {
                 session.ended.cancel();
                 return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
             }
-            return session.refused(answer, asked).await;
+            let refused = session.refused(answer, asked).await;
+            if initializing {
+                self.keep_place(&session);
+            }
+            return refused;
         }
+        if status == StatusCode::ACCEPTED {
+            // A notification or an answer to the server: nothing comes back.
+            return accepted();
+        }
+        // The answer waits here, its post held, while the client has too
+        // many unread: the client's own connections bound what waits.
+        let permit = tokio::select! {
+            permit = session.unread.clone().acquire_owned() => permit.ok(),
+            _ = session.ended.cancelled() => None,
+        };
+        let Some(permit) = permit else {
+            return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
+        };
         // `initialize` opened the endpoint's session: once its answer (and
         // with it the agreed version) is delivered, the session's own
         // messages follow on the client's stream.
@@ -287,6 +302,9 @@ impl SseEndpoint {
             Some(_) => true,
             None => false,
         };
+        if initializing && !opened {
+            self.keep_place(&session);
+        }
         drop(opening);
         let endpoint = self.clone();
         tokio::spawn(async move {
@@ -297,6 +315,20 @@ impl SseEndpoint {
             }
         });
         accepted()
+    }
+
+    /// After an `initialize` that made no session: the stream keeps a
+    /// place under `max_sessions` (the endpoint may have taken the one it
+    /// held and dropped it with the refusal), or ends if none is left.
+    fn keep_place(&self, session: &LegacySession) {
+        if session.place.is_held() {
+            return;
+        }
+        let limit = self.0.gateway.config().limits.max_sessions;
+        match self.0.gateway.sessions().reserve(limit) {
+            Some(ticket) => session.place.hold(ticket),
+            None => session.ended.cancel(),
+        }
     }
 
     /// A message posted before the session exists, read whole within the
