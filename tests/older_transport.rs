@@ -405,3 +405,45 @@ async fn a_refused_initialize_leaves_the_stream_its_place() {
     assert_eq!(second.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
     client.initialize().await;
 }
+
+/// A stream that ends while its `initialize` is being answered leaves no
+/// session behind: here the stream is closed for want of an `initialize`
+/// while a slow post holds the way and the `initialize` waits behind it.
+/// The place comes back for a new stream.
+#[tokio::test]
+async fn a_stream_ending_during_its_initialize_leaves_no_session() {
+    use tokio::io::AsyncWriteExt;
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nrequest_read_timeout = \"1s\"\n\n\
+         [limits]\nmax_sessions = 1\n\n{}",
+        stdio_demo_mount("demo", "")
+    ))
+    .await;
+    let client = OlderClient::connect(&gateway).await;
+    let path = client
+        .endpoint
+        .split_once(&gateway.addr.to_string())
+        .map(|(_, path)| path.to_owned())
+        .expect("the endpoint's path");
+    // A body that never arrives: it holds the way until its read times out.
+    let mut slow = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{",
+        gateway.addr
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, _) = client.post(INITIALIZE).await;
+    assert!(
+        [StatusCode::ACCEPTED, StatusCode::NOT_FOUND].contains(&status),
+        "{status}"
+    );
+    drop(client);
+    let http = reqwest::Client::new();
+    eventually("a new stream to get the place", OP_TIMEOUT, || async {
+        let response = http.get(gateway.url("/sse")).send().await.ok()?;
+        (response.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    drop(slow);
+}

@@ -266,19 +266,6 @@ impl SseEndpoint {
             }
             return refused;
         }
-        if status == StatusCode::ACCEPTED {
-            // A notification or an answer to the server: nothing comes back.
-            return accepted();
-        }
-        // The answer waits here, its post held, while the client has too
-        // many unread: the client's own connections bound what waits.
-        let permit = tokio::select! {
-            permit = session.unread.clone().acquire_owned() => permit.ok(),
-            _ = session.ended.cancelled() => None,
-        };
-        let Some(permit) = permit else {
-            return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
-        };
         // `initialize` opened the endpoint's session: once its answer (and
         // with it the agreed version) is delivered, the session's own
         // messages follow on the client's stream.
@@ -306,6 +293,19 @@ impl SseEndpoint {
             self.keep_place(&session);
         }
         drop(opening);
+        if status == StatusCode::ACCEPTED {
+            // A notification or an answer to the server: nothing comes back.
+            return accepted();
+        }
+        // The answer waits here, its post held, while the client has too
+        // many unread: the client's own connections bound what waits.
+        let permit = tokio::select! {
+            permit = session.unread.clone().acquire_owned() => permit.ok(),
+            _ = session.ended.cancelled() => None,
+        };
+        let Some(permit) = permit else {
+            return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
+        };
         let endpoint = self.clone();
         tokio::spawn(async move {
             session.deliver(answer).await;
