@@ -424,9 +424,6 @@ pub(crate) async fn offer(
     let Some(peer) = state.peer() else {
         return Quick::Declined;
     };
-    if let Some(parts) = parts {
-        state.note_client_headers(gateway, &parts.headers);
-    }
     let meta = sent_meta(params_meta, extensions)
         .cloned()
         .unwrap_or_default();

@@ -310,6 +310,18 @@ impl ResumableSessions {
         else {
             return Quick::Declined;
         };
+        // Answered here, not by the handler, which reads every other
+        // request's headers for the values mounts forward.
+        {
+            use rmcp::model::GetExtensions;
+            if let Some(parts) = request
+                .request
+                .extensions()
+                .get::<axum::http::request::Parts>()
+            {
+                state.note_client_headers(&gateway, &parts.headers);
+            }
+        }
         if let Some(answer) = prebuilt::list(&gateway, &state, request).await {
             return Quick::Answered(answer);
         }
