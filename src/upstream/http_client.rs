@@ -546,6 +546,26 @@ mod tests {
         );
     }
 
+    /// A client of one upstream session, its answers shown to `raw`.
+    fn test_client(raw: Arc<RawAnswers>) -> TracingHttpClient {
+        let (inject, _) = tokio::sync::mpsc::channel(super::super::direct_call::INJECT_CAPACITY);
+        let direct = Arc::new(DirectCalls::new(
+            reqwest::Client::new(),
+            inject,
+            Arc::new(super::super::Relay::default()),
+            StreamableHttpResponseLimits::default(),
+            Duration::from_secs(5),
+        ));
+        let (client, _standalone) = TracingHttpClient::new(
+            reqwest::Client::new(),
+            raw,
+            direct,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        client
+    }
+
     /// The answer to a request marked in [`RawAnswers`] that comes on a
     /// `GET` (rmcp resuming the request's stream) is seen as written.
     #[tokio::test]
@@ -559,22 +579,7 @@ mod tests {
         let raw = Arc::new(RawAnswers::default());
         let id = rmcp::model::RequestId::Number(7);
         raw.want(&id);
-        let (inject, _injected) =
-            tokio::sync::mpsc::channel(super::super::direct_call::INJECT_CAPACITY);
-        let direct = Arc::new(DirectCalls::new(
-            reqwest::Client::new(),
-            inject,
-            Arc::new(super::super::Relay::default()),
-            StreamableHttpResponseLimits::default(),
-            Duration::from_secs(5),
-        ));
-        let (client, _standalone) = TracingHttpClient::new(
-            reqwest::Client::new(),
-            raw.clone(),
-            direct,
-            CancellationToken::new(),
-            CancellationToken::new(),
-        );
+        let client = test_client(raw.clone());
         let events = client
             .get_stream(
                 Arc::from(url.as_str()),
@@ -626,22 +631,7 @@ mod tests {
     #[tokio::test]
     async fn live_headers_replace_the_configured_ones_on_gets_and_deletes() {
         let (url, mut heads) = heads_told().await;
-        let (inject, _injected) =
-            tokio::sync::mpsc::channel(super::super::direct_call::INJECT_CAPACITY);
-        let direct = Arc::new(DirectCalls::new(
-            reqwest::Client::new(),
-            inject,
-            Arc::new(super::super::Relay::default()),
-            StreamableHttpResponseLimits::default(),
-            Duration::from_secs(5),
-        ));
-        let (client, _standalone) = TracingHttpClient::new(
-            reqwest::Client::new(),
-            Arc::new(RawAnswers::default()),
-            direct,
-            CancellationToken::new(),
-            CancellationToken::new(),
-        );
+        let client = test_client(Arc::new(RawAnswers::default()));
         let client = client.with_live_headers(Some(super::super::LiveHeaders::new(|| {
             vec![(
                 HeaderName::from_static("authorization"),
