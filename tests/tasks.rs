@@ -220,3 +220,61 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
         "an upstream was started to answer: {status}"
     );
 }
+
+/// A reload that removes a mount takes the tasks on it with it: its
+/// sessions are told the task is gone (not that the mount is unavailable,
+/// as if asking again might help), and forget it, by `tasks/get` or by
+/// `tasks/list`, which no longer lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_a_mount_a_reload_removed_are_gone_and_forgotten() {
+    let kept = stdio_demo_mount("demo", "");
+    let removed = python_fixture_mount("gone", "endless_task_pages.py", "");
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{kept}{removed}")).await;
+    let http = reqwest::Client::new();
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "gone__work", "arguments": {}, "task": {"ttl": 600000}},
+    });
+    // One session asks with `tasks/get`, the other with `tasks/list`.
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let session = open_session(&http, &gateway.mcp_url()).await;
+        let answer = send(&http, &gateway, &session, call.clone()).await;
+        let task_id = answer.body["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {answer:?}"))
+            .to_owned();
+        sessions.push((session, task_id));
+    }
+
+    rewrite_config(&gateway.config_path, &format!("{SERVER_TOML}{kept}"));
+    eventually("the reload to remove mount gone", OP_TIMEOUT, || async {
+        let status = readyz(&gateway).await;
+        let mounts = status["mounts"].as_array().cloned().unwrap_or_default();
+        (!mounts.iter().any(|mount| mount["name"] == "gone")).then_some(())
+    })
+    .await;
+
+    let get = |task_id: &str| json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": task_id}});
+    let (session, task_id) = &sessions[0];
+    let answer = send(&http, &gateway, session, get(task_id)).await;
+    assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("is gone"), "says why: {answer:?}");
+    assert_eq!(answer.body["error"]["data"]["mount"], "gone", "{answer:?}");
+    let again = send(&http, &gateway, session, get(task_id)).await;
+    assert_eq!(again.body["error"]["code"], -32602, "{again:?}");
+    let message = again.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("unknown task"), "forgotten: {again:?}");
+
+    let (session, task_id) = &sessions[1];
+    let list = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list", "params": {}});
+    let listed = send(&http, &gateway, session, list).await;
+    assert_eq!(listed.body["result"]["tasks"], json!([]), "{listed:?}");
+    let answer = send(&http, &gateway, session, get(task_id)).await;
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("unknown task"),
+        "forgotten by tasks/list: {answer:?}"
+    );
+}

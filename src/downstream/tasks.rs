@@ -460,24 +460,25 @@ impl DownstreamSession {
     }
 
     /// The mount `name` and the upstream session this session's tasks on it
-    /// live on; `None` if that was a per-session upstream that has ended,
-    /// taking its tasks with it: none is opened (a process spawned, a place
-    /// under `max_upstream_sessions` taken) only to say a task is unknown.
+    /// live on; `None` if that upstream session has ended, taking its
+    /// tasks with it: a per-session upstream that has closed (none is
+    /// opened, a process spawned, a place under `max_upstream_sessions`
+    /// taken, only to say a task is unknown), or any upstream of a mount
+    /// a reload removed.
     async fn task_upstream(
         &self,
         name: &MountName,
     ) -> Result<Option<(Arc<Mount>, Arc<UpstreamSession>)>, RouteError> {
-        let per_session = self
-            .gateway
-            .mount(name)
-            .filter(|mount| mount.config.isolation == crate::config::Isolation::PerSession);
-        match per_session {
-            Some(mount) => Ok(self
+        let Some(mount) = self.gateway.mount(name) else {
+            return Ok(None);
+        };
+        if mount.config.isolation == crate::config::Isolation::PerSession {
+            return Ok(self
                 .state()
                 .open_upstream(name)
-                .map(|upstream| (mount, upstream))),
-            None => self.connect(name).await.map(Some),
+                .map(|upstream| (mount, upstream)));
         }
+        self.connect(name).await.map(Some)
     }
 
     /// `tasks/get`, `tasks/result` and `tasks/cancel`: routed by the task's
@@ -568,12 +569,27 @@ impl DownstreamSession {
             .await;
             for (mount_name, ids, listed) in listings {
                 let (listed, upstream) = match listed {
-                    Ok(listed) => listed,
+                    Ok(Some(listed)) => listed,
+                    Ok(None) => {
+                        // Their upstream session has ended (or their mount
+                        // is gone), and they with it: as `tasks/get` would
+                        // find, they are forgotten.
+                        ids.values()
+                            .for_each(|(_, id)| self.state().tasks.forget(id));
+                        continue;
+                    }
                     Err(error) => {
                         tracing::debug!(mount = %mount_name, %error, "tasks/list failed upstream");
                         continue;
                     }
                 };
+                // Tasks of an earlier upstream session of this mount (it
+                // restarted, or a reload replaced it) are gone too.
+                for (home, id) in ids.values() {
+                    if !home.lives_on(upstream.id()) {
+                        self.state().tasks.forget(id);
+                    }
+                }
                 for mut task in listed {
                     let Some((_, id)) = task
                         .get("taskId")
@@ -606,20 +622,18 @@ impl DownstreamSession {
     }
 
     /// Every task `mount`'s upstream lists for this session's connection,
-    /// and that upstream session. All its pages together take at most the
-    /// mount's `request_ceiling`; what was read by then is kept.
+    /// and that upstream session; `None` if the upstream session this
+    /// session's tasks there lived on has ended (see `task_upstream`). All
+    /// its pages together take at most the mount's `request_ceiling`;
+    /// what was read by then is kept.
     async fn list_mount_tasks(
         &self,
         mount: &MountName,
         context: &RequestContext<RoleServer>,
-    ) -> Result<(Vec<Value>, Arc<UpstreamSession>), RouteError> {
-        let (mount, upstream) =
-            self.task_upstream(mount)
-                .await?
-                .ok_or_else(|| RouteError::MountUnavailable {
-                    mount: mount.clone(),
-                    cause: "its per-session upstream has ended, and its tasks with it".to_owned(),
-                })?;
+    ) -> Result<Option<(Vec<Value>, Arc<UpstreamSession>)>, RouteError> {
+        let Some((mount, upstream)) = self.task_upstream(mount).await? else {
+            return Ok(None);
+        };
         let limit = mount.request_limit(None);
         let deadline = tokio::time::Instant::now() + limit.ceiling;
         let mut tasks = Vec::new();
@@ -667,7 +681,7 @@ impl DownstreamSession {
                 None => break,
             }
         }
-        Ok((tasks, upstream))
+        Ok(Some((tasks, upstream)))
     }
 }
 
