@@ -170,7 +170,11 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                 },
             },
             session_answers,
-        ));
+        ))
+        // Builds the route and its layers once, here. Without a state
+        // given, axum keeps the handler boxed and rebuilds the whole layer
+        // stack for every request (~9k instructions, 3% of a proxied call).
+        .with_state(());
     let older_transport = server.sse_path.clone().map(|sse_path| {
         let endpoint = sse_endpoint::SseEndpoint::new(
             gateway.clone(),
