@@ -1439,7 +1439,9 @@ async fn a_request_racing_its_sessions_delete_gets_no_internal_error() {
 /// A request id used again while the request that has it is in flight on
 /// the session is refused (-32600), and the first request still gets its
 /// answer: the second took its place in the routing of answers, and the
-/// first's stream stayed open, unanswered, for good.
+/// first's stream stayed open, unanswered, for good. The refused request
+/// never runs upstream (it did: a quick call was answered, a slower one
+/// ran on after its refusal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_in_use_is_refused_and_the_first_request_answered() {
     let mut hostile = Hostile::start().await;
@@ -1478,6 +1480,12 @@ async fn an_id_in_use_is_refused_and_the_first_request_answered() {
     })
     .await;
     let second = hostile.send(slow(1)).await;
+    let counter = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "demo__counter", "arguments": {}}})
+        .to_string()
+    };
+    let second_quick = hostile.send(counter(1)).await;
     within("the first call's answer", async {
         while let Some(chunk) = first.next().await {
             streamed.push_str(&String::from_utf8_lossy(&chunk.expect("a chunk")));
@@ -1497,6 +1505,12 @@ async fn an_id_in_use_is_refused_and_the_first_request_answered() {
         "{second:?}"
     );
     assert_eq!(second.body["id"], 1, "{second:?}");
+    rpc_error(&second_quick, INVALID_REQUEST);
+    let counted = hostile.send(counter(2)).await;
+    assert_eq!(
+        counted.body["result"]["content"][0]["text"], "1",
+        "the refused call counted: {counted:?}"
+    );
     // Once answered, the id is free again.
     let again = hostile.send(slow(1)).await;
     assert_eq!(

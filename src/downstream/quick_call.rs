@@ -358,6 +358,15 @@ pub(crate) struct RunningCall {
 }
 
 impl RunningCall {
+    /// Cancels it: it runs on, on a task of its own, only to tell the
+    /// upstream (`notifications/cancelled`) and end.
+    pub(crate) fn cancel(self) {
+        self.cancel.cancel();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.work);
+        }
+    }
+
     /// Its answer; `cancelled` (rmcp's token for the request) cancels it.
     pub(crate) async fn finish(mut self, cancelled: &CancellationToken) -> Answer {
         tokio::select! {

@@ -51,7 +51,9 @@ use std::{
 
 use futures::{FutureExt, Stream, StreamExt};
 use rmcp::{
-    model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage},
+    model::{
+        ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcRequest, ServerJsonRpcMessage,
+    },
     transport::streamable_http_server::session::{
         local::{LocalSessionManager, LocalSessionManagerError},
         EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
@@ -70,7 +72,7 @@ use crate::{
     downstream::{
         hibernation::Hibernation,
         prebuilt,
-        quick_call::{self, Quick, QuickCalls},
+        quick_call::{self, HandedOver, Quick, QuickCalls},
         request_streams::RequestStreams,
         tasks::{self, TaskToolsListed},
     },
@@ -401,6 +403,14 @@ impl SessionManager for ResumableSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let mut handed_over = None;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
+            // A request whose id is that of one in flight on the session is
+            // refused (see below) before anything runs: the client is told
+            // its request is invalid, so nothing of it may happen upstream.
+            if self.request_streams.queue(id, &request.id).is_some()
+                && answer_slot::fill(id_in_use(request))
+            {
+                return Ok(futures::stream::empty().left_stream());
+            }
             match self.before_handler(id, request).await {
                 Quick::Answered(answer) => {
                     answer_slot::fill(answer);
@@ -414,9 +424,10 @@ impl SessionManager for ResumableSessions {
         // related message at once. A request whose id is that of one in
         // flight on the session is refused: it would take the first one's
         // place in the routing of answers (rmcp's too), and the first
-        // would never be answered. (A quick call answered at once took no
-        // place; one handed over is dropped with its message, its
-        // upstream call cancelled.)
+        // would never be answered. (Checked before the quick path too;
+        // this one is for a request with that id arriving meanwhile. A
+        // quick call answered at once took no place; one handed over is
+        // stopped, its upstream call cancelled.)
         let related = match &message {
             ClientJsonRpcMessage::Request(request) => {
                 let queue = handed_over
@@ -425,6 +436,14 @@ impl SessionManager for ResumableSessions {
                 match self.request_streams.adopt(id, request.id.clone(), queue) {
                     Some(open) => Some(open),
                     None if answer_slot::fill(id_in_use(request)) => {
+                        if let Some(call) = request
+                            .request
+                            .extensions()
+                            .get::<HandedOver>()
+                            .and_then(HandedOver::take)
+                        {
+                            call.cancel();
+                        }
                         return Ok(futures::stream::empty().left_stream());
                     }
                     None => None,
