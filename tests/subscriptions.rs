@@ -408,3 +408,33 @@ async fn subscribing_twice_keeps_a_per_session_subscription() {
     .await;
     close(client).await;
 }
+
+/// Unsubscribing while a shared mount restarts (no upstream session live)
+/// succeeds, and the next upstream session is not subscribed to the URI
+/// again: the session's wish is gone with its answer. (It was refused
+/// -32603, and the session stayed subscribed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_while_the_mount_restarts_lets_go() {
+    // A slow restart keeps the mount without a live session long enough
+    // to unsubscribe meanwhile.
+    let supervision = "[supervision]\nrestart_backoff = \"3s\"\nrestart_backoff_max = \"3s\"\n\n";
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{supervision}{}",
+        stdio_demo_mount("shared", "")
+    ))
+    .await;
+    let uri = format!("shared+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+
+    kill(call_pid(&observer, "shared__pid").await);
+    wait_state(&gateway, "shared", "degraded").await;
+    unsubscribe(&subscriber, &uri).await;
+
+    wait_state(&gateway, "shared", "ready").await;
+    wait_until_held(&observer, "shared", &[]).await;
+    close(subscriber).await;
+    close(observer).await;
+}

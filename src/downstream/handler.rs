@@ -610,18 +610,26 @@ impl ServerHandler for DownstreamSession {
                     Some(route) => route,
                     None => return Err(RouteError::UnknownResource(uri.clone())),
                 };
-                let (mount, upstream) = self.connect(&route.mount).await?;
                 let key = self.state().key;
                 let sessions = self.gateway.sessions();
                 let meta = forwarded_meta(&context.meta);
-                if mount.config.isolation == Isolation::Shared {
+                // A shared mount's subscriptions are the mount's to let go
+                // of, on whichever upstream session holds them (if any is
+                // live: a mount restarting or down holds none).
+                if let Some(mount) = self
+                    .gateway
+                    .mount(&route.mount)
+                    .filter(|mount| mount.config.isolation == Isolation::Shared)
+                {
+                    super::observe::routed_to(&mount.config.name);
                     let timeout = mount.timeouts().request;
                     return mount
                         .subscriptions
-                        .unsubscribe(sessions, key, &uri, &upstream, meta, timeout)
+                        .unsubscribe(sessions, key, &uri, meta, timeout)
                         .await
                         .map_err(|error| subscription_failed(&mount, error));
                 }
+                let (mount, upstream) = self.connect(&route.mount).await?;
                 sessions.unsubscribe(key, &uri);
                 let mut params = UnsubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;

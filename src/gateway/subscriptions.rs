@@ -112,14 +112,17 @@ impl UpstreamSubscriptions {
         }
     }
 
-    /// Session `key` unsubscribes from `uri`; the upstream is told when no
-    /// session wants the URI any more.
+    /// Session `key` unsubscribes from `uri`; the upstream session holding
+    /// it is told when no session wants the URI any more. The session is
+    /// unsubscribed whatever the upstream answers, and at once when no
+    /// upstream session is live (the mount restarting or down): the one
+    /// that held the URI ended with it, and the next is subscribed only to
+    /// what sessions want then.
     pub async fn unsubscribe(
         &self,
         registry: &SessionRegistry,
         key: SessionKey,
         uri: &str,
-        upstream: &Arc<UpstreamSession>,
         meta: Option<RequestMetaObject>,
         timeout: Duration,
     ) -> Result<(), SubscriptionError> {
@@ -127,7 +130,10 @@ impl UpstreamSubscriptions {
         let Some(route) = registry.unsubscribe(key, uri) else {
             return Ok(());
         };
-        let_go(&mut held, registry, &route, upstream, meta, timeout).await
+        let Some(upstream) = held.on.upgrade().filter(|upstream| upstream.is_alive()) else {
+            return Ok(());
+        };
+        let_go(&mut held, registry, &route, &upstream, meta, timeout).await
     }
 
     /// A session subscribed to `original` ended (it is no longer in the
