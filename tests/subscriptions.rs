@@ -438,3 +438,36 @@ async fn unsubscribing_while_the_mount_restarts_lets_go() {
     close(subscriber).await;
     close(observer).await;
 }
+
+/// A server may name the sub-resource that changed (the spec: "might be a
+/// sub-resource of the one that the client actually subscribed to"): a
+/// session subscribed to `demo://notes` is told that `demo://notes/a`
+/// changed, under the namespaced URI of the note, on shared and
+/// per-session mounts alike, with the upstream's `_meta` (both were
+/// dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_resources_update_reaches_the_parents_subscribers_with_its_meta() {
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("shared", ""),
+        stdio_demo_mount("own", "isolation = \"per_session\"")
+    ))
+    .await;
+    let client = gateway.connect().await;
+    for mount in ["shared", "own"] {
+        subscribe(&client, &format!("{mount}+demo://notes")).await;
+        if mount == "shared" {
+            wait_until_held(&client, mount, &["demo://notes"]).await;
+        }
+        let note = format!("{mount}+{NOTE}");
+        let before = client.service().resource_updates().len();
+        remember_and_expect_update(&client, mount, &client, &note).await;
+        let updates = client.service().resource_updates().split_off(before);
+        let metas = client.service().resource_updated_meta().split_off(before);
+        // Told once, under the note's URI only, with the server's `_meta`.
+        assert_eq!(updates, [note.as_str()], "{mount}");
+        assert_eq!(metas, [Some(json!({"x-demo-key": "a"}))], "{mount}");
+        unsubscribe(&client, &format!("{mount}+demo://notes")).await;
+    }
+    close(client).await;
+}

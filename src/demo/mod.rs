@@ -461,7 +461,7 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Store a value under a key in this server process; subscribers of demo://notes/<key> are told."
+        description = "Store a value under a key in this server process; subscribers of demo://notes/<key>, and of demo://notes (all notes), are told that demo://notes/<key> changed, with `_meta` {\"x-demo-key\": key}."
     )]
     async fn remember(
         &self,
@@ -470,14 +470,23 @@ impl DemoServer {
         let reply = format!("stored {key}");
         self.state.notes().insert(key.clone(), value);
         let uri = format!("{NOTES_PREFIX}{key}");
-        let subscribers: Vec<_> = self
-            .state
-            .subscriptions()
-            .get(&uri)
-            .map(|sessions| sessions.values().cloned().collect())
-            .unwrap_or_default();
-        for peer in subscribers {
-            let params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+        // A session subscribed to the note and to all notes is told once.
+        let subscribers: HashMap<u64, Peer<RoleServer>> = {
+            let subscriptions = self.state.subscriptions();
+            [uri.as_str(), NOTES_PREFIX.trim_end_matches('/')]
+                .iter()
+                .filter_map(|subscribed| subscriptions.get(*subscribed))
+                .flat_map(|sessions| sessions.iter().map(|(id, peer)| (*id, peer.clone())))
+                .collect()
+        };
+        for peer in subscribers.into_values() {
+            let mut params = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+            let mut meta = rmcp::model::NotificationMetaObject::new();
+            meta.insert(
+                "x-demo-key".to_owned(),
+                serde_json::Value::String(key.clone()),
+            );
+            params.meta = Some(meta);
             if let Err(error) = peer.notify_resource_updated(params).await {
                 tracing::debug!(%uri, %error, "could not tell a subscriber");
             }

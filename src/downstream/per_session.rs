@@ -105,8 +105,9 @@ impl UpstreamEvents for PerSessionEvents {
         };
         tokio::spawn(async move {
             for uri in uris {
-                let params = ResourceUpdatedNotificationParam::new(uri.to_string());
-                if let Err(error) = peer.notify_resource_updated(params).await {
+                let mut updated = ResourceUpdatedNotificationParam::new(uri.to_string());
+                updated.meta = params.meta.clone();
+                if let Err(error) = peer.notify_resource_updated(updated).await {
                     tracing::debug!(%error, "could not relay resources/updated");
                 }
             }

@@ -705,7 +705,7 @@ impl UpstreamEvents for MountSessionEvents {
         };
         gateway
             .sessions
-            .notify_resource_updated(&mount.config.name, &params.uri);
+            .notify_resource_updated(&mount.config.name, &params.uri, params.meta);
     }
 }
 

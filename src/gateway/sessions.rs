@@ -17,7 +17,9 @@ use std::{
 };
 
 use rmcp::{
-    model::{LoggingLevel, ResourceUpdatedNotificationParam, ServerNotification},
+    model::{
+        LoggingLevel, NotificationMetaObject, ResourceUpdatedNotificationParam, ServerNotification,
+    },
     Peer, RoleServer,
 };
 
@@ -368,8 +370,8 @@ impl SessionRegistry {
             .unwrap_or_default()
     }
 
-    /// The client-visible URIs under which session `key` subscribed to
-    /// the upstream URI `original` of `mount`.
+    /// The client-visible URIs under which session `key` is told that the
+    /// upstream URI `original` of `mount` changed (see [`told_of`]).
     pub fn subscribed_as(
         &self,
         key: SessionKey,
@@ -377,16 +379,10 @@ impl SessionRegistry {
         original: &str,
     ) -> Vec<Arc<str>> {
         let _sessions = self.lock();
-        self.wanted()
-            .get(&(mount.clone(), Arc::from(original)))
-            .map(|subscribers| {
-                subscribers
-                    .iter()
-                    .filter(|(subscriber, _)| *subscriber == key)
-                    .map(|(_, uri)| uri.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        told_of(&self.wanted(), mount, original, Some(key))
+            .into_iter()
+            .map(|(_, uri)| uri)
+            .collect()
     }
 
     /// Tells every session whose client profile passes `filter` that a list
@@ -410,17 +406,19 @@ impl SessionRegistry {
     }
 
     /// Tells the sessions subscribed to the upstream URI `original` of
-    /// `mount` that it changed, each under the URI it subscribed with. Two
-    /// pass-through mounts can offer the same URI; a session subscribed
-    /// through one (the one the URI routes to) is not told of the other's
-    /// updates.
-    pub fn notify_resource_updated(&self, mount: &MountName, original: &str) {
+    /// `mount` (or to one it lies under: see [`told_of`]) that it changed,
+    /// each under the URI it subscribed with, with the upstream's `_meta`.
+    /// Two pass-through mounts can offer the same URI; a session
+    /// subscribed through one (the one the URI routes to) is not told of
+    /// the other's updates.
+    pub fn notify_resource_updated(
+        &self,
+        mount: &MountName,
+        original: &str,
+        meta: Option<NotificationMetaObject>,
+    ) {
         let mut sessions = self.lock();
-        let subscribers: Vec<(SessionKey, Arc<str>)> = self
-            .wanted()
-            .get(&(mount.clone(), Arc::from(original)))
-            .map(|subscribers| subscribers.iter().cloned().collect())
-            .unwrap_or_default();
+        let subscribers = told_of(&self.wanted(), mount, original, None);
         let mut peers = Vec::with_capacity(subscribers.len());
         for (key, uri) in subscribers {
             let Some(entry) = sessions.get_mut(&key) else {
@@ -434,7 +432,8 @@ impl SessionRegistry {
         drop(sessions);
         for (peer, uri) in peers {
             crate::telemetry::metrics().count_relayed("resource_updated");
-            let params = ResourceUpdatedNotificationParam::new(uri.to_string());
+            let mut params = ResourceUpdatedNotificationParam::new(uri.to_string());
+            params.meta = meta.clone();
             tokio::spawn(async move {
                 if let Err(error) = peer.notify_resource_updated(params).await {
                     tracing::debug!(%error, "could not send resources/updated");
@@ -455,6 +454,59 @@ impl SessionRegistry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Who is told that `updated`, an upstream URI of `mount`, changed (only
+/// session `only`, if given), and under which client-visible URI: the
+/// subscribers of `updated` under the URI they subscribed with, and
+/// those of a URI it lies under (`file:///dir` for `file:///dir/a.txt`: a
+/// server may name the sub-resource that changed, as the spec allows)
+/// under theirs with the rest of `updated` appended. A namespace only
+/// ever prefixes an upstream URI or inserts itself before its path's
+/// start, so the rest carries over unchanged.
+fn told_of(
+    wanted: &Wanted,
+    mount: &MountName,
+    updated: &str,
+    only: Option<SessionKey>,
+) -> Vec<(SessionKey, Arc<str>)> {
+    let mut told: Vec<(SessionKey, Arc<str>)> = Vec::new();
+    let mut tell = |subscribers: &HashSet<(SessionKey, Arc<str>)>, rest: &str| {
+        for (key, uri) in subscribers {
+            if only.is_some_and(|only| only != *key) {
+                continue;
+            }
+            let uri: Arc<str> = match rest {
+                "" => uri.clone(),
+                rest => Arc::from(format!("{uri}{rest}")),
+            };
+            if !told
+                .iter()
+                .any(|(seen, seen_uri)| seen == key && *seen_uri == uri)
+            {
+                told.push((*key, uri));
+            }
+        }
+    };
+    if let Some(subscribers) = wanted.get(&(mount.clone(), Arc::from(updated))) {
+        tell(subscribers, "");
+    }
+    for ((on, original), subscribers) in wanted {
+        if on != mount {
+            continue;
+        }
+        if let Some(rest) = sub_resource_rest(updated, original) {
+            tell(subscribers, rest);
+        }
+    }
+    told
+}
+
+/// What follows `parent` in `uri`, if `uri` names a resource under it:
+/// `parent` followed by a path segment or more (`/…`).
+fn sub_resource_rest<'a>(uri: &'a str, parent: &str) -> Option<&'a str> {
+    let rest = uri.strip_prefix(parent).filter(|rest| !rest.is_empty())?;
+    (parent.ends_with('/') || rest.starts_with('/')).then_some(rest)
 }
 
 /// Session `key` wants `route`'s upstream URI, subscribed as `uri`.
@@ -580,6 +632,44 @@ mod tests {
             Some(on(&renamed, "demo://a"))
         );
         assert_eq!(registry.subscribed_route(key, "x+demo://c"), None);
+    }
+
+    /// An update names a resource under a subscribed one only past a path
+    /// separator; a session subscribed to both is told once.
+    #[test]
+    fn a_sub_resource_is_one_past_a_path_separator() {
+        assert_eq!(
+            sub_resource_rest("file:///dir/a", "file:///dir"),
+            Some("/a")
+        );
+        assert_eq!(
+            sub_resource_rest("file:///dir/a", "file:///dir/"),
+            Some("a")
+        );
+        assert_eq!(sub_resource_rest("file:///dirt", "file:///dir"), None);
+        assert_eq!(sub_resource_rest("file:///dir", "file:///dir"), None);
+        assert_eq!(sub_resource_rest("file:///d", "file:///dir"), None);
+
+        let mount = MountName::new("m").unwrap();
+        let key: SessionKey = 1;
+        let mut wanted = Wanted::new();
+        for (uri, original) in [
+            ("m+file:///dir", "file:///dir"),
+            ("m+file:///dir/a", "file:///dir/a"),
+        ] {
+            let route = Route {
+                mount: mount.clone(),
+                original: original.into(),
+            };
+            want(&mut wanted, key, uri, &route);
+        }
+        let told = told_of(&wanted, &mount, "file:///dir/a", None);
+        assert_eq!(told, [(key, Arc::from("m+file:///dir/a"))]);
+        let told = told_of(&wanted, &mount, "file:///dir/b/c", Some(key));
+        assert_eq!(told, [(key, Arc::from("m+file:///dir/b/c"))]);
+        assert!(told_of(&wanted, &mount, "file:///dir/b", Some(2)).is_empty());
+        let other = MountName::new("n").unwrap();
+        assert!(told_of(&wanted, &other, "file:///dir/a", None).is_empty());
     }
 
     /// A subscription belongs to the mount the URI routed to: the same

@@ -525,9 +525,16 @@ impl ClientHandler for UpstreamHandler {
 
     async fn on_resource_updated(
         &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        mut params: ResourceUpdatedNotificationParam,
+        context: NotificationContext<RoleClient>,
     ) {
+        // Relayed with its `_meta` (see `notification_meta`), as its
+        // clients get it.
+        let meta = params
+            .meta
+            .take()
+            .unwrap_or_else(|| notification_meta(&context).clone());
+        params.meta = self.passed_notification_meta(&meta);
         self.events.resource_updated(params);
     }
 }

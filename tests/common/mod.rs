@@ -29,8 +29,9 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
         CreateMessageRequestParams, CreateMessageResult, Implementation, JsonObject,
-        ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-        ProtocolVersion, ResourceUpdatedNotificationParam, Root, SamplingMessage,
+        ListRootsResult, LoggingMessageNotificationParam, NotificationMetaObject,
+        ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        ResourceUpdatedNotificationParam, Root, SamplingMessage,
     },
     service::{NotificationContext, RequestContext, RunningService},
     transport::StreamableHttpClientTransport,
@@ -498,6 +499,7 @@ pub struct TestClient {
     logs: Arc<Mutex<Vec<Value>>>,
     /// The URI of every `notifications/resources/updated`.
     resource_updates: Arc<Mutex<Vec<String>>>,
+    resource_updated_meta: Arc<Mutex<Vec<Option<Value>>>>,
 }
 
 impl TestClient {
@@ -511,6 +513,7 @@ impl TestClient {
             progress: Arc::default(),
             logs: Arc::default(),
             resource_updates: Arc::default(),
+            resource_updated_meta: Arc::default(),
         }
     }
 
@@ -540,6 +543,12 @@ impl TestClient {
 
     pub fn resource_updates(&self) -> Vec<String> {
         self.resource_updates.lock().unwrap().clone()
+    }
+
+    /// The `_meta` of each `resources/updated`, in the order of
+    /// [`TestClient::resource_updates`].
+    pub fn resource_updated_meta(&self) -> Vec<Option<Value>> {
+        self.resource_updated_meta.lock().unwrap().clone()
     }
 }
 
@@ -613,8 +622,16 @@ impl ClientHandler for TestClient {
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        // The `_meta` first: a test that has seen the URI finds it too.
+        // rmcp 3.11 puts a notification's `_meta` among its context's
+        // extensions.
+        let meta = params
+            .meta
+            .or_else(|| context.extensions.get::<NotificationMetaObject>().cloned())
+            .and_then(|meta| serde_json::to_value(meta).ok());
+        self.resource_updated_meta.lock().unwrap().push(meta);
         self.resource_updates.lock().unwrap().push(params.uri);
     }
 }
