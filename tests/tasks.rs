@@ -157,6 +157,9 @@ async fn a_task_call_to_an_unreachable_mount_is_a_tool_error() {
         let text = result["content"][0]["text"].as_str().unwrap_or_default();
         assert!(text.contains("mount dead is unavailable"), "{answer:?}");
         assert!(result.get("task").is_none(), "{answer:?}");
+        // Shaped as every answer for a 2025-11-25 client: no `resultType`
+        // (2026-07-28's).
+        assert!(result.get("resultType").is_none(), "{answer:?}");
     }
     // Both counted as what they are: tool errors.
     let metrics = within("GET /metrics", async {

@@ -452,8 +452,14 @@ impl DownstreamSession {
             // plain result from a receiver that made none).
             answer.or_else(|error: RouteError| {
                 let result = error.into_tool_answer()?;
-                serde_json::to_value(result)
-                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))
+                let mut result = serde_json::to_value(result)
+                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                // As rmcp's handler shapes a typed answer for a client
+                // before 2026-07-28 (the newest the gateway offers).
+                if let Some(result) = result.as_object_mut() {
+                    result.remove("resultType");
+                }
+                Ok(result)
             })
         })
         .await
