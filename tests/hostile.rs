@@ -1519,3 +1519,46 @@ async fn an_id_in_use_is_refused_and_the_first_request_answered() {
     );
     hostile.assert_unharmed().await;
 }
+
+/// The Host check reads a request as HTTP/1.1 says (RFC 9112 §3.2): two
+/// `Host` lines are refused (400) whichever comes first (the first one
+/// decided), and an absolute-form target's authority is the one checked
+/// (`Host` decided).
+#[tokio::test]
+async fn hosts_are_checked_as_http_1_1_reads_them() {
+    let mut hostile = Hostile::start().await;
+    let addr = hostile.gateway.addr;
+    let allowed = format!("127.0.0.1:{}", addr.port());
+    let exchange = |target: String, hosts: Vec<String>| async move {
+        let mut stream = within("connect", tokio::net::TcpStream::connect(addr))
+            .await
+            .expect("connect to the gateway");
+        let host_lines: String = hosts
+            .iter()
+            .map(|host| format!("host: {host}\r\n"))
+            .collect();
+        let request = format!(
+            "POST {target} HTTP/1.1\r\n{host_lines}content-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{INITIALIZE}",
+            INITIALIZE.len()
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write the request");
+        read_until_closed(&mut stream).await.0
+    };
+    for hosts in [
+        vec![allowed.clone(), "evil.example".to_owned()],
+        vec!["evil.example".to_owned(), allowed.clone()],
+    ] {
+        let answer = exchange("/mcp".to_owned(), hosts.clone()).await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{hosts:?}: {answer}");
+    }
+    let answer = exchange("http://evil.example/mcp".to_owned(), vec![allowed.clone()]).await;
+    assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+    let answer = exchange(format!("http://{allowed}/mcp"), vec![allowed.clone()]).await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    hostile.assert_unharmed().await;
+}

@@ -202,14 +202,23 @@ pub fn host_allowed(uri: &Uri, headers: &axum::http::HeaderMap, allowed: &Allowe
             .is_some_and(|authority| allowed.allows(authority.host(), authority.port_u16()))
 }
 
-/// The request's authority: its `Host`, or HTTP/2's `:authority`.
+/// The request's authority: its target's, if the target has one (the
+/// absolute form, or HTTP/2's `:authority`), else its `Host` (RFC 9112
+/// §3.2.2: a server takes an absolute-form target's authority and
+/// ignores `Host`). `None` (400) for a `Host` sent more than once (§3.2:
+/// a server must refuse it) or not a valid authority: two readers that
+/// take different ones would be a way past the check.
 fn request_authority(
     uri: &Uri,
     headers: &axum::http::HeaderMap,
 ) -> Option<axum::http::uri::Authority> {
-    match headers.get(header::HOST) {
-        Some(host) => host.to_str().ok()?.parse().ok(),
-        None => uri.authority().cloned(),
+    if let Some(authority) = uri.authority() {
+        return Some(authority.clone());
+    }
+    let mut hosts = headers.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(host), None) => host.to_str().ok()?.parse().ok(),
+        _ => None,
     }
 }
 
@@ -286,5 +295,47 @@ mod tests {
         assert!(!check("gw.example:9090", &["gw.example:8080"]));
         assert!(!check("gw.example", &["gw.example:8080"]));
         assert!(!check("not a host", &defaults));
+    }
+
+    /// RFC 9112 §3.2: two `Host`s are refused, whichever comes first; an
+    /// absolute-form target's authority is the one checked, not `Host`.
+    #[test]
+    fn hosts_are_read_as_http_1_1_reads_them() {
+        let allowed = AllowedHosts::new(&["localhost".to_owned()]);
+        let hosts = |values: &[&str]| {
+            let mut headers = axum::http::HeaderMap::new();
+            for value in values {
+                headers.append(header::HOST, value.parse().expect("a header value"));
+            }
+            headers
+        };
+        let origin_form = Uri::from_static("/mcp");
+        for twice in [["localhost", "evil.example"], ["evil.example", "localhost"]] {
+            assert!(
+                !host_allowed(&origin_form, &hosts(&twice), &allowed),
+                "{twice:?}"
+            );
+        }
+        assert!(!host_allowed(
+            &origin_form,
+            &hosts(&["localhost", "localhost"]),
+            &allowed
+        ));
+        let absolute = |uri: &'static str| Uri::from_static(uri);
+        assert!(!host_allowed(
+            &absolute("http://evil.example/mcp"),
+            &hosts(&["localhost"]),
+            &allowed
+        ));
+        assert!(host_allowed(
+            &absolute("http://localhost:8080/mcp"),
+            &hosts(&["evil.example"]),
+            &allowed
+        ));
+        assert!(host_allowed(
+            &absolute("http://localhost/mcp"),
+            &hosts(&[]),
+            &allowed
+        ));
     }
 }
