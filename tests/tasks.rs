@@ -281,3 +281,37 @@ async fn tasks_of_a_mount_a_reload_removed_are_gone_and_forgotten() {
         "forgotten by tasks/list: {answer:?}"
     );
 }
+
+/// A `task` that is not a `TaskMetadata` is refused -32602, and the tool
+/// does not run: it ran as a plain call (or went upstream as a task with
+/// a `ttl` of text), while its client expected a task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_is_not_task_metadata_is_refused() {
+    let gateway = gateway().await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    for (id, task) in [
+        (2, json!("x")),
+        (3, json!([])),
+        (4, json!(true)),
+        (5, json!({"ttl": "abc"})),
+    ] {
+        let call = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "demo__counter", "arguments": {}, "task": task},
+        });
+        let answer = send(&http, &gateway, &session, call).await;
+        assert_eq!(answer.body["error"]["code"], -32602, "{task}: {answer:?}");
+        let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("`task"), "{task}: {answer:?}");
+    }
+    let call = json!({
+        "jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "demo__counter", "arguments": {}},
+    });
+    let counted = send(&http, &gateway, &session, call).await;
+    assert_eq!(
+        counted.body["result"]["content"][0]["text"], "1",
+        "a refused call ran: {counted:?}"
+    );
+}

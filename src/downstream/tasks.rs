@@ -71,9 +71,32 @@ pub fn task_augmentation(body: &[u8]) -> Option<TaskAugmentation> {
     }
     let message: Message = serde_json::from_slice(body).ok()?;
     let params = message.params?;
+    // Any `task` but `null`: one that is not a `TaskMetadata` is refused
+    // where it is handled (`task_metadata_problem`), not run as a plain
+    // call whose client expects a task.
     let augmented = message.method.as_deref() == Some("tools/call")
-        && params.get("task").is_some_and(Value::is_object);
+        && params.get("task").is_some_and(|task| !task.is_null());
     augmented.then_some(TaskAugmentation(params))
+}
+
+/// What is wrong with a `tools/call`'s `task`, if it is not a
+/// `TaskMetadata` (an object whose `ttl`, if any, is a number of
+/// milliseconds, at least 0).
+fn task_metadata_problem(task: &Value) -> Option<String> {
+    let Value::Object(task) = task else {
+        return Some(format!(
+            "`task` must be an object (TaskMetadata), not {}",
+            crate::http::json_kind(task)
+        ));
+    };
+    match task.get("ttl") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(ttl)) if ttl.as_f64().is_some_and(|ttl| ttl >= 0.0) => None,
+        Some(other) => Some(format!(
+            "`task.ttl` must be a number of milliseconds, at least 0, not {}",
+            crate::http::json_kind(other)
+        )),
+    }
 }
 
 /// Whether any catalog has listed a tool with an `execution`. Until one
@@ -378,6 +401,12 @@ impl DownstreamSession {
         let Some(Value::Object(mut params)) = params else {
             return Err(ErrorData::invalid_params("tools/call needs params", None));
         };
+        if let Some(problem) = params.get("task").and_then(task_metadata_problem) {
+            return Err(ErrorData::invalid_params(
+                format!("invalid params for tools/call: {problem}"),
+                None,
+            ));
+        }
         let tool_name = params
             .get("name")
             .and_then(Value::as_str)
@@ -719,7 +748,7 @@ mod tests {
     use crate::upstream::relay::RELATED_TASK;
 
     #[test]
-    fn only_a_tools_call_with_a_task_object_is_augmented() {
+    fn only_a_tools_call_with_a_task_is_augmented() {
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":{"ttl":60000}}}"#;
         let kept = task_augmentation(call).expect("augmented");
         assert_eq!(kept.0["task"].get("ttl"), Some(&json!(60000)));
@@ -727,9 +756,29 @@ mod tests {
             &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#[..],
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"task":{}}}}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"t","task":{}}}"#,
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":"x"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":null}}"#,
         ] {
             assert!(task_augmentation(body).is_none(), "{}", String::from_utf8_lossy(body));
+        }
+        // Not a TaskMetadata: taken, to be refused where it is handled.
+        let odd =
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":"x"}}"#;
+        assert!(task_augmentation(odd).is_some());
+    }
+
+    #[test]
+    fn a_task_must_be_task_metadata() {
+        assert_eq!(task_metadata_problem(&json!({})), None);
+        assert_eq!(task_metadata_problem(&json!({"ttl": 60000})), None);
+        assert_eq!(task_metadata_problem(&json!({"ttl": null})), None);
+        for odd in [
+            json!("x"),
+            json!([]),
+            json!(true),
+            json!({"ttl": "abc"}),
+            json!({"ttl": -1}),
+        ] {
+            assert!(task_metadata_problem(&odd).is_some(), "{odd}");
         }
     }
 

@@ -259,12 +259,15 @@ fn params_problem(method: &str, params: Option<Value>) -> Option<String> {
 /// 2^63: the first integer past `i64`, exactly a float.
 const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
 
-fn json_kind(value: &Value) -> &'static str {
+/// What kind of JSON `value` is, as an error message names it.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
+        Value::Number(number) if number.is_i64() => "an integer",
         Value::Number(number) => match number.as_f64() {
-            // serde_json reads an integer beyond u64 as a float.
+            // Past `i64` (a `u64`), or beyond u64, which serde_json reads
+            // as a float.
             _ if !number.is_f64() => "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)",
             Some(float) if float.fract() == 0.0 && !(-TWO_TO_63..TWO_TO_63).contains(&float) => {
                 "an integer beyond the signed 64-bit range (-2^63 to 2^63-1)"
@@ -971,6 +974,11 @@ mod plain_tool_call_tests {
             "a number written with a fraction or an exponent (`1.0`, `1e3`)"
         );
         assert_eq!(kind("true"), "a boolean");
+        // Where an integer is no more valid than a string (`method`,
+        // `params`), one in range is named as such.
+        assert_eq!(kind("5"), "an integer");
+        assert_eq!(kind("-5"), "an integer");
+        assert_eq!(kind("9223372036854775808"), beyond, "i64::MAX + 1");
     }
 
     #[test]

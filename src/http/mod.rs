@@ -29,6 +29,7 @@ use crate::{
     gateway::Gateway,
 };
 pub use connections::serve as serve_connections;
+pub(crate) use json_guard::json_kind;
 use lanes::Lanes;
 
 pub mod admin;
