@@ -1462,6 +1462,13 @@ async fn stuck_upstream_is_restarted(
     )
     .await;
     assert_ne!(restarted, pid);
+    // Its operator is told why: it said the process had exited, when the
+    // gateway stopped it.
+    let said = format!("the upstream process (pid {pid}) answered nothing, not even a ping");
+    eventually("the log to say why", Duration::from_secs(5), || async {
+        gateway.proc.stderr.find(&said).map(drop)
+    })
+    .await;
     close(client).await;
 }
 

@@ -560,7 +560,7 @@ impl Mount {
                         down,
                         retry_at,
                     } => {
-                        let next = humantime::format_duration(round_to_seconds(
+                        let next = humantime::format_duration(round_for_people(
                             retry_at.saturating_duration_since(tokio::time::Instant::now()),
                         ));
                         return Err(if down {
@@ -729,12 +729,36 @@ impl Mount {
 }
 
 /// Whole seconds (at least one) read better in an error message.
-fn round_to_seconds(duration: Duration) -> Duration {
-    Duration::from_secs(duration.as_secs_f64().ceil().max(1.0) as u64)
+/// `duration` as a person reads a wait: whole seconds, rounded up, or
+/// under a second, tenths of one (a first restart waits ~250 ms, which
+/// "1s" overstated fourfold).
+fn round_for_people(duration: Duration) -> Duration {
+    if duration < Duration::from_secs(1) {
+        let tenths = (duration.as_millis() as u64).div_ceil(100).max(1);
+        return Duration::from_millis(tenths * 100);
+    }
+    Duration::from_secs(duration.as_secs_f64().ceil() as u64)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::*;
+
+    #[test]
+    fn waits_read_as_people_read_them() {
+        let shown = |millis: u64| {
+            humantime::format_duration(round_for_people(Duration::from_millis(millis))).to_string()
+        };
+        assert_eq!(shown(0), "100ms");
+        assert_eq!(shown(188), "200ms");
+        assert_eq!(shown(1000), "1s");
+        assert_eq!(shown(1001), "2s");
+        assert_eq!(shown(29_400), "30s");
+    }
 }

@@ -99,9 +99,16 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 if lived >= STABLE_AFTER {
                     failures = 0;
                 }
-                let error = match session.pid() {
-                    Some(pid) => format!("the upstream process (pid {pid}) exited"),
-                    None => "the upstream connection ended".to_owned(),
+                let error = match (session.pid(), session.ended_unresponsive()) {
+                    (Some(pid), true) => format!(
+                        "the upstream process (pid {pid}) answered nothing, not even a ping, and was stopped"
+                    ),
+                    (None, true) => {
+                        "the upstream answered nothing, not even a ping; its session was ended"
+                            .to_owned()
+                    }
+                    (Some(pid), false) => format!("the upstream process (pid {pid}) exited"),
+                    (None, false) => "the upstream connection ended".to_owned(),
                 };
                 to_close = Some(session);
                 error

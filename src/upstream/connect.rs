@@ -152,6 +152,7 @@ pub async fn open(
         direct,
         counted: std::sync::atomic::AtomicBool::new(true),
         checking_alive: Default::default(),
+        unresponsive: Default::default(),
         held_until_closed: Default::default(),
         no_completion: Default::default(),
     })

@@ -97,6 +97,9 @@ pub struct UpstreamSession {
     counted: std::sync::atomic::AtomicBool,
     /// Set while a liveness check runs (see `check_alive`).
     checking_alive: Arc<std::sync::atomic::AtomicBool>,
+    /// Set (before `ended`) when a liveness check ended the session: the
+    /// upstream answered nothing, not even a ping.
+    unresponsive: Arc<std::sync::atomic::AtomicBool>,
     /// What the session holds until it is closed (a per-session upstream's
     /// place under its mount's `max_upstream_sessions`): given back once
     /// the child and its group are gone, not when the session is merely
@@ -577,14 +580,22 @@ impl UpstreamSession {
         let peer = self.peer.clone();
         let ended = self.ended.clone();
         let checking = self.checking_alive.clone();
+        let unresponsive = self.unresponsive.clone();
         let mount = self.mount.clone();
         tokio::spawn(async move {
             if !answers_ping(&peer).await && !ended.is_cancelled() {
                 tracing::warn!(%mount, "the upstream answers nothing (a request timed out, then a ping); ending its session");
+                unresponsive.store(true, std::sync::atomic::Ordering::Release);
                 ended.cancel();
             }
             checking.store(false, std::sync::atomic::Ordering::Release);
         });
+    }
+
+    /// Whether a liveness check ended the session (see `check_alive`): the
+    /// upstream answered nothing, not even a ping.
+    pub fn ended_unresponsive(&self) -> bool {
+        self.unresponsive.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the session ended because the HTTP upstream no longer knew
