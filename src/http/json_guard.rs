@@ -117,7 +117,7 @@ pub enum ShapeRejection {
 /// Whether one JSON object (as passed by [`classify`]) is a message rmcp
 /// can read; if not, why, in JSON-RPC's terms.
 pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
-    use rmcp::model::{ClientRequest, JsonRpcMessage};
+    use rmcp::model::{ClientRequest, JsonRpcMessage, RequestOptionalParam};
     if is_plain_tool_call(body) {
         return Ok(());
     }
@@ -131,6 +131,34 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
                         return Err(ShapeRejection::Params {
                             id: serde_json::to_value(&request.id).unwrap_or(Value::Null),
                             message: format!("invalid params for {}: {problem}", custom.method),
+                        })
+                    }
+                    None => return Ok(()),
+                }
+            }
+            // rmcp reads a list's params flattened into an `Option`, which
+            // takes params that do not fit (a `cursor` that is not text)
+            // for none: the first page, which the client did not ask for.
+            ClientRequest::ListToolsRequest(RequestOptionalParam { params: None, .. })
+            | ClientRequest::ListPromptsRequest(RequestOptionalParam { params: None, .. })
+            | ClientRequest::ListResourcesRequest(RequestOptionalParam { params: None, .. })
+            | ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {
+                params: None,
+                ..
+            }) => {
+                #[derive(serde::Deserialize)]
+                struct Raw {
+                    method: String,
+                    params: Option<Value>,
+                }
+                let Ok(Raw { method, params }) = serde_json::from_slice::<Raw>(body) else {
+                    return Ok(());
+                };
+                match params_problem(&method, params) {
+                    Some(problem) => {
+                        return Err(ShapeRejection::Params {
+                            id: serde_json::to_value(&request.id).unwrap_or(Value::Null),
+                            message: format!("invalid params for {method}: {problem}"),
                         })
                     }
                     None => return Ok(()),
@@ -979,6 +1007,31 @@ mod plain_tool_call_tests {
         assert_eq!(kind("5"), "an integer");
         assert_eq!(kind("-5"), "an integer");
         assert_eq!(kind("9223372036854775808"), beyond, "i64::MAX + 1");
+    }
+
+    /// rmcp takes a list's misfitting params for none; the guard does not.
+    #[test]
+    fn a_list_cursor_that_is_not_text_is_refused() {
+        for method in [
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list",
+        ] {
+            let body = |params: &str| {
+                format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}"{params}}}"#).into_bytes()
+            };
+            assert!(
+                matches!(
+                    check_shape(&body(r#","params":{"cursor":5}"#)),
+                    Err(ShapeRejection::Params { id, .. }) if id == 7
+                ),
+                "{method}"
+            );
+            assert_eq!(check_shape(&body(r#","params":{"cursor":"p2"}"#)), Ok(()));
+            assert_eq!(check_shape(&body(r#","params":{}"#)), Ok(()));
+            assert_eq!(check_shape(&body("")), Ok(()));
+        }
     }
 
     #[test]
