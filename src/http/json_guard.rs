@@ -176,6 +176,13 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
     if message.get("jsonrpc") != Some(&Value::from("2.0")) {
         return invalid("invalid request: `jsonrpc` must be \"2.0\"".to_owned());
     }
+    // A member given twice is read by one reader one way and by another
+    // the other: not a request anyone can answer as its client meant.
+    if let Err(error) = serde_json::from_slice::<Members>(body) {
+        if error.to_string().starts_with("duplicate field") {
+            return invalid(format!("invalid request: {error}"));
+        }
+    }
     let id = message.get("id");
     match id {
         None | Some(Value::String(_)) => {}
@@ -223,6 +230,18 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
                 .to_owned(),
         ),
     }
+}
+
+/// A JSON-RPC message's members, read only to find one given twice.
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Members {
+    jsonrpc: serde::de::IgnoredAny,
+    id: Option<serde::de::IgnoredAny>,
+    method: Option<serde::de::IgnoredAny>,
+    params: Option<serde::de::IgnoredAny>,
+    result: Option<serde::de::IgnoredAny>,
+    error: Option<serde::de::IgnoredAny>,
 }
 
 /// Whether `body` is a well-formed `tools/call` request, by a plain struct
@@ -1007,6 +1026,18 @@ mod plain_tool_call_tests {
         assert_eq!(kind("5"), "an integer");
         assert_eq!(kind("-5"), "an integer");
         assert_eq!(kind("9223372036854775808"), beyond, "i64::MAX + 1");
+    }
+
+    /// A member given twice makes an invalid request, not invalid params.
+    #[test]
+    fn a_member_given_twice_is_an_invalid_request() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"ping"}"#;
+        match check_shape(body) {
+            Err(ShapeRejection::Invalid(message)) => {
+                assert!(message.contains("duplicate field `method`"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// rmcp takes a list's misfitting params for none; the guard does not.
