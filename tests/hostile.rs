@@ -1562,3 +1562,64 @@ async fn hosts_are_checked_as_http_1_1_reads_them() {
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
     hostile.assert_unharmed().await;
 }
+
+/// The same when the second request comes while the first still waits on
+/// the quick path (its first 20 ms): the first holds its id from the
+/// start. The second was answered then, its tool run. Each round sends
+/// the first, then 2 ms later the second with its id; a second that
+/// overtook the first on its way in is answered, and counted (the
+/// counter says how many ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_in_use_from_the_start_is_refused() {
+    let mut hostile = Hostile::start().await;
+    const ROUNDS: u64 = 3;
+    let mut refused = 0;
+    let mut ran = 0;
+    for round in 0..ROUNDS {
+        let id = 100 + round;
+        let slow = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "demo__slow", "arguments": {"steps": 3, "delay_ms": 100}}})
+        .to_string();
+        let first = {
+            let (http, url, session) = (
+                hostile.http.clone(),
+                hostile.gateway.mcp_url(),
+                hostile.session.clone(),
+            );
+            tokio::spawn(async move { post(&http, &url, Some(&session), JSON_POST, slow).await })
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let counter = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                             "params": {"name": "demo__counter", "arguments": {}}})
+        .to_string();
+        let second = hostile.send(counter).await;
+        match second.body.get("error") {
+            Some(_) => {
+                rpc_error(&second, INVALID_REQUEST);
+                refused += 1;
+            }
+            None => ran += 1,
+        }
+        let first = within("the first call", first)
+            .await
+            .expect("the first call");
+        assert_eq!(
+            first.body["result"]["content"][0]["text"], "done after 3 steps",
+            "{first:?}"
+        );
+    }
+    assert!(
+        refused > 0,
+        "no second request was refused in {ROUNDS} rounds"
+    );
+    let count = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "demo__counter", "arguments": {}}})
+    .to_string();
+    let counted = hostile.send(count).await;
+    assert_eq!(
+        counted.body["result"]["content"][0]["text"],
+        (ran + 1).to_string(),
+        "a refused call ran: {counted:?}"
+    );
+    hostile.assert_unharmed().await;
+}

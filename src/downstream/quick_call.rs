@@ -191,6 +191,16 @@ pub(crate) struct Pending {
 
 impl Pending {
     fn new(calls: &Arc<QuickCalls>, session: &Arc<str>, request: &RequestId) -> Self {
+        Self::with_queue(calls, session, request, Arc::default())
+    }
+
+    /// With `queue`, the one the request's stream will read.
+    fn with_queue(
+        calls: &Arc<QuickCalls>,
+        session: &Arc<str>,
+        request: &RequestId,
+        queue: Arc<RelatedQueue>,
+    ) -> Self {
         let handoff = Arc::new(Handoff::default());
         calls
             .pending()
@@ -202,15 +212,9 @@ impl Pending {
             session: session.clone(),
             request: request.clone(),
             handoff,
-            queue: Arc::default(),
+            queue,
             handed_over: false,
         }
-    }
-
-    /// The queue of messages for the request's stream, which its stream
-    /// takes over with the request.
-    pub(crate) fn queue(&self) -> &Arc<RelatedQueue> {
-        &self.queue
     }
 
     /// Nobody waits for the call's answer any more; it stays known until it
@@ -358,15 +362,6 @@ pub(crate) struct RunningCall {
 }
 
 impl RunningCall {
-    /// Cancels it: it runs on, on a task of its own, only to tell the
-    /// upstream (`notifications/cancelled`) and end.
-    pub(crate) fn cancel(self) {
-        self.cancel.cancel();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.work);
-        }
-    }
-
     /// Its answer; `cancelled` (rmcp's token for the request) cancels it.
     pub(crate) async fn finish(mut self, cancelled: &CancellationToken) -> Answer {
         tokio::select! {
@@ -392,7 +387,8 @@ pub(crate) enum Quick {
 }
 
 /// Offers `request` of `state`'s session (HTTP session `session`) to the
-/// quick path, waiting for its answer until `deadline`.
+/// quick path, waiting for its answer until `deadline`; what is related to
+/// it goes to `queue`, its stream's, once it is handed over.
 pub(crate) async fn offer(
     gateway: &Arc<Gateway>,
     state: &Arc<SessionState>,
@@ -400,6 +396,7 @@ pub(crate) async fn offer(
     session: &Arc<str>,
     request: &mut JsonRpcRequest<ClientRequest>,
     deadline: Instant,
+    queue: Arc<RelatedQueue>,
 ) -> Quick {
     let (routed, params_meta, extensions) = match &mut request.request {
         ClientRequest::CallToolRequest(call) => {
@@ -437,7 +434,7 @@ pub(crate) async fn offer(
         .cloned()
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
-    let pending = Pending::new(calls, session, &request.id);
+    let pending = Pending::with_queue(calls, session, &request.id, queue);
     let cancel = state.quick_call_token();
     let routed = RoutedRequest {
         request: routed,

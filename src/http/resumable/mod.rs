@@ -51,9 +51,7 @@ use std::{
 
 use futures::{FutureExt, Stream, StreamExt};
 use rmcp::{
-    model::{
-        ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcRequest, ServerJsonRpcMessage,
-    },
+    model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage},
     transport::streamable_http_server::session::{
         local::{LocalSessionManager, LocalSessionManagerError},
         EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
@@ -72,8 +70,8 @@ use crate::{
     downstream::{
         hibernation::Hibernation,
         prebuilt,
-        quick_call::{self, HandedOver, Quick, QuickCalls},
-        request_streams::RequestStreams,
+        quick_call::{self, Quick, QuickCalls},
+        request_streams::{RelatedQueue, RequestStreams},
         tasks::{self, TaskToolsListed},
     },
     gateway::Gateway,
@@ -304,6 +302,7 @@ impl ResumableSessions {
         &self,
         id: &SessionId,
         request: &mut JsonRpcRequest<ClientRequest>,
+        queue: Arc<RelatedQueue>,
     ) -> Quick {
         let Some(deadline) = answer_slot::deadline() else {
             return Quick::Declined;
@@ -327,7 +326,16 @@ impl ResumableSessions {
         if let Some(answer) = prebuilt::list(&gateway, &state, request).await {
             return Quick::Answered(answer);
         }
-        quick_call::offer(&gateway, &state, &self.quick_calls, id, request, deadline).await
+        quick_call::offer(
+            &gateway,
+            &state,
+            &self.quick_calls,
+            id,
+            request,
+            deadline,
+            queue,
+        )
+        .await
     }
 }
 
@@ -402,55 +410,40 @@ impl SessionManager for ResumableSessions {
         mut message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let mut handed_over = None;
+        let mut related = None;
         if let ClientJsonRpcMessage::Request(request) = &mut message {
-            // A request whose id is that of one in flight on the session is
-            // refused (see below) before anything runs: the client is told
-            // its request is invalid, so nothing of it may happen upstream.
-            if self.request_streams.queue(id, &request.id).is_some()
-                && answer_slot::fill(id_in_use(request))
+            // The request takes its id on the session before anything runs:
+            // the quick path's answer, rmcp's handler, and what the relay
+            // sends for it all go by that id. A request whose id is that of
+            // one in flight on the session is refused: it would take the
+            // first one's place in the routing of answers (rmcp's too), and
+            // the first would never be answered; and, told its request is
+            // invalid, its client must find that nothing of it ran. The
+            // queue is open before rmcp sees the request: its handler may
+            // relay a related message at once. (A quick call answered
+            // gives the id back at once.)
+            let queue: Arc<RelatedQueue> = Arc::default();
+            match self
+                .request_streams
+                .adopt(id, request.id.clone(), queue.clone())
             {
-                return Ok(futures::stream::empty().left_stream());
-            }
-            match self.before_handler(id, request).await {
-                Quick::Answered(answer) => {
-                    answer_slot::fill(answer);
+                Some(open) => related = Some(open),
+                None if answer_slot::fill(id_in_use(request)) => {
                     return Ok(futures::stream::empty().left_stream());
                 }
-                Quick::HandedOver(pending) => handed_over = Some(pending),
-                Quick::Declined => {}
+                None => {}
             }
-        }
-        // Open before rmcp sees the request: its handler may relay a
-        // related message at once. A request whose id is that of one in
-        // flight on the session is refused: it would take the first one's
-        // place in the routing of answers (rmcp's too), and the first
-        // would never be answered. (Checked before the quick path too;
-        // this one is for a request with that id arriving meanwhile. A
-        // quick call answered at once took no place; one handed over is
-        // stopped, its upstream call cancelled.)
-        let related = match &message {
-            ClientJsonRpcMessage::Request(request) => {
-                let queue = handed_over
-                    .as_ref()
-                    .map_or_else(Arc::default, |pending| pending.queue().clone());
-                match self.request_streams.adopt(id, request.id.clone(), queue) {
-                    Some(open) => Some(open),
-                    None if answer_slot::fill(id_in_use(request)) => {
-                        if let Some(call) = request
-                            .request
-                            .extensions()
-                            .get::<HandedOver>()
-                            .and_then(HandedOver::take)
-                        {
-                            call.cancel();
-                        }
+            if related.is_some() {
+                match self.before_handler(id, request, queue).await {
+                    Quick::Answered(answer) => {
+                        answer_slot::fill(answer);
                         return Ok(futures::stream::empty().left_stream());
                     }
-                    None => None,
+                    Quick::HandedOver(pending) => handed_over = Some(pending),
+                    Quick::Declined => {}
                 }
             }
-            _ => None,
-        };
+        }
         let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
         // rmcp has the request queued now: a cancel of it may follow.
