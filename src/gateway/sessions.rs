@@ -381,7 +381,7 @@ impl SessionRegistry {
         let _sessions = self.lock();
         told_of(&self.wanted(), mount, original, Some(key))
             .into_iter()
-            .map(|(_, uri)| uri)
+            .map(|told| told.told)
             .collect()
     }
 
@@ -420,13 +420,20 @@ impl SessionRegistry {
         let mut sessions = self.lock();
         let subscribers = told_of(&self.wanted(), mount, original, None);
         let mut peers = Vec::with_capacity(subscribers.len());
-        for (key, uri) in subscribers {
+        for Told {
+            key,
+            told,
+            subscribed,
+        } in subscribers
+        {
             let Some(entry) = sessions.get_mut(&key) else {
                 continue;
             };
             match &entry.peer {
-                Some(peer) => peers.push((peer.clone(), uri)),
-                None => entry.missed.updated(&uri),
+                Some(peer) => peers.push((peer.clone(), told)),
+                // Told on waking that what it subscribed to changed: kept
+                // once per subscription, however many sub-resources did.
+                None => entry.missed.updated(&subscribed),
             }
         }
         drop(sessions);
@@ -456,57 +463,78 @@ impl SessionRegistry {
     }
 }
 
-/// Who is told that `updated`, an upstream URI of `mount`, changed (only
-/// session `only`, if given), and under which client-visible URI: the
-/// subscribers of `updated` under the URI they subscribed with, and
-/// those of a URI it lies under (`file:///dir` for `file:///dir/a.txt`: a
-/// server may name the sub-resource that changed, as the spec allows)
-/// under theirs with the rest of `updated` appended. A namespace only
-/// ever prefixes an upstream URI or inserts itself before its path's
-/// start, so the rest carries over unchanged.
+/// Whom to tell that `updated`, an upstream URI of `mount`, changed (only
+/// session `only`, if given): each session, the client-visible URI to name
+/// (`told`), and the URI it subscribed with (`subscribed`, which a sleeping
+/// session is told instead: one entry per subscription at most).
+///
+/// Subscribers of `updated` itself are told under their URI. So are, as
+/// the spec lets a server name the sub-resource that changed, those of a
+/// URI it lies under, past a `/` (`file:///dir` for `file:///dir/a.txt`,
+/// never inside a URI's `scheme://`), with the rest of `updated` appended
+/// to theirs (a namespace only prefixes an upstream URI, or inserts itself
+/// after `ui://`, so the rest carries over). On a shared upstream
+/// (`only: None`) parents are told only when no session wants `updated`
+/// itself: an upstream that matches URIs exactly sent it for that
+/// session, and one session must not learn what another subscribed to.
+/// Looked up parent by parent: an update costs the depth of its URI, not
+/// the count of subscriptions.
 fn told_of(
     wanted: &Wanted,
     mount: &MountName,
     updated: &str,
     only: Option<SessionKey>,
-) -> Vec<(SessionKey, Arc<str>)> {
-    let mut told: Vec<(SessionKey, Arc<str>)> = Vec::new();
+) -> Vec<Told> {
+    let mut told: Vec<Told> = Vec::new();
+    let mut seen: HashSet<(SessionKey, Arc<str>)> = HashSet::new();
     let mut tell = |subscribers: &HashSet<(SessionKey, Arc<str>)>, rest: &str| {
         for (key, uri) in subscribers {
             if only.is_some_and(|only| only != *key) {
                 continue;
             }
-            let uri: Arc<str> = match rest {
+            let named: Arc<str> = match rest {
                 "" => uri.clone(),
                 rest => Arc::from(format!("{uri}{rest}")),
             };
-            if !told
-                .iter()
-                .any(|(seen, seen_uri)| seen == key && *seen_uri == uri)
-            {
-                told.push((*key, uri));
+            if seen.insert((*key, named.clone())) {
+                told.push(Told {
+                    key: *key,
+                    told: named,
+                    subscribed: uri.clone(),
+                });
             }
         }
     };
-    if let Some(subscribers) = wanted.get(&(mount.clone(), Arc::from(updated))) {
+    let exact = wanted.get(&(mount.clone(), Arc::from(updated)));
+    if let Some(subscribers) = exact {
         tell(subscribers, "");
     }
-    for ((on, original), subscribers) in wanted {
-        if on != mount {
-            continue;
-        }
-        if let Some(rest) = sub_resource_rest(updated, original) {
-            tell(subscribers, rest);
+    if only.is_none() && exact.is_some() {
+        return told;
+    }
+    // Past the `//` that opens an authority, if the URI has one.
+    let from = updated.find("://").map_or(0, |at| at + 3);
+    for (at, _) in updated.match_indices('/').filter(|(at, _)| *at >= from) {
+        for parent in [&updated[..at], &updated[..=at]] {
+            if parent.len() == updated.len() {
+                continue;
+            }
+            if let Some(subscribers) = wanted.get(&(mount.clone(), Arc::from(parent))) {
+                tell(subscribers, &updated[parent.len()..]);
+            }
         }
     }
     told
 }
 
-/// What follows `parent` in `uri`, if `uri` names a resource under it:
-/// `parent` followed by a path segment or more (`/…`).
-fn sub_resource_rest<'a>(uri: &'a str, parent: &str) -> Option<&'a str> {
-    let rest = uri.strip_prefix(parent).filter(|rest| !rest.is_empty())?;
-    (parent.ends_with('/') || rest.starts_with('/')).then_some(rest)
+/// One session to tell of an update (see [`told_of`]).
+#[derive(Debug, PartialEq)]
+struct Told {
+    key: SessionKey,
+    /// The URI the update names to it.
+    told: Arc<str>,
+    /// The URI it subscribed with.
+    subscribed: Arc<str>,
 }
 
 /// Session `key` wants `route`'s upstream URI, subscribed as `uri`.
@@ -635,41 +663,57 @@ mod tests {
     }
 
     /// An update names a resource under a subscribed one only past a path
-    /// separator; a session subscribed to both is told once.
+    /// separator (and past a URI's `scheme://`); a session subscribed to
+    /// both is told once; on a shared upstream a parent's subscribers are
+    /// not told of an update some session wants exactly.
     #[test]
     fn a_sub_resource_is_one_past_a_path_separator() {
-        assert_eq!(
-            sub_resource_rest("file:///dir/a", "file:///dir"),
-            Some("/a")
-        );
-        assert_eq!(
-            sub_resource_rest("file:///dir/a", "file:///dir/"),
-            Some("a")
-        );
-        assert_eq!(sub_resource_rest("file:///dirt", "file:///dir"), None);
-        assert_eq!(sub_resource_rest("file:///dir", "file:///dir"), None);
-        assert_eq!(sub_resource_rest("file:///d", "file:///dir"), None);
-
         let mount = MountName::new("m").unwrap();
-        let key: SessionKey = 1;
         let mut wanted = Wanted::new();
-        for (uri, original) in [
-            ("m+file:///dir", "file:///dir"),
-            ("m+file:///dir/a", "file:///dir/a"),
-        ] {
+        let mut subscribe = |key: SessionKey, original: &str| {
             let route = Route {
                 mount: mount.clone(),
                 original: original.into(),
             };
-            want(&mut wanted, key, uri, &route);
-        }
-        let told = told_of(&wanted, &mount, "file:///dir/a", None);
-        assert_eq!(told, [(key, Arc::from("m+file:///dir/a"))]);
-        let told = told_of(&wanted, &mount, "file:///dir/b/c", Some(key));
-        assert_eq!(told, [(key, Arc::from("m+file:///dir/b/c"))]);
-        assert!(told_of(&wanted, &mount, "file:///dir/b", Some(2)).is_empty());
+            want(&mut wanted, key, &format!("m+{original}"), &route);
+        };
+        subscribe(1, "file:///dir");
+        subscribe(1, "file:///dir/a");
+        subscribe(2, "file:///dir/");
+        subscribe(3, "file:");
+        let told = |updated: &str, only: Option<SessionKey>| -> Vec<(SessionKey, String, String)> {
+            let mut told: Vec<_> = told_of(&wanted, &mount, updated, only)
+                .into_iter()
+                .map(|told| (told.key, told.told.to_string(), told.subscribed.to_string()))
+                .collect();
+            told.sort();
+            told
+        };
+        let own = |key, told: &str, subscribed: &str| (key, told.to_owned(), subscribed.to_owned());
+        // Wanted exactly by session 1: nobody else is told.
+        assert_eq!(
+            told("file:///dir/a", None),
+            [own(1, "m+file:///dir/a", "m+file:///dir/a")]
+        );
+        assert_eq!(
+            told("file:///dir/b/c", None),
+            [
+                own(1, "m+file:///dir/b/c", "m+file:///dir"),
+                own(2, "m+file:///dir/b/c", "m+file:///dir/"),
+            ]
+        );
+        // Its own upstream: the session's every subscription counts.
+        assert_eq!(
+            told("file:///dir/a", Some(1)),
+            [own(1, "m+file:///dir/a", "m+file:///dir/a")]
+        );
+        assert!(
+            told("file:///dirt", None).is_empty(),
+            "not past a separator"
+        );
+        assert!(told("file:///dir", Some(2)).is_empty(), "the parent itself");
         let other = MountName::new("n").unwrap();
-        assert!(told_of(&wanted, &other, "file:///dir/a", None).is_empty());
+        assert!(told_of(&wanted, &other, "file:///dir/b", None).is_empty());
     }
 
     /// A subscription belongs to the mount the URI routed to: the same
