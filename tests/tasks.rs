@@ -315,3 +315,37 @@ async fn a_task_that_is_not_task_metadata_is_refused() {
         "a refused call ran: {counted:?}"
     );
 }
+
+/// To a client of a version before tasks (its requests name 2025-06-18),
+/// `task` means nothing: its call runs as a plain one, whatever `task` it
+/// carries, as before tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_from_a_client_before_tasks_is_ignored() {
+    let gateway = gateway().await;
+    let http = reqwest::Client::new();
+    let session = open_session_with(&http, &gateway.mcp_url(), &initialize("2025-06-18")).await;
+    for (id, task) in [(2, json!("x")), (3, json!({"ttl": 60000}))] {
+        let call = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "demo__counter", "arguments": {}, "task": task},
+        });
+        let answer = within(
+            "a call",
+            http.post(gateway.mcp_url())
+                .header("content-type", "application/json")
+                .header("accept", ACCEPT_BOTH)
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-06-18")
+                .body(call.to_string())
+                .send(),
+        )
+        .await
+        .expect("the call");
+        let text = within("its answer", answer.text())
+            .await
+            .expect("an answer");
+        let expected = format!(r#""text":"{}""#, id - 1);
+        assert!(text.contains(&expected), "{task}: {text}");
+        assert!(!text.contains("\"task\""), "{task}: {text}");
+    }
+}

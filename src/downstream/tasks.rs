@@ -58,8 +58,14 @@ const MAX_LIST_PAGES: usize = 100;
 #[derive(Debug, Clone)]
 pub struct TaskAugmentation(pub Map<String, Value>);
 
-/// The params of `body`, if it is a task-augmented `tools/call`.
-pub fn task_augmentation(body: &[u8]) -> Option<TaskAugmentation> {
+/// The params of `body`, if it is a task-augmented `tools/call` of a
+/// client that speaks tasks: its request names (`MCP-Protocol-Version`)
+/// 2025-11-25 or later. To a client of an earlier version `task` means
+/// nothing, and it is ignored, as before tasks.
+pub fn task_augmentation(body: &[u8], protocol_version: Option<&[u8]>) -> Option<TaskAugmentation> {
+    if protocol_version.is_none_or(|version| version < TASKS_SINCE.as_bytes()) {
+        return None;
+    }
     // Cheap first: almost no body mentions it.
     if !body.windows(6).any(|window| window == b"\"task\"") {
         return None;
@@ -92,6 +98,9 @@ fn task_metadata_problem(task: &Value) -> Option<String> {
     match task.get("ttl") {
         None | Some(Value::Null) => None,
         Some(Value::Number(ttl)) if ttl.as_f64().is_some_and(|ttl| ttl >= 0.0) => None,
+        Some(Value::Number(ttl)) => Some(format!(
+            "`task.ttl` must be a number of milliseconds, at least 0, not {ttl}"
+        )),
         Some(other) => Some(format!(
             "`task.ttl` must be a number of milliseconds, at least 0, not {}",
             crate::http::json_kind(other)
@@ -750,7 +759,7 @@ mod tests {
     #[test]
     fn only_a_tools_call_with_a_task_is_augmented() {
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":{"ttl":60000}}}"#;
-        let kept = task_augmentation(call).expect("augmented");
+        let kept = task_augmentation(call, SPEAKS_TASKS).expect("augmented");
         assert_eq!(kept.0["task"].get("ttl"), Some(&json!(60000)));
         for body in [
             &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#[..],
@@ -758,13 +767,20 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"t","task":{}}}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":null}}"#,
         ] {
-            assert!(task_augmentation(body).is_none(), "{}", String::from_utf8_lossy(body));
+            assert!(task_augmentation(body, SPEAKS_TASKS).is_none(), "{}", String::from_utf8_lossy(body));
         }
         // Not a TaskMetadata: taken, to be refused where it is handled.
         let odd =
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","task":"x"}}"#;
-        assert!(task_augmentation(odd).is_some());
+        assert!(task_augmentation(odd, SPEAKS_TASKS).is_some());
+        // A client of an earlier version: `task` means nothing to it.
+        for version in [None, Some(&b"2025-06-18"[..]), Some(b"2025-03-26")] {
+            assert!(task_augmentation(call, version).is_none(), "{version:?}");
+            assert!(task_augmentation(odd, version).is_none(), "{version:?}");
+        }
     }
+
+    const SPEAKS_TASKS: Option<&[u8]> = Some(b"2025-11-25");
 
     #[test]
     fn a_task_must_be_task_metadata() {

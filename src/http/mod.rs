@@ -330,7 +330,10 @@ fn note_from_body(
     headers: &axum::http::HeaderMap,
     extensions: &mut axum::http::Extensions,
 ) {
-    if let Some(task) = crate::downstream::tasks::task_augmentation(body) {
+    let version = headers
+        .get("mcp-protocol-version")
+        .map(axum::http::HeaderValue::as_bytes);
+    if let Some(task) = crate::downstream::tasks::task_augmentation(body, version) {
         extensions.insert(task);
     }
     // Only an `initialize` goes without a session: nothing to look for
