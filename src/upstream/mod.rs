@@ -119,11 +119,27 @@ const LIVENESS_WAIT: Duration = Duration::from_secs(5);
 /// [`LIVENESS_WAIT`] (a server that answers anything answers a ping at
 /// once).
 pub(crate) async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
+    ping(peer).await == Ping::Answered
+}
+
+/// What became of a ping.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ping {
+    Answered,
+    /// No answer within [`LIVENESS_WAIT`].
+    Unanswered,
+    /// It could not be sent, or the connection ended before an answer.
+    Failed,
+}
+
+/// Pings `peer`, waiting at most [`LIVENESS_WAIT`].
+pub(crate) async fn ping(peer: &Peer<RoleClient>) -> Ping {
     let ping = ClientRequest::PingRequest(Default::default());
-    matches!(
-        tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await,
-        Ok(Ok(_))
-    )
+    match tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await {
+        Ok(Ok(_)) => Ping::Answered,
+        Ok(Err(_)) => Ping::Failed,
+        Err(_) => Ping::Unanswered,
+    }
 }
 
 /// How long one upstream request may take.
@@ -583,9 +599,14 @@ impl UpstreamSession {
         let unresponsive = self.unresponsive.clone();
         let mount = self.mount.clone();
         tokio::spawn(async move {
-            if !answers_ping(&peer).await && !ended.is_cancelled() {
-                tracing::warn!(%mount, "the upstream answers nothing (a request timed out, then a ping); ending its session");
-                unresponsive.store(true, std::sync::atomic::Ordering::Release);
+            let answered = ping(&peer).await;
+            if answered != Ping::Answered && !ended.is_cancelled() {
+                tracing::warn!(%mount, ?answered, "the upstream answers nothing (a request timed out, then a ping); ending its session");
+                // Only a ping left unanswered says so: one that failed met
+                // a connection that ended (a process that exited).
+                if answered == Ping::Unanswered {
+                    unresponsive.store(true, std::sync::atomic::Ordering::Release);
+                }
                 ended.cancel();
             }
             checking.store(false, std::sync::atomic::Ordering::Release);
