@@ -1591,3 +1591,40 @@ async fn a_chatty_upstream_does_not_keep_its_session_alive() {
     )
     .await;
 }
+
+/// A call while a restart attempt runs fails at once with the reason
+/// (README: "a client is never held by a backoff"): it waited for the
+/// attempt, as long as the `initialize` timeout, on every attempt of a
+/// mount that keeps failing. Here every start after the first hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_during_a_restart_attempt_fails_at_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let count = dir.path().join("starts");
+    let script = format!(
+        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -ge 2 ] && exec sleep 60; exec {BIN} demo-server",
+        count = count.display()
+    );
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}[mounts.hang]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\ntimeouts = {{ initialize = \"20s\" }}\n\n"
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    kill(call_pid(&client, "hang__pid").await);
+    // The first calls may meet the backoff; then a start is under way for
+    // 20 s, and a call says so at once.
+    let message = eventually(
+        "a call during the attempt",
+        Duration::from_secs(10),
+        || async {
+            let result = call(&client, "hang__echo", json!({"message": "x"})).await;
+            let text = text(&result).to_owned();
+            text.contains("under way").then_some(text)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("mount hang is unavailable: the upstream is restarting after a failure"),
+        "{message}"
+    );
+    close(client).await;
+}

@@ -146,8 +146,16 @@ impl MountTuning {
 /// What a [`ProfileSession`]'s supervisor says about its upstream session.
 #[derive(Clone)]
 pub enum SessionSlot {
-    /// A start attempt is running.
+    /// A start attempt is running: the first, or one after a session that
+    /// ended without failing (an HTTP upstream that forgot it).
     Starting,
+    /// A start attempt is running after `error` (`down`: after repeated
+    /// failures). Callers are not held by it: it may take as long as the
+    /// `initialize` timeout, and the last one failed.
+    Retrying {
+        error: String,
+        down: bool,
+    },
     Live(Arc<UpstreamSession>),
     /// The last attempt failed or the session ended; the next attempt is at
     /// `retry_at`.
@@ -204,7 +212,7 @@ impl ProfileSession {
     }
 
     pub(super) fn publish(&self, slot: SessionSlot) {
-        let starting = matches!(slot, SessionSlot::Starting);
+        let starting = matches!(slot, SessionSlot::Starting | SessionSlot::Retrying { .. });
         self.slot.send_replace(slot);
         if !starting {
             self.mark_attempted();
@@ -539,10 +547,11 @@ impl Mount {
         }
     }
 
-    /// The live session of a profile. While a start is running this waits
-    /// for it (bounded by the mount's initialize and request timeouts);
-    /// while the supervisor backs off after a failure it fails at once with
-    /// the reason, so no client waits on a crash-looping upstream.
+    /// The live session of a profile. While a first start is running this
+    /// waits for it (bounded by the mount's initialize and request
+    /// timeouts); after a failure, while the supervisor backs off or tries
+    /// again, it fails at once with the reason, so no client waits on a
+    /// crash-looping upstream.
     pub async fn session_for(
         &self,
         profile_session: &ProfileSession,
@@ -567,6 +576,13 @@ impl Mount {
                             format!("the mount is down after repeated failures (last: {error}); next attempt in {next}")
                         } else {
                             format!("the upstream is restarting after a failure ({error}); next attempt in {next}")
+                        });
+                    }
+                    SessionSlot::Retrying { error, down } => {
+                        return Err(if down {
+                            format!("the mount is down after repeated failures (last: {error}); an attempt to start it is under way")
+                        } else {
+                            format!("the upstream is restarting after a failure ({error}); an attempt to start it is under way")
                         });
                     }
                     SessionSlot::Retired => return Err("the mount was removed".to_owned()),

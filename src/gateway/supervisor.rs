@@ -52,6 +52,8 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
     let retired = mount.retired_token();
     let mut failures: u32 = 0;
     let mut attempt: u64 = 0;
+    // The failure the next attempt follows, if it follows one.
+    let mut after_failure: Option<(String, bool)> = None;
     loop {
         attempt += 1;
         if attempt > 1 {
@@ -60,7 +62,10 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 .get_or_create(&mount.labels())
                 .inc();
         }
-        profile_session.publish(SessionSlot::Starting);
+        profile_session.publish(match after_failure.take() {
+            Some((error, down)) => SessionSlot::Retrying { error, down },
+            None => SessionSlot::Starting,
+        });
         let started = tokio::select! {
             started = start_and_discover(&mount, &profile_session) => started,
             _ = retired.cancelled() => break,
@@ -170,6 +175,7 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 }
             }
         }
+        after_failure = Some((error, down));
     }
     profile_session.publish(SessionSlot::Retired);
 }
