@@ -716,13 +716,23 @@ fn telemetry_and_admin_have_defaults_and_checks() {
     }
 }
 
-/// A misspelt level is refused: `EnvFilter` alone reads a bare word as a
-/// module enabled at `trace` with everything else off, so `warning`
-/// silenced the whole log, errors included. Filters with modules and
-/// spans still pass.
+/// A bare word that is not a level is refused: `EnvFilter` alone reads one
+/// as a module enabled at `trace` with everything else off, so `warning`,
+/// or `loud`, silenced the whole log, errors included. Filters with
+/// modules and spans still pass.
 #[test]
 fn a_log_level_that_is_no_level_is_refused() {
-    for bad in ["warning", "info,debgu", "Verbose", "errors", "inof"] {
+    for bad in [
+        "warning",
+        "info,debgu",
+        "Verbose",
+        "errors",
+        "inof",
+        "loud",
+        "junction",
+        "info,rmcp",
+        "junction::upstream",
+    ] {
         let found = problems(
             "junction.toml",
             &format!("[telemetry]\nlog_level = {bad:?}\n"),
@@ -739,16 +749,11 @@ fn a_log_level_that_is_no_level_is_refused() {
         "INFO",
         "info,junction=debug",
         "off",
-        "junction::upstream",
-        "junction",
-        "info,rmcp",
-        "hyper",
-        "tokio",
-        "want",
-        "errno",
-        "offset",
-        "tracing",
-        "debugger",
+        "junction::upstream=debug",
+        "junction=trace",
+        "info,rmcp=warn",
+        "warn,hyper=debug",
+        "info,junction::upstream=trace",
         "info,rmcp=warn,junction[mcp.request]=debug",
     ] {
         let config = load_file(

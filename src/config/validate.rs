@@ -358,7 +358,12 @@ fn resolve_telemetry(raw: RawTelemetry, problems: &mut Problems) -> Option<Telem
     let log_level = raw
         .log_level
         .unwrap_or_else(|| defaults::LOG_LEVEL.to_owned());
-    if let Some(problem) = crate::telemetry::log_filter_problem(&log_level) {
+    let problem = crate::telemetry::log_filter_problem(&log_level).or_else(|| {
+        crate::telemetry::bare_word_not_a_level(&log_level).map(|word| {
+            format!("{word:?} is not a level (trace, debug, info, warn, error, off); a module is enabled with {word}=LEVEL")
+        })
+    });
+    if let Some(problem) = problem {
         problems.push(
             "telemetry.log_level",
             format!("{log_level:?} is not a log filter like \"info\" or \"info,junction=debug\": {problem}"),

@@ -138,6 +138,21 @@ pub fn log_filter_problem(filter: &str) -> Option<String> {
         })
 }
 
+/// The first bare word of `filter` that is not a level, if any. `EnvFilter`
+/// reads one as a module enabled at `trace` with every other module off:
+/// in a config file, where a filter is written once and read by others,
+/// any such word (`loud`, `quiet`) silenced the whole log, errors
+/// included; `junction=trace` says the other thing plainly. (`RUST_LOG`,
+/// a developer's, keeps `EnvFilter`'s reading: [`log_filter_problem`].)
+pub fn bare_word_not_a_level(filter: &str) -> Option<&str> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|directive| !directive.is_empty() && !directive.contains(['=', '[']))
+        .find(|word| !LEVELS.contains(&word.to_ascii_lowercase().as_str()))
+}
+
 /// Whether `word`, no level itself, was meant as one.
 fn looks_like_a_level(word: &str) -> bool {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
