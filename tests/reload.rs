@@ -894,3 +894,26 @@ async fn a_reload_that_starts_forwarding_takes_the_tokens_of_open_sessions() {
     .await;
     assert_eq!(seen, "Bearer alice / Bearer alice");
 }
+
+/// A SIGHUP while the config file cannot be read is a failed reload (the
+/// gauge says 0); once the file is back, as it was, the gauge says 1
+/// again: it stayed 0, the restored file being what was last seen, until
+/// someone sent another SIGHUP or edited the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_back_after_a_failed_sighup_is_taken_again() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::start(&config).await;
+    let successful =
+        |metrics: String| metric_value(&metrics, "junction_config_last_reload_successful");
+    std::fs::remove_file(&gateway.config_path).expect("remove the config");
+    hang_up(&gateway);
+    eventually("the failed reload to show", RELOAD_TIMEOUT, || async {
+        (successful(metrics_text(&gateway).await) == Some(0.0)).then_some(())
+    })
+    .await;
+    rewrite_config(&gateway.config_path, &config);
+    eventually("the file to be taken again", RELOAD_TIMEOUT, || async {
+        (successful(metrics_text(&gateway).await) == Some(1.0)).then_some(())
+    })
+    .await;
+}

@@ -99,8 +99,15 @@ pub async fn watch(
                         seen = Some(content.clone());
                         ("SIGHUP", Some(content))
                     }
-                    // Unreadable (or the embedded config): loading says why.
-                    None if source.snapshot().is_none() => ("SIGHUP", None),
+                    // Unreadable (or the embedded config): loading says
+                    // why. The file, once readable again, is taken even if
+                    // it is what was seen: this reload is counted as
+                    // failed, and only a reload that succeeds says the
+                    // running config is the file's again.
+                    None if source.snapshot().is_none() => {
+                        seen = None;
+                        ("SIGHUP", None)
+                    }
                     // Still being written: the poll takes it once it
                     // settles (it differs from what was seen).
                     None => {
