@@ -27,6 +27,17 @@
 // but they are live parts of the handshake-era protocol this gateway relays.
 #![allow(deprecated)]
 
+/// `eprintln!` that never panics: a stderr that cannot be written (a pipe
+/// whose reader has gone, a full disk) loses the line, not the process
+/// with exit code 101 in place of the documented one.
+#[macro_export]
+macro_rules! say_on_stderr {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod catalog;
 pub mod cli;
 pub mod coalesce;

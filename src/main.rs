@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     if let Some(message) = misplaced {
-        eprintln!("junction: {message}");
+        junction::say_on_stderr!("junction: {message}");
         return ExitCode::from(EXIT_CONFIG);
     }
     let log_format = cli.log_format.as_deref().map(|format| match format {
@@ -190,7 +190,7 @@ fn main() -> ExitCode {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
-            eprintln!(
+            junction::say_on_stderr!(
                 "junction demo-server listening on {}",
                 listener.local_addr()?
             );
@@ -214,7 +214,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Import { file }) => {
             if cli.config.is_some() {
-                eprintln!("junction: import reads FILE; --config does not apply");
+                junction::say_on_stderr!("junction: import reads FILE; --config does not apply");
                 return ExitCode::from(EXIT_CONFIG);
             }
             Ok(cli::import::run(&file))
@@ -270,7 +270,7 @@ fn main() -> ExitCode {
 /// problem (a log pipeline reading JSON lines gets the reason it failed).
 fn say_invalid_config(error: &config::ConfigError, format: Option<LogFormat>) {
     if format != Some(LogFormat::Json) {
-        eprintln!("junction: invalid config\n{error}");
+        junction::say_on_stderr!("junction: invalid config\n{error}");
         return;
     }
     telemetry::say_as(LogFormat::Json);

@@ -819,6 +819,25 @@ fn output_that_cannot_be_written_exits_3() {
     }
 }
 
+/// A stderr that cannot be written (a full disk, a pipe whose reader
+/// left) loses what is said there, not the exit code: `check` of an
+/// invalid config still exits 2 (it panicked, 101).
+#[test]
+fn a_stderr_that_cannot_be_written_keeps_the_exit_code() {
+    let (_dir, config) = config_file("[mounts.Bad]\ncommand = \"x\"\n");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let run = junction_command()
+        .args(["check", "--config", &config])
+        .stdout(Stdio::null())
+        .stderr(full)
+        .output()
+        .expect("run junction");
+    assert_eq!(run.status.code(), Some(2), "{:?}", run.status);
+}
+
 #[tokio::test]
 async fn import_claude_desktop() {
     // The tokens written as is in the file are not copied: they come from

@@ -45,7 +45,7 @@ pub async fn run(
     let mut config = match config::load(&source) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("junction: invalid config\n{error}");
+            crate::say_on_stderr!("junction: invalid config\n{error}");
             return Outcome::Invalid;
         }
     };
@@ -59,7 +59,7 @@ pub async fn run(
     if !connect || config.mounts.is_empty() {
         return Outcome::Ok;
     }
-    eprintln!(
+    crate::say_on_stderr!(
         "junction: starting {} (waiting up to {})",
         plural(config.mounts.len(), "mount", "mounts"),
         humantime::format_duration(wait)

@@ -46,7 +46,7 @@ pub async fn until_interrupted(command: impl std::future::Future<Output = Outcom
     tokio::select! {
         outcome = command => outcome,
         () = interrupted => {
-            eprintln!("junction: interrupted; upstreams stopped");
+            crate::say_on_stderr!("junction: interrupted; upstreams stopped");
             Outcome::Interrupted
         }
     }
@@ -78,7 +78,7 @@ fn print_stdout(text: &str) -> Result<(), Outcome> {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(error) => {
-            eprintln!("junction: cannot write the output: {error}");
+            crate::say_on_stderr!("junction: cannot write the output: {error}");
             Err(Outcome::Unwritten)
         }
     }

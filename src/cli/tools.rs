@@ -35,7 +35,7 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
     let config = match config::load(&source) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("junction: invalid config\n{error}");
+            crate::say_on_stderr!("junction: invalid config\n{error}");
             return Outcome::Invalid;
         }
     };
@@ -50,7 +50,7 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
                 humantime::format_duration(probe.waited)
             ),
         };
-        eprintln!(
+        crate::say_on_stderr!(
             "junction: mount {} is missing from the list: {reason}",
             mount.config.name
         );
@@ -60,7 +60,7 @@ pub async fn run(source: ConfigSource, json: bool, wait: Duration) -> Outcome {
         match serde_json::to_string_pretty(&as_listed(&probe.catalog)) {
             Ok(text) => print_stdout(&format!("{text}\n")),
             Err(error) => {
-                eprintln!("junction: cannot write the tools as JSON: {error}");
+                crate::say_on_stderr!("junction: cannot write the tools as JSON: {error}");
                 Err(Outcome::Unwritten)
             }
         }

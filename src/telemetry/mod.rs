@@ -61,7 +61,7 @@ pub fn say_as(format: LogFormat) {
 
 pub fn say(level: &str, line: &str) {
     if !JSON_LOG.load(std::sync::atomic::Ordering::Relaxed) {
-        eprintln!("{line}");
+        crate::say_on_stderr!("{line}");
         return;
     }
     let message = line.strip_prefix("junction: ").unwrap_or(line);
@@ -71,7 +71,7 @@ pub fn say(level: &str, line: &str) {
         "fields": { "message": message },
         "target": "junction",
     });
-    eprintln!("{json}");
+    crate::say_on_stderr!("{json}");
 }
 
 /// Keeps the span exporter alive; [`Telemetry::shutdown`] flushes it.

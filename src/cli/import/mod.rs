@@ -192,14 +192,14 @@ pub fn run(path: &Path) -> Outcome {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {
-            eprintln!("junction import: {origin}: cannot read file: {error}");
+            crate::say_on_stderr!("junction import: {origin}: cannot read file: {error}");
             return Outcome::Invalid;
         }
     };
     let translation = match translate(&text, &origin) {
         Ok(translation) => translation,
         Err(error) => {
-            eprintln!("junction import: {origin}: {error}");
+            crate::say_on_stderr!("junction import: {origin}: {error}");
             return Outcome::Invalid;
         }
     };
@@ -207,7 +207,7 @@ pub fn run(path: &Path) -> Outcome {
         return unwritten;
     }
     for issue in &translation.issues {
-        eprintln!("{origin}: {issue}");
+        crate::say_on_stderr!("{origin}: {issue}");
     }
     let lost = translation
         .issues
@@ -225,7 +225,7 @@ pub fn run(path: &Path) -> Outcome {
             if lost == 1 { "thing" } else { "things" }
         ));
     }
-    eprintln!("{summary}");
+    crate::say_on_stderr!("{summary}");
     if translation.is_complete() {
         Outcome::Ok
     } else {
