@@ -916,3 +916,39 @@ async fn a_cancelled_call_is_no_error_in_its_spans() {
     assert_eq!(samples.unwrap_or(0.0), 0.0, "{metrics}");
     close(client).await;
 }
+
+/// A text log line holds one event: a line break a client put in a tool
+/// name is written `\n`, so what follows it cannot pass for a log line of
+/// the gateway's own (it did, at debug level: a forged `ERROR` line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_break_from_a_client_does_not_start_a_log_line() {
+    let config = format!("{SERVER_TOML}{}", stdio_demo_mount("demo", ""));
+    let gateway = Gateway::launch(&config, "toml", &[("RUST_LOG", "debug")]).await;
+    gateway.wait_ready().await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+    let forged = "2026-12-02T00:00:00.000000Z ERROR junction: FORGED LINE";
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": format!("demo__nope\n{forged}"), "arguments": {}},
+    });
+    let answer = raw::post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        raw::JSON_POST,
+        call.to_string(),
+    )
+    .await;
+    assert!(answer.body.get("error").is_some(), "{answer:?}");
+    // The call is logged (escaped) before its answer is written.
+    eventually("the call in the log", OP_TIMEOUT, || async {
+        gateway.proc.stderr.find("FORGED LINE").map(drop)
+    })
+    .await;
+    let lines = gateway.proc.stderr.snapshot();
+    assert!(
+        !lines.iter().any(|line| line.starts_with(forged)),
+        "a forged line: {lines:#?}"
+    );
+}

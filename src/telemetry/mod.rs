@@ -1,7 +1,7 @@
 //! Observability: logs, traces and metrics.
 //!
-//! [`init`] installs the `tracing` subscriber once per process: text or JSON
-//! logs on stderr, plus an OpenTelemetry layer exporting spans over OTLP
+//! [`init`] installs the `tracing` subscriber once per process: text (one
+//! event per line: `one_line.rs`) or JSON logs on stderr, plus an OpenTelemetry layer exporting spans over OTLP
 //! when an endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT` is set);
 //! with no endpoint no exporter exists and spans cost only what `tracing`
 //! costs. [`metrics`] holds the Prometheus metrics; [`context`] carries
@@ -10,6 +10,7 @@
 
 pub mod context;
 pub mod metrics;
+mod one_line;
 pub mod redact;
 mod rmcp_events;
 
@@ -229,15 +230,14 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
         None => filter.to_owned(),
     };
     let log_filter = || EnvFilter::new(&filter);
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
+    let fmt = tracing_subscriber::fmt::layer().with_ansi(false);
     let fmt = match format {
-        LogFormat::Text => fmt.boxed(),
+        LogFormat::Text => fmt.with_writer(one_line::OneLineStderr).boxed(),
         // `span` is the innermost span; `spans` every one the line is in,
         // so a line inside an upstream request keeps the downstream
         // request's session and tool.
         LogFormat::Json => fmt
+            .with_writer(std::io::stderr)
             .json()
             .with_current_span(true)
             .with_span_list(true)
