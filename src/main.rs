@@ -224,7 +224,11 @@ fn main() -> ExitCode {
             // Before loading: an edit from here on differs from it, and
             // the watcher applies it once started.
             let loaded = source.snapshot();
-            let mut config = match config::load(&source) {
+            let loaded_config = config::load(&source).and_then(|config| match cli.listen {
+                Some(listen) => config.listening_on(listen, &source.describe()),
+                None => Ok(config),
+            });
+            let mut config = match loaded_config {
                 Ok(config) => config,
                 Err(error) => {
                     say_invalid_config(

@@ -819,6 +819,29 @@ fn output_that_cannot_be_written_exits_3() {
     }
 }
 
+/// `--listen` is checked as `server.listen` is: the admin listener may
+/// not take the same address (it was refused as a port in use, exit 1,
+/// by `serve`, and passed by `check`).
+#[test]
+fn a_listen_flag_on_the_admin_address_is_a_config_error() {
+    let (_dir, config) = config_file("[admin]\nlisten = \"127.0.0.1:1\"\n");
+    for command in [vec!["check"], vec!["serve"]] {
+        let run = junction_command()
+            .args(&command)
+            .args(["--config", &config, "--listen", "127.0.0.1:1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run junction");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("admin.listen: is server.listen too"),
+            "{command:?}: {stderr}"
+        );
+    }
+}
+
 /// A stderr that cannot be written (a full disk, a pipe whose reader
 /// left) loses what is said there, not the exit code: `check` of an
 /// invalid config still exits 2 (it panicked, 101).

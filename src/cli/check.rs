@@ -51,7 +51,13 @@ pub async fn run(
     };
     // As `serve` takes it: a deployment's command line checks as it runs.
     if let Some(listen) = listen {
-        config.server.listen = listen;
+        config = match config.listening_on(listen, &source.describe()) {
+            Ok(config) => config,
+            Err(error) => {
+                crate::say_on_stderr!("junction: invalid config\n{error}");
+                return Outcome::Invalid;
+            }
+        };
     }
     if let Err(unwritten) = print_stdout(&summary(&source.describe(), &config)) {
         return unwritten;

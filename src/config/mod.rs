@@ -48,6 +48,26 @@ pub struct Config {
 }
 
 impl Config {
+    /// This config listening on `listen` (the command line's `--listen`),
+    /// checked as its own `server.listen` was: the admin listener may not
+    /// take the same address. `origin` is where the config came from.
+    pub fn listening_on(
+        mut self,
+        listen: std::net::SocketAddr,
+        origin: &str,
+    ) -> Result<Config, ConfigError> {
+        if let Some(problem) = validate::admin_listen_problem(listen, &self.admin) {
+            let mut problems = problems::Problems::default();
+            problems.push(
+                "admin.listen",
+                format!("{problem} (server.listen is --listen {listen})"),
+            );
+            return Err(problems.into_error(origin));
+        }
+        self.server.listen = listen;
+        Ok(self)
+    }
+
     /// The string at `path`, `value` after substitution, as written.
     pub fn shown<'a>(&'a self, path: &str, value: &'a str) -> &'a str {
         self.as_written.get(path).map_or(value, String::as_str)

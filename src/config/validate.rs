@@ -99,14 +99,8 @@ pub fn resolve(
         .ok();
     let server = resolve_server(raw_server, &mut problems);
     if let (Some(server), Some(admin)) = (&server, &admin) {
-        let shared = admin
-            .listen
-            .is_some_and(|listen| listen == server.listen && listen.port() != 0);
-        if admin.enabled && shared {
-            problems.push(
-                "admin.listen",
-                "is server.listen too: give the admin endpoints an address of their own, or leave admin.listen out to serve them on server.listen",
-            );
+        if let Some(problem) = admin_listen_problem(server.listen, admin) {
+            problems.push("admin.listen", problem);
         }
     }
 
@@ -1228,4 +1222,18 @@ fn check_namespaces(mounts: &[MountConfig], separator: &Separator, problems: &mu
             }
         }
     }
+}
+
+/// Why `admin` cannot listen beside a gateway listening on `listen`, if
+/// it cannot: on the same address (port 0 picks two free ports).
+pub(super) fn admin_listen_problem(
+    listen: SocketAddr,
+    admin: &AdminConfig,
+) -> Option<&'static str> {
+    let shared = admin
+        .listen
+        .is_some_and(|admin| admin == listen && admin.port() != 0);
+    (admin.enabled && shared).then_some(
+        "is server.listen too: give the admin endpoints an address of their own, or leave admin.listen out to serve them on server.listen",
+    )
 }
