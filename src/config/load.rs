@@ -44,7 +44,10 @@ impl ConfigSource {
     pub fn resolve(explicit: Option<PathBuf>) -> Self {
         match explicit {
             Some(path) => ConfigSource::File(path),
-            None if Path::new(LOCAL_CONFIG_FILE).is_file() => {
+            // Anything by that name, a file or not (a dangling symlink, a
+            // directory): the operator meant it, and loading it says what
+            // is wrong, rather than serving the embedded default unseen.
+            None if Path::new(LOCAL_CONFIG_FILE).symlink_metadata().is_ok() => {
                 ConfigSource::File(PathBuf::from(LOCAL_CONFIG_FILE))
             }
             None => ConfigSource::Embedded,
@@ -100,7 +103,7 @@ pub fn load_content(source: &ConfigSource, content: Vec<u8>) -> Result<Config, C
             })
             .and_then(|format| {
                 String::from_utf8(content)
-                    .map(|text| (text, format))
+                    .map(|text| (without_bom(text), format))
                     .map_err(|_| "cannot read file: stream did not contain valid UTF-8".to_owned())
             }),
     };
@@ -193,6 +196,15 @@ fn load_read(
     }
 }
 
+/// `text` without a leading byte order mark, which editors on Windows
+/// write: the TOML and YAML readers skip it, the JSON one refused the file.
+fn without_bom(text: String) -> String {
+    match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
+}
+
 /// The config's text and format.
 fn source_text(source: &ConfigSource) -> Result<(String, FileFormat), String> {
     match source {
@@ -203,7 +215,7 @@ fn source_text(source: &ConfigSource) -> Result<(String, FileFormat), String> {
             })?;
             let text = std::fs::read_to_string(path)
                 .map_err(|error| format!("cannot read file: {error}"))?;
-            Ok((text, format))
+            Ok((without_bom(text), format))
         }
     }
 }

@@ -1170,3 +1170,36 @@ fn the_older_transport_has_a_path_of_its_own_or_none() {
     let found = problems("junction.toml", "[server]\nsse_path = \"/healthz\"\n");
     assert_reported(&found, &["server.sse_path: \"/healthz\" is reserved"]);
 }
+
+/// A byte order mark, which Windows editors write, is no problem in any
+/// format (the JSON reader refused the file).
+#[test]
+fn a_file_with_a_byte_order_mark_loads() {
+    for (name, text) in [
+        (
+            "junction.json",
+            "\u{feff}{\"limits\": {\"max_sessions\": 5}}",
+        ),
+        ("junction.toml", "\u{feff}[limits]\nmax_sessions = 5\n"),
+        ("junction.yaml", "\u{feff}limits:\n  max_sessions: 5\n"),
+    ] {
+        let config =
+            load_file(name, text, &[]).unwrap_or_else(|problems| panic!("{name}: {problems:?}"));
+        assert_eq!(config.limits.max_sessions, 5, "{name}");
+    }
+}
+
+/// `./junction.toml` that is there but no file (a dangling symlink) is the
+/// config: loading it says what is wrong, where the embedded default was
+/// served unseen.
+#[test]
+fn a_local_config_that_is_no_file_is_still_the_config() {
+    Jail::expect_with(|jail| {
+        std::os::unix::fs::symlink(jail.directory().join("gone.toml"), "junction.toml")
+            .expect("a dangling symlink");
+        let source = ConfigSource::resolve(None);
+        assert_eq!(source, ConfigSource::File("junction.toml".into()));
+        assert!(load(&source).is_err());
+        Ok(())
+    });
+}
