@@ -1203,3 +1203,24 @@ fn a_local_config_that_is_no_file_is_still_the_config() {
         Ok(())
     });
 }
+
+/// Every problem at once: a bad global `timeouts.connect` does not hide a
+/// mount's `request` past the ceiling (it was reported only once the
+/// first was fixed).
+#[test]
+fn a_bad_global_timeout_hides_no_mounts_problem() {
+    let found = problems(
+        "junction.toml",
+        "[timeouts]\nconnect = \"forever\"\n\n[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\ntimeouts = { request = \"3h\" }\n",
+    );
+    assert!(
+        found.iter().any(|p| p.starts_with("timeouts.connect:")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("mounts.a.timeouts.request: is longer than request_ceiling")),
+        "{found:#?}"
+    );
+}

@@ -64,7 +64,7 @@ pub fn resolve(
         None => RawTimeouts::default(),
         Some(value) => parse_section("timeouts", value, &mut problems).unwrap_or_default(),
     };
-    let timeouts = resolve_timeouts(raw_timeouts, &mut problems);
+    let (timeouts, timeouts_to_check_against) = resolve_timeouts(raw_timeouts, &mut problems);
     let raw_supervision: RawSupervision = match supervision_value {
         None => RawSupervision::default(),
         Some(value) => parse_section("supervision", value, &mut problems).unwrap_or_default(),
@@ -136,7 +136,7 @@ pub fn resolve(
             mounts.push(mount);
         }
     }
-    if let Some(timeouts) = &timeouts {
+    if let Some(timeouts) = &timeouts_to_check_against {
         for mount in &mounts {
             check_ceiling(
                 &format!("mounts.{}.timeouts", mount.name),
@@ -620,7 +620,14 @@ fn optional_duration(
     parsed
 }
 
-fn resolve_timeouts(raw: RawTimeouts, problems: &mut Problems) -> Option<Timeouts> {
+/// `[timeouts]`, if valid; and, for checking the mounts' own against, the
+/// same with each invalid value taken as its default, if its
+/// `request_ceiling` is valid (a bad `connect` must not hide that a mount's
+/// `request` is past the ceiling: every problem is reported at once).
+fn resolve_timeouts(
+    raw: RawTimeouts,
+    problems: &mut Problems,
+) -> (Option<Timeouts>, Option<Timeouts>) {
     let connect = duration_or(
         "timeouts.connect",
         raw.connect,
@@ -645,6 +652,12 @@ fn resolve_timeouts(raw: RawTimeouts, problems: &mut Problems) -> Option<Timeout
         defaults::REQUEST_CEILING,
         problems,
     );
+    let to_check_against = request_ceiling.map(|request_ceiling| Timeouts {
+        connect: connect.unwrap_or(defaults::CONNECT_TIMEOUT),
+        initialize: initialize.unwrap_or(defaults::INITIALIZE_TIMEOUT),
+        request: request.unwrap_or(defaults::REQUEST_TIMEOUT),
+        request_ceiling,
+    });
     if let (Some(request), Some(ceiling)) = (request, request_ceiling) {
         if request > ceiling {
             problems.push(
@@ -654,15 +667,18 @@ fn resolve_timeouts(raw: RawTimeouts, problems: &mut Problems) -> Option<Timeout
                     humantime::format_duration(ceiling)
                 ),
             );
-            return None;
+            return (None, to_check_against);
         }
     }
-    Some(Timeouts {
-        connect: connect?,
-        initialize: initialize?,
-        request: request?,
-        request_ceiling: request_ceiling?,
-    })
+    let valid = (|| {
+        Some(Timeouts {
+            connect: connect?,
+            initialize: initialize?,
+            request: request?,
+            request_ceiling: request_ceiling?,
+        })
+    })();
+    (valid, to_check_against)
 }
 
 /// No request timeout of a mount (its own or a tool's) may exceed the
