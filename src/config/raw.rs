@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 /// The `[server]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of server settings")]
 pub struct RawServer {
     pub listen: Option<String>,
     pub path: Option<String>,
@@ -27,7 +27,10 @@ pub struct RawServer {
 
 /// One `[mounts.NAME]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mount table (`command` or `url`, and its settings)"
+)]
 pub struct RawMount {
     // stdio upstream
     pub command: Option<Text>,
@@ -115,7 +118,7 @@ pub fn text_map(map: BTreeMap<String, Text>) -> BTreeMap<String, String> {
 
 /// The `[timeouts]` table, and the same keys in `[mounts.NAME.timeouts]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of timeouts")]
 pub struct RawTimeouts {
     pub connect: Option<String>,
     pub initialize: Option<String>,
@@ -126,7 +129,7 @@ pub struct RawTimeouts {
 /// `[mounts.NAME.timeouts]`: the `[timeouts]` keys plus per-tool request
 /// timeouts by the upstream's own tool name.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of timeouts")]
 pub struct RawMountTimeouts {
     pub connect: Option<String>,
     pub initialize: Option<String>,
@@ -137,7 +140,7 @@ pub struct RawMountTimeouts {
 
 /// The `[supervision]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of supervision settings")]
 pub struct RawSupervision {
     pub restart_backoff: Option<String>,
     pub restart_backoff_max: Option<String>,
@@ -147,7 +150,7 @@ pub struct RawSupervision {
 
 /// The `[limits]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of limits")]
 pub struct RawLimits {
     pub max_sessions: Option<usize>,
     pub max_concurrent_requests: Option<usize>,
@@ -157,7 +160,10 @@ pub struct RawLimits {
 
 /// A size in bytes: a number, or a string such as `"4MiB"`.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a size: a number of bytes, or text such as \"4MiB\""
+)]
 pub enum RawSize {
     Bytes(u64),
     Text(String),
@@ -165,7 +171,7 @@ pub enum RawSize {
 
 /// The `[telemetry]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of telemetry settings")]
 pub struct RawTelemetry {
     pub log_format: Option<String>,
     pub log_level: Option<String>,
@@ -176,7 +182,7 @@ pub struct RawTelemetry {
 
 /// The `[admin]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of admin settings")]
 pub struct RawAdmin {
     pub enabled: Option<bool>,
     pub listen: Option<String>,

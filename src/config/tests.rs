@@ -1224,3 +1224,18 @@ fn a_bad_global_timeout_hides_no_mounts_problem() {
         "{found:#?}"
     );
 }
+
+/// What a value should have been is said in the config's words, not the
+/// names of the gateway's own types (`struct RawMount`, `untagged enum
+/// RawSize`).
+#[test]
+fn a_wrong_kind_of_value_is_named_in_the_configs_words() {
+    let found = problems(
+        "junction.toml",
+        "[limits]\nmax_body_size = true\n\n[mounts]\na = \"x\"\n",
+    );
+    let text = found.join("\n");
+    assert!(!text.contains("Raw"), "{text}");
+    assert!(text.contains("a size: a number of bytes"), "{text}");
+    assert!(text.contains("a mount table"), "{text}");
+}
