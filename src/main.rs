@@ -323,6 +323,15 @@ async fn serve(
         overrides,
         stop_watching.clone(),
     ));
+    // A reload once draining has begun would start new mounts' processes
+    // only to stop them: the watcher stops with the signal.
+    let shutdown = {
+        let stop_watching = stop_watching.clone();
+        async move {
+            shutdown.await;
+            stop_watching.cancel();
+        }
+    };
     let served = junction::http::serve(
         listener,
         admin,

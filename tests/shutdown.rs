@@ -388,3 +388,42 @@ async fn a_second_signal_stops_at_once(name: &str, code: i32) {
     .await;
     slow.abort();
 }
+
+/// A config edit while draining is not applied: it started the new mounts'
+/// processes only for the shutdown to stop them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reload_while_draining() {
+    let server = "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"8s\"\n\n";
+    let config = format!("{server}{}", stdio_demo_mount("kept", ""));
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let peer = client.peer().clone();
+    let in_flight = tokio::spawn(async move {
+        let params = rmcp::model::CallToolRequestParams::new("kept__slow").with_arguments(
+            json!({"steps": 3, "delay_ms": 1000})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        peer.call_tool(params).await
+    });
+    eventually("the call to report progress", OP_TIMEOUT, || async {
+        (!client.service().progress().is_empty()).then_some(())
+    })
+    .await;
+    signal(gateway.proc.pid(), "TERM");
+    eventually("the drain to begin", OP_TIMEOUT, || async {
+        (readyz(&gateway).await["draining"] == true).then_some(())
+    })
+    .await;
+    let added = format!("{config}{}", stdio_demo_mount("added", ""));
+    rewrite_config(&gateway.config_path, &added);
+    let _ = within("the call in flight", in_flight).await;
+    gateway.proc.wait_exit(Duration::from_secs(20)).await;
+    gateway.proc.stderr.drained().await;
+    assert!(
+        gateway.proc.stderr.find("config reloaded").is_none(),
+        "reloaded while draining:\n{}",
+        gateway.proc.stderr.text()
+    );
+}
