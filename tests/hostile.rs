@@ -1623,3 +1623,48 @@ async fn an_id_in_use_from_the_start_is_refused() {
     );
     hostile.assert_unharmed().await;
 }
+
+/// A call whose client went away while it waited on the quick path runs
+/// on, and holds its id meanwhile: a client retrying the request with
+/// the same id (its connection dropped) is refused, not run twice. The
+/// id was given back with the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_left_holds_its_id_until_it_ends() {
+    let mut hostile = Hostile::start().await;
+    let slow = json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+                      "params": {"name": "demo__slow", "arguments": {"steps": 3, "delay_ms": 300}}})
+    .to_string();
+    let mut gone = connect_to(&hostile).await;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\nmcp-protocol-version: {VERSION}\r\n\
+         content-length: {length}\r\n\r\n{slow}",
+        addr = hostile.gateway.addr,
+        session = hostile.session,
+        length = slow.len(),
+    );
+    gone.write_all(request.as_bytes())
+        .await
+        .expect("write the call");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let counter = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "demo__counter", "arguments": {}}})
+        .to_string()
+    };
+    let retried = hostile.send(counter(11)).await;
+    rpc_error(&retried, INVALID_REQUEST);
+    // Once the first has ended, the id is free; the refused one never ran.
+    let counted = eventually("the first call to end", OP_TIMEOUT, || async {
+        let answer = hostile.send(counter(11)).await;
+        answer.body.get("result").is_some().then_some(answer)
+    })
+    .await;
+    assert_eq!(
+        counted.body["result"]["content"][0]["text"], "1",
+        "a refused call ran: {counted:?}"
+    );
+    hostile.assert_unharmed().await;
+}

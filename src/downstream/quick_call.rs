@@ -59,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     admission::admit_and_observe,
     observe::{sent_meta, RequestOrigin},
-    request_streams::RelatedQueue,
+    request_streams::{OpenQueue, RelatedQueue},
     routed::{self, Routed, RoutedRequest},
     tasks::TaskAugmentation,
     SessionState,
@@ -186,20 +186,26 @@ pub(crate) struct Pending {
     request: RequestId,
     handoff: Arc<Handoff>,
     queue: Arc<RelatedQueue>,
+    /// The request's id on its session, held while the call runs: a call
+    /// whose client went away runs on, and a request with its id must
+    /// still be refused meanwhile (its client may be retrying it).
+    _id: Option<OpenQueue>,
     handed_over: bool,
 }
 
 impl Pending {
     fn new(calls: &Arc<QuickCalls>, session: &Arc<str>, request: &RequestId) -> Self {
-        Self::with_queue(calls, session, request, Arc::default())
+        Self::with_queue(calls, session, request, Arc::default(), None)
     }
 
-    /// With `queue`, the one the request's stream will read.
+    /// With `queue`, the one the request's stream will read, and `id`,
+    /// its hold on the request's id.
     fn with_queue(
         calls: &Arc<QuickCalls>,
         session: &Arc<str>,
         request: &RequestId,
         queue: Arc<RelatedQueue>,
+        id: Option<OpenQueue>,
     ) -> Self {
         let handoff = Arc::new(Handoff::default());
         calls
@@ -213,6 +219,7 @@ impl Pending {
             request: request.clone(),
             handoff,
             queue,
+            _id: id,
             handed_over: false,
         }
     }
@@ -388,7 +395,8 @@ pub(crate) enum Quick {
 
 /// Offers `request` of `state`'s session (HTTP session `session`) to the
 /// quick path, waiting for its answer until `deadline`; what is related to
-/// it goes to `queue`, its stream's, once it is handed over.
+/// it goes to `open`, its stream's queue, once it is handed over, and the
+/// call holds `open` (the request's id) until it ends.
 pub(crate) async fn offer(
     gateway: &Arc<Gateway>,
     state: &Arc<SessionState>,
@@ -396,7 +404,7 @@ pub(crate) async fn offer(
     session: &Arc<str>,
     request: &mut JsonRpcRequest<ClientRequest>,
     deadline: Instant,
-    queue: Arc<RelatedQueue>,
+    open: &OpenQueue,
 ) -> Quick {
     let (routed, params_meta, extensions) = match &mut request.request {
         ClientRequest::CallToolRequest(call) => {
@@ -434,7 +442,13 @@ pub(crate) async fn offer(
         .cloned()
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
-    let pending = Pending::with_queue(calls, session, &request.id, queue);
+    let pending = Pending::with_queue(
+        calls,
+        session,
+        &request.id,
+        open.queue().clone(),
+        Some(open.clone()),
+    );
     let cancel = state.quick_call_token();
     let routed = RoutedRequest {
         request: routed,

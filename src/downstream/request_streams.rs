@@ -74,12 +74,12 @@ impl RequestStreams {
                 place.insert(queue.clone());
             }
         }
-        Some(OpenQueue {
+        Some(OpenQueue(Arc::new(Open {
             queue,
             session: session.clone(),
             request,
             streams: self.clone(),
-        })
+        })))
     }
 
     /// The queue of `request` on `session`, while its stream is open.
@@ -211,23 +211,35 @@ impl RelatedQueue {
     }
 }
 
-/// A request stream's end of its queue; closes it when dropped.
-pub struct OpenQueue {
+/// A request stream's end of its queue, which holds the request's id on
+/// its session; closes it when the last clone is dropped (a quick call
+/// whose client went away holds one while it runs on).
+#[derive(Clone)]
+pub struct OpenQueue(Arc<Open>);
+
+struct Open {
     queue: Arc<RelatedQueue>,
     session: Arc<str>,
     request: RequestId,
     streams: Arc<RequestStreams>,
 }
 
+impl OpenQueue {
+    /// The queue itself.
+    pub fn queue(&self) -> &Arc<RelatedQueue> {
+        &self.0.queue
+    }
+}
+
 impl std::ops::Deref for OpenQueue {
     type Target = RelatedQueue;
 
     fn deref(&self) -> &RelatedQueue {
-        &self.queue
+        &self.0.queue
     }
 }
 
-impl Drop for OpenQueue {
+impl Drop for Open {
     fn drop(&mut self) {
         self.streams
             .close(&self.session, &self.request, &self.queue);

@@ -71,7 +71,7 @@ use crate::{
         hibernation::Hibernation,
         prebuilt,
         quick_call::{self, Quick, QuickCalls},
-        request_streams::{RelatedQueue, RequestStreams},
+        request_streams::{OpenQueue, RequestStreams},
         tasks::{self, TaskToolsListed},
     },
     gateway::Gateway,
@@ -302,7 +302,7 @@ impl ResumableSessions {
         &self,
         id: &SessionId,
         request: &mut JsonRpcRequest<ClientRequest>,
-        queue: Arc<RelatedQueue>,
+        open: &OpenQueue,
     ) -> Quick {
         let Some(deadline) = answer_slot::deadline() else {
             return Quick::Declined;
@@ -333,7 +333,7 @@ impl ResumableSessions {
             id,
             request,
             deadline,
-            queue,
+            open,
         )
         .await
     }
@@ -421,11 +421,11 @@ impl SessionManager for ResumableSessions {
             // invalid, its client must find that nothing of it ran. The
             // queue is open before rmcp sees the request: its handler may
             // relay a related message at once. (A quick call answered
-            // gives the id back at once.)
-            let queue: Arc<RelatedQueue> = Arc::default();
+            // gives the id back at once; one whose client went away holds
+            // it until it ends: see `quick_call::Pending`.)
             match self
                 .request_streams
-                .adopt(id, request.id.clone(), queue.clone())
+                .adopt(id, request.id.clone(), Arc::default())
             {
                 Some(open) => related = Some(open),
                 None if answer_slot::fill(id_in_use(request)) => {
@@ -433,8 +433,8 @@ impl SessionManager for ResumableSessions {
                 }
                 None => {}
             }
-            if related.is_some() {
-                match self.before_handler(id, request, queue).await {
+            if let Some(open) = &related {
+                match self.before_handler(id, request, open).await {
                     Quick::Answered(answer) => {
                         answer_slot::fill(answer);
                         return Ok(futures::stream::empty().left_stream());
