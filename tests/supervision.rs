@@ -1628,3 +1628,28 @@ async fn a_call_during_a_restart_attempt_fails_at_once() {
     );
     close(client).await;
 }
+
+/// A request that times out has the upstream pinged; one that answers the
+/// ping with an error (it has no `ping`) still answers, and is kept: it
+/// was stopped, and said to have exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_answering_a_ping_with_an_error_is_kept() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount("np", "no_ping.py", "timeouts = { request = \"1s\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let pid = call_pid(&client, "np__pid").await;
+    let ignored = call(&client, "np__ignore", Value::Null).await;
+    assert_eq!(ignored.is_error, Some(true), "{ignored:?}");
+    // The check has had its answer (at once) by the time a ping would.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(call_pid(&client, "np__pid").await, pid, "restarted");
+    assert!(
+        gateway.proc.stderr.find("ending its session").is_none(),
+        "{}",
+        gateway.proc.stderr.text()
+    );
+    close(client).await;
+}

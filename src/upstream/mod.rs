@@ -125,6 +125,7 @@ pub(crate) async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
 /// What became of a ping.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ping {
+    /// With a result or an error: the server reads what it is sent.
     Answered,
     /// No answer within [`LIVENESS_WAIT`].
     Unanswered,
@@ -136,7 +137,8 @@ pub(crate) enum Ping {
 pub(crate) async fn ping(peer: &Peer<RoleClient>) -> Ping {
     let ping = ClientRequest::PingRequest(Default::default());
     match tokio::time::timeout(LIVENESS_WAIT, peer.send_request(ping)).await {
-        Ok(Ok(_)) => Ping::Answered,
+        // An error answer (a server without `ping`: -32601) is an answer.
+        Ok(Ok(_)) | Ok(Err(rmcp::ServiceError::McpError(_))) => Ping::Answered,
         Ok(Err(_)) => Ping::Failed,
         Err(_) => Ping::Unanswered,
     }
