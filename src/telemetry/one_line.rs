@@ -3,8 +3,8 @@
 //! body); written as is, a line break in it starts what reads as another
 //! log line (`…Z ERROR junction: …`), forged, and an escape sequence
 //! drives the terminal showing the log. The JSON log escapes both; here
-//! line breaks and escapes inside an event are written as `\n`, `\r` and
-//! `\x1b`. tracing's formatter writes each event in one `write_all`, so
+//! control characters inside an event are written out (`\n`, `\r`,
+//! `\u{1b}`…). tracing's formatter writes each event in one `write_all`, so
 //! the line break that ends it is the last byte of what is written.
 
 use std::{borrow::Cow, io::Write};
@@ -36,26 +36,38 @@ impl Write for OneLine {
     }
 }
 
-/// `event` with every line break and escape but its final line break
-/// written out.
+/// `event` with every control character but tabs and its final line
+/// break written out (`\n`, `\r`, `\u{1b}`…), and the Unicode line and
+/// paragraph separators too, which some readers also take for line breaks.
 fn one_line(event: &[u8]) -> Cow<'_, [u8]> {
     let body = event.strip_suffix(b"\n").unwrap_or(event);
-    if !body.iter().any(|byte| matches!(byte, b'\n' | b'\r' | 0x1b)) {
+    let Ok(text) = std::str::from_utf8(body) else {
+        // tracing writes text; anything else is written as it came.
+        return Cow::Borrowed(event);
+    };
+    if !text.chars().any(needs_escape) {
         return Cow::Borrowed(event);
     }
-    let mut line = Vec::with_capacity(event.len() + 16);
-    for &byte in body {
-        match byte {
-            b'\n' => line.extend_from_slice(b"\\n"),
-            b'\r' => line.extend_from_slice(b"\\r"),
-            0x1b => line.extend_from_slice(b"\\x1b"),
-            byte => line.push(byte),
+    let mut line = String::with_capacity(event.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => line.push_str("\\n"),
+            '\r' => line.push_str("\\r"),
+            c if needs_escape(c) => line.push_str(&c.escape_unicode().to_string()),
+            c => line.push(c),
         }
     }
     if body.len() < event.len() {
-        line.push(b'\n');
+        line.push('\n');
     }
-    Cow::Owned(line)
+    Cow::Owned(line.into_bytes())
+}
+
+/// Whether `c` may not appear as itself in a log line: a control character
+/// (C0 but tab, DEL, C1: line breaks, backspaces, terminal escapes) or a
+/// Unicode line or paragraph separator.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
 #[cfg(test)]
@@ -64,13 +76,18 @@ mod tests {
 
     #[test]
     fn an_event_is_one_line() {
-        let plain = b"2026-12-02T00:00:00Z  INFO junction: fine\n";
-        assert!(matches!(one_line(plain), Cow::Borrowed(_)));
+        let plain = "2026-12-02T00:00:00Z  INFO junction: fine\ttabbed, ünïcode\n";
+        assert!(matches!(one_line(plain.as_bytes()), Cow::Borrowed(_)));
         let forged =
-            b"WARN junction: tool=x\n2026-12-02T00:00:00Z ERROR junction: FORGED\r\x1b[2J\n";
+            "WARN junction: tool=x\n2026-12-02T00:00:00Z ERROR junction: FORGED\r\u{1b}[2J\n";
         assert_eq!(
-            &*one_line(forged),
-            &b"WARN junction: tool=x\\n2026-12-02T00:00:00Z ERROR junction: FORGED\\r\\x1b[2J\n"[..]
+            String::from_utf8_lossy(&one_line(forged.as_bytes())),
+            "WARN junction: tool=x\\n2026-12-02T00:00:00Z ERROR junction: FORGED\\r\\u{1b}[2J\n"
+        );
+        let hidden = "x\u{8}\u{8}HIDDEN\u{b}\u{c}\u{2028}\u{85}\u{9b}2J\u{7}\u{7f}";
+        assert_eq!(
+            String::from_utf8_lossy(&one_line(hidden.as_bytes())),
+            "x\\u{8}\\u{8}HIDDEN\\u{b}\\u{c}\\u{2028}\\u{85}\\u{9b}2J\\u{7}\\u{7f}"
         );
         assert_eq!(&*one_line(b"no end\nbreak"), &b"no end\\nbreak"[..]);
     }
