@@ -755,6 +755,7 @@ fn a_log_level_that_is_no_level_is_refused() {
         "warn,hyper=debug",
         "info,junction::upstream=trace",
         "info,rmcp=warn,junction[mcp.request]=debug",
+        "3",
     ] {
         let config = load_file(
             "junction.toml",

@@ -524,7 +524,7 @@ impl Mount {
         }
         let slot = profile_session.slot.borrow().clone();
         match slot {
-            SessionSlot::Waiting { error, .. } => Err(error),
+            SessionSlot::Waiting { error, .. } | SessionSlot::Retrying { error, .. } => Err(error),
             SessionSlot::Retired => Err("the mount was removed".to_owned()),
             _ => Err("the upstream has not listed anything yet".to_owned()),
         }

@@ -146,7 +146,10 @@ pub fn log_filter_problem(filter: &str) -> Option<String> {
 /// included; `junction=trace` says the other thing plainly. (`RUST_LOG`,
 /// a developer's, keeps `EnvFilter`'s reading: [`log_filter_problem`].)
 pub fn bare_word_not_a_level(filter: &str) -> Option<&str> {
-    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    // tracing also reads 0 (off) to 5 (trace) as levels.
+    const LEVELS: [&str; 12] = [
+        "trace", "debug", "info", "warn", "error", "off", "0", "1", "2", "3", "4", "5",
+    ];
     filter
         .split(',')
         .map(str::trim)
