@@ -194,6 +194,8 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
+    /// One holding no id (the tests' calls, known to no stream).
+    #[cfg(test)]
     fn new(calls: &Arc<QuickCalls>, session: &Arc<str>, request: &RequestId) -> Self {
         Self::with_queue(calls, session, request, Arc::default(), None)
     }
@@ -316,6 +318,9 @@ struct Parcel {
     calls: Arc<QuickCalls>,
     session: Arc<str>,
     request: RequestId,
+    /// The request's id on its session, held again by the call should it
+    /// run on (see `Pending::_id`).
+    id: Option<OpenQueue>,
 }
 
 impl Drop for Parcel {
@@ -338,7 +343,13 @@ impl Drop for Parcel {
             // Known again, as abandoned, until it ends: the client's cancel
             // still stops it (its first registration went with the
             // request's future).
-            let known = Pending::new(&self.calls, &self.session, &self.request);
+            let known = Pending::with_queue(
+                &self.calls,
+                &self.session,
+                &self.request,
+                Arc::default(),
+                self.id.take(),
+            );
             known.abandon(&call.cancel);
             runtime.spawn(async move {
                 let _answer = call.work.await;
@@ -499,6 +510,7 @@ pub(crate) async fn offer(
         calls: pending.calls.clone(),
         session: pending.session.clone(),
         request: pending.request.clone(),
+        id: pending._id.clone(),
     })));
     pending.handed_over = true;
     Quick::HandedOver(pending)
@@ -595,6 +607,7 @@ mod tests {
             calls: Arc::default(),
             session: Arc::from("nobody"),
             request: RequestId::Number(0),
+            id: None,
         }
     }
 
@@ -729,11 +742,23 @@ mod tests {
     /// A call handed over whose request is dropped before rmcp takes it
     /// (its client went away meanwhile) runs on, and its client's cancel
     /// still stops it: the call was no longer known to cancels.
+    /// ... and holds its id until it ends: a client retrying it with that
+    /// id is refused meanwhile, not run twice.
     #[tokio::test]
     async fn a_handed_over_call_dropped_before_rmcp_took_it_can_be_cancelled() {
         let calls = Arc::new(QuickCalls::default());
         let session: Arc<str> = Arc::from("s1");
-        let mut pending = Pending::new(&calls, &session, &RequestId::Number(5));
+        let streams = Arc::new(crate::downstream::request_streams::RequestStreams::default());
+        let open = streams
+            .open(&session, RequestId::Number(5))
+            .expect("the id is free");
+        let mut pending = Pending::with_queue(
+            &calls,
+            &session,
+            &RequestId::Number(5),
+            open.queue().clone(),
+            Some(open.clone()),
+        );
         pending.handed_over = true;
         let cancel = CancellationToken::new();
         let (work, end) = until_cancelled(&cancel);
@@ -746,11 +771,16 @@ mod tests {
             calls: calls.clone(),
             session: session.clone(),
             request: RequestId::Number(5),
+            id: Some(open),
         };
         // The request, and with it both, dropped.
         drop(pending);
         drop(handed);
         assert!(!cancel.is_cancelled(), "going away is not a cancel");
+        assert!(
+            streams.open(&session, RequestId::Number(5)).is_none(),
+            "the call runs on, but its id was given back"
+        );
         calls
             .before("s1", &cancel_of(RequestId::Number(5)))
             .now_or_never()
@@ -759,6 +789,15 @@ mod tests {
             .await
             .expect("the client's cancel reached the call")
             .expect("the call ended");
+        let mut freed = false;
+        for _ in 0..100 {
+            if streams.open(&session, RequestId::Number(5)).is_some() {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(freed, "the id is given back once the call has ended");
     }
 
     /// The client cancels and goes away at once: the cancel waits for the
