@@ -158,7 +158,9 @@ pub async fn watch(
 /// (a config often starts with a comment) far more often than a wish to
 /// run no upstream; `{}` or an empty table say that on purpose.
 fn says_nothing(content: &[u8]) -> bool {
-    String::from_utf8_lossy(content).lines().all(|line| {
+    let text = String::from_utf8_lossy(content);
+    // A byte order mark alone is what a Windows editor writes first.
+    text.trim_start_matches('\u{feff}').lines().all(|line| {
         let line = line.trim();
         line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
     })
@@ -217,6 +219,12 @@ async fn reload_once(
                 " (a new separator takes effect after a restart)",
             );
         }
+    }
+    // Loading takes a while: a shutdown may have begun meanwhile, and a
+    // reload now would start new mounts' processes only to stop them.
+    if gateway.is_draining() {
+        tracing::info!(%trigger, "config reload skipped: the gateway is shutting down");
+        return false;
     }
     let outcome = gateway.reload(config).await;
     for section in &outcome.needs_restart {
@@ -382,6 +390,27 @@ mod tests {
             !reload_once(&gateway, &source, &raised, "test", source.snapshot()).await,
             "a file of comments changed the config"
         );
+    }
+
+    /// A byte order mark before the comments (a Windows editor's write
+    /// caught halfway) still says nothing: it was applied as an empty
+    /// config, stopping every mount.
+    #[test]
+    fn a_byte_order_mark_says_nothing_either() {
+        assert!(says_nothing("\u{feff}".as_bytes()));
+        assert!(says_nothing("\u{feff}# mounts to come\n".as_bytes()));
+        assert!(!says_nothing("\u{feff}[limits]\n".as_bytes()));
+    }
+
+    /// A reload whose loading overlapped the start of a shutdown is not
+    /// applied: it would start new mounts only for the drain to stop them.
+    #[tokio::test]
+    async fn no_reload_is_applied_once_draining() {
+        let (_dir, path, source, gateway) = served("[limits]\nmax_sessions = 5\n");
+        std::fs::write(&path, "[limits]\nmax_sessions = 7\n").expect("edit the config");
+        gateway.drain().await;
+        assert!(!reload_as_written(&gateway, &source).await);
+        assert_eq!(max_sessions(&gateway), 5);
     }
 
     /// A reload keeps the running separator (a `[server]` change needs a
