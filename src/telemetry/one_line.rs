@@ -42,8 +42,22 @@ impl Write for OneLine {
 fn one_line(event: &[u8]) -> Cow<'_, [u8]> {
     let body = event.strip_suffix(b"\n").unwrap_or(event);
     let Ok(text) = std::str::from_utf8(body) else {
-        // tracing writes text; anything else is written as it came.
-        return Cow::Borrowed(event);
+        // tracing writes text; anything else, byte by byte.
+        let mut line = Vec::with_capacity(event.len() + 16);
+        for &byte in body {
+            match byte {
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                byte if (byte < 0x20 && byte != b'\t') || byte == 0x7f => {
+                    line.extend_from_slice(format!("\\u{{{byte:x}}}").as_bytes())
+                }
+                byte => line.push(byte),
+            }
+        }
+        if body.len() < event.len() {
+            line.push(b'\n');
+        }
+        return Cow::Owned(line);
     };
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(event);
@@ -90,5 +104,10 @@ mod tests {
             "x\\u{8}\\u{8}HIDDEN\\u{b}\\u{c}\\u{2028}\\u{85}\\u{9b}2J\\u{7}\\u{7f}"
         );
         assert_eq!(&*one_line(b"no end\nbreak"), &b"no end\\nbreak"[..]);
+        // Not UTF-8 (tracing writes text; still one line).
+        assert_eq!(
+            &*one_line(b"\xff\nFORGED\x1b\n"),
+            &b"\xff\\nFORGED\\u{1b}\n"[..]
+        );
     }
 }
