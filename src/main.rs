@@ -137,6 +137,11 @@ fn main() -> ExitCode {
         junction::say_on_stderr!("junction: {message}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    // Over `server.listen` in every load (start, check, reloads), so that
+    // it is validated in its place.
+    if let Some(listen) = cli.listen {
+        config::override_listen(listen);
+    }
     let log_format = cli.log_format.as_deref().map(|format| match format {
         "json" => LogFormat::Json,
         _ => LogFormat::Text,
@@ -224,11 +229,7 @@ fn main() -> ExitCode {
             // Before loading: an edit from here on differs from it, and
             // the watcher applies it once started.
             let loaded = source.snapshot();
-            let loaded_config = config::load(&source).and_then(|config| match cli.listen {
-                Some(listen) => config.listening_on(listen, &source.describe()),
-                None => Ok(config),
-            });
-            let mut config = match loaded_config {
+            let mut config = match config::load(&source) {
                 Ok(config) => config,
                 Err(error) => {
                     say_invalid_config(

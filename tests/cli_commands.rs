@@ -840,6 +840,17 @@ fn a_listen_flag_on_the_admin_address_is_a_config_error() {
             "{command:?}: {stderr}"
         );
     }
+    // `--listen` replaces the file's `server.listen`: an admin listener on
+    // the file's address (here the default's) is no clash.
+    let (_dir, config) = config_file("[admin]\nlisten = \"127.0.0.1:8080\"\n");
+    let run = junction_command()
+        .args(["check", "--config", &config, "--listen", "127.0.0.1:9"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run junction");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
 }
 
 /// A stderr that cannot be written (a full disk, a pipe whose reader

@@ -51,13 +51,7 @@ pub async fn run(
     };
     // As `serve` takes it: a deployment's command line checks as it runs.
     if let Some(listen) = listen {
-        config = match config.listening_on(listen, &source.describe()) {
-            Ok(config) => config,
-            Err(error) => {
-                crate::say_on_stderr!("junction: invalid config\n{error}");
-                return Outcome::Invalid;
-            }
-        };
+        config.server.listen = listen;
     }
     if let Err(unwritten) = print_stdout(&summary(&source.describe(), &config)) {
         return unwritten;

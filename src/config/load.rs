@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use figment::{
-    providers::{Env, Format, Json, Toml, Yaml},
+    providers::{Env, Format, Json, Serialized, Toml, Yaml},
     Figment,
 };
 use serde_json::Value;
@@ -86,6 +86,17 @@ fn format_of(path: &Path) -> Option<FileFormat> {
     }
 }
 
+/// The command line's `--listen`, over `server.listen` wherever the
+/// config is loaded (start, `check`, every reload), so that it is
+/// validated as the file's own would be (the admin listener may not take
+/// it too), and not the file's value it replaces.
+static LISTEN_OVERRIDE: std::sync::OnceLock<std::net::SocketAddr> = std::sync::OnceLock::new();
+
+/// Sets the command line's `--listen` for every load of this process.
+pub fn override_listen(listen: std::net::SocketAddr) {
+    let _ = LISTEN_OVERRIDE.set(listen);
+}
+
 /// Loads, merges, expands and validates the config; every problem at once.
 pub fn load(source: &ConfigSource) -> Result<Config, ConfigError> {
     load_read(source, source_text(source))
@@ -157,7 +168,10 @@ fn load_read(
         FileFormat::Json => Figment::from(Json::string(&text)),
     };
     let overridden = overridden_in(&file);
-    let figment = file.merge(overrides.clone());
+    let mut figment = file.merge(overrides.clone());
+    if let Some(listen) = LISTEN_OVERRIDE.get() {
+        figment = figment.merge(Serialized::default("server.listen", listen.to_string()));
+    }
 
     let mut tree: Value = match figment.extract() {
         Ok(tree) => tree,

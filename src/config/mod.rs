@@ -15,7 +15,9 @@ mod validate;
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 pub use expand::is_variable_name;
-pub use load::{load, load_content, log_format_asked, ConfigSource, EMBEDDED_DEFAULT};
+pub use load::{
+    load, load_content, log_format_asked, override_listen, ConfigSource, EMBEDDED_DEFAULT,
+};
 pub use problems::{ConfigError, Problem};
 pub use validate::namespace_problems;
 
@@ -48,26 +50,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// This config listening on `listen` (the command line's `--listen`),
-    /// checked as its own `server.listen` was: the admin listener may not
-    /// take the same address. `origin` is where the config came from.
-    pub fn listening_on(
-        mut self,
-        listen: std::net::SocketAddr,
-        origin: &str,
-    ) -> Result<Config, ConfigError> {
-        if let Some(problem) = validate::admin_listen_problem(listen, &self.admin) {
-            let mut problems = problems::Problems::default();
-            problems.push(
-                "admin.listen",
-                format!("{problem} (server.listen is --listen {listen})"),
-            );
-            return Err(problems.into_error(origin));
-        }
-        self.server.listen = listen;
-        Ok(self)
-    }
-
     /// The string at `path`, `value` after substitution, as written.
     pub fn shown<'a>(&'a self, path: &str, value: &'a str) -> &'a str {
         self.as_written.get(path).map_or(value, String::as_str)

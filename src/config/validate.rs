@@ -1242,10 +1242,7 @@ fn check_namespaces(mounts: &[MountConfig], separator: &Separator, problems: &mu
 
 /// Why `admin` cannot listen beside a gateway listening on `listen`, if
 /// it cannot: on the same address (port 0 picks two free ports).
-pub(super) fn admin_listen_problem(
-    listen: SocketAddr,
-    admin: &AdminConfig,
-) -> Option<&'static str> {
+fn admin_listen_problem(listen: SocketAddr, admin: &AdminConfig) -> Option<&'static str> {
     let shared = admin
         .listen
         .is_some_and(|admin| admin == listen && admin.port() != 0);
