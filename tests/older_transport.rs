@@ -190,15 +190,17 @@ async fn bad_posts_are_refused_on_the_post_and_the_session_carries_on() {
     let no_session = http.post(gateway.url("/sse")).body(INITIALIZE).send();
     let no_session = within("POST", no_session).await.unwrap();
     assert_eq!(no_session.status(), StatusCode::BAD_REQUEST);
+    // Answered before the body was read: the connection closes after it,
+    // and says so (a client reusing it raced the close).
+    assert_eq!(no_session.headers()["connection"], "close");
     let unknown = http
         .post(gateway.url("/sse?sessionId=made-up"))
         .header("content-type", "application/json")
         .body(INITIALIZE)
         .send();
-    assert_eq!(
-        within("POST", unknown).await.unwrap().status(),
-        StatusCode::NOT_FOUND
-    );
+    let unknown = within("POST", unknown).await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    assert_eq!(unknown.headers()["connection"], "close");
     let put = within("PUT", http.put(gateway.url("/sse")).send()).await;
     assert_eq!(put.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED);
 

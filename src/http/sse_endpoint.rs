@@ -203,15 +203,14 @@ impl SseEndpoint {
 
     async fn post(&self, request: Request) -> Response {
         let Some(id) = request.uri().query().and_then(session_id_of) else {
-            return (
+            return unread_body_refusal(
                 StatusCode::BAD_REQUEST,
                 "Bad Request: the endpoint's sessionId is missing",
-            )
-                .into_response();
+            );
         };
         let session = lock(&self.0.sessions).get(&id).cloned();
         let Some(session) = session else {
-            return (StatusCode::NOT_FOUND, "Not Found: unknown sessionId").into_response();
+            return unread_body_refusal(StatusCode::NOT_FOUND, "Not Found: unknown sessionId");
         };
         let (mut parts, body) = request.into_parts();
         parts.uri = self.0.mcp_path.parse().expect("a validated path");
@@ -575,6 +574,19 @@ fn request_of(message: &[u8]) -> Option<(serde_json::Value, String)> {
     let method = message.get("method")?.as_str()?.to_owned();
     let id = message.get("id").filter(|id| !id.is_null())?.clone();
     Some((id, method))
+}
+
+/// A refusal answered before the post's body was read. The connection
+/// cannot carry another request after it (the body is still on it), so
+/// the answer says so (`Connection: close`): a client that reused it
+/// found it closed under its next request ("server disconnected without
+/// sending a response"), a race an interop run met.
+fn unread_body_refusal(status: StatusCode, text: &'static str) -> Response {
+    let mut response = (status, text).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// `sessionId`'s value in a query string.
