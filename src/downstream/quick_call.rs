@@ -197,18 +197,20 @@ impl Pending {
     /// One holding no id (the tests' calls, known to no stream).
     #[cfg(test)]
     fn new(calls: &Arc<QuickCalls>, session: &Arc<str>, request: &RequestId) -> Self {
-        Self::with_queue(calls, session, request, Arc::default(), None)
+        Self::holding(calls, session, request, None)
     }
 
-    /// With `queue`, the one the request's stream will read, and `id`,
-    /// its hold on the request's id.
-    fn with_queue(
+    /// Holding `id`, the request's id on its session with the queue its
+    /// stream reads (`None`: a queue of its own).
+    fn holding(
         calls: &Arc<QuickCalls>,
         session: &Arc<str>,
         request: &RequestId,
-        queue: Arc<RelatedQueue>,
         id: Option<OpenQueue>,
     ) -> Self {
+        let queue = id
+            .as_ref()
+            .map_or_else(Arc::default, |id| id.queue().clone());
         let handoff = Arc::new(Handoff::default());
         calls
             .pending()
@@ -343,13 +345,7 @@ impl Drop for Parcel {
             // Known again, as abandoned, until it ends: the client's cancel
             // still stops it (its first registration went with the
             // request's future).
-            let known = Pending::with_queue(
-                &self.calls,
-                &self.session,
-                &self.request,
-                Arc::default(),
-                self.id.take(),
-            );
+            let known = Pending::holding(&self.calls, &self.session, &self.request, self.id.take());
             known.abandon(&call.cancel);
             runtime.spawn(async move {
                 let _answer = call.work.await;
@@ -453,13 +449,7 @@ pub(crate) async fn offer(
         .cloned()
         .unwrap_or_default();
     let headers = parts.map(|parts| parts.headers.clone());
-    let pending = Pending::with_queue(
-        calls,
-        session,
-        &request.id,
-        open.queue().clone(),
-        Some(open.clone()),
-    );
+    let pending = Pending::holding(calls, session, &request.id, Some(open.clone()));
     let cancel = state.quick_call_token();
     let routed = RoutedRequest {
         request: routed,
@@ -752,13 +742,8 @@ mod tests {
         let open = streams
             .open(&session, RequestId::Number(5))
             .expect("the id is free");
-        let mut pending = Pending::with_queue(
-            &calls,
-            &session,
-            &RequestId::Number(5),
-            open.queue().clone(),
-            Some(open.clone()),
-        );
+        let mut pending =
+            Pending::holding(&calls, &session, &RequestId::Number(5), Some(open.clone()));
         pending.handed_over = true;
         let cancel = CancellationToken::new();
         let (work, end) = until_cancelled(&cancel);
