@@ -1643,8 +1643,12 @@ async fn an_upstream_answering_a_ping_with_an_error_is_kept() {
     let pid = call_pid(&client, "np__pid").await;
     let ignored = call(&client, "np__ignore", Value::Null).await;
     assert_eq!(ignored.is_error, Some(true), "{ignored:?}");
-    // The check has had its answer (at once) by the time a ping would.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The check's ping has had its answer: a session it ended would be
+    // over by the next call.
+    eventually("the liveness ping", OP_TIMEOUT, || async {
+        gateway.proc.stderr.find("no-ping: pinged").map(drop)
+    })
+    .await;
     assert_eq!(call_pid(&client, "np__pid").await, pid, "restarted");
     assert!(
         gateway.proc.stderr.find("ending its session").is_none(),
