@@ -467,6 +467,7 @@ async fn an_initialize_is_bounded() {
             .contains("outside a session, such as initialize"),
         "{answer:?}"
     );
+    assert_eq!(answer.headers["connection"], "close", "{answer:?}");
     assert!(answer.headers.get("mcp-session-id").is_none());
     let answer = hostile
         .post(None, JSON_POST, padded_initialize(60 * 1024))
@@ -666,6 +667,8 @@ async fn check_too_large(size: usize, tries: usize) {
         );
         rpc_error(&answer, INVALID_REQUEST);
         assert!(answer.body["id"].is_null(), "{answer:?}");
+        // The rest of the body is left unread: the connection ends.
+        assert_eq!(answer.headers["connection"], "close", "{answer:?}");
     }
     hostile.assert_unharmed().await;
 }
@@ -1346,6 +1349,12 @@ async fn a_body_sent_too_slowly_is_a_request_timeout() {
     let (received, after) = read_until_closed(&mut slow).await;
     assert!(after >= READ_TIMEOUT / 2, "answered after {after:?}");
     assert!(received.starts_with("HTTP/1.1 408 "), "{received}");
+    assert!(
+        received
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{received}"
+    );
     let json = received.split("\r\n\r\n").nth(1).unwrap_or_default();
     let answer: Value = serde_json::from_str(json).expect("a JSON body");
     assert_eq!(answer["error"]["code"], INVALID_REQUEST, "{answer}");

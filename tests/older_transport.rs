@@ -209,8 +209,15 @@ async fn bad_posts_are_refused_on_the_post_and_the_session_carries_on() {
     let too_big = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {},
         "clientInfo": {"name": padding, "version": "0"}}});
-    let (status, _) = client.post(too_big.to_string()).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let request = client
+        .http
+        .post(&client.endpoint)
+        .header("content-type", "application/json")
+        .body(too_big.to_string());
+    let refused = within("POST", request.send()).await.expect("POST");
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Answered with the body unread: the connection ends.
+    assert_eq!(refused.headers()["connection"], "close");
     client.initialize().await;
     let (status, text) = client.post("{not json").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");

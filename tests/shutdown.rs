@@ -81,7 +81,12 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
                 .header("accept", raw::ACCEPT_BOTH)
                 .body(raw::INITIALIZE)
                 .send();
-            async move { (request.await.ok()?.status() == 503).then_some(()) }
+            async move {
+                let refused = request.await.ok()?;
+                // Told to go elsewhere, on a new connection.
+                (refused.status() == 503 && refused.headers()["connection"] == "close")
+                    .then_some(())
+            }
         },
     )
     .await;

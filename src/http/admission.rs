@@ -122,7 +122,10 @@ async fn refuse_new_work_while_draining(
         .await
         .ok_or_else(|| {
             crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Draining);
-            unavailable("the gateway is shutting down; reconnect to another instance".to_owned())
+            // Its body may be unread, and the client is to go elsewhere.
+            super::connections::closing_after(unavailable(
+                "the gateway is shutting down; reconnect to another instance".to_owned(),
+            ))
         })
 }
 

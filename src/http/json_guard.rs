@@ -452,18 +452,18 @@ pub async fn check_json_body(
     };
     let bytes = match read_body(body, limit, rules.read_timeout).await {
         BodyRead::Whole(bytes) => bytes,
+        // Either leaves the body unread (all of it past what is drained),
+        // so the connection closes after the answer.
         BodyRead::TooLarge => {
-            return rpc_error(
+            return super::connections::closing_after(rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Value::Null,
                 INVALID_REQUEST,
                 format!("request body exceeds {limit} bytes ({named})"),
-            )
+            ))
         }
         BodyRead::TooSlow => {
-            // Unread, the rest of the body makes hyper close the
-            // connection after this answer.
-            return rpc_error(
+            return super::connections::closing_after(rpc_error(
                 StatusCode::REQUEST_TIMEOUT,
                 Value::Null,
                 INVALID_REQUEST,
@@ -471,7 +471,7 @@ pub async fn check_json_body(
                     "request body not received within {:?} (request_read_timeout)",
                     rules.read_timeout
                 ),
-            );
+            ));
         }
     };
     if let Some(answer) = rules.batches.clone() {

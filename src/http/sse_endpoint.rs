@@ -337,14 +337,15 @@ impl SseEndpoint {
         let within = self.0.gateway.config().server.request_read_timeout;
         match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
             Ok(Ok(bytes)) => Ok(bytes),
-            Ok(Err(_)) => Err(jsonrpc_refusal(
+            // Either leaves the body unread: the connection ends.
+            Ok(Err(_)) => Err(super::connections::closing_after(jsonrpc_refusal(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body exceeds {limit} bytes (a message before initialize)"),
-            )),
-            Err(_) => Err(jsonrpc_refusal(
+            ))),
+            Err(_) => Err(super::connections::closing_after(jsonrpc_refusal(
                 StatusCode::REQUEST_TIMEOUT,
                 "the request body did not arrive in time".to_owned(),
-            )),
+            ))),
         }
     }
 
@@ -576,17 +577,10 @@ fn request_of(message: &[u8]) -> Option<(serde_json::Value, String)> {
     Some((id, method))
 }
 
-/// A refusal answered before the post's body was read. The connection
-/// cannot carry another request after it (the body is still on it), so
-/// the answer says so (`Connection: close`): a client that reused it
-/// found it closed under its next request ("server disconnected without
-/// sending a response"), a race an interop run met.
+/// A refusal answered before the post's body was read: the connection
+/// ends with it (an interop run met a client reusing it).
 fn unread_body_refusal(status: StatusCode, text: &'static str) -> Response {
-    let mut response = (status, text).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+    super::connections::closing_after((status, text).into_response())
 }
 
 /// `sessionId`'s value in a query string.
