@@ -353,6 +353,35 @@ fn the_endpoint_path_is_literal_and_not_reserved() {
     }
 }
 
+/// A bad entry of a list an environment variable set is told that
+/// variable, as a bad value it set is. Paths are written one way
+/// (`args.0`): serde_path_to_error's `args[0]` matched no variable's.
+#[test]
+fn a_bad_entry_of_a_list_set_by_a_variable_names_the_variable() {
+    let found = load_file(
+        "junction.toml",
+        "[mounts.m]\ncommand = \"x\"\n",
+        &[
+            ("JUNCTION_MOUNTS__M__ARGS", r#"[["nested"], "fine"]"#),
+            ("JUNCTION_MOUNTS__M__EXCLUDE_TOOLS", r#"["a", ""]"#),
+        ],
+    )
+    .expect_err("config should be invalid");
+    assert_reported(&found, &["mounts.m.args.0: ", "mounts.m.exclude_tools.1: "]);
+    for variable in [
+        "JUNCTION_MOUNTS__M__ARGS",
+        "JUNCTION_MOUNTS__M__EXCLUDE_TOOLS",
+    ] {
+        assert!(
+            found
+                .iter()
+                .any(|problem| problem
+                    .ends_with(&format!("(set by environment variable {variable})"))),
+            "{found:#?}"
+        );
+    }
+}
+
 /// serde stops at a field's first bad entry; every bad entry of a list or
 /// table is reported, each at its own path, however deep.
 #[test]
@@ -376,10 +405,10 @@ fn every_bad_entry_of_a_list_or_table_is_reported() {
     assert_eq!(
         paths,
         [
-            "server.allowed_hosts[0]",
-            "server.allowed_hosts[2]",
-            "mounts.m.args[1]",
-            "mounts.m.args[2]",
+            "server.allowed_hosts.0",
+            "server.allowed_hosts.2",
+            "mounts.m.args.1",
+            "mounts.m.args.2",
             "mounts.m.env.A",
             "mounts.m.env.B",
             "mounts.m.timeouts.tools.t1",
@@ -1041,11 +1070,11 @@ fn bad_tool_patterns_are_reported_with_their_place() {
     assert_reported(
         &found,
         &[
-            "mounts.a.include_tools[1]: an empty pattern matches no tool",
-            "mounts.a.exclude_tools[0]: an empty pattern matches no tool",
+            "mounts.a.include_tools.1: an empty pattern matches no tool",
+            "mounts.a.exclude_tools.0: an empty pattern matches no tool",
             "mounts.a.isolation:",
             "mounts.b.include_tools:",
-            "mounts.c.exclude_tools[1]:",
+            "mounts.c.exclude_tools.1:",
         ],
     );
     assert_eq!(found.len(), 5, "{found:#?}");
@@ -1128,13 +1157,13 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
         &[
             "mounts.shared.forward_headers: only a `per_session` mount may forward",
             "mounts.local.forward_headers: only HTTP upstreams (`url`) take this field",
-            "mounts.odd.forward_headers[0]: \"Mcp-Session-Id\" is the gateway's own",
-            "mounts.odd.forward_headers[1]: \"bad header\" is not a valid HTTP header name",
-            "mounts.odd.forward_headers[3]: \"x-a\" is forwarded twice",
+            "mounts.odd.forward_headers.0: \"Mcp-Session-Id\" is the gateway's own",
+            "mounts.odd.forward_headers.1: \"bad header\" is not a valid HTTP header name",
+            "mounts.odd.forward_headers.3: \"x-a\" is forwarded twice",
             "mounts.renamed.forward_headers.Host: \"Host\" is the gateway's own",
             "mounts.renamed.forward_headers.X-Trace: \"traceparent\" is the gateway's own",
-            "mounts.proxied.forward_headers[0]: \"Proxy-Authorization\" is the gateway's own",
-            "mounts.proxied.forward_headers[1]: \"Mcp-Method\" is the gateway's own",
+            "mounts.proxied.forward_headers.0: \"Proxy-Authorization\" is the gateway's own",
+            "mounts.proxied.forward_headers.1: \"Mcp-Method\" is the gateway's own",
             "mounts.bare.forward_headers:",
         ],
     );

@@ -297,13 +297,8 @@ fn report_each_member<T: DeserializeOwned>(
             report_each_member::<T>(path, &*rewrap, &member, depth - 1, problems);
         }
         if problems.len() == before {
-            let inner = error.path().to_string();
             // The member was read at index 0 of a list of one.
-            let inner = if is_list {
-                at_index(&inner, index)
-            } else {
-                inner
-            };
+            let inner = field_path(error.path(), is_list.then_some(index));
             problems.push(
                 format!("{path}.{inner}"),
                 without_the_value(&error.into_inner().to_string()),
@@ -312,14 +307,33 @@ fn report_each_member<T: DeserializeOwned>(
     }
 }
 
-/// `inner`, an error path through a list read as a list of one, with the
-/// last `[0]` made `[index]` (the config's lists hold text, so a list is
-/// always the last level looked into).
-fn at_index(inner: &str, index: usize) -> String {
-    match inner.rfind("[0]") {
-        Some(at) => format!("{}[{index}]{}", &inner[..at], &inner[at + 3..]),
-        None => inner.to_owned(),
-    }
+/// `path` written as every problem's path is (`mounts.m.args.2`, the
+/// way figment, `${VAR}` expansion and environment overrides name a
+/// field), not serde_path_to_error's `args[2]`: one way to read them, and
+/// a problem inside a list set by a variable is told that variable.
+/// `list_index`: the index the last list level really had, for a member
+/// read alone in a list of one (the config's lists hold text, so a list
+/// is always the last level looked into).
+fn field_path(path: &serde_path_to_error::Path, list_index: Option<usize>) -> String {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let last_list = segments
+        .iter()
+        .rposition(|segment| matches!(segment, Segment::Seq { .. }));
+    segments
+        .iter()
+        .enumerate()
+        .map(|(at, segment)| match segment {
+            Segment::Seq { index } => match list_index {
+                Some(real) if Some(at) == last_list => real.to_string(),
+                _ => index.to_string(),
+            },
+            Segment::Map { key } => key.clone(),
+            Segment::Enum { variant } => variant.clone(),
+            Segment::Unknown => "?".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 fn push_deserialize_problem(
@@ -327,8 +341,8 @@ fn push_deserialize_problem(
     error: serde_path_to_error::Error<serde_json::Error>,
     problems: &mut Problems,
 ) {
-    let inner = error.path().to_string();
-    let full = if inner.is_empty() || inner == "." {
+    let inner = field_path(error.path(), None);
+    let full = if inner.is_empty() {
         path.to_owned()
     } else {
         format!("{path}.{inner}")
@@ -1133,7 +1147,7 @@ fn resolve_forward_headers(
         RawForwardHeaders::Same(names) => names
             .into_iter()
             .enumerate()
-            .map(|(index, name)| (format!("{key}[{index}]"), name.clone(), name))
+            .map(|(index, name)| (format!("{key}.{index}"), name.clone(), name))
             .collect(),
         RawForwardHeaders::Renamed(table) => table
             .into_iter()
@@ -1184,7 +1198,7 @@ fn resolve_tool_filter(
         for (index, pattern) in patterns.iter().flatten().enumerate() {
             if pattern.is_empty() {
                 problems.push(
-                    format!("{path}.{key}[{index}]"),
+                    format!("{path}.{key}.{index}"),
                     "an empty pattern matches no tool; write a tool name, or a pattern with * and ?",
                 );
                 ok = false;
