@@ -352,6 +352,41 @@ async fn a_subscription_follows_its_uri_to_a_renamed_mount() {
     close(observer).await;
 }
 
+/// A reload that swaps two mounts' namespaces makes a subscribed URI name
+/// the other mount's resource: the subscription moves with its URI, so
+/// its session is told of the resource a read of that URI returns. It
+/// stayed with its mount: the session was told of the other server's
+/// note under that URI, and never of the one it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_follows_its_uri_when_namespaces_are_swapped() {
+    let config = |one: &str, two: &str| {
+        format!(
+            "{SERVER_TOML}{}{}",
+            stdio_demo_mount("one", &format!("namespace = \"{one}\"")),
+            stdio_demo_mount("two", &format!("namespace = \"{two}\""))
+        )
+    };
+    let gateway = Gateway::start(&config("x", "y")).await;
+    let uri = format!("x+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "x", &[NOTE]).await;
+
+    rewrite_config(&gateway.config_path, &config("y", "x"));
+    eventually("the swap to be applied", SETTLE, || async {
+        let log = gateway.proc.stderr.text();
+        log.contains("changed=one,two").then_some(())
+    })
+    .await;
+    // `x` is mount `two` now; `one`, restarted as `y`, holds nothing.
+    wait_until_held(&observer, "x", &[NOTE]).await;
+    wait_until_held(&observer, "y", &[]).await;
+    remember_and_expect_update(&observer, "x", &subscriber, &uri).await;
+    close(subscriber).await;
+    close(observer).await;
+}
+
 /// A URI to subscribe to is bounded (16 KiB): a subscription is kept for
 /// the session's life, several times over, and held upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

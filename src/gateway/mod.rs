@@ -39,7 +39,7 @@ pub use subscriptions::SubscriptionError;
 pub use supervisor::{restart_delay, STABLE_AFTER};
 
 use crate::{
-    catalog::{MergedCatalog, MountCatalog, MountView},
+    catalog::{MergedCatalog, MountCatalog, MountView, Route},
     coalesce::Coalescer,
     config::{Config, MountConfig},
     downstream::{
@@ -204,7 +204,13 @@ impl Gateway {
     /// A downstream session ended: it is forgotten, and the shared
     /// upstreams stop watching what only it was subscribed to.
     pub fn session_ended(self: &Arc<Self>, key: SessionKey) {
-        let routes = self.sessions.unregister(key);
+        self.let_go_of(self.sessions.unregister(key));
+    }
+
+    /// Subscriptions to `routes` have ended: the shared upstreams holding
+    /// them are told, where no other session wants them (in the
+    /// background).
+    pub(super) fn let_go_of(self: &Arc<Self>, routes: Vec<Route>) {
         if routes.is_empty() {
             return;
         }

@@ -148,18 +148,27 @@ impl Gateway {
         // to those: a running mount's upstream would never be told (and a
         // URI a pass-through mount held falls to the first such mount, which
         // need not offer it).
-        if !outcome.removed.is_empty() {
+        if outcome.changed_anything() || reordered {
             let catalog = self.catalog(crate::upstream::ClientProfile::FULL);
-            let starting = |route: &crate::catalog::Route| {
-                started.iter().any(|mount| mount.config.name == route.mount)
-            };
-            for removed in &outcome.removed {
-                let (moved, ended) = self.sessions.reroute_removed(removed, |uri| {
-                    catalog.resolve_uri(uri).filter(|route| starting(route))
-                });
-                if moved + ended > 0 {
-                    tracing::info!(mount = %removed, moved, ended, "subscriptions to a removed mount's resources moved or ended");
-                }
+            let (moved, ended) = self.sessions.reroute(
+                |uri| catalog.resolve_uri(uri),
+                |mount| started.iter().any(|started| started.config.name == *mount),
+                |mount| !outcome.removed.contains(mount),
+            );
+            if moved + ended.len() > 0 {
+                tracing::info!(
+                    moved,
+                    ended = ended.len(),
+                    "subscriptions whose URIs now lead elsewhere, or to a removed mount, moved or ended"
+                );
+            }
+            // A retired mount's upstream ends; a running one's is told.
+            let still_running: Vec<_> = ended
+                .into_iter()
+                .filter(|route| !started.iter().any(|mount| mount.config.name == route.mount))
+                .collect();
+            if let Some(gateway) = self.weak.upgrade() {
+                gateway.let_go_of(still_running);
             }
         }
         for mount in &started {

@@ -294,39 +294,53 @@ impl SessionRegistry {
         Some(route)
     }
 
-    /// A reload removed `mount`: each subscription to its URIs moves to
-    /// where its client-visible URI routes now (`route_now`: only to a
-    /// mount the reload starts, whose first session subscribes), if that
-    /// is the same upstream URI on another mount (the mount was renamed,
-    /// its namespace kept), and ends otherwise: it would never be told of
-    /// again, nor could it be unsubscribed, and it would count against
-    /// the session's bound for ever. Returns how many moved and ended.
-    pub fn reroute_removed(
+    /// After a reload: each subscription whose client-visible URI now
+    /// leads to another resource (`route_now`: where it leads now) moves
+    /// there if that is the same upstream URI on a mount the reload starts
+    /// (`starting`: its first session subscribes to what sessions want),
+    /// and ends otherwise. Left where it was, it would be told of another
+    /// resource than the one its URI now reads (namespaces swapped,
+    /// pass-through mounts reordered). One whose URI leads nowhere now
+    /// stays on its mount while a mount of that name is `configured` (its
+    /// namespace changed: it is still told of its resource, under the URI
+    /// it subscribed with, and can be unsubscribed), and ends with a
+    /// removed mount: it would never be told of again, nor could it be
+    /// unsubscribed, and it would count against the session's bound for
+    /// ever. Returns how many moved, and the routes of those that ended:
+    /// a running upstream may still hold them.
+    pub fn reroute(
         &self,
-        mount: &MountName,
         route_now: impl Fn(&str) -> Option<Route>,
-    ) -> (usize, usize) {
+        starting: impl Fn(&MountName) -> bool,
+        configured: impl Fn(&MountName) -> bool,
+    ) -> (usize, Vec<Route>) {
         let mut sessions = self.lock();
         let mut wanted = self.wanted();
-        let (mut moved, mut ended) = (0, 0);
+        let (mut moved, mut ended) = (0, Vec::new());
         for (key, entry) in sessions.iter_mut() {
-            for (uri, route) in entry.subscriptions.iter_mut() {
-                if route.mount != *mount {
-                    continue;
+            entry.subscriptions.retain(|uri, route| {
+                let now = route_now(uri);
+                let stays = match &now {
+                    Some(now) => now == route,
+                    None => configured(&route.mount),
+                };
+                if stays {
+                    return true;
                 }
                 unwant(&mut wanted, *key, uri, route);
-                match route_now(uri)
-                    .filter(|now| now.mount != *mount && now.original == route.original)
-                {
+                match now.filter(|now| now.original == route.original && starting(&now.mount)) {
                     Some(now) => {
                         want(&mut wanted, *key, uri, &now);
                         *route = now;
                         moved += 1;
+                        true
                     }
-                    None => ended += 1,
+                    None => {
+                        ended.push(route.clone());
+                        false
+                    }
                 }
-            }
-            entry.subscriptions.retain(|_, route| route.mount != *mount);
+            });
         }
         (moved, ended)
     }
@@ -622,20 +636,21 @@ mod tests {
         }
     }
 
-    /// A removed mount's subscriptions move where their URIs now lead to
-    /// the same upstream URI, and end otherwise: none is left on it.
+    /// After a reload, a subscription whose URI leads where it is held, or
+    /// nowhere while its mount is still configured, stays; one whose URI
+    /// leads elsewhere moves there if that is the same upstream URI on a
+    /// mount the reload starts, and ends otherwise: none is left on a
+    /// removed mount or told of a resource its URI no longer reads.
     #[tokio::test]
-    async fn a_removed_mounts_subscriptions_move_or_end() {
+    async fn a_reload_moves_or_ends_subscriptions_whose_uri_leads_elsewhere() {
         let Registered {
             registry,
             keys: [key],
             _service,
             _other_end,
         } = registered::<1>();
-        let (gone, renamed) = (
-            MountName::new("gone").unwrap(),
-            MountName::new("renamed").unwrap(),
-        );
+        let [gone, renamed, kept, running] =
+            ["gone", "renamed", "kept", "running"].map(|name| MountName::new(name).unwrap());
         let on = |mount: &MountName, original: &str| Route {
             mount: mount.clone(),
             original: original.into(),
@@ -644,17 +659,46 @@ mod tests {
             let original = uri.strip_prefix("x+").unwrap();
             assert!(registry.subscribe(key, uri, &on(&gone, original)).is_ok());
         }
-        let (moved, ended) = registry.reroute_removed(&gone, |uri| match uri {
-            "x+demo://a" => Some(on(&renamed, "demo://a")),
-            // Routed elsewhere, to another upstream URI: not the same.
-            "x+demo://b" => Some(on(&renamed, "x+demo://b")),
-            _ => None,
-        });
-        assert_eq!((moved, ended), (1, 2));
-        assert_eq!(registry.subscriptions_on(key, &renamed), ["demo://a"]);
+        for uri in ["k+demo://d", "k+demo://e", "k+demo://f", "k+demo://g"] {
+            let original = uri.strip_prefix("k+").unwrap();
+            assert!(registry.subscribe(key, uri, &on(&kept, original)).is_ok());
+        }
+        let (moved, mut ended) = registry.reroute(
+            |uri| match uri {
+                "x+demo://a" => Some(on(&renamed, "demo://a")),
+                // Routed elsewhere, to another upstream URI: not the same.
+                "x+demo://b" => Some(on(&renamed, "x+demo://b")),
+                "k+demo://d" => Some(on(&kept, "demo://d")),
+                "k+demo://e" => Some(on(&renamed, "demo://e")),
+                // A running mount's upstream would never be told.
+                "k+demo://f" => Some(on(&running, "demo://f")),
+                // Its namespace changed: still its mount's resource.
+                "k+demo://g" => None,
+                _ => None,
+            },
+            |mount| *mount == renamed,
+            |mount| *mount != gone,
+        );
+        assert_eq!(moved, 2);
+        ended.sort_by(|a, b| a.original.cmp(&b.original));
+        assert_eq!(
+            ended,
+            [
+                on(&gone, "demo://b"),
+                on(&gone, "demo://c"),
+                on(&kept, "demo://f")
+            ]
+        );
+        let mut moved_to = registry.subscriptions_on(key, &renamed);
+        moved_to.sort();
+        assert_eq!(moved_to, ["demo://a", "demo://e"]);
+        let mut stayed = registry.subscriptions_on(key, &kept);
+        stayed.sort();
+        assert_eq!(stayed, ["demo://d", "demo://g"]);
         assert!(registry.subscriptions_on(key, &gone).is_empty());
         assert!(registry.wanted_on(&gone).is_empty());
         assert!(registry.wants(&renamed, "demo://a"));
+        assert!(!registry.wants(&kept, "demo://f"));
         assert_eq!(
             registry.subscribed_route(key, "x+demo://a"),
             Some(on(&renamed, "demo://a"))
