@@ -478,3 +478,39 @@ async fn a_woken_session_forwards_the_headers_of_the_request_that_woke_it() {
     let answer = raw::post(&http, &url, Some(&session), &token("renewed"), call).await;
     assert_eq!(answer.tool_text(), Some("renewed / renewed"), "{answer:?}");
 }
+
+/// A session woken by a request without the headers its per-session
+/// upstreams forward keeps the values its client sent before it slept
+/// (README: "one without a header leaves the value it had"). They were
+/// lost with the session's state: the upstream opened without the
+/// client's token, or with the mount's own credential in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_session_keeps_the_headers_its_client_sent_before() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"100ms\"\n\n{}",
+        http_mount(
+            "mine",
+            &server.url(),
+            "isolation = \"per_session\"\nforward_headers = { Authorization = \"X-Mine-Token\" }\n\
+             headers = { Authorization = \"mount-own\" }"
+        )
+    ))
+    .await;
+    let url = gateway.mcp_url();
+    let http = reqwest::Client::new();
+    let with_token = [JSON_POST, &[("x-mine-token", "the-client's")]].concat();
+    let initialize = raw::post(&http, &url, None, &with_token, raw::INITIALIZE).await;
+    let session = initialize.session_id().expect("a session");
+    let initialized = raw::post(&http, &url, Some(&session), &with_token, raw::INITIALIZED);
+    assert_eq!(initialized.await.status, StatusCode::ACCEPTED);
+    wait_asleep(&gateway, 1).await;
+
+    let call = request(2, "tools/call", json!({"name": "mine__authorization"}));
+    let answer = raw::post(&http, &url, Some(&session), JSON_POST, call).await;
+    assert_eq!(
+        answer.tool_text(),
+        Some("the-client's / the-client's"),
+        "{answer:?}"
+    );
+}

@@ -98,6 +98,14 @@ pub(crate) fn live_for(held: &HeldClientHeaders, config: &MountConfig) -> Option
     }))
 }
 
+/// A copy of `held` to keep while its session sleeps (made now, as the
+/// rest of a sleeper is: see `hibernation`); `None` if the client sent
+/// none of them, which costs a sleeper nothing.
+pub(crate) fn kept(held: &HeldClientHeaders) -> Option<HeldClientHeaders> {
+    let held = lock(held);
+    (!held.0.is_empty()).then(|| Arc::new(Mutex::new(ClientHeaders(held.0.clone()))))
+}
+
 fn lock(held: &HeldClientHeaders) -> std::sync::MutexGuard<'_, ClientHeaders> {
     held.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

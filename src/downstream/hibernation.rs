@@ -5,14 +5,14 @@
 //! session that has had nothing in flight, no stream open and no request
 //! for `server.session_hibernate_after` is put to sleep: what it is
 //! continues as a [`Sleeper`] here (its key, place under `max_sessions`,
-//! log level and `initialize`; its subscriptions stay in the session
+//! log level, forwarded headers and `initialize`; its subscriptions stay in the session
 //! registry) and both its `SessionState` and rmcp's session are dropped.
 //! Its next request wakes it: rmcp finds no session, asks its session
 //! store (this module, [`HibernationStore`]), which knows the id only while
 //! it is asleep, re-creates the session and replays `initialize` with a
 //! `SessionRestoreMarker`; the new handler rebuilds its state from the
 //! sleeper ([`Hibernation::wake`]). The client sees one session throughout:
-//! same id, log level and subscriptions.
+//! same id, log level, forwarded headers and subscriptions.
 //!
 //! A sleeper is made of allocations made when it falls asleep, not kept
 //! from the session's creation: those sat among rmcp's freed blocks and
@@ -44,7 +44,7 @@ use rmcp::{
     },
 };
 
-use super::SessionState;
+use super::{forwarded_headers::HeldClientHeaders, SessionState};
 use crate::gateway::{Gateway, SessionKey, SessionTicket};
 
 /// Sessions asleep and what waking them needs.
@@ -65,6 +65,8 @@ pub(crate) struct Sleeper {
     key: SessionKey,
     ticket: Option<SessionTicket>,
     log_level: Option<LoggingLevel>,
+    /// The client's values of the headers mounts forward, if it sent any.
+    client_headers: Option<HeldClientHeaders>,
     /// The client's `initialize` params as JSON: one allocation rather
     /// than one per string in them.
     initialize: Box<str>,
@@ -83,6 +85,7 @@ impl Sleeper {
         key: SessionKey,
         ticket: SessionTicket,
         log_level: Option<LoggingLevel>,
+        client_headers: Option<HeldClientHeaders>,
         initialize: &InitializeRequestParams,
         ends_at: Instant,
     ) -> Result<Self, SessionTicket> {
@@ -94,16 +97,25 @@ impl Sleeper {
             key,
             ticket: Some(ticket),
             log_level,
+            client_headers,
             initialize: initialize.into_boxed_str(),
             ends_at,
             gateway: Arc::downgrade(gateway),
         })
     }
 
-    /// Its key, place under `max_sessions` and log level, as it wakes.
-    pub(crate) fn into_parts(mut self) -> (SessionKey, SessionTicket, Option<LoggingLevel>) {
+    /// Its key, place under `max_sessions`, log level and forwarded
+    /// headers, as it wakes.
+    pub(crate) fn into_parts(
+        mut self,
+    ) -> (
+        SessionKey,
+        SessionTicket,
+        Option<LoggingLevel>,
+        Option<HeldClientHeaders>,
+    ) {
         let ticket = self.ticket.take().expect("a sleeper holds its ticket");
-        (self.key, ticket, self.log_level)
+        (self.key, ticket, self.log_level, self.client_headers.take())
     }
 }
 
@@ -274,7 +286,7 @@ mod tests {
         let ticket = gateway.sessions().reserve(1).expect("a place");
         let initialize = InitializeRequestParams::default();
         let due = Instant::now();
-        let sleeper = Sleeper::new(&gateway, 7, ticket, None, &initialize, due)
+        let sleeper = Sleeper::new(&gateway, 7, ticket, None, None, &initialize, due)
             .unwrap_or_else(|_| panic!("a sleeper"));
         lock(&hibernation.asleep).insert(Arc::from("s"), sleeper);
         assert!(hibernation.initialize_of("s").is_some(), "its wake begins");

@@ -76,7 +76,7 @@ impl DownstreamSession {
     /// A session holding `ticket`, its place under `max_sessions`.
     pub fn new(gateway: Arc<Gateway>, ticket: SessionTicket) -> Self {
         let key = gateway.sessions().next_key();
-        let state = SessionState::new(&gateway, key, ticket);
+        let state = SessionState::new(&gateway, key, ticket, Default::default());
         Self {
             gateway,
             state: ArcSwap::new(state),
@@ -178,7 +178,12 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
-    fn new(gateway: &Arc<Gateway>, key: SessionKey, ticket: SessionTicket) -> Arc<Self> {
+    fn new(
+        gateway: &Arc<Gateway>,
+        key: SessionKey,
+        ticket: SessionTicket,
+        client_headers: forwarded_headers::HeldClientHeaders,
+    ) -> Arc<Self> {
         Arc::new(SessionState {
             key,
             asleep: std::sync::atomic::AtomicBool::new(false),
@@ -187,7 +192,7 @@ impl SessionState {
             peer: Mutex::new(None),
             rmcp_id: OnceLock::new(),
             client_capabilities: OnceLock::new(),
-            client_headers: Default::default(),
+            client_headers,
             profile: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
@@ -231,8 +236,12 @@ impl SessionState {
 
     /// The state of a session waking up, as it was when it fell asleep.
     fn woken(gateway: &Arc<Gateway>, sleeper: hibernation::Sleeper) -> Arc<Self> {
-        let (key, ticket, log_level) = sleeper.into_parts();
-        let state = Self::new(gateway, key, ticket);
+        let (key, ticket, log_level, client_headers) = sleeper.into_parts();
+        // The forwarded headers too: a woken session's first request
+        // need not carry them (a client sends its token once, or a stack
+        // leaves it off), and without them its per-session upstreams
+        // would open with the mount's own credential.
+        let state = Self::new(gateway, key, ticket, client_headers.unwrap_or_default());
         if let Some(level) = log_level {
             state.log_level.set(level);
         }
@@ -284,6 +293,7 @@ impl SessionState {
             self.key,
             ticket,
             self.log_level.get(),
+            forwarded_headers::kept(&self.client_headers),
             initialize,
             ends_at,
         ) {
