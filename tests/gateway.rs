@@ -2215,6 +2215,34 @@ async fn a_list_after_a_call_that_changed_it_shows_the_change() {
     }
 }
 
+/// An upstream's JSON-RPC error whose id is `null` (a server that could
+/// not read the request's id) answering the POST of one request is that
+/// request's answer, on the direct call path and on rmcp's: the client
+/// gets the upstream's error. It was matched to no request, and the call
+/// waited out its whole timeout.
+#[tokio::test]
+async fn an_upstream_error_without_an_id_answers_its_request() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&format!(
+        "[timeouts]\nrequest = \"5s\"\n\n{}",
+        http_mount("remote", &server.url(), "")
+    ))
+    .await;
+    let client = gateway.connect().await;
+    let params = rmcp::model::CallToolRequestParams::new("remote__refuse");
+    let called = within("tools/call", client.call_tool(params)).await;
+    let error = format!("{called:?}");
+    assert!(error.contains("refused without an id"), "{error}");
+    let prompt = within(
+        "prompts/get",
+        client.get_prompt(rmcp::model::GetPromptRequestParams::new("remote__refuse")),
+    )
+    .await;
+    let error = format!("{prompt:?}");
+    assert!(error.contains("refused without an id"), "{error}");
+    close(client).await;
+}
+
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
 /// `Authorization`, on its `initialize` and every request after (a renewed

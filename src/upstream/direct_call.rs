@@ -309,6 +309,9 @@ impl DirectCalls {
             if refuses_unknown_session(&body) {
                 return Err(refused_unrun(message));
             }
+            if let Some(error) = error_without_id(&body) {
+                return Err(ServiceError::McpError(error));
+            }
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
@@ -325,6 +328,9 @@ impl DirectCalls {
             let body = read_bounded(reply.body, self.limits.max_json_response_size)
                 .await
                 .map_err(|error| transport(unexpected(error.to_string())))?;
+            if let Some(error) = error_without_id(&body) {
+                return Err(ServiceError::McpError(error));
+            }
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
@@ -618,6 +624,24 @@ fn answer_to(id: &RequestId, bytes: &[u8]) -> Option<Result<ServerResult, Servic
             }) if &answered == id => Some(read_as_rmcp(bytes)),
             _ => None,
         },
+    }
+}
+
+/// The error of a JSON-RPC error whose `id` is null or left out, the
+/// whole JSON body answering the POST of one request: a server that could
+/// not read the request's id (JSON-RPC: `null`; 2026-07-28: left out), or
+/// did not take it, refusing it. It can only be about that request;
+/// matched by id it would be no one's, and the call would wait out its
+/// timeout.
+pub(super) fn error_without_id(body: &[u8]) -> Option<ErrorData> {
+    match serde_json::from_slice::<Incoming>(body) {
+        Ok(Incoming {
+            id: None,
+            method: None,
+            error: Some(error),
+            ..
+        }) => Some(error),
+        _ => None,
     }
 }
 

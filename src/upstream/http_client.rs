@@ -266,6 +266,10 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)
         );
         let session_known = session_id.is_some();
+        let request_id = match &message {
+            JsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
         let headers = with_trace_headers(&message, custom_headers);
         let response = if raw_wanted {
             let post = RawPost {
@@ -299,6 +303,19 @@ impl StreamableHttpClient for TracingHttpClient {
                 if session_known && refuses_session(&error) =>
             {
                 Err(StreamableHttpError::SessionExpired)
+            }
+            // An error without an id answering the POST of one request is
+            // that request's (`direct_call::error_without_id`): rmcp,
+            // matching answers by id, would leave it waiting out its
+            // timeout.
+            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(mut error), session))
+                if error.id.is_none() && request_id.is_some() =>
+            {
+                error.id = request_id;
+                Ok(StreamableHttpPostResponse::Json(
+                    JsonRpcMessage::Error(error),
+                    session,
+                ))
             }
             other => other,
         };

@@ -5,7 +5,9 @@
 //! answers, then forgets every session. `whoami` (a tool, and a prompt,
 //! which goes upstream another way) answers with the session's id;
 //! `authorization` with the `Authorization` header its session's
-//! `initialize` came with and the one its call came with. It refuses `GET` (405, as the spec allows), so only a
+//! `initialize` came with and the one its call came with. `refuse` (a
+//! tool and a prompt) is answered 400 with a JSON-RPC error whose id is
+//! `null`, as a server that cannot read a request's id answers. It refuses `GET` (405, as the spec allows), so only a
 //! POST can find out.
 
 use std::{
@@ -121,6 +123,13 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
     if id.is_none() {
         return StatusCode::ACCEPTED.into_response();
     }
+    if message["params"]["name"] == "refuse" {
+        let refusal = json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32602, "message": "refused without an id"}});
+        let mut response = json_response(refusal, None);
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    }
     let text = |text: &str| json!({"content": [{"type": "text", "text": text}]});
     let result = match (
         message["method"].as_str(),
@@ -132,6 +141,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
                 {"name": "whoami", "inputSchema": schema},
                 {"name": "forget", "inputSchema": schema},
                 {"name": "authorization", "inputSchema": schema},
+                {"name": "refuse", "inputSchema": schema},
             ]})
         }
         (Some("tools/call"), Some("whoami")) => text(session.as_deref().unwrap_or_default()),
@@ -143,7 +153,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
                 shown(authorization)
             ))
         }
-        (Some("prompts/list"), _) => json!({"prompts": [{"name": "whoami"}]}),
+        (Some("prompts/list"), _) => json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}]}),
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
         (Some("tools/call"), Some("forget")) => {
