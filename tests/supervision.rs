@@ -274,6 +274,30 @@ async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     close(client).await;
 }
 
+/// A stdio server whose answer is longer than a stdio message may be
+/// (16 MiB): the call fails at once saying so, instead of waiting out the
+/// request timeout (rmcp drops the line unread, and the request looked
+/// unanswered), and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_long_to_read_fails_its_call_at_once() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("nan", "nan_answer.py", "timeouts = { request = \"5m\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let failed = call_err(&client, "nan__huge", Value::Null).await;
+    assert!(
+        failed.message.contains("larger than 16777216 bytes"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        ok_text(&call(&client, "nan__ok", Value::Null).await),
+        "fine"
+    );
+    close(client).await;
+}
+
 /// An upstream that exits at once every time: after `crash_loop_restarts`
 /// failures the mount is `down`, and stays quiet (no further attempts, no
 /// CPU burnt) until `down_retry`. The other mount serves throughout.

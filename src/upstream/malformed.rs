@@ -93,6 +93,28 @@ impl MalformedLines {
             let _ = self.answers.try_send(answer);
         }
     }
+
+    /// A line over `limit` bytes, which rmcp drops unread: if it was an
+    /// answer, its request fails at once, saying why.
+    pub fn too_long(&self, line: &super::overlong_line::OverlongLine, limit: usize) {
+        let Some(id) = line.answered_id() else {
+            tracing::warn!(mount = %self.mount, limit, "the upstream wrote a line on {} longer than the most one may be; skipped", self.source);
+            return;
+        };
+        tracing::warn!(mount = %self.mount, %id, limit, "the upstream's answer is longer than the most a line may be; its request fails");
+        let answer = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": -32603,
+                "message": format!("the upstream's answer is larger than {limit} bytes, the most a message may be"),
+            },
+        });
+        if let Ok(answer) = serde_json::from_value::<ServerJsonRpcMessage>(answer) {
+            // As for a line that is not JSON: never waits.
+            let _ = self.answers.try_send(answer);
+        }
+    }
 }
 
 /// Whether `word` stands in `line` where a JSON value would (after `:`,

@@ -20,6 +20,7 @@ mod legacy_sse;
 pub mod live_headers;
 mod malformed;
 pub mod ordered;
+mod overlong_line;
 pub mod process_group;
 pub mod profile;
 pub mod raw;

@@ -141,6 +141,9 @@ pub struct TapReader<R> {
     /// The current line started while nothing was awaited and nothing
     /// checks lines (or grew too long): skip to its end.
     skipping: bool,
+    /// The current line, grown past [`MAX_LINE`] while lines are checked:
+    /// scanned for the id of the answer it may be.
+    overlong: Option<super::overlong_line::OverlongLine>,
     /// The current line started while an answer was awaited.
     for_raw: bool,
 }
@@ -153,6 +156,7 @@ impl<R> TapReader<R> {
             malformed: None,
             line: Vec::new(),
             skipping: false,
+            overlong: None,
             for_raw: false,
         }
     }
@@ -174,8 +178,16 @@ impl<R> TapReader<R> {
                 self.for_raw = self.raw.is_waiting();
                 self.skipping = !self.for_raw && self.malformed.is_none();
             }
-            if !self.skipping {
+            if let Some(overlong) = &mut self.overlong {
+                overlong.feed(chunk);
+            } else if !self.skipping {
                 if self.line.len() + chunk.len() > MAX_LINE {
+                    if self.malformed.is_some() {
+                        let mut overlong = super::overlong_line::OverlongLine::default();
+                        overlong.feed(&self.line);
+                        overlong.feed(chunk);
+                        self.overlong = Some(overlong);
+                    }
                     self.line = Vec::new();
                     self.skipping = true;
                 } else {
@@ -183,6 +195,9 @@ impl<R> TapReader<R> {
                 }
             }
             if end.is_some() {
+                if let (Some(overlong), Some(malformed)) = (self.overlong.take(), &self.malformed) {
+                    malformed.too_long(&overlong, MAX_LINE);
+                }
                 if !self.skipping {
                     if self.for_raw {
                         self.raw.offer(&self.line);
