@@ -726,6 +726,59 @@ async fn endless_cursors_are_followed_a_bounded_number_of_times() {
     close(client).await;
 }
 
+/// An upstream whose cursors go round: discovery stops at the first
+/// cursor handed out again, keeps what it read, and the mount comes up.
+/// It went round for 1,000 pages of each list, here 20 s of them, past
+/// the request timeout: the mount never came up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_given_again_ends_the_list() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount(
+            "looping",
+            "endless_cursors.py",
+            "env = { CURSORS = \"loop\" }\ntimeouts = { request = \"2s\" }"
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let mut names: Vec<_> = tools.iter().map(|tool| tool.name.to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["looping__t0", "looping__t1", "looping__t2"]);
+    assert!(
+        gateway
+            .proc
+            .stderr
+            .text()
+            .contains("handed out a cursor it gave before"),
+        "{}",
+        gateway.proc.stderr.text()
+    );
+    close(client).await;
+}
+
+/// An upstream with many pages, each answered within the request timeout
+/// but all of them not: the request timeout bounds each page, and the
+/// mount comes up with every page. It bounded the whole discovery, and
+/// the mount never came up ("no answer", though every page was answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_timeout_bounds_each_page_of_a_list() {
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        python_fixture_mount(
+            "slow",
+            "endless_cursors.py",
+            "env = { CURSORS = \"slow\" }\ntimeouts = { request = \"1s\" }"
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert_eq!(tools.len(), 25, "{tools:?}");
+    close(client).await;
+}
+
 /// A per-session upstream that announces a list change and dies is not
 /// reopened by the refresh that announcement starts (no client asked; a
 /// server doing it at every start was restarted back to back); the

@@ -140,8 +140,7 @@ async fn refresh_overlay(
     if !state.upstream_is_of(&mount) {
         return Refreshed::Moot;
     }
-    let limit = mount.timeouts().request;
-    let fresh = match discovery::refresh_within(&upstream, kind, limit).await {
+    let fresh = match discovery::refresh_within(&upstream, kind, mount.list_limits()).await {
         Ok(fresh) => fresh,
         Err(error) => {
             tracing::warn!(mount = %mount_name, session = state.key, %error, "per-session refresh failed");

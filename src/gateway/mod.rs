@@ -535,8 +535,7 @@ impl Gateway {
             .cache_refreshes
             .get_or_create(&mount.labels())
             .inc();
-        let limit = mount.timeouts().request;
-        let fresh = match discovery::refresh_within(&session, kind, limit).await {
+        let fresh = match discovery::refresh_within(&session, kind, mount.list_limits()).await {
             Ok(fresh) => fresh,
             Err(error) => {
                 tracing::warn!(mount = %name, %profile, %error, ?kind, "refresh after list_changed failed");

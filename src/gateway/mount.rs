@@ -369,6 +369,16 @@ impl Mount {
             .for_mount(&self.tuning.load().timeouts)
     }
 
+    /// How long reading its lists may take (see
+    /// [`crate::upstream::discovery::ListLimits`]).
+    pub fn list_limits(&self) -> crate::upstream::discovery::ListLimits {
+        let timeouts = self.timeouts();
+        crate::upstream::discovery::ListLimits {
+            page: timeouts.request,
+            whole: timeouts.request_ceiling,
+        }
+    }
+
     /// Takes `config`'s tuning (a reload of a mount whose upstream is the
     /// same, see [`MountConfig::same_upstream`]); whether it changed.
     pub fn retune(&self, config: &MountConfig) -> bool {

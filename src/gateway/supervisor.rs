@@ -22,7 +22,7 @@ use super::mount::{Mount, ProfileSession, SessionSlot};
 use crate::{
     config::Supervision,
     telemetry::metrics::metrics,
-    upstream::{discovery, ClientProfile, RequestLimit},
+    upstream::{discovery, ClientProfile},
 };
 
 /// A session up this long was healthy: its end starts a fresh count of
@@ -209,26 +209,13 @@ async fn start_and_discover(
         .cache_refreshes
         .get_or_create(&mount.labels())
         .inc();
-    let timeouts = mount.timeouts();
-    let limit = RequestLimit {
-        idle: timeouts.request,
-        ceiling: timeouts.request_ceiling,
-    };
-    let discovered = tokio::time::timeout(limit.idle, discovery::discover(&session)).await;
-    let catalog = match discovered {
-        Ok(Ok(catalog)) => catalog,
-        Ok(Err(error)) => {
+    let catalog = match discovery::discover(&session, mount.list_limits()).await {
+        Ok(catalog) => catalog,
+        Err(error) => {
             session.close().await;
             return Err(format!(
                 "discovery failed: {}",
                 crate::upstream::http_client::with_causes(&error)
-            ));
-        }
-        Err(_) => {
-            session.close().await;
-            return Err(format!(
-                "discovery got no answer within {}",
-                humantime::format_duration(limit.idle)
             ));
         }
     };

@@ -8,7 +8,11 @@
 //! out cursors for ever). Tools keep each one's `execution` (2025-11-25),
 //! which rmcp's `Tool` has no field for, from the upstream's own answer.
 
-use std::{collections::HashMap, future::Future};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    time::Duration,
+};
 
 use rmcp::{
     model::{Cursor, PaginatedRequestParams, Tool},
@@ -23,35 +27,81 @@ use crate::catalog::MountCatalog;
 /// cursors: what was read is kept.
 const MAX_PAGES: usize = 1000;
 
-/// Reads every list the upstream offers.
-pub async fn discover(session: &UpstreamSession) -> Result<MountCatalog, ServiceError> {
-    let mut catalog = MountCatalog::default();
-    for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-        refresh(session, kind, &mut catalog).await?;
-    }
-    Ok(catalog)
+/// How long reading lists may take: each page within `page` (the
+/// mount's request timeout: an answer to one request is waited for no
+/// longer), and all of it within `whole` (`request_ceiling`). A bound on
+/// the whole alone cut off a server with many pages that answers each in
+/// time, and reported it as silent.
+#[derive(Debug, Clone, Copy)]
+pub struct ListLimits {
+    pub page: Duration,
+    pub whole: Duration,
 }
 
-/// The items of every page of one list, `list` naming it in the warning
-/// given when the upstream still has more after [`MAX_PAGES`].
+/// Why a list could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error(transparent)]
+    Upstream(#[from] ServiceError),
+    #[error("no answer to {list} within {}", humantime::format_duration(*.within))]
+    PageUnanswered {
+        list: &'static str,
+        within: Duration,
+    },
+    #[error("its lists were not all read within {} (request_ceiling)", humantime::format_duration(*.0))]
+    TooLong(Duration),
+}
+
+/// Reads every list the upstream offers.
+pub async fn discover(
+    session: &UpstreamSession,
+    limits: ListLimits,
+) -> Result<MountCatalog, ListError> {
+    let read = async {
+        let mut catalog = MountCatalog::default();
+        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+            refresh(session, kind, &mut catalog, limits.page).await?;
+        }
+        Ok(catalog)
+    };
+    tokio::time::timeout(limits.whole, read)
+        .await
+        .unwrap_or(Err(ListError::TooLong(limits.whole)))
+}
+
+/// The items of every page of one list, `list` naming it in errors and
+/// warnings: each page answered within `page_limit`; what was read is
+/// kept when the upstream still has more after [`MAX_PAGES`], or hands
+/// out a cursor it gave before (it would go round for ever).
 async fn all_pages<T, Page>(
     session: &UpstreamSession,
-    list: &str,
+    list: &'static str,
+    page_limit: Duration,
     mut read_page: impl FnMut(Option<PaginatedRequestParams>) -> Page,
-) -> Result<Vec<T>, ServiceError>
+) -> Result<Vec<T>, ListError>
 where
     Page: Future<Output = Result<(Vec<T>, Option<Cursor>), ServiceError>>,
 {
     let mut items = Vec::new();
     let mut cursor = None;
+    let mut given = HashSet::new();
     for _ in 0..MAX_PAGES {
         let params =
             cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
-        let (page, next) = read_page(params).await?;
+        let (page, next) = tokio::time::timeout(page_limit, read_page(params))
+            .await
+            .map_err(|_| ListError::PageUnanswered {
+                list,
+                within: page_limit,
+            })??;
         items.extend(page);
-        cursor = next;
-        if cursor.is_none() {
-            return Ok(items);
+        match next {
+            None => return Ok(items),
+            Some(next) if !given.insert(next.clone()) => {
+                tracing::warn!(mount = %session.mount(), cursor = %next, "{list}: the upstream handed out a cursor it gave before; keeping what was read");
+                return Ok(items);
+            }
+            next => cursor = next,
         }
     }
     tracing::warn!(mount = %session.mount(), "{list} still had more pages after {MAX_PAGES}; keeping what was read");
@@ -62,8 +112,9 @@ where
 /// declare one.
 async fn all_tools(
     session: &UpstreamSession,
-) -> Result<(Vec<Tool>, HashMap<String, Value>), ServiceError> {
-    let pages = all_pages(session, "tools/list", |params| async move {
+    page_limit: Duration,
+) -> Result<(Vec<Tool>, HashMap<String, Value>), ListError> {
+    let pages = all_pages(session, "tools/list", page_limit, |params| async move {
         let (page, raw) = session
             .list_tools_page(params.and_then(|params| params.cursor))
             .await?;
@@ -110,12 +161,14 @@ fn legacy_output_schema(mut tool: Tool) -> Tool {
     tool
 }
 
-/// Re-reads one list into `catalog`, leaving the others as they are.
-pub async fn refresh(
+/// Re-reads one list into `catalog`, leaving the others as they are, each
+/// page answered within `page_limit`.
+async fn refresh(
     session: &UpstreamSession,
     kind: ListKind,
     catalog: &mut MountCatalog,
-) -> Result<(), ServiceError> {
+    page_limit: Duration,
+) -> Result<(), ListError> {
     let peer = session.peer();
     let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
     let declared = |check: fn(&rmcp::model::ServerCapabilities) -> bool| {
@@ -124,14 +177,14 @@ pub async fn refresh(
     match kind {
         ListKind::Tools => {
             (catalog.tools, catalog.tool_execution) = if declared(|c| c.tools.is_some()) {
-                all_tools(session).await?
+                all_tools(session, page_limit).await?
             } else {
                 Default::default()
             };
         }
         ListKind::Prompts => {
             catalog.prompts = if declared(|c| c.prompts.is_some()) {
-                all_pages(session, "prompts/list", |params| async move {
+                all_pages(session, "prompts/list", page_limit, |params| async move {
                     let page = peer.list_prompts(params).await?;
                     Ok((page.prompts, page.next_cursor))
                 })
@@ -142,21 +195,26 @@ pub async fn refresh(
         }
         ListKind::Resources => {
             if declared(|c| c.resources.is_some()) {
-                catalog.resources = all_pages(session, "resources/list", |params| async move {
-                    let page = peer.list_resources(params).await?;
-                    Ok((page.resources, page.next_cursor))
-                })
-                .await?;
-                let templates =
-                    all_pages(session, "resources/templates/list", |params| async move {
+                catalog.resources =
+                    all_pages(session, "resources/list", page_limit, |params| async move {
+                        let page = peer.list_resources(params).await?;
+                        Ok((page.resources, page.next_cursor))
+                    })
+                    .await?;
+                let templates = all_pages(
+                    session,
+                    "resources/templates/list",
+                    page_limit,
+                    |params| async move {
                         let page = peer.list_resource_templates(params).await?;
                         Ok((page.resource_templates, page.next_cursor))
-                    });
+                    },
+                );
                 catalog.templates = match templates.await {
                     // The SDKs' low-level servers declare `resources` with
                     // only a list and a read handler: no templates, not a
                     // broken server.
-                    Err(ServiceError::McpError(error))
+                    Err(ListError::Upstream(ServiceError::McpError(error)))
                         if error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
                     {
                         tracing::debug!(mount = %session.mount(), "resources/templates/list: method not found; no templates");
@@ -219,22 +277,22 @@ where
 /// back to back for as long as it lives.
 pub const UNCHANGED_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// One list read afresh after the upstream said it changed, given up after
-/// `limit`: an upstream that announces a change and then never answers
+/// One list read afresh after the upstream said it changed, within
+/// `limits`: an upstream that announces a change and then never answers
 /// must not hold the list's refresh (and what the refresh holds) for ever.
 pub async fn refresh_within(
     session: &UpstreamSession,
     kind: ListKind,
-    limit: std::time::Duration,
+    limits: ListLimits,
 ) -> Result<MountCatalog, String> {
     let mut fresh = MountCatalog::default();
-    match tokio::time::timeout(limit, refresh(session, kind, &mut fresh)).await {
-        Ok(Ok(())) => Ok(fresh),
-        Ok(Err(error)) => Err(super::http_client::with_causes(&error)),
-        Err(_) => Err(format!(
-            "no answer within {}",
-            humantime::format_duration(limit)
-        )),
+    let read = refresh(session, kind, &mut fresh, limits.page);
+    match tokio::time::timeout(limits.whole, read)
+        .await
+        .unwrap_or(Err(ListError::TooLong(limits.whole)))
+    {
+        Ok(()) => Ok(fresh),
+        Err(error) => Err(super::http_client::with_causes(&error)),
     }
 }
 
