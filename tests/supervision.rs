@@ -298,6 +298,24 @@ async fn an_answer_too_long_to_read_fails_its_call_at_once() {
     close(client).await;
 }
 
+/// An upstream that answers `initialize` with a protocol version the
+/// gateway does not speak fails to start, saying so (the lifecycle: the
+/// client should disconnect). It was taken as ready, and every request
+/// carried that version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_answering_an_unknown_protocol_version_fails_to_start() {
+    let mount = python_fixture_mount("odd", "completion_without_capability.py", "")
+        .replace("\"]\n", "\", \"1999-01-01\"]\n");
+    let config = format!("{SERVER_TOML}{QUICK_SUPERVISION}{mount}");
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    let mount = wait_state(&gateway, "odd", "down").await;
+    let error = mount["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("protocol version \"1999-01-01\", which the gateway does not speak"),
+        "{mount}"
+    );
+}
+
 /// An upstream that exits at once every time: after `crash_loop_restarts`
 /// failures the mount is `down`, and stays quiet (no further attempts, no
 /// CPU burnt) until `down_retry`. The other mount serves throughout.

@@ -16,7 +16,7 @@ use std::{
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::{
-    model::ClientConfig,
+    model::{ClientConfig, ProtocolVersion},
     service::ClientInitializeError,
     transport::{
         streamable_http_client::{
@@ -120,6 +120,20 @@ pub async fn open(
         Err(_) => return Err(UpstreamError::InitializeTimeout(timeouts.initialize)),
     };
     let peer = service.peer().clone();
+    // The lifecycle: a client that does not speak the version the server
+    // answered with should disconnect. rmcp takes any; carrying on, every
+    // request named a version neither side may know.
+    if let Some(version) = peer.peer_info().map(|info| info.protocol_version.clone()) {
+        let spoken = ProtocolVersion::known_up_to(&OFFERED_VERSION);
+        if !spoken.contains(&version) {
+            let known: Vec<&str> = spoken.iter().map(ProtocolVersion::as_str).collect();
+            return Err(UpstreamError::Initialize(format!(
+                "the server answered with protocol version {:?}, which the gateway does not speak ({})",
+                version.as_str(),
+                known.join(", ")
+            )));
+        }
+    }
     // A stdio child's exit ends the session, though a process it started
     // may hold its stdout open (Linux: pidfds).
     #[cfg(target_os = "linux")]
@@ -376,14 +390,17 @@ fn initialize_error(error: ClientInitializeError) -> UpstreamError {
     })
 }
 
+/// The protocol version the gateway asks upstreams for, and the newest
+/// it speaks with them. rmcp defaults to 2026-07-28, which has no
+/// `initialize`; the gateway speaks the handshake era upstream.
+const OFFERED_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
 /// The client identity and capabilities a session declares upstream.
 pub fn client_config(capabilities: rmcp::model::ClientCapabilities) -> ClientConfig {
     let mut info = ClientConfig::new(
         capabilities,
         rmcp::model::Implementation::new("junction", env!("CARGO_PKG_VERSION")),
     );
-    // rmcp defaults to 2026-07-28, which has no `initialize`; the gateway
-    // speaks the handshake era upstream.
-    info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+    info.protocol_version = OFFERED_VERSION;
     info
 }
