@@ -334,9 +334,7 @@ impl DirectCalls {
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
-                None => Err(transport(unexpected(format!(
-                    "HTTP {status}: a JSON answer that is not the request's"
-                )))),
+                None => Err(transport(unexpected(not_the_answer(status, &body)))),
             };
         }
         Err(transport(unexpected(format!(
@@ -624,6 +622,19 @@ fn answer_to(id: &RequestId, bytes: &[u8]) -> Option<Result<ServerResult, Servic
             }) if &answered == id => Some(read_as_rmcp(bytes)),
             _ => None,
         },
+    }
+}
+
+/// Why a JSON `body` that `status` came with answers no request: it says
+/// which of its faults it is, rather than calling every one of them
+/// another request's answer.
+fn not_the_answer(status: StatusCode, body: &[u8]) -> String {
+    if body.is_empty() {
+        return format!("HTTP {status}: an empty answer, where JSON was said to come");
+    }
+    match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Ok(_) => format!("HTTP {status}: a JSON answer that is not the request's"),
+        Err(error) => format!("HTTP {status}: an answer that is not JSON ({error})"),
     }
 }
 
@@ -1019,6 +1030,17 @@ mod tests {
                 .await
                 .is_ok(),
             "a notification never handed over is still waited for"
+        );
+    }
+
+    #[test]
+    fn a_json_body_that_answers_nothing_says_what_it_is() {
+        let status = StatusCode::OK;
+        assert!(not_the_answer(status, b"").contains("an empty answer"));
+        assert!(not_the_answer(status, b"<html>").contains("an answer that is not JSON ("));
+        assert!(
+            not_the_answer(status, br#"{"jsonrpc":"2.0","id":9,"result":{}}"#)
+                .contains("not the request's")
         );
     }
 
