@@ -309,9 +309,6 @@ impl DirectCalls {
             if refuses_unknown_session(&body) {
                 return Err(refused_unrun(message));
             }
-            if let Some(error) = error_without_id(&body) {
-                return Err(ServiceError::McpError(error));
-            }
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
@@ -328,9 +325,6 @@ impl DirectCalls {
             let body = read_bounded(reply.body, self.limits.max_json_response_size)
                 .await
                 .map_err(|error| transport(unexpected(error.to_string())))?;
-            if let Some(error) = error_without_id(&body) {
-                return Err(ServiceError::McpError(error));
-            }
             // A JSON-RPC error is an answer whatever the status.
             return match self.handle(&direct.id, body.as_ref()).await {
                 Some(answer) => answer,
@@ -613,6 +607,17 @@ fn answer_to(id: &RequestId, bytes: &[u8]) -> Option<Result<ServerResult, Servic
             (None, Some(result)) => Ok(ServerResult::CallToolResult(result)),
             (None, None) => read_as_rmcp(bytes),
         }),
+        // An error whose id is null or left out: a server that could not
+        // read the request's id (JSON-RPC: `null`; 2026-07-28: left out),
+        // or did not take it. Only one request is on a call's POST and its
+        // stream, so it is that one's; matched by id it would be no one's,
+        // and the call would wait out its timeout.
+        Ok(Incoming {
+            method: None,
+            id: None,
+            error: Some(error),
+            ..
+        }) => Some(Err(ServiceError::McpError(error))),
         Ok(_) => None,
         // Some other result (a task, an odd shape): ours if its id is.
         Err(_) => match serde_json::from_slice::<Envelope>(bytes) {
@@ -635,24 +640,6 @@ fn not_the_answer(status: StatusCode, body: &[u8]) -> String {
     match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
         Ok(_) => format!("HTTP {status}: a JSON answer that is not the request's"),
         Err(error) => format!("HTTP {status}: an answer that is not JSON ({error})"),
-    }
-}
-
-/// The error of a JSON-RPC error whose `id` is null or left out, the
-/// whole JSON body answering the POST of one request: a server that could
-/// not read the request's id (JSON-RPC: `null`; 2026-07-28: left out), or
-/// did not take it, refusing it. It can only be about that request;
-/// matched by id it would be no one's, and the call would wait out its
-/// timeout.
-pub(super) fn error_without_id(body: &[u8]) -> Option<ErrorData> {
-    match serde_json::from_slice::<Incoming>(body) {
-        Ok(Incoming {
-            id: None,
-            method: None,
-            error: Some(error),
-            ..
-        }) => Some(error),
-        _ => None,
     }
 }
 
@@ -1031,6 +1018,29 @@ mod tests {
                 .is_ok(),
             "a notification never handed over is still waited for"
         );
+    }
+
+    #[test]
+    fn an_error_without_an_id_answers_the_call() {
+        let id = RequestId::Number(4);
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"bad"}}"#[..],
+            br#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"bad"}}"#,
+        ] {
+            let answer = answer_to(&id, body).expect("the call's answer");
+            assert!(
+                matches!(answer, Err(ServiceError::McpError(ref error)) if error.message == "bad"),
+                "{answer:?}"
+            );
+        }
+        // Another request's error, a request, a notification: not it.
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32600,"message":"bad"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#,
+        ] {
+            assert!(answer_to(&id, body).is_none());
+        }
     }
 
     #[test]

@@ -305,7 +305,7 @@ impl StreamableHttpClient for TracingHttpClient {
                 Err(StreamableHttpError::SessionExpired)
             }
             // An error without an id answering the POST of one request is
-            // that request's (`direct_call::error_without_id`): rmcp,
+            // that request's (as `direct_call::answer_to` takes it): rmcp,
             // matching answers by id, would leave it waiting out its
             // timeout.
             Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(mut error), session))
