@@ -506,3 +506,83 @@ async fn a_sub_resources_update_reaches_the_parents_subscribers_with_its_meta() 
     }
     close(client).await;
 }
+
+/// A namespace change leaves a subscription under its old URI (as in
+/// `updates_reach_a_subscription_made_under_an_old_namespace`) with a
+/// pass-through mount configured too. That mount's fallback, which takes
+/// any URI nothing claims, made the old URI look claimed elsewhere, and
+/// the subscription ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_change_keeps_a_subscription_beside_a_pass_through_mount() {
+    let config = |namespace: &str| {
+        format!(
+            "{SERVER_TOML}{}{}",
+            stdio_demo_mount("shared", namespace),
+            stdio_demo_mount("pt", "namespace = \"\"")
+        )
+    };
+    let gateway = Gateway::start(&config("")).await;
+    let uri = format!("shared+{NOTE}");
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, &uri).await;
+    wait_until_held(&observer, "shared", &[NOTE]).await;
+    rewrite_config(&gateway.config_path, &config("namespace = \"other\""));
+    eventually("the namespace change to be applied", SETTLE, || async {
+        gateway
+            .proc
+            .stderr
+            .text()
+            .contains("changed=shared")
+            .then_some(())
+    })
+    .await;
+    wait_until_held(&observer, "other", &[NOTE]).await;
+    remember_and_expect_update(&observer, "other", &subscriber, &uri).await;
+    close(subscriber).await;
+    close(observer).await;
+}
+
+/// A subscription moved off a mount that keeps running (two pass-through
+/// mounts offering the same URI, reordered, the second changed so that
+/// it restarts) is let go of on the running mount's upstream, where no
+/// session wants it any more. It stayed subscribed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_moved_off_a_running_mount_is_let_go_there() {
+    let a = stdio_demo_mount("a", "namespace = \"\"");
+    // b never offers `subscriptions`: that name always reaches a.
+    let b = |extra: &str| {
+        stdio_demo_mount(
+            "b",
+            &format!("namespace = \"\"\nexclude_tools = [\"subscriptions\"]\n{extra}"),
+        )
+    };
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{a}{}", b(""))).await;
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, NOTE).await;
+    let held_by_a = |expected: &'static [&'static str]| {
+        let observer = &observer;
+        move || async move {
+            let params = rmcp::model::CallToolRequestParams::new("subscriptions");
+            let result = within("subscriptions", observer.call_tool(params))
+                .await
+                .ok()?;
+            let uris: Vec<String> = text(&result).lines().map(str::to_owned).collect();
+            (uris == expected).then_some(())
+        }
+    };
+    eventually("a to hold the note", SETTLE, held_by_a(&[NOTE])).await;
+    rewrite_config(
+        &gateway.config_path,
+        &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
+    );
+    eventually("the subscription to move", SETTLE, || async {
+        let log = gateway.proc.stderr.text();
+        log.contains("moved=1").then_some(())
+    })
+    .await;
+    eventually("a to let the note go", SETTLE, held_by_a(&[])).await;
+    close(subscriber).await;
+    close(observer).await;
+}

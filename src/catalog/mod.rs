@@ -26,7 +26,7 @@ use rmcp::model::{
 use serde_json::Value;
 
 pub use page::{page, PageError, PAGE_SIZE};
-pub use route::Route;
+pub use route::{Claimed, Route};
 
 use crate::{
     naming::{MountName, Namespace, Separator},

@@ -12,6 +12,15 @@ use std::sync::Arc;
 use super::{uri_template, MergedCatalog};
 use crate::naming::MountName;
 
+/// Whether a URI's route was claimed by a list, a template or a
+/// namespace, rather than given to the first pass-through mount because
+/// nothing claimed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    Yes,
+    Fallback,
+}
+
 /// Where a client-visible name goes: the mount and the upstream's own name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -67,12 +76,19 @@ impl MergedCatalog {
 
     /// For `resources/read`, subscriptions and `ref/resource` completions.
     pub fn resolve_uri(&self, uri: &str) -> Option<Route> {
+        self.resolve_uri_claimed(uri).map(|(route, _)| route)
+    }
+
+    /// `uri`'s route, and whether a list, a template or a namespace
+    /// claimed it, rather than it falling to the first pass-through mount
+    /// because nothing did.
+    pub fn resolve_uri_claimed(&self, uri: &str) -> Option<(Route, Claimed)> {
         if let Some(route) = self
             .resource_routes
             .get(uri)
             .or_else(|| self.template_routes.get(uri))
         {
-            return Some(route.clone());
+            return Some((route.clone(), Claimed::Yes));
         }
         let prefixed = self.namespaces.iter().find_map(|(namespace, mount)| {
             if namespace.is_pass_through() {
@@ -83,16 +99,18 @@ impl MergedCatalog {
                 original: Arc::from(original),
             })
         });
-        prefixed
-            .or_else(|| self.resolve_by_pass_through_template(uri))
-            .or_else(|| {
-                self.namespaces
-                    .iter()
-                    .find(|(namespace, _)| namespace.is_pass_through())
-                    .map(|(_, mount)| Route {
-                        mount: mount.clone(),
-                        original: uri.into(),
-                    })
+        if let Some(route) = prefixed.or_else(|| self.resolve_by_pass_through_template(uri)) {
+            return Some((route, Claimed::Yes));
+        }
+        self.namespaces
+            .iter()
+            .find(|(namespace, _)| namespace.is_pass_through())
+            .map(|(_, mount)| {
+                let route = Route {
+                    mount: mount.clone(),
+                    original: uri.into(),
+                };
+                (route, Claimed::Fallback)
             })
     }
 

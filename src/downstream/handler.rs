@@ -109,7 +109,7 @@ impl DownstreamSession {
         };
         let Some(mount) = self.gateway.mount(&route.mount) else {
             // Subscribed on a mount a reload has removed since (racing
-            // the move in `SessionRegistry::reroute_removed`): no upstream
+            // the move in `SessionRegistry::reroute`): no upstream
             // holds it any more.
             self.gateway.sessions().unsubscribe(state.key, uri);
             return true;

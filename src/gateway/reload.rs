@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use super::{build_mount, Gateway, Mount};
+use super::{build_mount, sessions::MountNow, Gateway, Mount};
 use crate::{config::Config, naming::MountName, upstream::ListKind};
 
 /// What a reload did, for the log and for tests.
@@ -145,30 +145,39 @@ impl Gateway {
         self.catalog_changed();
         // Before the new mounts start: their first sessions subscribe to
         // what sessions want of them, moved subscriptions included. Only
-        // to those: a running mount's upstream would never be told (and a
-        // URI a pass-through mount held falls to the first such mount, which
-        // need not offer it).
+        // to those: a running mount's upstream would never be told.
         if outcome.changed_anything() || reordered {
             let catalog = self.catalog(crate::upstream::ClientProfile::FULL);
-            let (moved, ended) = self.sessions.reroute(
-                |uri| catalog.resolve_uri(uri),
-                |mount| started.iter().any(|started| started.config.name == *mount),
-                |mount| !outcome.removed.contains(mount),
+            let rerouted = self.sessions.reroute(
+                |uri| catalog.resolve_uri_claimed(uri),
+                |name| {
+                    let shared = |mount: &Arc<Mount>| {
+                        mount.config.isolation == crate::config::Isolation::Shared
+                    };
+                    match self.mount(name) {
+                        None => MountNow::Removed,
+                        Some(mount)
+                            if started.iter().any(|started| Arc::ptr_eq(started, &mount)) =>
+                        {
+                            MountNow::Starting {
+                                shared: shared(&mount),
+                            }
+                        }
+                        Some(mount) => MountNow::Running {
+                            shared: shared(&mount),
+                        },
+                    }
+                },
             );
-            if moved + ended.len() > 0 {
+            if rerouted.moved + rerouted.ended > 0 {
                 tracing::info!(
-                    moved,
-                    ended = ended.len(),
+                    moved = rerouted.moved,
+                    ended = rerouted.ended,
                     "subscriptions whose URIs now lead elsewhere, or to a removed mount, moved or ended"
                 );
             }
-            // A retired mount's upstream ends; a running one's is told.
-            let still_running: Vec<_> = ended
-                .into_iter()
-                .filter(|route| !started.iter().any(|mount| mount.config.name == route.mount))
-                .collect();
             if let Some(gateway) = self.weak.upgrade() {
-                gateway.let_go_of(still_running);
+                gateway.let_go_of(rerouted.let_go);
             }
         }
         for mount in &started {

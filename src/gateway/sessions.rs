@@ -24,7 +24,7 @@ use rmcp::{
 };
 
 use crate::{
-    catalog::Route,
+    catalog::{Claimed, Route},
     naming::MountName,
     upstream::{ClientProfile, ListKind},
 };
@@ -136,6 +136,31 @@ impl Drop for SessionTicket {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// What became of a mount in a reload, for [`SessionRegistry::reroute`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountNow {
+    Removed,
+    /// Added or changed: its upstream sessions are new, and subscribe to
+    /// what sessions want of it.
+    Starting {
+        shared: bool,
+    },
+    /// Kept as it was, its upstream sessions with it.
+    Running {
+        shared: bool,
+    },
+}
+
+/// What [`SessionRegistry::reroute`] did.
+#[derive(Debug, Default)]
+pub struct Rerouted {
+    pub moved: usize,
+    pub ended: usize,
+    /// Routes taken off shared mounts still running, whose upstreams may
+    /// hold them: to let go of there.
+    pub let_go: Vec<Route>,
 }
 
 impl SessionRegistry {
@@ -294,55 +319,70 @@ impl SessionRegistry {
         Some(route)
     }
 
-    /// After a reload: each subscription whose client-visible URI now
-    /// leads to another resource (`route_now`: where it leads now) moves
-    /// there if that is the same upstream URI on a mount the reload starts
-    /// (`starting`: its first session subscribes to what sessions want),
-    /// and ends otherwise. Left where it was, it would be told of another
-    /// resource than the one its URI now reads (namespaces swapped,
-    /// pass-through mounts reordered). One whose URI leads nowhere now
-    /// stays on its mount while a mount of that name is `configured` (its
-    /// namespace changed: it is still told of its resource, under the URI
-    /// it subscribed with, and can be unsubscribed), and ends with a
-    /// removed mount: it would never be told of again, nor could it be
-    /// unsubscribed, and it would count against the session's bound for
-    /// ever. Returns how many moved, and the routes of those that ended:
-    /// a running upstream may still hold them.
+    /// After a reload, where each subscription goes; `mount_now` says what
+    /// became of the mount it is held on, `route_now` where its
+    /// client-visible URI leads now (`claimed`: by a list, a template or a
+    /// namespace, not only as the first pass-through mount's fallback).
+    ///
+    /// - On a removed mount: it moves where its URI leads if that is the
+    ///   same upstream URI on a mount the reload starts (a renamed mount:
+    ///   its first session subscribes to what sessions want), and ends
+    ///   otherwise: it would never be told of again, nor could it be
+    ///   unsubscribed, and it would count against the session's bound.
+    /// - On a shared mount still configured: if its URI is now claimed by
+    ///   another mount (namespaces swapped, pass-through mounts
+    ///   reordered), it moves there on the same terms, and ends otherwise:
+    ///   left, it would be told of another resource than the one its URI
+    ///   now reads. Else it stays (a namespace changed: it is still told
+    ///   of its resource, under the URI it subscribed with).
+    /// - On a per-session mount still configured: it stays; its route came
+    ///   from the session's own lists, which only the session knows.
     pub fn reroute(
         &self,
-        route_now: impl Fn(&str) -> Option<Route>,
-        starting: impl Fn(&MountName) -> bool,
-        configured: impl Fn(&MountName) -> bool,
-    ) -> (usize, Vec<Route>) {
+        route_now: impl Fn(&str) -> Option<(Route, Claimed)>,
+        mount_now: impl Fn(&MountName) -> MountNow,
+    ) -> Rerouted {
         let mut sessions = self.lock();
         let mut wanted = self.wanted();
-        let (mut moved, mut ended) = (0, Vec::new());
+        let mut rerouted = Rerouted::default();
         for (key, entry) in sessions.iter_mut() {
             entry.subscriptions.retain(|uri, route| {
-                let now = route_now(uri);
-                let stays = match &now {
-                    Some(now) => now == route,
-                    None => configured(&route.mount),
-                };
-                if stays {
-                    return true;
-                }
+                let held_on = mount_now(&route.mount);
+                let now =
+                    match held_on {
+                        MountNow::Starting { shared: false }
+                        | MountNow::Running { shared: false } => return true,
+                        MountNow::Removed => route_now(uri).map(|(now, _)| now),
+                        MountNow::Starting { shared: true }
+                        | MountNow::Running { shared: true } => match route_now(uri) {
+                            Some((now, Claimed::Yes)) if now != *route => Some(now),
+                            _ => return true,
+                        },
+                    };
                 unwant(&mut wanted, *key, uri, route);
-                match now.filter(|now| now.original == route.original && starting(&now.mount)) {
+                // A running upstream holds it until told.
+                if held_on == (MountNow::Running { shared: true }) {
+                    rerouted.let_go.push(route.clone());
+                }
+                let moves = |now: &Route| {
+                    now.original == route.original
+                        && matches!(mount_now(&now.mount), MountNow::Starting { .. })
+                };
+                match now.filter(moves) {
                     Some(now) => {
                         want(&mut wanted, *key, uri, &now);
                         *route = now;
-                        moved += 1;
+                        rerouted.moved += 1;
                         true
                     }
                     None => {
-                        ended.push(route.clone());
+                        rerouted.ended += 1;
                         false
                     }
                 }
             });
         }
-        (moved, ended)
+        rerouted
     }
 
     /// Whether some session is subscribed to the upstream URI `original` of
@@ -636,11 +676,11 @@ mod tests {
         }
     }
 
-    /// After a reload, a subscription whose URI leads where it is held, or
-    /// nowhere while its mount is still configured, stays; one whose URI
-    /// leads elsewhere moves there if that is the same upstream URI on a
-    /// mount the reload starts, and ends otherwise: none is left on a
-    /// removed mount or told of a resource its URI no longer reads.
+    /// After a reload: a removed mount's subscriptions move where their
+    /// URIs now lead to the same upstream URI on a starting mount, and end
+    /// otherwise; a running shared mount's move or end only when another
+    /// mount claims their URIs (and are let go of there); a namespace
+    /// change, a pass-through fallback and per-session mounts leave them.
     #[tokio::test]
     async fn a_reload_moves_or_ends_subscriptions_whose_uri_leads_elsewhere() {
         let Registered {
@@ -649,52 +689,65 @@ mod tests {
             _service,
             _other_end,
         } = registered::<1>();
-        let [gone, renamed, kept, running] =
-            ["gone", "renamed", "kept", "running"].map(|name| MountName::new(name).unwrap());
+        let [gone, renamed, kept, running, private] =
+            ["gone", "renamed", "kept", "running", "private"]
+                .map(|name| MountName::new(name).unwrap());
         let on = |mount: &MountName, original: &str| Route {
             mount: mount.clone(),
             original: original.into(),
         };
+        let subscribe = |mount: &MountName, uri: &str| {
+            let original = &uri[uri.find('+').unwrap() + 1..];
+            assert!(registry.subscribe(key, uri, &on(mount, original)).is_ok());
+        };
         for uri in ["x+demo://a", "x+demo://b", "x+demo://c"] {
-            let original = uri.strip_prefix("x+").unwrap();
-            assert!(registry.subscribe(key, uri, &on(&gone, original)).is_ok());
+            subscribe(&gone, uri);
         }
-        for uri in ["k+demo://d", "k+demo://e", "k+demo://f", "k+demo://g"] {
-            let original = uri.strip_prefix("k+").unwrap();
-            assert!(registry.subscribe(key, uri, &on(&kept, original)).is_ok());
+        for uri in [
+            "k+demo://d",
+            "k+demo://e",
+            "k+demo://f",
+            "k+demo://g",
+            "k+demo://h",
+        ] {
+            subscribe(&kept, uri);
         }
-        let (moved, mut ended) = registry.reroute(
+        subscribe(&private, "p+demo://i");
+        let claimed = |route: Route| Some((route, Claimed::Yes));
+        let rerouted = registry.reroute(
             |uri| match uri {
-                "x+demo://a" => Some(on(&renamed, "demo://a")),
+                "x+demo://a" => claimed(on(&renamed, "demo://a")),
                 // Routed elsewhere, to another upstream URI: not the same.
-                "x+demo://b" => Some(on(&renamed, "x+demo://b")),
-                "k+demo://d" => Some(on(&kept, "demo://d")),
-                "k+demo://e" => Some(on(&renamed, "demo://e")),
+                "x+demo://b" => claimed(on(&renamed, "x+demo://b")),
+                "k+demo://d" => claimed(on(&kept, "demo://d")),
+                "k+demo://e" => claimed(on(&renamed, "demo://e")),
                 // A running mount's upstream would never be told.
-                "k+demo://f" => Some(on(&running, "demo://f")),
+                "k+demo://f" => claimed(on(&running, "demo://f")),
                 // Its namespace changed: still its mount's resource.
                 "k+demo://g" => None,
+                // Only the first pass-through mount's fallback.
+                "k+demo://h" => Some((on(&running, "k+demo://h"), Claimed::Fallback)),
+                "p+demo://i" => claimed(on(&running, "demo://i")),
                 _ => None,
             },
-            |mount| *mount == renamed,
-            |mount| *mount != gone,
+            |mount| match mount.as_str() {
+                "gone" => MountNow::Removed,
+                "renamed" => MountNow::Starting { shared: true },
+                "private" => MountNow::Running { shared: false },
+                _ => MountNow::Running { shared: true },
+            },
         );
-        assert_eq!(moved, 2);
-        ended.sort_by(|a, b| a.original.cmp(&b.original));
-        assert_eq!(
-            ended,
-            [
-                on(&gone, "demo://b"),
-                on(&gone, "demo://c"),
-                on(&kept, "demo://f")
-            ]
-        );
+        assert_eq!((rerouted.moved, rerouted.ended), (2, 3));
+        let mut let_go = rerouted.let_go;
+        let_go.sort_by(|a, b| a.original.cmp(&b.original));
+        assert_eq!(let_go, [on(&kept, "demo://e"), on(&kept, "demo://f")]);
         let mut moved_to = registry.subscriptions_on(key, &renamed);
         moved_to.sort();
         assert_eq!(moved_to, ["demo://a", "demo://e"]);
         let mut stayed = registry.subscriptions_on(key, &kept);
         stayed.sort();
-        assert_eq!(stayed, ["demo://d", "demo://g"]);
+        assert_eq!(stayed, ["demo://d", "demo://g", "demo://h"]);
+        assert_eq!(registry.subscriptions_on(key, &private), ["demo://i"]);
         assert!(registry.subscriptions_on(key, &gone).is_empty());
         assert!(registry.wanted_on(&gone).is_empty());
         assert!(registry.wants(&renamed, "demo://a"));
