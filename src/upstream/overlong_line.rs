@@ -116,7 +116,12 @@ impl OverlongLine {
         self.in_name = false;
         self.member = Member::Other;
         match self.name.as_slice() {
-            b"id" => self.member = Member::Id,
+            b"id" => {
+                // A second `id` (serde keeps the last): not both at once.
+                self.member = Member::Id;
+                self.id.clear();
+                self.id_unusable = false;
+            }
             b"result" | b"error" => self.answers = true,
             b"method" => self.has_method = true,
             _ => {}
@@ -198,6 +203,11 @@ mod tests {
         assert_eq!(scanned(r#"{"jsonrpc":"2.0","id":null,"result":{}}"#), None);
         assert_eq!(scanned(r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#), None);
         assert_eq!(scanned("Server started"), None);
+        assert_eq!(
+            scanned(r#"{"id":7,"result":{},"id":8}"#),
+            Some(json!(8)),
+            "the last of two, as serde reads it"
+        );
         let long_id = format!(r#"{{"id":"{}","result":{{}}}}"#, "i".repeat(300));
         assert_eq!(scanned(&long_id), None);
     }

@@ -32,7 +32,8 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// How many marked requests are remembered at once.
 const KEPT: usize = 64;
 
-/// A line longer than this (rmcp's own stdio limit) is not looked at.
+/// A line of this many bytes or more (rmcp's own stdio limit, its `\n`
+/// counted) is not looked at.
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// The most a [`TapReader`] keeps allocated between lines.
@@ -181,7 +182,9 @@ impl<R> TapReader<R> {
             if let Some(overlong) = &mut self.overlong {
                 overlong.feed(chunk);
             } else if !self.skipping {
-                if self.line.len() + chunk.len() > MAX_LINE {
+                // rmcp counts the `\n` in: a line of `MAX_LINE` bytes is
+                // one too many.
+                if self.line.len() + chunk.len() >= MAX_LINE {
                     if self.malformed.is_some() {
                         let mut overlong = super::overlong_line::OverlongLine::default();
                         overlong.feed(&self.line);
@@ -301,5 +304,28 @@ mod tests {
         assert_eq!(out, wire.to_vec());
         let answer = raw.take(&id(3)).expect("the answer was seen");
         assert_eq!(answer["tools"][0]["execution"]["taskSupport"], "required");
+    }
+
+    /// rmcp drops a line whose content is `MAX_LINE` bytes or more (it
+    /// counts the `\n`); such a line that answers a request is reported,
+    /// however it arrives.
+    #[test]
+    fn a_line_of_exactly_the_limit_is_reported() {
+        let (sender, mut answers) = tokio::sync::mpsc::channel(4);
+        let mount = crate::naming::MountName::new("m").unwrap();
+        let malformed = super::super::malformed::MalformedLines::new(mount, sender);
+        let mut tap =
+            TapReader::new(tokio::io::empty(), Arc::new(RawAnswers::default())).checking(malformed);
+        let head = br#"{"jsonrpc":"2.0","id":9,"result":{"t":""#;
+        let tail = br#""}}"#;
+        let mut line = head.to_vec();
+        line.resize(MAX_LINE - tail.len(), b'x');
+        line.extend_from_slice(tail);
+        assert_eq!(line.len(), MAX_LINE);
+        line.push(b'\n');
+        for piece in line.chunks(64 * 1024) {
+            tap.observe(piece);
+        }
+        assert!(answers.try_recv().is_ok(), "no error was injected");
     }
 }
