@@ -1572,6 +1572,30 @@ async fn hosts_are_checked_as_http_1_1_reads_them() {
     hostile.assert_unharmed().await;
 }
 
+/// A request refused for its `Host` or `Origin` is answered before its
+/// body is read: the answer says the connection ends with it.
+#[tokio::test]
+async fn a_host_or_origin_refusal_ends_its_connection() {
+    let hostile = Hostile::start().await;
+    let post = |header: &'static str, value: &'static str| {
+        hostile
+            .http
+            .post(hostile.gateway.mcp_url())
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT_BOTH)
+            .header(header, value)
+            .body("x".repeat(50_000))
+            .send()
+    };
+    for (header, value) in [("origin", "http://evil.example"), ("host", "evil.example")] {
+        let refused = within("POST", post(header, value))
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{header}");
+        assert_eq!(refused.headers()["connection"], "close", "{header}");
+    }
+}
+
 /// The same when the second request comes while the first still waits on
 /// the quick path (its first 20 ms): the first holds its id from the
 /// start. The second was answered then, its tool run. Each round sends
