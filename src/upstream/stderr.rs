@@ -32,7 +32,7 @@ pub async fn log_lines<R: AsyncRead + Unpin>(stderr: R, mount: MountName) {
     let mut reader = BufReader::new(stderr);
     let mut lines = LineCutter::default();
     let mut budget = Budget::new(Instant::now());
-    let mut log = |line: Line<'_>| {
+    let log = |budget: &mut Budget, line: Line<'_>| {
         let (logged, not_logged) = budget.admit(Instant::now());
         if let Some(count) = not_logged {
             tell_not_logged(&mount, count);
@@ -43,15 +43,27 @@ pub async fn log_lines<R: AsyncRead + Unpin>(stderr: R, mount: MountName) {
         }
     };
     loop {
-        let chunk = match reader.fill_buf().await {
+        // Lines not logged are told once their second is over, though
+        // the child then says nothing more.
+        let untold = budget.has_untold().then(|| budget.window_ends());
+        let chunk = tokio::select! {
+            chunk = reader.fill_buf() => chunk,
+            () = tokio::time::sleep_until(untold.unwrap_or_else(Instant::now)), if untold.is_some() => {
+                if let Some(count) = budget.not_logged() {
+                    tell_not_logged(&mount, count);
+                }
+                continue;
+            }
+        };
+        let chunk = match chunk {
             Ok([]) | Err(_) => break,
             Ok(chunk) => chunk,
         };
         let read = chunk.len();
-        lines.feed(chunk, &mut log);
+        lines.feed(chunk, |line| log(&mut budget, line));
         reader.consume(read);
     }
-    lines.finish(&mut log);
+    lines.finish(|line| log(&mut budget, line));
     if let Some(count) = budget.not_logged() {
         tell_not_logged(&mount, count);
     }
@@ -94,6 +106,16 @@ impl Budget {
             self.not_logged += 1;
             (false, told)
         }
+    }
+
+    /// Whether lines were not logged, and not told of yet.
+    fn has_untold(&self) -> bool {
+        self.not_logged > 0
+    }
+
+    /// When the current second is over.
+    fn window_ends(&self) -> Instant {
+        self.window_started + Duration::from_secs(1)
     }
 
     /// The count of lines not logged, if any, now told.
@@ -224,6 +246,54 @@ mod tests {
         assert_eq!(budget.admit(later), (true, Some(50)));
         assert_eq!(budget.admit(later), (true, None));
         assert_eq!(budget.not_logged(), None);
+    }
+
+    /// What the log says, as the fmt layer writes it.
+    #[derive(Clone, Default)]
+    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Written {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    /// A child that floods stderr and then falls silent, pipe open: the
+    /// count of lines not logged is told once their second is over, not
+    /// left until the child writes again or exits.
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_that_stops_is_told_once_its_second_is_over() {
+        use tokio::io::AsyncWriteExt;
+        let written = Written::default();
+        let log = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || log.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let (mut child, gateway_end) = tokio::io::duplex(1 << 20);
+        let reading = log_lines(gateway_end, MountName::new("m").unwrap());
+        let flooding = async {
+            let flood = "line\n".repeat(LINES_PER_SECOND as usize + 50);
+            child.write_all(flood.as_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let told = written.text();
+            drop(child);
+            told
+        };
+        let ((), told) = tokio::join!(reading, flooding);
+        assert!(told.contains("50 more lines"), "{told}");
     }
 
     #[test]
