@@ -609,8 +609,10 @@ impl Mount {
         .await;
         match waited {
             Ok(result) => result,
+            // A start reads every page of every list, each within the
+            // request timeout: it may still be going.
             Err(_) => Err(format!(
-                "the upstream did not start within {}",
+                "the upstream did not start and list what it offers within {}; it may still be starting",
                 humantime::format_duration(bound)
             )),
         }
