@@ -197,6 +197,8 @@ async fn a_session_in_use_outlives_the_idle_timeout() {
 /// What a session would have been told while asleep (a resource it
 /// subscribed to changed, a list changed) it is told on waking: awake
 /// without a `GET` stream, rmcp would have kept both for its next `GET`.
+/// The update keeps the upstream's `_meta` (the demo names the note's
+/// key); it was told with the URI alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_changed_while_asleep_is_told_on_waking() {
     let gateway = Gateway::start(&config("session_hibernate_after = \"200ms\"")).await;
@@ -213,6 +215,10 @@ async fn what_changed_while_asleep_is_told_on_waking() {
     // The sleeper's GET wakes it; both come on that stream.
     let seen = get_until_told(&http, &url, &sleeper, uri).await;
     assert!(told(&seen, uri), "the woken session's GET stream: {seen:?}");
+    assert!(
+        seen.contains(r#""_meta":{"x-demo-key":"while-asleep"}"#),
+        "{seen:?}"
+    );
     close(other).await;
 }
 

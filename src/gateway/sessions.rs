@@ -77,7 +77,9 @@ struct SessionEntry {
 #[derive(Default)]
 struct Missed {
     lists: Vec<ListKind>,
-    updated: Vec<String>,
+    /// Each subscribed URI updated, with the `_meta` of its latest update
+    /// if that was of the URI itself (not of a resource under it).
+    updated: Vec<(String, Option<NotificationMetaObject>)>,
     /// Anything else (an elicitation's completion, a log line that found
     /// its request's stream closed).
     told: Vec<ServerNotification>,
@@ -91,10 +93,11 @@ impl Missed {
         }
     }
 
-    /// `uri` was updated (kept once).
-    fn updated(&mut self, uri: &str) {
-        if !self.updated.iter().any(|missed| missed == uri) {
-            self.updated.push(uri.to_owned());
+    /// `uri` was updated (kept once, with the latest `meta`).
+    fn updated(&mut self, uri: &str, meta: Option<NotificationMetaObject>) {
+        match self.updated.iter_mut().find(|(missed, _)| missed == uri) {
+            Some((_, kept)) => *kept = meta,
+            None => self.updated.push((uri.to_owned(), meta)),
         }
     }
 
@@ -110,7 +113,7 @@ impl Missed {
         if let Some(kind) = kind {
             self.list_changed(kind);
         } else if let ServerNotification::ResourceUpdatedNotification(updated) = &notification {
-            self.updated(&updated.params.uri);
+            self.updated(&updated.params.uri, updated.params.meta.clone());
         } else if self.told.len() < MISSED_TOLD_MAX {
             self.told.push(notification);
         } else {
@@ -486,8 +489,12 @@ impl SessionRegistry {
             match &entry.peer {
                 Some(peer) => peers.push((peer.clone(), told)),
                 // Told on waking that what it subscribed to changed: kept
-                // once per subscription, however many sub-resources did.
-                None => entry.missed.updated(&subscribed),
+                // once per subscription, however many sub-resources did
+                // (whose `_meta` is about another URI).
+                None => {
+                    let own_meta = (told == subscribed).then(|| meta.clone()).flatten();
+                    entry.missed.updated(&subscribed, own_meta);
+                }
             }
         }
         drop(sessions);
@@ -624,8 +631,9 @@ fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
         for kind in missed.lists {
             notify_list_changed(peer.clone(), kind).await;
         }
-        for uri in missed.updated {
-            let params = ResourceUpdatedNotificationParam::new(uri);
+        for (uri, meta) in missed.updated {
+            let mut params = ResourceUpdatedNotificationParam::new(uri);
+            params.meta = meta;
             if let Err(error) = peer.notify_resource_updated(params).await {
                 tracing::debug!(%error, "could not send a missed resources/updated");
             }
