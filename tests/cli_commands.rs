@@ -290,6 +290,28 @@ async fn check_shows_substituted_values_as_written() {
     );
 }
 
+/// A stdio command that cannot start is named as written: a `${VAR}` in
+/// it (a secret, maybe) is not shown expanded in the failure. It was,
+/// and so in the log, `/readyz`, `/status.json` and clients' errors.
+#[tokio::test]
+async fn a_command_that_cannot_start_is_shown_as_written() {
+    let config = format!(
+        "{SERVER_TOML}[mounts.cli]\ncommand = \"/nonexistent/tool-${{CHECK_TEST_TOKEN}}\"\n"
+    );
+    let (_dir, path) = config_file(&config);
+    let run = junction(
+        &["check", "--config", &path, "--connect"],
+        &[("CHECK_TEST_TOKEN", "s3cret-value")],
+    )
+    .await;
+    let output = format!("{}{}", run.stdout, run.stderr);
+    assert!(!output.contains("s3cret-value"), "{output}");
+    assert!(
+        output.contains("cannot start `/nonexistent/tool-${CHECK_TEST_TOKEN}`"),
+        "{output}"
+    );
+}
+
 /// A setting of the file an environment variable overrides is named,
 /// with the variable: the file's value is not used, which nothing said
 /// (the Docker image always overrides `server.allowed_hosts`). A setting

@@ -203,6 +203,10 @@ fn load_read(
                 .into_iter()
                 .filter(|(_, raw)| raw.replace(&builtin, "").contains("${"))
                 .collect();
+            for mount in &mut config.mounts {
+                let path = format!("mounts.{}.command", mount.name);
+                mount.command_as_written = config.as_written.get(&path).cloned();
+            }
             config.overridden = overridden;
             Ok(config)
         }

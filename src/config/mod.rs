@@ -210,9 +210,18 @@ pub struct MountConfig {
     /// sends upstream: upstream header name → client header name, both
     /// lower case. Empty for every other mount (validation sees to it).
     pub forward_headers: BTreeMap<String, String>,
+    /// A stdio mount's `command` as written, when `${VAR}` substitution
+    /// changed it: what errors show in its place, so a variable's value
+    /// (a secret, maybe) reaches no log, status page or client.
+    pub command_as_written: Option<String>,
 }
 
 impl MountConfig {
+    /// The stdio command as errors may show it.
+    pub fn shown_command<'a>(&'a self, command: &'a str) -> &'a str {
+        self.command_as_written.as_deref().unwrap_or(command)
+    }
+
     /// Whether `other` names the same upstream, exposed the same way: it
     /// may differ only in tuning (timeouts but `connect`, the per-session
     /// limit) and in which tools it offers, which a reload applies to the
@@ -229,6 +238,8 @@ impl MountConfig {
             max_upstream_sessions: _,
             tools: _,
             forward_headers,
+            // Follows `transport`'s command.
+            command_as_written: _,
         } = self;
         *name == other.name
             && *namespace == other.namespace

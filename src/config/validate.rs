@@ -1089,6 +1089,8 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
         max_upstream_sessions: raw.max_upstream_sessions,
         tools: tools?,
         forward_headers: forward_headers.unwrap_or(Some(BTreeMap::new()))?,
+        // Set by `load` once substitution is known.
+        command_as_written: None,
     })
 }
 

@@ -231,12 +231,12 @@ async fn start(
                     });
                     match cwd_unusable {
                         Some((cwd, source)) => UpstreamError::Cwd {
-                            command: command.clone(),
+                            command: mount.shown_command(command).to_owned(),
                             cwd,
                             source,
                         },
                         None => UpstreamError::Spawn {
-                            command: command.clone(),
+                            command: mount.shown_command(command).to_owned(),
                             source,
                         },
                     }
