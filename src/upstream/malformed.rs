@@ -79,19 +79,7 @@ impl MalformedLines {
             return;
         };
         tracing::warn!(mount = %self.mount, %error, %id, "the upstream answered with a line that is not JSON; its request fails");
-        let answer = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": -32603,
-                "message": format!("the upstream's answer is not valid JSON ({error}); JSON has no NaN or Infinity, which some servers write for numbers"),
-            },
-        });
-        if let Ok(answer) = serde_json::from_value::<ServerJsonRpcMessage>(answer) {
-            // From a read of the server's stdout: never waits. A full
-            // channel leaves the request to its timeout, as before.
-            let _ = self.answers.try_send(answer);
-        }
+        self.fail(id, format!("the upstream's answer is not valid JSON ({error}); JSON has no NaN or Infinity, which some servers write for numbers"));
     }
 
     /// A line over `limit` bytes, which rmcp drops unread: if it was an
@@ -102,16 +90,25 @@ impl MalformedLines {
             return;
         };
         tracing::warn!(mount = %self.mount, %id, limit, "the upstream's answer is longer than the most a line may be; its request fails");
+        self.fail(
+            id,
+            format!(
+                "the upstream's answer is larger than {limit} bytes, the most a message may be"
+            ),
+        );
+    }
+
+    /// Answers request `id` with an internal error saying `why`, as if the
+    /// server had.
+    fn fail(&self, id: Value, why: String) {
         let answer = json!({
             "jsonrpc": "2.0",
             "id": id,
-            "error": {
-                "code": -32603,
-                "message": format!("the upstream's answer is larger than {limit} bytes, the most a message may be"),
-            },
+            "error": { "code": -32603, "message": why },
         });
         if let Ok(answer) = serde_json::from_value::<ServerJsonRpcMessage>(answer) {
-            // As for a line that is not JSON: never waits.
+            // From a read of the server's stdout: never waits. A full
+            // channel leaves the request to its timeout, as before.
             let _ = self.answers.try_send(answer);
         }
     }
