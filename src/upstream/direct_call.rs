@@ -611,13 +611,16 @@ fn answer_to(id: &RequestId, bytes: &[u8]) -> Option<Result<ServerResult, Servic
         // read the request's id (JSON-RPC: `null`; 2026-07-28: left out),
         // or did not take it. Only one request is on a call's POST and its
         // stream, so it is that one's; matched by id it would be no one's,
-        // and the call would wait out its timeout.
+        // and the call would wait out its timeout. Unless it says the
+        // session is gone, which `handle` makes the session's end.
         Ok(Incoming {
             method: None,
             id: None,
             error: Some(error),
             ..
-        }) => Some(Err(ServiceError::McpError(error))),
+        }) if !super::ordered::talks_of_the_session(&error) => {
+            Some(Err(ServiceError::McpError(error)))
+        }
         Ok(_) => None,
         // Some other result (a task, an odd shape): ours if its id is.
         Err(_) => match serde_json::from_slice::<Envelope>(bytes) {
@@ -1033,9 +1036,12 @@ mod tests {
                 "{answer:?}"
             );
         }
-        // Another request's error, a request, a notification: not it.
+        // Another request's error, a request, a notification, and an
+        // error saying the session is gone (`handle` ends the session):
+        // not it.
         for body in [
-            &br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32600,"message":"bad"}}"#[..],
+            &br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Session not found"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32600,"message":"bad"}}"#,
             br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
             br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#,
         ] {

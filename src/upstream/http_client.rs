@@ -307,9 +307,12 @@ impl StreamableHttpClient for TracingHttpClient {
             // An error without an id answering the POST of one request is
             // that request's (as `direct_call::answer_to` takes it): rmcp,
             // matching answers by id, would leave it waiting out its
-            // timeout.
+            // timeout. Unless it says the session is gone, which ends the
+            // session (`ordered::says_session_is_gone`).
             Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(mut error), session))
-                if error.id.is_none() && request_id.is_some() =>
+                if error.id.is_none()
+                    && request_id.is_some()
+                    && !super::ordered::talks_of_the_session(&error.error) =>
             {
                 error.id = request_id;
                 Ok(StreamableHttpPostResponse::Json(

@@ -43,7 +43,13 @@ use super::{
 /// spec's answer is 404, which rmcp reports itself). No request would ever
 /// get an answer on this session again, so it has ended.
 pub(super) fn says_session_is_gone(error: &rmcp::model::JsonRpcError) -> bool {
-    error.id.is_none() && error.error.message.to_ascii_lowercase().contains("session")
+    error.id.is_none() && talks_of_the_session(&error.error)
+}
+
+/// Whether an id-less error's message talks about the session (see
+/// [`says_session_is_gone`]).
+pub(super) fn talks_of_the_session(error: &rmcp::model::ErrorData) -> bool {
+    error.message.to_ascii_lowercase().contains("session")
 }
 
 /// Whether a request's answer must wait for this notification to be
