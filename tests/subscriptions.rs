@@ -561,18 +561,10 @@ async fn a_subscription_moved_off_a_running_mount_is_let_go_there() {
     let subscriber = gateway.connect().await;
     let observer = gateway.connect().await;
     subscribe(&subscriber, NOTE).await;
-    let held_by_a = |expected: &'static [&'static str]| {
-        let observer = &observer;
-        move || async move {
-            let params = rmcp::model::CallToolRequestParams::new("subscriptions");
-            let result = within("subscriptions", observer.call_tool(params))
-                .await
-                .ok()?;
-            let uris: Vec<String> = text(&result).lines().map(str::to_owned).collect();
-            (uris == expected).then_some(())
-        }
-    };
-    eventually("a to hold the note", SETTLE, held_by_a(&[NOTE])).await;
+    eventually("a to hold the note", SETTLE, || {
+        held_by_pass_through(&observer, &[NOTE])
+    })
+    .await;
     rewrite_config(
         &gateway.config_path,
         &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
@@ -582,7 +574,65 @@ async fn a_subscription_moved_off_a_running_mount_is_let_go_there() {
         log.contains("moved=1").then_some(())
     })
     .await;
-    eventually("a to let the note go", SETTLE, held_by_a(&[])).await;
+    eventually("a to let the note go", SETTLE, || {
+        held_by_pass_through(&observer, &[])
+    })
+    .await;
+    close(subscriber).await;
+    close(observer).await;
+}
+
+/// Whether what the pass-through mount that offers the `subscriptions`
+/// tool holds, asked through `observer`, is `expected` (for `eventually`).
+async fn held_by_pass_through(observer: &Client, expected: &[&str]) -> Option<()> {
+    let params = rmcp::model::CallToolRequestParams::new("subscriptions");
+    let result = within("subscriptions", observer.call_tool(params))
+        .await
+        .ok()?;
+    let uris: Vec<String> = text(&result).lines().map(str::to_owned).collect();
+    (uris == expected).then_some(())
+}
+
+/// Two pass-through mounts, a subscription to a URI neither lists
+/// (`demo://notes`, all notes): the fallback takes it to the first.
+/// Reordered (the second changed, so that it restarts), reads of that URI
+/// reach the other mount: the subscription moves there, and the first
+/// lets it go. It stayed on the first, its upstream holding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_the_fallback_took_moves_when_pass_through_mounts_are_reordered() {
+    const ALL: &str = "demo://notes";
+    let a = stdio_demo_mount("a", "namespace = \"\"");
+    let b = |extra: &str| {
+        stdio_demo_mount(
+            "b",
+            &format!("namespace = \"\"\nexclude_tools = [\"subscriptions\"]\n{extra}"),
+        )
+    };
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{a}{}", b(""))).await;
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, ALL).await;
+    eventually("a to hold all notes", SETTLE, || {
+        held_by_pass_through(&observer, &[ALL])
+    })
+    .await;
+    rewrite_config(
+        &gateway.config_path,
+        &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
+    );
+    eventually("the reload to be applied", SETTLE, || async {
+        gateway
+            .proc
+            .stderr
+            .text()
+            .contains("changed=b")
+            .then_some(())
+    })
+    .await;
+    eventually("a to let all notes go", SETTLE, || {
+        held_by_pass_through(&observer, &[])
+    })
+    .await;
     close(subscriber).await;
     close(observer).await;
 }

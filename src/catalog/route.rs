@@ -12,12 +12,14 @@ use std::sync::Arc;
 use super::{uri_template, MergedCatalog};
 use crate::naming::MountName;
 
-/// Whether a URI's route was claimed by a list, a template or a
-/// namespace, rather than given to the first pass-through mount because
-/// nothing claimed it.
+/// How a URI's route was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claimed {
-    Yes,
+    /// A mount's list or template names it (lists differ per client).
+    Listed,
+    /// A mount's namespace prefixes it (the same for every client).
+    Namespace,
+    /// Nothing claimed it: it went to the first pass-through mount.
     Fallback,
 }
 
@@ -88,7 +90,7 @@ impl MergedCatalog {
             .get(uri)
             .or_else(|| self.template_routes.get(uri))
         {
-            return Some((route.clone(), Claimed::Yes));
+            return Some((route.clone(), Claimed::Listed));
         }
         let prefixed = self.namespaces.iter().find_map(|(namespace, mount)| {
             if namespace.is_pass_through() {
@@ -99,8 +101,11 @@ impl MergedCatalog {
                 original: Arc::from(original),
             })
         });
-        if let Some(route) = prefixed.or_else(|| self.resolve_by_pass_through_template(uri)) {
-            return Some((route, Claimed::Yes));
+        if let Some(route) = prefixed {
+            return Some((route, Claimed::Namespace));
+        }
+        if let Some(route) = self.resolve_by_pass_through_template(uri) {
+            return Some((route, Claimed::Listed));
         }
         self.namespaces
             .iter()

@@ -351,19 +351,29 @@ impl SessionRegistry {
         for (key, entry) in sessions.iter_mut() {
             entry.subscriptions.retain(|uri, route| {
                 let held_on = mount_now(&route.mount);
-                let now =
-                    match held_on {
-                        MountNow::Starting { shared: false }
-                        | MountNow::Running { shared: false } => return true,
-                        MountNow::Removed => route_now(uri).map(|(now, _)| now),
-                        MountNow::Starting { shared: true }
-                        | MountNow::Running { shared: true } => match route_now(uri) {
-                            Some((now, Claimed::Yes)) if now != *route => Some(now),
-                            _ => return true,
-                        },
-                    };
+                // Made through a pass-through mount (its URI is the
+                // upstream's own): the fallback decides where it leads as
+                // much as a claim does.
+                let pass_through = *route.original == **uri;
+                let per_session = matches!(
+                    held_on,
+                    MountNow::Starting { shared: false } | MountNow::Running { shared: false }
+                );
+                let now = match (held_on, route_now(uri)) {
+                    (MountNow::Removed, now) => now.map(|(now, _)| now),
+                    (_, Some((now, _))) if now == *route => return true,
+                    // A per-session route came from the session's own
+                    // lists, which only it knows; a namespace is everyone's.
+                    (_, Some((now, Claimed::Namespace))) if per_session => Some(now),
+                    _ if per_session => return true,
+                    (_, Some((now, Claimed::Listed | Claimed::Namespace))) => Some(now),
+                    (_, Some((now, Claimed::Fallback))) if pass_through => Some(now),
+                    // A namespace changed: still its mount's resource.
+                    _ => return true,
+                };
                 unwant(&mut wanted, *key, uri, route);
-                // A running upstream holds it until told.
+                // A running shared upstream holds it until told (a
+                // per-session one is the session's, and ends with it).
                 if held_on == (MountNow::Running { shared: true }) {
                     rerouted.let_go.push(route.clone());
                 }
@@ -721,7 +731,12 @@ mod tests {
             subscribe(&kept, uri);
         }
         subscribe(&private, "p+demo://i");
-        let claimed = |route: Route| Some((route, Claimed::Yes));
+        subscribe(&private, "p+demo://k");
+        // Made through a pass-through mount: its URI is the upstream's.
+        assert!(registry
+            .subscribe(key, "demo://j", &on(&kept, "demo://j"))
+            .is_ok());
+        let claimed = |route: Route| Some((route, Claimed::Listed));
         let rerouted = registry.reroute(
             |uri| match uri {
                 "x+demo://a" => claimed(on(&renamed, "demo://a")),
@@ -735,7 +750,12 @@ mod tests {
                 "k+demo://g" => None,
                 // Only the first pass-through mount's fallback.
                 "k+demo://h" => Some((on(&running, "k+demo://h"), Claimed::Fallback)),
+                // Where a pass-through subscription leads now.
+                "demo://j" => Some((on(&renamed, "demo://j"), Claimed::Fallback)),
+                // A per-session route: lists are the session's own...
                 "p+demo://i" => claimed(on(&running, "demo://i")),
+                // ...a namespace is everyone's.
+                "p+demo://k" => Some((on(&renamed, "demo://k"), Claimed::Namespace)),
                 _ => None,
             },
             |mount| match mount.as_str() {
@@ -745,13 +765,20 @@ mod tests {
                 _ => MountNow::Running { shared: true },
             },
         );
-        assert_eq!((rerouted.moved, rerouted.ended), (2, 3));
+        assert_eq!((rerouted.moved, rerouted.ended), (4, 3));
         let mut let_go = rerouted.let_go;
         let_go.sort_by(|a, b| a.original.cmp(&b.original));
-        assert_eq!(let_go, [on(&kept, "demo://e"), on(&kept, "demo://f")]);
+        assert_eq!(
+            let_go,
+            [
+                on(&kept, "demo://e"),
+                on(&kept, "demo://f"),
+                on(&kept, "demo://j")
+            ]
+        );
         let mut moved_to = registry.subscriptions_on(key, &renamed);
         moved_to.sort();
-        assert_eq!(moved_to, ["demo://a", "demo://e"]);
+        assert_eq!(moved_to, ["demo://a", "demo://e", "demo://j", "demo://k"]);
         let mut stayed = registry.subscriptions_on(key, &kept);
         stayed.sort();
         assert_eq!(stayed, ["demo://d", "demo://g", "demo://h"]);
