@@ -123,7 +123,7 @@ async fn refuse_new_work_while_draining(
         .ok_or_else(|| {
             crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Draining);
             // Its body may be unread, and the client is to go elsewhere.
-            super::connections::closing_after(unavailable(
+            super::json_guard::closing_after(unavailable(
                 "the gateway is shutting down; reconnect to another instance".to_owned(),
             ))
         })

@@ -23,8 +23,8 @@
 //! whose writer may be stuck on a full socket with the rest of the stream
 //! behind it (`http/resumable`).
 //!
-//! An answer given before its request's body was read whole
-//! ([`closing_after`]) says that its connection ends with it.
+//! An answer given before its request's body was read whole says that
+//! its connection ends with it (`json_guard::closing_after`).
 
 use std::{future::Future, time::Duration};
 
@@ -101,19 +101,4 @@ pub async fn serve<L: Listener>(
         tracing::warn!(limit = ?CLOSE_LIMIT, "closing connections still open after serving stopped (clients not reading their answers)");
         cut.cancel();
     }
-}
-
-/// `response`, saying `Connection: close`: for an answer given before the
-/// request's body was read whole (a refusal on its head, an oversized or
-/// slow body, a draining gateway). hyper cannot take another request from
-/// behind an unread body and closes the connection after the answer, but
-/// says nothing of it; a client that reused the connection would find it
-/// closed under its next request ("server disconnected without sending a
-/// response").
-pub(super) fn closing_after(mut response: axum::response::Response) -> axum::response::Response {
-    response.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    response
 }

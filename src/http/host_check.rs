@@ -86,9 +86,9 @@ pub async fn require_allowed_host(
 /// The answer to `request` if its `Host` or `Origin` is not allowed (as
 /// [`require_allowed_host`] says), for a layer that has more to do. Given
 /// before any body is read, it ends the connection
-/// ([`super::connections::closing_after`]).
+/// ([`super::json_guard::closing_after`]).
 pub fn refusal(allowed: &Allowed, request: &Request) -> Option<Response> {
-    refusal_of(allowed, request).map(super::connections::closing_after)
+    refusal_of(allowed, request).map(super::json_guard::closing_after)
 }
 
 fn refusal_of(allowed: &Allowed, request: &Request) -> Option<Response> {

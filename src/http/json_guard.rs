@@ -455,7 +455,7 @@ pub async fn check_json_body(
         // Either leaves the body unread (all of it past what is drained),
         // so the connection closes after the answer.
         BodyRead::TooLarge => {
-            return super::connections::closing_after(rpc_error(
+            return closing_after(rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Value::Null,
                 INVALID_REQUEST,
@@ -463,7 +463,7 @@ pub async fn check_json_body(
             ))
         }
         BodyRead::TooSlow => {
-            return super::connections::closing_after(rpc_error(
+            return closing_after(rpc_error(
                 StatusCode::REQUEST_TIMEOUT,
                 Value::Null,
                 INVALID_REQUEST,
@@ -743,6 +743,21 @@ fn rpc_error(status: StatusCode, id: Value, code: i64, message: String) -> Respo
         })),
     )
         .into_response()
+}
+
+/// `response`, saying `Connection: close`: for an answer given before the
+/// request's body was read whole (a refusal on its head, an oversized or
+/// slow body, a draining gateway). hyper cannot take another request from
+/// behind an unread body and closes the connection after the answer, but
+/// says nothing of it; a client that reused the connection would find it
+/// closed under its next request ("server disconnected without sending a
+/// response").
+pub(super) fn closing_after(mut response: axum::response::Response) -> axum::response::Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 #[cfg(test)]

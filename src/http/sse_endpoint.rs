@@ -338,11 +338,11 @@ impl SseEndpoint {
         match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
             Ok(Ok(bytes)) => Ok(bytes),
             // Either leaves the body unread: the connection ends.
-            Ok(Err(_)) => Err(super::connections::closing_after(jsonrpc_refusal(
+            Ok(Err(_)) => Err(super::json_guard::closing_after(jsonrpc_refusal(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body exceeds {limit} bytes (a message before initialize)"),
             ))),
-            Err(_) => Err(super::connections::closing_after(jsonrpc_refusal(
+            Err(_) => Err(super::json_guard::closing_after(jsonrpc_refusal(
                 StatusCode::REQUEST_TIMEOUT,
                 "the request body did not arrive in time".to_owned(),
             ))),
@@ -580,7 +580,7 @@ fn request_of(message: &[u8]) -> Option<(serde_json::Value, String)> {
 /// A refusal answered before the post's body was read: the connection
 /// ends with it (an interop run met a client reusing it).
 fn unread_body_refusal(status: StatusCode, text: &'static str) -> Response {
-    super::connections::closing_after((status, text).into_response())
+    super::json_guard::closing_after((status, text).into_response())
 }
 
 /// `sessionId`'s value in a query string.
