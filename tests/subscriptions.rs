@@ -549,26 +549,7 @@ async fn a_namespace_change_keeps_a_subscription_beside_a_pass_through_mount() {
 /// session wants it any more. It stayed subscribed there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_moved_off_a_running_mount_is_let_go_there() {
-    let a = stdio_demo_mount("a", "namespace = \"\"");
-    // b never offers `subscriptions`: that name always reaches a.
-    let b = |extra: &str| {
-        stdio_demo_mount(
-            "b",
-            &format!("namespace = \"\"\nexclude_tools = [\"subscriptions\"]\n{extra}"),
-        )
-    };
-    let gateway = Gateway::start(&format!("{SERVER_TOML}{a}{}", b(""))).await;
-    let subscriber = gateway.connect().await;
-    let observer = gateway.connect().await;
-    subscribe(&subscriber, NOTE).await;
-    eventually("a to hold the note", SETTLE, || {
-        held_by_pass_through(&observer, &[NOTE])
-    })
-    .await;
-    rewrite_config(
-        &gateway.config_path,
-        &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
-    );
+    let (gateway, subscriber, observer) = subscribed_then_reordered(NOTE).await;
     eventually("the subscription to move", SETTLE, || async {
         let log = gateway.proc.stderr.text();
         log.contains("moved=1").then_some(())
@@ -580,6 +561,39 @@ async fn a_subscription_moved_off_a_running_mount_is_let_go_there() {
     .await;
     close(subscriber).await;
     close(observer).await;
+}
+
+/// Two pass-through mounts `a` and `b` (`b` never offers `subscriptions`,
+/// so that name always reaches `a`), a session subscribed to `uri` on
+/// `a`; then a reload that puts `b` first and changes it (so that it
+/// restarts), applied. Returns the gateway, the subscriber and an observer.
+async fn subscribed_then_reordered(uri: &'static str) -> (Gateway, Client, Client) {
+    let a = stdio_demo_mount("a", "namespace = \"\"");
+    let b = |extra: &str| {
+        stdio_demo_mount(
+            "b",
+            &format!("namespace = \"\"\nexclude_tools = [\"subscriptions\"]\n{extra}"),
+        )
+    };
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{a}{}", b(""))).await;
+    let subscriber = gateway.connect().await;
+    let observer = gateway.connect().await;
+    subscribe(&subscriber, uri).await;
+    let held = [uri];
+    eventually("a to hold the subscription", SETTLE, || {
+        held_by_pass_through(&observer, &held)
+    })
+    .await;
+    rewrite_config(
+        &gateway.config_path,
+        &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
+    );
+    eventually("the reorder to be applied", SETTLE, || async {
+        let log = gateway.proc.stderr.text();
+        log.contains("changed=b").then_some(())
+    })
+    .await;
+    (gateway, subscriber, observer)
 }
 
 /// Whether what the pass-through mount that offers the `subscriptions`
@@ -600,35 +614,7 @@ async fn held_by_pass_through(observer: &Client, expected: &[&str]) -> Option<()
 /// lets it go. It stayed on the first, its upstream holding it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_the_fallback_took_moves_when_pass_through_mounts_are_reordered() {
-    const ALL: &str = "demo://notes";
-    let a = stdio_demo_mount("a", "namespace = \"\"");
-    let b = |extra: &str| {
-        stdio_demo_mount(
-            "b",
-            &format!("namespace = \"\"\nexclude_tools = [\"subscriptions\"]\n{extra}"),
-        )
-    };
-    let gateway = Gateway::start(&format!("{SERVER_TOML}{a}{}", b(""))).await;
-    let subscriber = gateway.connect().await;
-    let observer = gateway.connect().await;
-    subscribe(&subscriber, ALL).await;
-    eventually("a to hold all notes", SETTLE, || {
-        held_by_pass_through(&observer, &[ALL])
-    })
-    .await;
-    rewrite_config(
-        &gateway.config_path,
-        &format!("{SERVER_TOML}{}{a}", b("env = { X = \"1\" }")),
-    );
-    eventually("the reload to be applied", SETTLE, || async {
-        gateway
-            .proc
-            .stderr
-            .text()
-            .contains("changed=b")
-            .then_some(())
-    })
-    .await;
+    let (_gateway, subscriber, observer) = subscribed_then_reordered("demo://notes").await;
     eventually("a to let all notes go", SETTLE, || {
         held_by_pass_through(&observer, &[])
     })
