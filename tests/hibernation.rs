@@ -455,33 +455,44 @@ async fn a_wake_is_not_counted_as_an_initialize() {
     assert_eq!(initializes().await, 1.0, "a wake counted as an initialize");
 }
 
-/// A session woken by a request takes the headers its per-session
-/// upstreams forward from that request: a client that renewed its token
-/// while the session slept opens its upstream with the new one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_woken_session_forwards_the_headers_of_the_request_that_woke_it() {
+/// A per-session mount of a server that shows the `Authorization` it got,
+/// forwarding the client's `X-Mine-Token` as it (`own`: the mount's own
+/// headers), and a session opened with the token `first`, asleep. Returns
+/// the server (stopped when dropped), the gateway and the session's id.
+async fn asleep_with_a_token(
+    own: &str,
+) -> (common::forgetful_http::ForgetfulHttpServer, Gateway, String) {
     let server = common::forgetful_http::ForgetfulHttpServer::start().await;
     let gateway = Gateway::start(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"100ms\"\n\n{}",
         http_mount(
             "mine",
             &server.url(),
-            "isolation = \"per_session\"\nforward_headers = { Authorization = \"X-Mine-Token\" }"
+            &format!("isolation = \"per_session\"\nforward_headers = {{ Authorization = \"X-Mine-Token\" }}\n{own}")
         )
     ))
     .await;
     let url = gateway.mcp_url();
     let http = reqwest::Client::new();
-    let token = |value: &'static str| [JSON_POST, &[("x-mine-token", value)]].concat();
-    let initialize = raw::post(&http, &url, None, &token("first"), raw::INITIALIZE).await;
+    let first = [JSON_POST, &[("x-mine-token", "first")]].concat();
+    let initialize = raw::post(&http, &url, None, &first, raw::INITIALIZE).await;
     let session = initialize.session_id().expect("a session");
-    let first = token("first");
     let initialized = raw::post(&http, &url, Some(&session), &first, raw::INITIALIZED);
     assert_eq!(initialized.await.status, StatusCode::ACCEPTED);
     wait_asleep(&gateway, 1).await;
+    (server, gateway, session)
+}
 
+/// A session woken by a request takes the headers its per-session
+/// upstreams forward from that request: a client that renewed its token
+/// while the session slept opens its upstream with the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_session_forwards_the_headers_of_the_request_that_woke_it() {
+    let (_server, gateway, session) = asleep_with_a_token("").await;
+    let renewed = [JSON_POST, &[("x-mine-token", "renewed")]].concat();
     let call = request(2, "tools/call", json!({"name": "mine__authorization"}));
-    let answer = raw::post(&http, &url, Some(&session), &token("renewed"), call).await;
+    let http = reqwest::Client::new();
+    let answer = raw::post(&http, &gateway.mcp_url(), Some(&session), &renewed, call).await;
     assert_eq!(answer.tool_text(), Some("renewed / renewed"), "{answer:?}");
 }
 
@@ -492,31 +503,10 @@ async fn a_woken_session_forwards_the_headers_of_the_request_that_woke_it() {
 /// client's token, or with the mount's own credential in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_session_keeps_the_headers_its_client_sent_before() {
-    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
-    let gateway = Gateway::start(&format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"100ms\"\n\n{}",
-        http_mount(
-            "mine",
-            &server.url(),
-            "isolation = \"per_session\"\nforward_headers = { Authorization = \"X-Mine-Token\" }\n\
-             headers = { Authorization = \"mount-own\" }"
-        )
-    ))
-    .await;
-    let url = gateway.mcp_url();
-    let http = reqwest::Client::new();
-    let with_token = [JSON_POST, &[("x-mine-token", "the-client's")]].concat();
-    let initialize = raw::post(&http, &url, None, &with_token, raw::INITIALIZE).await;
-    let session = initialize.session_id().expect("a session");
-    let initialized = raw::post(&http, &url, Some(&session), &with_token, raw::INITIALIZED);
-    assert_eq!(initialized.await.status, StatusCode::ACCEPTED);
-    wait_asleep(&gateway, 1).await;
-
+    let (_server, gateway, session) =
+        asleep_with_a_token("headers = { Authorization = \"mount-own\" }").await;
     let call = request(2, "tools/call", json!({"name": "mine__authorization"}));
-    let answer = raw::post(&http, &url, Some(&session), JSON_POST, call).await;
-    assert_eq!(
-        answer.tool_text(),
-        Some("the-client's / the-client's"),
-        "{answer:?}"
-    );
+    let http = reqwest::Client::new();
+    let answer = raw::post(&http, &gateway.mcp_url(), Some(&session), JSON_POST, call).await;
+    assert_eq!(answer.tool_text(), Some("first / first"), "{answer:?}");
 }
