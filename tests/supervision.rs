@@ -634,6 +634,51 @@ async fn a_call_refused_400_for_an_unknown_session_is_sent_on_a_new_one() {
     }
 }
 
+/// A `per_session` HTTP mount whose server went away. A call that cannot
+/// reach it says so (not "went away during the request"), and the mount
+/// stops being ready, as a shared mount does after such a call: its own
+/// session only discovers, so no call of its own finds out. The first call
+/// that reaches the server again brings the mount back at once, not when
+/// `down_retry` (an hour here) is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_session_http_mount_follows_its_server_away_and_back() {
+    let mut upstream = DemoHttp::start().await;
+    let addr = upstream.addr;
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        http_mount("remote", &upstream.mcp_url(), "isolation = \"per_session\"")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    assert_eq!(call_pid(&client, "remote__pid").await, upstream.proc.pid());
+
+    upstream.proc.stop();
+    let result = call(&client, "remote__pid", Value::Null).await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        text(&result).contains("cannot reach the upstream server"),
+        "{result:?}"
+    );
+    // Down after three failed starts in a row, tried again in an hour.
+    let away = wait_state(&gateway, "remote", "down").await;
+    assert!(
+        away["last_error"]
+            .as_str()
+            .is_some_and(|error| error.contains("cannot reach the server")),
+        "{away}"
+    );
+
+    let mut command = junction_command();
+    command.args(["demo-server", "--http", &addr.to_string()]);
+    let mut replacement = Proc::spawn("demo-server --http (again)", command);
+    replacement
+        .wait_for_line("junction demo-server listening on ", START_TIMEOUT)
+        .await;
+    assert_eq!(call_pid(&client, "remote__pid").await, replacement.pid());
+    wait_state(&gateway, "remote", "ready").await;
+    close(client).await;
+}
+
 async fn reconnects_after_restart(flags: &[&str]) {
     let (gateway, client, replacement, pid) = restarted_http_upstream(flags).await;
     let new_pid = eventually("the mount to reach the new server", OP_TIMEOUT, || async {

@@ -99,6 +99,15 @@ impl RouteError {
                 }
                 .to_owned(),
             },
+            unreachable @ RequestError::Unreachable(_) => RouteError::UpstreamFailed {
+                mount,
+                cause: match mount_config.isolation {
+                    Isolation::Shared => format!("{unreachable}; the gateway is restarting it"),
+                    Isolation::PerSession => {
+                        format!("{unreachable}; it is reopened on the next call")
+                    }
+                },
+            },
             RequestError::Service(ServiceError::TransportSend(error)) => {
                 RouteError::UpstreamFailed {
                     mount,

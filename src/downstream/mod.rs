@@ -37,7 +37,7 @@ pub use errors::RouteError;
 use crate::{
     catalog::{Listing, MergedCatalog, MountCatalog},
     coalesce::Coalescer,
-    config::Isolation,
+    config::{Isolation, UpstreamTransport},
     gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket},
     naming::MountName,
     upstream::{
@@ -493,10 +493,15 @@ impl SessionState {
         if mount.config.isolation == Isolation::Shared {
             return mount.shared_session().await.map_err(unavailable);
         }
-        // A per-session mount that keeps failing to start is not retried on
-        // every call (each would spawn a process): its supervisor retries.
+        // A per-session stdio mount that keeps failing to start is not
+        // retried on every call (each would spawn a process): its
+        // supervisor retries. A remote one is (one connection each): the
+        // server may be back before the supervisor's next attempt, a
+        // minute away, and the first open that reaches it brings that
+        // attempt forward (`Mount::upstream_reached`).
         let status = mount.status();
-        if status.phase == MountPhase::Down {
+        let spawns = matches!(mount.config.transport, UpstreamTransport::Stdio { .. });
+        if status.phase == MountPhase::Down && spawns {
             return Err(unavailable(format!(
                 "the mount is down after repeated failures (last: {})",
                 status.last_error.unwrap_or_default()
@@ -600,9 +605,21 @@ impl SessionState {
         // forwards on every request, so that a renewed token is used as
         // soon as the client sends it.
         let live = forwarded_headers::live_for(&self.client_headers, &mount.config);
-        let session = upstream::open(&mount.config, mount.timeouts(), handler, live)
-            .await
-            .map_err(|error| error.to_string())?;
+        let session = match upstream::open(&mount.config, mount.timeouts(), handler, live).await {
+            Ok(session) => session,
+            Err(error) => {
+                // Its server may be gone for the mount's own sessions too.
+                mount.check_own_sessions_alive();
+                return Err(error.to_string());
+            }
+        };
+        mount.upstream_reached();
+        let told = Arc::downgrade(mount);
+        session.when_unreachable(move || {
+            if let Some(mount) = told.upgrade() {
+                mount.check_own_sessions_alive();
+            }
+        });
         // Each bounded: this open holds the session's calls to the mount.
         let limit = mount.timeouts().request;
         // A level the client chose before this upstream existed applies to

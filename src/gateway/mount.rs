@@ -121,6 +121,8 @@ pub struct Mount {
     /// profile (see [`Mount::inherit_catalog`]). Set once, before the
     /// mount serves.
     inherited: std::sync::OnceLock<HashMap<ClientProfile, Arc<MountCatalog>>>,
+    /// Wakes the supervisors' backoff (see [`Mount::upstream_reached`]).
+    reached: tokio::sync::Notify,
 }
 
 /// The parts of a mount's table that a reload applies to the running
@@ -277,6 +279,7 @@ impl Mount {
             retired: CancellationToken::new(),
             supervisors: TaskTracker::new(),
             per_session_open: Default::default(),
+            reached: Default::default(),
             closed: CancellationToken::new(),
             predecessor_closed: Default::default(),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
@@ -469,6 +472,37 @@ impl Mount {
                 .spawn(super::supervisor::supervise(self.clone(), created.clone()));
         }
         created
+    }
+
+    /// Pings each of the mount's own live sessions, ending those nobody
+    /// answers (see `UpstreamSession::check_alive`). A `per_session`
+    /// mount's own sessions only discover, so no call finds out that their
+    /// server went away: its per-session upstreams, which failed to reach
+    /// it, say so here, and the supervisor then shows the mount degraded
+    /// and restarts it, as a shared mount's failed call does.
+    pub fn check_own_sessions_alive(&self) {
+        let profiles: Vec<_> = lock(&self.profiles).values().cloned().collect();
+        for profile_session in profiles {
+            if let Some(session) = profile_session.live_session() {
+                session.check_alive();
+            }
+        }
+    }
+
+    /// A per-session upstream of this mount has just opened: if the
+    /// mount's own sessions are failing (its server was away), their
+    /// supervisors try again now rather than at the end of their backoff,
+    /// so `/readyz` and discovery follow the server's return.
+    pub fn upstream_reached(&self) {
+        if self.status().phase != MountPhase::Ready {
+            self.reached.notify_waiters();
+        }
+    }
+
+    /// Resolves at the next [`Self::upstream_reached`] while a supervisor
+    /// of this mount waits to try again.
+    pub(super) fn reached(&self) -> tokio::sync::futures::Notified<'_> {
+        self.reached.notified()
     }
 
     /// The catalog known now for `profile`, without waiting. Falls back to

@@ -157,6 +157,8 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
             });
             tokio::select! {
                 _ = tokio::time::sleep_until(retry_at) => break,
+                // A per-session upstream of the mount reached the server.
+                _ = mount.reached() => break,
                 _ = retired.cancelled() => {
                     profile_session.publish(SessionSlot::Retired);
                     return;

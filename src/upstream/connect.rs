@@ -19,6 +19,7 @@ use rmcp::{
     model::{ClientConfig, ProtocolVersion},
     service::ClientInitializeError,
     transport::{
+        common::client_side_sse::ExponentialBackoff,
         streamable_http_client::{
             StreamableHttpClientTransportConfig, StreamableHttpResponseLimits,
         },
@@ -49,6 +50,22 @@ const STANDALONE_SETTLE_LIMIT: Duration = Duration::from_secs(1);
 /// How many requests rmcp's client has open at once on one upstream HTTP
 /// session (`tools/call` goes its own way and is not counted).
 const UPSTREAM_POSTS_AT_ONCE: usize = 256;
+
+/// The longest wait between two attempts to open a Streamable HTTP
+/// session's message stream (`GET`) again. rmcp doubles the wait from 1 s
+/// without a bound: after an outage of some minutes the stream would come
+/// back as late again, and what the server sends on it (list changes,
+/// resource updates, and the 404 that says a restarted server forgot the
+/// session) would wait as long.
+const MESSAGE_STREAM_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// How rmcp reopens a broken message or answer stream: its default
+/// doubling, capped at [`MESSAGE_STREAM_RETRY_MAX`].
+fn stream_retry() -> ExponentialBackoff {
+    let mut backoff = ExponentialBackoff::default();
+    backoff.max_delay = Some(MESSAGE_STREAM_RETRY_MAX);
+    backoff
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -169,6 +186,7 @@ pub async fn open(
         unresponsive: Default::default(),
         held_until_closed: Default::default(),
         no_completion: Default::default(),
+        on_unreachable: Default::default(),
     })
 }
 
@@ -295,6 +313,7 @@ async fn start(
             let client = http_client_for(timeouts)?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             config.custom_headers = custom_headers;
+            config.retry_config = Arc::new(stream_retry());
             // An expired session is the supervisor's to handle: a silent
             // re-initialization would drop the upstream's subscriptions
             // and (per-session mounts) its state without anyone noticing.
@@ -403,4 +422,22 @@ pub fn client_config(capabilities: rmcp::model::ClientCapabilities) -> ClientCon
     );
     info.protocol_version = OFFERED_VERSION;
     info
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::transport::common::client_side_sse::SseRetryPolicy;
+
+    use super::*;
+
+    #[test]
+    fn a_broken_message_stream_is_tried_again_at_least_every_ten_seconds() {
+        let retry = stream_retry();
+        assert_eq!(retry.retry(0), Some(Duration::from_secs(1)));
+        assert_eq!(retry.retry(2), Some(Duration::from_secs(4)));
+        // Without the cap, the eighth attempt would wait over four minutes.
+        for attempt in 4..64 {
+            assert_eq!(retry.retry(attempt), Some(MESSAGE_STREAM_RETRY_MAX));
+        }
+    }
 }

@@ -474,6 +474,19 @@ pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> boo
     }
 }
 
+/// Whether a failed send never reached the server: the connection was
+/// refused or could not be made. Such a request was not run.
+pub fn cannot_connect(error: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    if let Some(error) = error.error.downcast_ref::<SameTaskError>() {
+        return error.is_connect();
+    }
+    matches!(
+        error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+        Some(StreamableHttpError::Client(error)) if error.is_connect()
+    )
+}
+
 /// `error` and each of its causes, as `error: cause: cause`. reqwest's
 /// own text ("error sending request for url (…)") leaves out why, such
 /// as a connect timeout or a refused connection. The URLs it names are cut

@@ -110,6 +110,9 @@ pub struct UpstreamSession {
     /// The server answered `completion/complete` with -32601: it will not
     /// be asked again in this session (clients ask on every keystroke).
     no_completion: std::sync::atomic::AtomicBool,
+    /// Run when a request finds the server unreachable (see
+    /// [`Self::when_unreachable`]).
+    on_unreachable: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// How long a ping after a timed-out request may take before the upstream
@@ -191,6 +194,10 @@ pub enum RequestError {
     Ceiling(Duration),
     #[error("the upstream server went away during the request")]
     Ended,
+    /// The server could not be reached at all (a refused connection, no
+    /// route): the request was not sent, and the session is over.
+    #[error("cannot reach the upstream server: {0}")]
+    Unreachable(String),
     /// The upstream no longer knew the session (it restarted, or let the
     /// session expire). `unrun`: it refused the request itself, which a
     /// new session may send again (`unsent`, when the request was handed
@@ -535,6 +542,12 @@ impl UpstreamSession {
                         unrun,
                         unsent: http_client::take_unsent(error),
                     },
+                    None if http_client::cannot_connect(error) => {
+                        if let Some(told) = self.on_unreachable.get() {
+                            told();
+                        }
+                        RequestError::Unreachable(http_client::with_causes(&*error.error))
+                    }
                     None => RequestError::Ended,
                 });
             }
@@ -581,7 +594,9 @@ impl UpstreamSession {
         self.ended.clone()
     }
 
-    /// After a request timed out: is the upstream still there? A ping
+    /// After a request timed out (or, for a per-session mount's own
+    /// sessions, after a per-session upstream could not reach the server):
+    /// is the upstream still there? A ping
     /// unanswered within [`LIVENESS_WAIT`] ends the session, so that the
     /// supervisor (or the next per-session call) starts a new one. A stdio
     /// child that stopped reading its stdin (a synchronous tool blocking a
@@ -604,7 +619,14 @@ impl UpstreamSession {
         tokio::spawn(async move {
             let answered = ping(&peer).await;
             if answered != Ping::Answered && !ended.is_cancelled() {
-                tracing::warn!(%mount, ?answered, "the upstream answers nothing (a request timed out, then a ping); ending its session");
+                match answered {
+                    Ping::Unanswered => {
+                        tracing::warn!(%mount, "the upstream answers nothing (a request timed out or failed, then a ping); ending its session")
+                    }
+                    _ => {
+                        tracing::warn!(%mount, "a ping could not reach the upstream; ending its session")
+                    }
+                }
                 // Only a ping left unanswered says so: one that failed met
                 // a connection that ended (a process that exited).
                 if answered == Ping::Unanswered {
@@ -691,6 +713,15 @@ impl UpstreamSession {
             Err(poisoned) => poisoned.into_inner().take(),
         };
         drop(held);
+    }
+
+    /// Runs `told` (once per request that meets it) when a request finds
+    /// the server unreachable. A per-session upstream tells its mount so:
+    /// the mount's own discovery session, which no call uses, would
+    /// otherwise stay "ready" while its server refuses every connection.
+    /// Set once, right after the open.
+    pub fn when_unreachable(&self, told: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_unreachable.set(Box::new(told));
     }
 
     /// Keeps `held` until this session is closed (or dropped).
