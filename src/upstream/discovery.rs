@@ -228,7 +228,59 @@ async fn refresh(
             }
         }
     }
+    let mount = session.mount();
+    match kind {
+        ListKind::Tools => keep_first(mount, "tools/list", &mut catalog.tools, |tool| &tool.name),
+        ListKind::Prompts => keep_first(mount, "prompts/list", &mut catalog.prompts, |prompt| {
+            &prompt.name
+        }),
+        ListKind::Resources => {
+            keep_first(
+                mount,
+                "resources/list",
+                &mut catalog.resources,
+                |resource| &resource.uri,
+            );
+            keep_first(
+                mount,
+                "resources/templates/list",
+                &mut catalog.templates,
+                |template| &template.uri_template,
+            );
+        }
+    }
     Ok(())
+}
+
+/// Keeps the first of the entries of a list that share a name (or URI),
+/// warning of the others. A server listing a name twice breaks the spec's
+/// uniqueness; only one of them can be routed to, and counting both
+/// (`/status.json`) would tell of a tool nobody can call.
+fn keep_first<T>(
+    mount: &crate::naming::MountName,
+    list: &str,
+    entries: &mut Vec<T>,
+    key: impl Fn(&T) -> &str,
+) {
+    let keep: Vec<bool> = {
+        let mut seen = HashSet::with_capacity(entries.len());
+        entries
+            .iter()
+            .map(|entry| seen.insert(key(entry)))
+            .collect()
+    };
+    if keep.iter().all(|kept| *kept) {
+        return;
+    }
+    let repeated: Vec<String> = entries
+        .iter()
+        .zip(&keep)
+        .filter(|(_, kept)| !**kept)
+        .map(|(entry, _)| key(entry).to_owned())
+        .collect();
+    tracing::warn!(%mount, ?repeated, "{list}: the upstream lists these names more than once; keeping the first of each");
+    let mut keep = keep.into_iter();
+    entries.retain(|_| keep.next().unwrap_or(true));
 }
 
 /// How one refresh of a list after `list_changed` went.
@@ -341,4 +393,16 @@ fn only_object_output_schemas_are_kept() {
     ] {
         assert!(legacy_output_schema(tool(dropped)).output_schema.is_none());
     }
+}
+
+#[cfg(test)]
+#[test]
+fn a_name_listed_twice_is_kept_once_in_its_first_place() {
+    let mount = crate::naming::MountName::new("m").unwrap();
+    let mut names = vec!["a", "b", "a", "c", "b", "a"];
+    keep_first(&mount, "tools/list", &mut names, |name| name);
+    assert_eq!(names, ["a", "b", "c"]);
+    let mut unique = vec!["x", "y"];
+    keep_first(&mount, "tools/list", &mut unique, |name| name);
+    assert_eq!(unique, ["x", "y"]);
 }
