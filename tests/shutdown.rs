@@ -100,6 +100,13 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
     assert_eq!(readyz.status(), 503);
     let readyz: serde_json::Value = readyz.json().await.expect("a JSON body");
     assert_eq!(readyz["draining"], true, "{readyz}");
+    // So does the status page's JSON.
+    let status = status_json(&gateway).await;
+    assert_eq!(
+        (&status["ready"], &status["draining"]),
+        (&json!(false), &json!(true)),
+        "{status}"
+    );
 
     // Its body completed while draining: refused too, not a new session.
     // (Had the signal been handled before the gateway read the head, the

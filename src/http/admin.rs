@@ -74,7 +74,10 @@ fn mount_states(gateway: &Gateway) -> Registry {
 pub struct Status {
     pub version: &'static str,
     pub uptime_seconds: u64,
+    /// As `/readyz` says it: false while draining.
     pub ready: bool,
+    /// Shutting down (SIGTERM): new work is refused.
+    pub draining: bool,
     pub downstream_sessions: usize,
     pub mounts: Vec<MountReport>,
 }
@@ -133,7 +136,8 @@ pub fn status(gateway: &Gateway) -> Status {
     Status {
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: gateway.uptime().as_secs(),
-        ready: gateway.is_ready(),
+        ready: gateway.is_ready() && !gateway.is_draining(),
+        draining: gateway.is_draining(),
         downstream_sessions: gateway.sessions().len(),
         mounts,
     }

@@ -87,7 +87,11 @@ th{{font-size:.75rem;text-transform:uppercase;color:#667}}\
 <th>Tools / prompts / resources</th><th>Upstream sessions</th><th>Restarts</th></tr></thead>\
 <tbody>{rows}</tbody></table></body></html>",
         version = status.version,
-        ready = if status.ready { "ready" } else { "starting" },
+        ready = match (status.draining, status.ready) {
+            (true, _) => "draining",
+            (false, true) => "ready",
+            (false, false) => "starting",
+        },
         uptime = uptime(status.uptime_seconds),
         sessions = status.downstream_sessions,
     )
@@ -104,6 +108,7 @@ mod tests {
             version: "1.2.3",
             uptime_seconds: 3_725,
             ready: true,
+            draining: false,
             downstream_sessions: 2,
             mounts: vec![MountReport {
                 name: "evil".into(),
