@@ -1269,3 +1269,46 @@ fn a_wrong_kind_of_value_is_named_in_the_configs_words() {
     assert!(text.contains("a size: a number of bytes"), "{text}");
     assert!(text.contains("a mount table"), "{text}");
 }
+
+#[test]
+fn a_urls_user_and_password_become_the_mounts_authorization() {
+    let config = parse(
+        "junction.toml",
+        r#"
+        [mounts.modern]
+        url = "http://sh%40red:pa%3Ass@h/mcp"
+        [mounts.legacy]
+        url = "https://user@h/sse"
+        transport = "sse"
+        "#,
+    )
+    .unwrap();
+    let UpstreamTransport::StreamableHttp { url, headers } = &config.mounts[0].transport else {
+        panic!("{:?}", config.mounts[0].transport);
+    };
+    assert_eq!(url.as_str(), "http://h/mcp");
+    // base64 of "sh@red:pa:ss": decoded, as reqwest sent them.
+    assert_eq!(headers["Authorization"], "Basic c2hAcmVkOnBhOnNz");
+    let UpstreamTransport::Sse { url, headers } = &config.mounts[1].transport else {
+        panic!("{:?}", config.mounts[1].transport);
+    };
+    assert_eq!(url.as_str(), "https://h/sse");
+    assert_eq!(headers["Authorization"], "Basic dXNlcjo=");
+
+    let found = problems(
+        "junction.toml",
+        r#"
+        [mounts.both]
+        url = "http://user:SECRET@h/mcp"
+        headers = { authorization = "Bearer x" }
+        "#,
+    );
+    assert_reported(
+        &found,
+        &["mounts.both.url: carries a user name and password while `headers` sets Authorization"],
+    );
+    assert!(
+        !found.iter().any(|problem| problem.contains("SECRET")),
+        "{found:?}"
+    );
+}

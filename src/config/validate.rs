@@ -894,6 +894,39 @@ fn is_origin_pattern(origin: &str) -> bool {
     }
 }
 
+/// Moves a user name and password out of an upstream `url` into the
+/// mount's `Authorization` header (HTTP Basic, as reqwest would send them).
+/// Left in the URL, reqwest sent its own Basic header beside the mount's
+/// (or a client's forwarded) `Authorization`: two credentials, the server
+/// picking one, and a tool call (sent another way) the other. As the
+/// mount's own header, a client's forwarded one replaces it like any.
+fn credentials_into_header(
+    url: &mut url::Url,
+    headers: &mut std::collections::BTreeMap<String, String>,
+) -> Result<(), &'static str> {
+    if url.username().is_empty() && url.password().is_none() {
+        return Ok(());
+    }
+    if headers
+        .keys()
+        .any(|name| name.eq_ignore_ascii_case("authorization"))
+    {
+        return Err("carries a user name and password while `headers` sets Authorization: give the credential one way");
+    }
+    use base64::Engine;
+    let mut pair: Vec<u8> = percent_encoding::percent_decode_str(url.username()).collect();
+    pair.push(b':');
+    pair.extend(percent_encoding::percent_decode_str(
+        url.password().unwrap_or_default(),
+    ));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    headers.insert("Authorization".to_owned(), format!("Basic {encoded}"));
+    // Only fails for URLs that cannot have user info at all (not http).
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    Ok(())
+}
+
 fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<MountConfig> {
     let path = format!("mounts.{name}");
     let mut ok = true;
@@ -1068,6 +1101,17 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     None
                 }
             };
+            let mut headers = headers;
+            let url =
+                url.and_then(
+                    |mut url| match credentials_into_header(&mut url, &mut headers) {
+                        Ok(()) => Some(url),
+                        Err(message) => {
+                            problems.push(format!("{path}.url"), message);
+                            None
+                        }
+                    },
+                );
             match (url, legacy_sse) {
                 (Some(url), Some(false)) => {
                     Some(UpstreamTransport::StreamableHttp { url, headers })

@@ -12,6 +12,8 @@ everyone; a table entry forwards a client header under another name.
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
 import time
@@ -187,3 +189,35 @@ async def test_a_table_entry_forwards_a_client_header_under_the_upstream_name(
             assert f"mine__{TOOL}" in await tool_names(renamed)
             assert await seen_upstream(renamed, "mine") == "t1"
             assert await seen_upstream(other, "mine") == "Bearer mount"
+
+
+async def test_a_urls_user_and_password_are_the_mounts_one_authorization(
+    headers_upstream: str, start_gateway
+) -> None:
+    """A user name and password in a mount's URL are its `Authorization`
+    (HTTP Basic): a client's forwarded one replaces it, and no request
+    carries both. reqwest added its own Basic header from the URL beside
+    the forwarded one on `initialize`, `GET` and `DELETE` (the server read
+    the first), while tool calls carried only the client's."""
+    credentialed = headers_upstream.replace("http://", "http://sh%40red:pa%3Ass@", 1)
+    basic = "Basic " + base64.b64encode(b"sh@red:pa:ss").decode()
+    gateway = start_gateway(
+        config(
+            {
+                "mine": f'url = {toml_str(credentialed)}\nisolation = "per_session"\nforward_headers = ["Authorization"]\n',
+                "team": f"url = {toml_str(credentialed)}\n",
+            }
+        )
+    )
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with client(gateway.mcp_url, {"Authorization": "Bearer alice"}) as alice:
+            assert await seen_upstream(alice, "mine") == "Bearer alice"
+            assert await seen_upstream(alice, "team") == basic
+            result = await alice.call_tool("team__authorizations_seen", {})
+            assert not result.is_error, result.model_dump_json()
+            [content] = result.content
+            assert isinstance(content, types.TextContent), result.model_dump_json()
+            seen = json.loads(content.text)
+    twice = [(method, values) for method, values in seen if len(values) != 1]
+    assert not twice, f"requests without exactly one Authorization: {twice}"
+    assert {values[0] for _, values in seen} == {basic, "Bearer alice"}, seen
