@@ -142,6 +142,45 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
     }
 }
 
+/// A call still running when `shutdown_grace` is over is answered with
+/// an error that says so before the gateway exits: its client's stream
+/// closed with no answer at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_outliving_the_grace_is_told_the_gateway_is_stopping() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"300ms\"\n\n{}",
+        stdio_demo_mount("demo", ""),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let peer = client.peer().clone();
+    let call = tokio::spawn(async move {
+        let params = rmcp::model::CallToolRequestParams::new("demo__slow").with_arguments(
+            json!({"steps": 100, "delay_ms": 100})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        peer.call_tool(params).await
+    });
+    eventually("the call to report progress", OP_TIMEOUT, || async {
+        (!client.service().progress().is_empty()).then_some(())
+    })
+    .await;
+    signal(gateway.proc.pid(), "TERM");
+    let answer = within("the cut-off call's answer", call)
+        .await
+        .expect("the call's task");
+    match answer {
+        Err(rmcp::service::ServiceError::McpError(error)) => {
+            assert!(error.message.contains("shutting down"), "{error:?}")
+        }
+        other => panic!("expected an error saying the gateway is stopping, got {other:?}"),
+    }
+    let status = gateway.proc.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "gateway exited with {status}");
+}
+
 /// A client that stops reading a large answer cannot hold the gateway up:
 /// hyper has no write deadline, so its connection is closed a few seconds
 /// after serving stops, and the process exits on its own.

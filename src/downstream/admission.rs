@@ -18,6 +18,7 @@ use std::{
 
 use rmcp::{service::RequestContext, ErrorData, RoleServer};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     observe::{observe, Outcome, RequestOrigin},
@@ -29,8 +30,12 @@ use super::{
 pub const LIMIT_EXCEEDED: i32 = -32000;
 
 /// Requests in flight in one session.
-#[derive(Default)]
-pub(crate) struct RequestSlots(Arc<AtomicUsize>);
+pub(crate) struct RequestSlots {
+    in_flight: Arc<AtomicUsize>,
+    /// The gateway's [`crate::gateway::Gateway::cut_off`]: cancelled when
+    /// shutdown gives up on the requests still in flight.
+    cut_off: CancellationToken,
+}
 
 /// One admitted request; dropping it frees the slot.
 pub(crate) struct RequestPermit {
@@ -44,15 +49,22 @@ impl Drop for RequestPermit {
 }
 
 impl RequestSlots {
+    pub(crate) fn new(cut_off: CancellationToken) -> Self {
+        Self {
+            in_flight: Default::default(),
+            cut_off,
+        }
+    }
+
     /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.in_flight.load(Ordering::Acquire)
     }
 
     fn admit(&self, limit: usize) -> Result<RequestPermit, ErrorData> {
-        let before = self.0.fetch_add(1, Ordering::AcqRel);
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let permit = RequestPermit {
-            slots: self.0.clone(),
+            slots: self.in_flight.clone(),
         };
         if before >= limit {
             return Err(ErrorData::new(
@@ -134,8 +146,22 @@ where
     W: Future<Output = Result<T, ErrorData>> + 'a,
 {
     let admitted = slots.admit(limit);
+    let cut_off = slots.cut_off.clone();
     observe(method, origin, async move {
         let _permit = admitted?;
-        work.await
+        tokio::select! {
+            answer = work => answer,
+            // Dropping the work cancels what it sent upstream.
+            () = cut_off.cancelled() => Err(cut_off_by_shutdown()),
+        }
     })
+}
+
+/// The answer to a request still unanswered when shutdown's grace ended:
+/// its client is told, rather than finding its stream closed mid-call.
+fn cut_off_by_shutdown() -> ErrorData {
+    ErrorData::internal_error(
+        "the gateway is shutting down and this request was still unanswered after          server.shutdown_grace; it was cancelled upstream (send it again to another instance)",
+        None,
+    )
 }

@@ -199,7 +199,7 @@ impl SessionState {
             overlays: Mutex::new(Overlays::default()),
             _alive: gateway.session_tasks().token(),
             refreshes: Coalescer::default(),
-            requests: admission::RequestSlots::default(),
+            requests: admission::RequestSlots::new(gateway.cut_off()),
             tasks: tasks::TaskTable::default(),
             ticket: Mutex::new(Some(ticket)),
             quick_calls: tokio_util::sync::CancellationToken::new(),

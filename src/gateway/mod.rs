@@ -26,7 +26,7 @@ use std::{
 
 use arc_swap::ArcSwap;
 use rmcp::model::ResourceUpdatedNotificationParam;
-use tokio_util::task::TaskTracker;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 pub use live_config::LiveConfig;
 pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit};
@@ -87,10 +87,18 @@ pub struct Gateway {
     became_ready: std::sync::atomic::AtomicBool,
     /// Set once shutdown begins: new sessions and requests are refused.
     draining: std::sync::atomic::AtomicBool,
+    /// Cancelled when shutdown's grace is over: each request still in
+    /// flight is then answered with an error (`downstream/admission.rs`).
+    cut_off: CancellationToken,
     /// Serializes reloads (a file change and a SIGHUP at once).
     reloading: tokio::sync::Mutex<()>,
     weak: Weak<Gateway>,
 }
+
+/// After requests in flight had their `shutdown_grace` and were answered
+/// with an error: how long writing those answers may take. A client not
+/// reading its stream is not waited for longer.
+const CUT_OFF_ANSWERS_WAIT: Duration = Duration::from_secs(1);
 
 /// After requests in flight had their `shutdown_grace`: how long ending
 /// the downstream sessions and closing their per-session upstreams may take
@@ -141,6 +149,7 @@ impl Gateway {
                 refreshes: Coalescer::default(),
                 requests: TaskTracker::new(),
                 draining: std::sync::atomic::AtomicBool::new(false),
+                cut_off: CancellationToken::new(),
                 became_ready: std::sync::atomic::AtomicBool::new(false),
                 reloading: tokio::sync::Mutex::new(()),
                 weak: weak.clone(),
@@ -429,7 +438,16 @@ impl Gateway {
                 ?grace,
                 "requests still in flight after the grace period; ending them"
             );
+            // Each is answered with an error: a moment for those answers
+            // to be written before the streams close.
+            self.cut_off.cancel();
+            let _ = tokio::time::timeout(CUT_OFF_ANSWERS_WAIT, self.requests.wait()).await;
         }
+    }
+
+    /// Cancelled when shutdown gives up on the requests in flight.
+    pub(crate) fn cut_off(&self) -> CancellationToken {
+        self.cut_off.clone()
     }
 
     pub fn hibernation(&self) -> &Arc<Hibernation> {
