@@ -2319,3 +2319,70 @@ async fn a_per_session_mount_forwards_each_clients_own_credentials() {
         "listed: {tools:?}"
     );
 }
+
+/// A server listing one tool name twice: the gateway lists the first, with
+/// the first's own `execution` (a tool that declared no task support must
+/// not be listed as requiring tasks because a later one of its name did),
+/// and `/status.json` counts it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_listed_twice_is_the_first_with_its_own_execution() {
+    let (port, upstream) = scripted_http_upstream(
+        json!({"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}}),
+        |request| match request["method"].as_str() {
+            Some("tools/list") => Some(json!({"tools": [
+                {"name": "dup", "description": "FIRST", "inputSchema": {"type": "object"},
+                 "execution": {"taskSupport": "optional"}},
+                {"name": "two", "description": "FIRST", "inputSchema": {"type": "object"}},
+                {"name": "dup", "description": "SECOND", "inputSchema": {"type": "object"},
+                 "execution": {"taskSupport": "forbidden"}},
+                {"name": "two", "description": "SECOND", "inputSchema": {"type": "object"},
+                 "execution": {"taskSupport": "required"}},
+            ]})),
+            _ => Some(json!({})),
+        },
+    )
+    .await;
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        http_mount("ls", &format!("http://127.0.0.1:{port}/mcp"), "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+    let listed = raw::post(
+        &http,
+        &gateway.mcp_url(),
+        Some(&session),
+        raw::JSON_POST,
+        TOOLS_LIST,
+    )
+    .await;
+    let tools = listed.body["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", listed.text()))
+        .clone();
+    let shown: Vec<(String, String, Value)> = tools
+        .iter()
+        .map(|tool| {
+            (
+                tool["name"].as_str().unwrap_or_default().to_owned(),
+                tool["description"].as_str().unwrap_or_default().to_owned(),
+                tool["execution"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "ls__dup".into(),
+                "FIRST".into(),
+                json!({"taskSupport": "optional"})
+            ),
+            ("ls__two".into(), "FIRST".into(), Value::Null),
+        ]
+    );
+    let status = status_json(&gateway).await;
+    assert_eq!(status["mounts"][0]["tools"], 2, "{status}");
+    upstream.abort();
+}

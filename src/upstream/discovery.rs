@@ -119,24 +119,34 @@ async fn all_tools(
             .list_tools_page(params.and_then(|params| params.cursor))
             .await?;
         let raw_tools = raw.as_ref().and_then(|raw| raw.get("tools")?.as_array());
-        let execution: HashMap<&str, &Value> = raw_tools
-            .into_iter()
-            .flatten()
-            .filter_map(|tool| Some((tool.get("name")?.as_str()?, tool.get("execution")?)))
-            .collect();
+        // By name, the first of a name only: a name listed twice is kept
+        // in its first place (`keep_first` below), with its own
+        // `execution`, not a later one's.
+        let mut execution: HashMap<&str, Option<&Value>> = HashMap::new();
+        for tool in raw_tools.into_iter().flatten() {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                execution.entry(name).or_insert(tool.get("execution"));
+            }
+        }
         let tools = page
             .tools
             .into_iter()
             .map(|tool| {
                 let declared = execution
                     .get(tool.name.as_ref())
-                    .map(|&declared| declared.clone());
+                    .copied()
+                    .flatten()
+                    .cloned();
                 (legacy_output_schema(tool), declared)
             })
             .collect();
         Ok((tools, page.next_cursor))
     })
     .await?;
+    let mut pages = pages;
+    keep_first(session.mount(), "tools/list", &mut pages, |(tool, _)| {
+        &tool.name
+    });
     let mut execution = HashMap::new();
     let tools = pages
         .into_iter()
@@ -230,7 +240,8 @@ async fn refresh(
     }
     let mount = session.mount();
     match kind {
-        ListKind::Tools => keep_first(mount, "tools/list", &mut catalog.tools, |tool| &tool.name),
+        // Done by `all_tools`, each with its own `execution`.
+        ListKind::Tools => {}
         ListKind::Prompts => keep_first(mount, "prompts/list", &mut catalog.prompts, |prompt| {
             &prompt.name
         }),
