@@ -679,6 +679,63 @@ async fn a_per_session_http_mount_follows_its_server_away_and_back() {
     close(client).await;
 }
 
+/// A server that accepts sessions but fails the mount's own start (here
+/// its `tools/list`, after the first) is tried early once per run of
+/// failures when a per-session upstream reaches it, not at every client's
+/// call: each call woke the supervisor, which tried again past its
+/// backoff (an hour here) and `down_retry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaching_the_server_cuts_a_failing_mounts_backoff_short_once() {
+    static LISTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let (port, upstream) = scripted_http_upstream_with_stream(
+        json!({"tools": {}}),
+        |request| match request["method"].as_str() {
+            Some("tools/list") => {
+                let before = LISTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                (before == 0).then(
+                    || json!({"tools": [{"name": "work", "inputSchema": {"type": "object"}}]}),
+                )
+            }
+            Some("tools/call") => Some(json!({"content": [{"type": "text", "text": "done"}]})),
+            _ => Some(json!({})),
+        },
+        // The mount's own session: its message stream ends at once, and
+        // its reopening finds the session gone, which ends the session.
+        // Every later session has no message stream.
+        |nth| match nth {
+            0 => "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n",
+            1 => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+            _ => "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n",
+        },
+    )
+    .await;
+    let supervision = "[supervision]\nrestart_backoff = \"1h\"\nrestart_backoff_max = \"2h\"\ncrash_loop_restarts = 2\ndown_retry = \"1h\"\n\n";
+    let config = format!(
+        "{SERVER_TOML}{supervision}{}",
+        http_mount(
+            "remote",
+            &format!("http://127.0.0.1:{port}/mcp"),
+            "isolation = \"per_session\""
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    wait_state(&gateway, "remote", "degraded").await;
+    for _ in 0..4 {
+        let client = gateway.connect().await;
+        assert_eq!(
+            ok_text(&call(&client, "remote__work", json!({})).await),
+            "done"
+        );
+        close(client).await;
+    }
+    // The first call's open woke the supervisor: one more start, which
+    // failed its list and left the mount down for an hour.
+    wait_state(&gateway, "remote", "down").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(LISTS.load(std::sync::atomic::Ordering::SeqCst), 2);
+    upstream.abort();
+}
+
 async fn reconnects_after_restart(flags: &[&str]) {
     let (gateway, client, replacement, pid) = restarted_http_upstream(flags).await;
     let new_pid = eventually("the mount to reach the new server", OP_TIMEOUT, || async {

@@ -500,8 +500,7 @@ impl SessionState {
         // minute away, and the first open that reaches it brings that
         // attempt forward (`Mount::upstream_reached`).
         let status = mount.status();
-        let spawns = matches!(mount.config.transport, UpstreamTransport::Stdio { .. });
-        if status.phase == MountPhase::Down && spawns {
+        if status.phase == MountPhase::Down && spawns_process(mount) {
             return Err(unavailable(format!(
                 "the mount is down after repeated failures (last: {})",
                 status.last_error.unwrap_or_default()
@@ -613,7 +612,10 @@ impl SessionState {
                 return Err(error.to_string());
             }
         };
-        mount.upstream_reached();
+        // A process started here says nothing of the mount's own.
+        if !spawns_process(mount) {
+            mount.upstream_reached();
+        }
         let told = Arc::downgrade(mount);
         session.when_unreachable(move || {
             if let Some(mount) = told.upgrade() {
@@ -763,4 +765,9 @@ pub(crate) fn announced_as(listing: Listing) -> ListKind {
         Listing::Prompts => ListKind::Prompts,
         Listing::Resources | Listing::ResourceTemplates => ListKind::Resources,
     }
+}
+
+/// Whether opening an upstream of `mount` starts a process (stdio).
+fn spawns_process(mount: &Mount) -> bool {
+    matches!(mount.config.transport, UpstreamTransport::Stdio { .. })
 }

@@ -122,7 +122,7 @@ pub struct Mount {
     /// mount serves.
     inherited: std::sync::OnceLock<HashMap<ClientProfile, Arc<MountCatalog>>>,
     /// Wakes the supervisors' backoff (see [`Mount::upstream_reached`]).
-    reached: tokio::sync::Notify,
+    reached: watch::Sender<u64>,
 }
 
 /// The parts of a mount's table that a reload applies to the running
@@ -279,7 +279,7 @@ impl Mount {
             retired: CancellationToken::new(),
             supervisors: TaskTracker::new(),
             per_session_open: Default::default(),
-            reached: Default::default(),
+            reached: watch::Sender::new(0),
             closed: CancellationToken::new(),
             predecessor_closed: Default::default(),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
@@ -489,20 +489,23 @@ impl Mount {
         }
     }
 
-    /// A per-session upstream of this mount has just opened: if the
-    /// mount's own sessions are failing (its server was away), their
-    /// supervisors try again now rather than at the end of their backoff,
-    /// so `/readyz` and discovery follow the server's return.
+    /// A per-session upstream of this remote mount has just opened: if
+    /// the mount's own sessions are failing (its server was away), their
+    /// supervisors may try again now rather than at the end of their
+    /// backoff, so `/readyz` and discovery follow the server's return
+    /// (once per run of failures: see `supervisor.rs`).
     pub fn upstream_reached(&self) {
         if self.status().phase != MountPhase::Ready {
-            self.reached.notify_waiters();
+            self.reached
+                .send_modify(|count| *count = count.wrapping_add(1));
         }
     }
 
-    /// Resolves at the next [`Self::upstream_reached`] while a supervisor
-    /// of this mount waits to try again.
-    pub(super) fn reached(&self) -> tokio::sync::futures::Notified<'_> {
-        self.reached.notified()
+    /// Changes at each [`Self::upstream_reached`]. A watch, not a notify:
+    /// a supervisor that was busy with an attempt when it happened still
+    /// sees it when it next waits.
+    pub(super) fn reached(&self) -> watch::Receiver<u64> {
+        self.reached.subscribe()
     }
 
     /// The catalog known now for `profile`, without waiting. Falls back to

@@ -54,8 +54,16 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
     let mut attempt: u64 = 0;
     // The failure the next attempt follows, if it follows one.
     let mut after_failure: Option<(String, bool)> = None;
+    // A per-session upstream reaching the server (`Mount::upstream_reached`)
+    // cuts one wait short per run of failures: a server that accepts
+    // sessions but fails the mount's start otherwise is tried at each
+    // client's call, past its backoff and `down_retry`.
+    let mut reached = mount.reached();
+    let mut may_wake_early = true;
     loop {
         attempt += 1;
+        // Only what happens from this attempt on counts.
+        reached.borrow_and_update();
         if attempt > 1 {
             metrics()
                 .upstream_restarts
@@ -81,6 +89,7 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 }
                 profile_session.publish(SessionSlot::Live(session.clone()));
                 mount.session_started(profile, session.clone());
+                may_wake_early = true;
                 tokio::select! {
                     _ = session.ended() => {}
                     _ = retired.cancelled() => {
@@ -158,7 +167,10 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
             tokio::select! {
                 _ = tokio::time::sleep_until(retry_at) => break,
                 // A per-session upstream of the mount reached the server.
-                _ = mount.reached() => break,
+                Ok(()) = reached.changed(), if may_wake_early => {
+                    may_wake_early = false;
+                    break;
+                }
                 _ = retired.cancelled() => {
                     profile_session.publish(SessionSlot::Retired);
                     return;
