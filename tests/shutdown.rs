@@ -18,6 +18,31 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid}");
 }
 
+/// Starts a `slow` call of `steps` × `delay_ms` on `tool` in a task of its
+/// own, and returns once the upstream is running it (its first progress).
+async fn slow_call_in_flight(
+    client: &Client,
+    tool: &'static str,
+    steps: u64,
+    delay_ms: u64,
+) -> tokio::task::JoinHandle<Result<rmcp::model::CallToolResult, rmcp::service::ServiceError>> {
+    let peer = client.peer().clone();
+    let call = tokio::spawn(async move {
+        let params = rmcp::model::CallToolRequestParams::new(tool).with_arguments(
+            json!({"steps": steps, "delay_ms": delay_ms})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        peer.call_tool(params).await
+    });
+    eventually("the call to report progress", OP_TIMEOUT, || async {
+        (!client.service().progress().is_empty()).then_some(())
+    })
+    .await;
+    call
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
     let config = format!(
@@ -34,23 +59,10 @@ async fn sigterm_finishes_the_call_in_flight_and_leaves_no_child() {
     ];
     assert!(children.iter().all(|pid| process_alive(*pid)));
 
-    // A call that needs 1.5 s is in flight when SIGTERM arrives.
-    let peer = a.peer().clone();
-    let in_flight = tokio::spawn(async move {
-        let params = rmcp::model::CallToolRequestParams::new("shared__slow").with_arguments(
-            json!({"steps": 3, "delay_ms": 500})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        );
-        peer.call_tool(params).await
-    });
-    // The signal comes once the upstream is running it (first progress,
-    // after 500 ms; a second left).
-    eventually("the call to report progress", OP_TIMEOUT, || async {
-        (!a.service().progress().is_empty()).then_some(())
-    })
-    .await;
+    // A call that needs 1.5 s is in flight when SIGTERM arrives, which
+    // comes once the upstream is running it (first progress, after
+    // 500 ms; a second left).
+    let in_flight = slow_call_in_flight(&a, "shared__slow", 3, 500).await;
     // An initialize whose body has not all arrived when the signal comes.
     let mut trickling = tokio::net::TcpStream::connect(gateway.addr)
         .await
@@ -153,20 +165,7 @@ async fn a_request_outliving_the_grace_is_told_the_gateway_is_stopping() {
     );
     let mut gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let peer = client.peer().clone();
-    let call = tokio::spawn(async move {
-        let params = rmcp::model::CallToolRequestParams::new("demo__slow").with_arguments(
-            json!({"steps": 100, "delay_ms": 100})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        );
-        peer.call_tool(params).await
-    });
-    eventually("the call to report progress", OP_TIMEOUT, || async {
-        (!client.service().progress().is_empty()).then_some(())
-    })
-    .await;
+    let call = slow_call_in_flight(&client, "demo__slow", 100, 100).await;
     signal(gateway.proc.pid(), "TERM");
     let answer = within("the cut-off call's answer", call)
         .await
@@ -448,20 +447,7 @@ async fn no_reload_while_draining() {
     let config = format!("{server}{}", stdio_demo_mount("kept", ""));
     let mut gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let peer = client.peer().clone();
-    let in_flight = tokio::spawn(async move {
-        let params = rmcp::model::CallToolRequestParams::new("kept__slow").with_arguments(
-            json!({"steps": 3, "delay_ms": 1000})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        );
-        peer.call_tool(params).await
-    });
-    eventually("the call to report progress", OP_TIMEOUT, || async {
-        (!client.service().progress().is_empty()).then_some(())
-    })
-    .await;
+    let in_flight = slow_call_in_flight(&client, "kept__slow", 3, 1000).await;
     signal(gateway.proc.pid(), "TERM");
     eventually("the drain to begin", OP_TIMEOUT, || async {
         (readyz(&gateway).await["draining"] == true).then_some(())
