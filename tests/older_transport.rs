@@ -456,3 +456,48 @@ async fn a_stream_ending_during_its_initialize_leaves_no_session() {
     .await;
     drop(slow);
 }
+
+/// A request still running when shutdown's grace is over gets its error
+/// on the event stream before the stream ends. The stream stopped at once
+/// at shutdown and dropped it now and then (in about one run of four):
+/// five runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cut_off_at_shutdown_is_answered_on_the_stream() {
+    for run in 0..5 {
+        let mut gateway = Gateway::start(&format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"300ms\"\n\n{}",
+            stdio_demo_mount("demo", "")
+        ))
+        .await;
+        let mut client = OlderClient::connect(&gateway).await;
+        client.initialize().await;
+        let mut slow = call(2, "demo__slow", json!({"steps": 100, "delay_ms": 100}));
+        slow["params"]["_meta"] = json!({"progressToken": "p"});
+        let (status, text) = client.post(slow.to_string()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+        // Running upstream once its first progress is here.
+        let progress = client.events.message().await;
+        assert_eq!(progress["method"], "notifications/progress", "{progress}");
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &gateway.proc.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(killed.success());
+        let mut answer = None;
+        while let Some((_, data)) = client.events.next().await {
+            let message: Value = serde_json::from_str(&data).expect("JSON");
+            if message["id"] == 2 {
+                answer = Some(message);
+            }
+        }
+        let answer =
+            answer.unwrap_or_else(|| panic!("run {run}: no answer before the stream ended"));
+        let said = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(said.contains("shutting down"), "run {run}: {answer}");
+        let exited = gateway
+            .proc
+            .wait_exit(std::time::Duration::from_secs(20))
+            .await;
+        assert!(exited.success(), "run {run}: gateway exited with {exited}");
+    }
+}

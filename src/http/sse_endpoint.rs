@@ -182,15 +182,9 @@ impl SseEndpoint {
             Ok::<_, Infallible>(Event::default().event("endpoint").data(endpoint))
         })
         .chain(
-            tokio_stream_of(messages)
+            messages_until_end(messages, ended, shutdown)
                 .map(|message| Ok(Event::default().event("message").data(message))),
         )
-        .take_until(async move {
-            tokio::select! {
-                _ = ended.cancelled() => {}
-                _ = shutdown.cancelled() => {}
-            }
-        })
         .map(move |event| {
             // Held by the stream: its end (the client gone) closes the session.
             let _ = &closer;
@@ -590,8 +584,32 @@ fn session_id_of(query: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-fn tokio_stream_of(mut messages: mpsc::Receiver<String>) -> impl Stream<Item = String> {
-    futures::stream::poll_fn(move |context| messages.poll_recv(context))
+/// A stream's messages until its session ends. At shutdown what is
+/// queued already is still sent, then the stream ends: among it are the
+/// errors shutdown answers the requests it gave up on with, which a stream
+/// stopped at once dropped (their request counts as answered once its
+/// answer is queued here).
+fn messages_until_end(
+    messages: mpsc::Receiver<String>,
+    ended: CancellationToken,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = String> {
+    futures::stream::unfold(
+        (messages, ended, shutdown),
+        |(mut messages, ended, shutdown)| async move {
+            let next = tokio::select! {
+                biased;
+                message = messages.recv() => message,
+                () = ended.cancelled() => None,
+                () = shutdown.cancelled() => {
+                    // Queued messages come out, then `None`.
+                    messages.close();
+                    messages.recv().await
+                }
+            };
+            next.map(|message| (message, (messages, ended, shutdown)))
+        },
+    )
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
