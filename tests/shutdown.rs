@@ -172,7 +172,12 @@ async fn a_request_outliving_the_grace_is_told_the_gateway_is_stopping() {
         .expect("the call's task");
     match answer {
         Err(rmcp::service::ServiceError::McpError(error)) => {
-            assert!(error.message.contains("shutting down"), "{error:?}")
+            assert!(
+                error
+                    .message
+                    .contains("shutting down and this request was still unanswered after server.shutdown_grace;"),
+                "{error:?}"
+            )
         }
         other => panic!("expected an error saying the gateway is stopping, got {other:?}"),
     }

@@ -161,7 +161,8 @@ where
 /// its client is told, rather than finding its stream closed mid-call.
 fn cut_off_by_shutdown() -> ErrorData {
     ErrorData::internal_error(
-        "the gateway is shutting down and this request was still unanswered after          server.shutdown_grace; it was cancelled upstream (send it again to another instance)",
+        "the gateway is shutting down and this request was still unanswered after \
+         server.shutdown_grace; it was cancelled upstream (send it again to another instance)",
         None,
     )
 }
