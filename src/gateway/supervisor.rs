@@ -89,7 +89,10 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 }
                 profile_session.publish(SessionSlot::Live(session.clone()));
                 mount.session_started(profile, session.clone());
+                // A new run of failures may be cut short once again, by
+                // what happens from now on.
                 may_wake_early = true;
+                reached.borrow_and_update();
                 tokio::select! {
                     _ = session.ended() => {}
                     _ = retired.cancelled() => {
