@@ -2240,6 +2240,16 @@ async fn an_upstream_error_without_an_id_answers_its_request() {
     .await;
     let error = format!("{prompt:?}");
     assert!(error.contains("refused without an id"), "{error}");
+    // On the request's own event stream too, with the stream held open.
+    let prompt = within(
+        "prompts/get answered on a stream",
+        client.get_prompt(rmcp::model::GetPromptRequestParams::new(
+            "remote__refuse_sse",
+        )),
+    )
+    .await;
+    let error = format!("{prompt:?}");
+    assert!(error.contains("refused without an id"), "{error}");
     close(client).await;
 }
 

@@ -135,6 +135,50 @@ impl TracingHttpClient {
     }
 }
 
+/// `events`, the event stream answering the POST of request `id`, with an
+/// error among them that has no id given `id`, as a JSON answer's is
+/// (see `post_message_with_response_limits`).
+fn idless_errors_answering(
+    events: BoxStream<'static, Result<Sse, SseError>>,
+    id: rmcp::model::RequestId,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    use futures::StreamExt;
+    events
+        .map(move |event| {
+            let mut event = event?;
+            if let Some(answer) = event
+                .data
+                .as_deref()
+                .and_then(|data| idless_error_as_answer_to(data, &id))
+            {
+                event.data = Some(answer);
+            }
+            Ok(event)
+        })
+        .boxed()
+}
+
+/// `data` with `id` set, if it is a JSON-RPC error without an id (or with
+/// a `null` one) that does not speak of the session (which ends the
+/// session instead: `ordered::talks_of_the_session`).
+fn idless_error_as_answer_to(data: &str, id: &rmcp::model::RequestId) -> Option<String> {
+    // Only errors are read: every other event goes by unparsed.
+    if !data.contains("\"error\"") {
+        return None;
+    }
+    let mut message: serde_json::Value = serde_json::from_str(data).ok()?;
+    let object = message.as_object_mut()?;
+    if object.contains_key("method") || !object.get("id").is_none_or(serde_json::Value::is_null) {
+        return None;
+    }
+    let error: rmcp::ErrorData = serde_json::from_value(object.get("error")?.clone()).ok()?;
+    if super::ordered::talks_of_the_session(&error) {
+        return None;
+    }
+    object.insert("id".to_owned(), serde_json::to_value(id).ok()?);
+    serde_json::to_string(&message).ok()
+}
+
 /// Whether a failed `GET` of a session's stream means the session is over:
 /// the server answered that it does not know it (404, which rmcp reports
 /// for a `GET` as a plain HTTP error; 400 too if such a `GET` was
@@ -320,6 +364,14 @@ impl StreamableHttpClient for TracingHttpClient {
                     session,
                 ))
             }
+            // So is one on the request's own event stream.
+            Ok(StreamableHttpPostResponse::Sse(events, session)) => match request_id {
+                Some(id) => Ok(StreamableHttpPostResponse::Sse(
+                    idless_errors_answering(events, id),
+                    session,
+                )),
+                None => Ok(StreamableHttpPostResponse::Sse(events, session)),
+            },
             other => other,
         };
         // rmcp opens the stream only for a session with an id.
@@ -529,6 +581,37 @@ mod tests {
     use super::*;
 
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
+
+    /// On a request's own event stream, an error without an id answers the
+    /// request; any other message goes by as written.
+    #[test]
+    fn an_idless_error_on_a_requests_stream_becomes_its_answer() {
+        let id = rmcp::model::RequestId::Number(7);
+        let answer = |data: &str| {
+            idless_error_as_answer_to(data, &id)
+                .map(|text| serde_json::from_str::<serde_json::Value>(&text).unwrap())
+        };
+        let error = r#"{"code":-32602,"message":"refused"}"#;
+        for idless in [
+            format!(r#"{{"jsonrpc":"2.0","id":null,"error":{error}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","error":{error}}}"#),
+        ] {
+            let answered = answer(&idless).expect("rewritten");
+            assert_eq!(answered["id"], 7, "{answered}");
+            assert_eq!(answered["error"]["message"], "refused", "{answered}");
+        }
+        for untouched in [
+            format!(r#"{{"jsonrpc":"2.0","id":3,"error":{error}}}"#),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}"#
+                .to_owned(),
+            r#"{"jsonrpc":"2.0","id":null,"result":{"error":"a field"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"error"}}"#
+                .to_owned(),
+            "not json, with \"error\"".to_owned(),
+        ] {
+            assert_eq!(answer(&untouched), None, "{untouched}");
+        }
+    }
 
     /// Only a POST the upstream refused for its forgotten session is sure
     /// not to have run: a tool call that broke off later (its stream's

@@ -7,7 +7,9 @@
 //! `authorization` with the `Authorization` header its session's
 //! `initialize` came with and the one its call came with. `refuse` (a
 //! tool and a prompt) is answered 400 with a JSON-RPC error whose id is
-//! `null`, as a server that cannot read a request's id answers. It refuses `GET` (405, as the spec allows), so only a
+//! `null`, as a server that cannot read a request's id answers; `refuse_sse`
+//! (a prompt) sends that error on an event stream, which it then holds
+//! open for 30 s. It refuses `GET` (405, as the spec allows), so only a
 //! POST can find out.
 
 use std::{
@@ -26,6 +28,7 @@ use axum::{
     routing::post,
     Router,
 };
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 #[derive(Default)]
@@ -123,6 +126,22 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
     if id.is_none() {
         return StatusCode::ACCEPTED.into_response();
     }
+    if message["params"]["name"] == "refuse_sse" {
+        let refusal = json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32602, "message": "refused without an id"}});
+        let event = format!("data: {refusal}\n\n");
+        let held = futures::stream::once(async move { Ok::<_, std::io::Error>(event) }).chain(
+            futures::stream::once(async {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                Ok(String::new())
+            }),
+        );
+        return (
+            [("content-type", "text/event-stream")],
+            axum::body::Body::from_stream(held),
+        )
+            .into_response();
+    }
     if message["params"]["name"] == "refuse" {
         let refusal = json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": -32602, "message": "refused without an id"}});
@@ -153,7 +172,9 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
                 shown(authorization)
             ))
         }
-        (Some("prompts/list"), _) => json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}]}),
+        (Some("prompts/list"), _) => {
+            json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"}]})
+        }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
         (Some("tools/call"), Some("forget")) => {
