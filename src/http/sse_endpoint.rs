@@ -597,10 +597,12 @@ fn messages_until_end(
     futures::stream::unfold(
         (messages, ended, shutdown),
         |(mut messages, ended, shutdown)| async move {
+            // The session's end stops it at once, as before; shutdown
+            // only after what is queued.
             let next = tokio::select! {
                 biased;
-                message = messages.recv() => message,
                 () = ended.cancelled() => None,
+                message = messages.recv() => message,
                 () = shutdown.cancelled() => {
                     // Queued messages come out, then `None`.
                     messages.close();
