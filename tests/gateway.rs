@@ -2396,3 +2396,60 @@ async fn a_tool_listed_twice_is_the_first_with_its_own_execution() {
     assert_eq!(status["mounts"][0]["tools"], 2, "{status}");
     upstream.abort();
 }
+
+/// A session DELETEd while its per-session HTTP upstream runs a call tells
+/// that upstream to cancel the call: a server need not cancel a session's
+/// work on its DELETE (this one does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sessions_per_session_calls_are_cancelled_upstream() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static CALLED: AtomicBool = AtomicBool::new(false);
+    static CANCELLED: AtomicBool = AtomicBool::new(false);
+    let (port, upstream) = scripted_sse_upstream(json!({"tools": {}}), |request| {
+        match request["method"].as_str() {
+            Some("tools/list") => ScriptedReply::Result(
+                json!({"tools": [{"name": "work", "inputSchema": {"type": "object"}}]}),
+            ),
+            Some("tools/call") => {
+                CALLED.store(true, Ordering::SeqCst);
+                // Its answer would come after 30 s.
+                ScriptedReply::Stream(vec![(
+                    Duration::from_secs(30),
+                    json!({"jsonrpc": "2.0", "id": "$request", "result": {"content": []}}),
+                )])
+            }
+            Some("notifications/cancelled") => {
+                CANCELLED.store(true, Ordering::SeqCst);
+                ScriptedReply::Result(json!({}))
+            }
+            _ => ScriptedReply::Result(json!({})),
+        }
+    })
+    .await;
+    let config = format!(
+        "{SERVER_TOML}{}",
+        http_mount(
+            "own",
+            &format!("http://127.0.0.1:{port}/mcp"),
+            "isolation = \"per_session\""
+        ),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let peer = client.peer().clone();
+    let running = tokio::spawn(async move {
+        peer.call_tool(rmcp::model::CallToolRequestParams::new("own__work"))
+            .await
+    });
+    eventually("the upstream to run the call", OP_TIMEOUT, || async {
+        CALLED.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    close(client).await;
+    running.abort();
+    eventually("the upstream to be told to cancel", OP_TIMEOUT, || async {
+        CANCELLED.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    upstream.abort();
+}

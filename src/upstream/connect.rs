@@ -187,6 +187,7 @@ pub async fn open(
         held_until_closed: Default::default(),
         no_completion: Default::default(),
         on_unreachable: Default::default(),
+        cancels_sending: Default::default(),
     })
 }
 

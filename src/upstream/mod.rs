@@ -113,7 +113,24 @@ pub struct UpstreamSession {
     /// Run when a request finds the server unreachable (see
     /// [`Self::when_unreachable`]).
     on_unreachable: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Cancels on their way to the upstream (see `CancelUpstreamOnDrop`):
+    /// [`Self::close`] lets them go out first.
+    cancels_sending: Arc<CancelsSending>,
 }
+
+/// A count of cancels being sent, and its change to zero.
+#[derive(Default)]
+pub(crate) struct CancelsSending {
+    count: std::sync::atomic::AtomicUsize,
+    none_left: tokio::sync::Notify,
+}
+
+/// How long [`UpstreamSession::close`] waits for cancels being sent. A
+/// session's calls are dropped as it ends (a DELETE, a shutdown), each
+/// sending its cancel from a task of its own: a close that won the race
+/// dropped them, and a server that does not cancel a session's work on
+/// its DELETE ran the calls to their end.
+const CANCELS_SEND_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a ping after a timed-out request may take before the upstream
 /// counts as gone: a server that answers anything answers a ping at once.
@@ -453,6 +470,7 @@ impl UpstreamSession {
             peer: self.peer.clone(),
             id: Some(id),
             reason: "cancelled by the client",
+            sending: &self.cancels_sending,
         };
         let ceiling = tokio::time::sleep(limit.ceiling);
         tokio::pin!(ceiling);
@@ -690,6 +708,12 @@ impl UpstreamSession {
     /// finished.
     pub async fn close(&self) {
         let _one_close_at_a_time = self.closing.lock().await;
+        crate::wait_for_zero::wait_for_zero(
+            &self.cancels_sending.count,
+            &self.cancels_sending.none_left,
+            CANCELS_SEND_WAIT,
+        )
+        .await;
         let service = self.service.lock().ok().and_then(|mut slot| slot.take());
         if let Some(service) = service {
             if let Err(error) = service.cancel().await {
@@ -780,14 +804,16 @@ impl Drop for TakeRawAnswer<'_> {
 }
 
 /// Sends the upstream a cancel for a request the gateway stopped waiting for.
-struct CancelUpstreamOnDrop {
+struct CancelUpstreamOnDrop<'a> {
     peer: Peer<RoleClient>,
     /// `None` once the request completed.
     id: Option<RequestId>,
     reason: &'static str,
+    /// The session's count of cancels being sent (cloned only to send one).
+    sending: &'a Arc<CancelsSending>,
 }
 
-impl Drop for CancelUpstreamOnDrop {
+impl Drop for CancelUpstreamOnDrop<'_> {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else {
             return;
@@ -798,10 +824,15 @@ impl Drop for CancelUpstreamOnDrop {
             Some(self.reason.to_owned()),
         ));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let sending = self.sending.clone();
+            sending
+                .count
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             runtime.spawn(async move {
                 if let Err(error) = peer.send_notification(notification.into()).await {
                     tracing::debug!(error = %http_client::with_causes(&error), "could not send a cancel upstream");
                 }
+                crate::wait_for_zero::count_down(&sending.count, &sending.none_left);
             });
         }
     }
