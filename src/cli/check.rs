@@ -293,59 +293,27 @@ fn masked_argument(word: &str) -> std::borrow::Cow<'_, str> {
 /// already, which names the secret without showing it, and each path
 /// segment that looks like a key ([`looks_like_a_key`]: hosted servers
 /// take theirs in the path, `/s/<key>/mcp`).
-fn masked_url(url: &str) -> String {
-    let authority_start = url.find("://").map_or(0, |at| at + 3);
-    // The user info ends at the last `@` before the path: a password may
-    // hold `#` or `?` as written, which would otherwise cut the URL short
-    // there and leave the rest (the password's end, the host) unmasked.
-    let before_path = url[authority_start..]
-        .find('/')
-        .map_or(url.len(), |at| authority_start + at);
-    let user_info_end = url[authority_start..before_path]
-        .rfind('@')
-        .map(|at| authority_start + at);
-    let host_start = user_info_end.map_or(authority_start, |at| at + 1);
-    let authority_end = url[host_start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |at| host_start + at);
-    let rest = &url[authority_end..];
-    let (rest, fragment) = match rest.split_once('#') {
-        Some((rest, fragment)) => (rest, Some(fragment)),
-        None => (rest, None),
-    };
-    let (path, query) = match rest.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (rest, None),
-    };
-    let mut out = String::with_capacity(url.len());
-    let is_variable = |value: &str| {
-        value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
-    };
-    out.push_str(&url[..authority_start]);
-    if let Some(at) = user_info_end {
-        let user_info = &url[authority_start..at];
-        match user_info.split_once(':') {
-            Some((user, _)) => {
-                out.push_str(user);
-                out.push_str(":***");
-            }
-            // A user alone is sent as Basic credentials, and is often
-            // a token (`https://TOKEN@host`).
-            None if is_variable(user_info) => out.push_str(user_info),
-            None => out.push_str("***"),
-        }
-        out.push('@');
-    }
-    out.push_str(&url[host_start..authority_end]);
-    let masked: Vec<&str> = path
+pub(crate) fn masked_url(url: &str) -> String {
+    use super::url_text::{is_variable, UrlText};
+    let parts = UrlText::split(url);
+    let user_info = parts
+        .user_info
+        .map(|user_info| match user_info.split_once(':') {
+            Some((user, _)) => format!("{user}:***"),
+            // A user alone is sent as Basic credentials, and is often a
+            // token (`https://TOKEN@host`).
+            None if is_variable(user_info) => user_info.to_owned(),
+            None => "***".to_owned(),
+        });
+    let path: Vec<&str> = parts
+        .path
         .split('/')
         .map(|segment| match looks_like_a_key(segment) {
             true => "***",
             false => segment,
         })
         .collect();
-    out.push_str(&masked.join("/"));
-    if let Some(query) = query {
+    let query = parts.query.map(|query| {
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {
@@ -355,14 +323,9 @@ fn masked_url(url: &str) -> String {
                 None => "***".to_owned(),
             })
             .collect();
-        out.push('?');
-        out.push_str(&pairs.join("&"));
-    }
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
-    }
-    out
+        pairs.join("&")
+    });
+    parts.with(user_info.as_deref(), &path.join("/"), query.as_deref())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod import;
 pub mod names;
 pub mod probe;
 pub mod tools;
+mod url_text;
 
 use std::io::Write;
 

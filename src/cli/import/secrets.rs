@@ -63,6 +63,56 @@ pub fn kept_out(
     format!("${{{variable}}}")
 }
 
+/// `url` of server `server` at `path`, with a secret written in it as is
+/// moved to the environment: the password of its user info (the mount's
+/// `Authorization`, from `${SERVER_URL_PASSWORD}`) and each query value
+/// under a secret-looking name (`?api_key=…`), reported in `issues`. A
+/// path segment that may be a key is left (nothing names it a secret):
+/// `junction check` masks it when it shows the URL.
+pub fn url_kept_out(server: &str, url: String, path: &str, issues: &mut Vec<Issue>) -> String {
+    use crate::cli::url_text::UrlText;
+    let parts = UrlText::split(&url);
+    let mut moved = Vec::new();
+    let mut variable_for = |name: &str| {
+        let variable = env_name(&format!("{server}_{name}"));
+        moved.push(variable.clone());
+        format!("${{{variable}}}")
+    };
+    let user_info = parts
+        .user_info
+        .map(|user_info| match user_info.split_once(':') {
+            Some((user, password)) if !password.is_empty() && !password.contains("${") => {
+                format!("{user}:{}", variable_for("url_password"))
+            }
+            _ => user_info.to_owned(),
+        });
+    let query = parts.query.map(|query| {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, value))
+                    if !value.is_empty() && !value.contains("${") && looks_secret(name) =>
+                {
+                    format!("{name}={}", variable_for(name))
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        pairs.join("&")
+    });
+    if moved.is_empty() {
+        return url;
+    }
+    issues.push(Issue::lost(
+        format!("{path}.url"),
+        format!(
+            "a secret written in the URL was not copied into the config; set {} (to the value in the source file) before starting junction",
+            moved.join(", ")
+        ),
+    ));
+    parts.with(user_info.as_deref(), parts.path, query.as_deref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

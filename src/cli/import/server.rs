@@ -195,8 +195,14 @@ fn http(
     said_sse: bool,
 ) -> Result<Transport, String> {
     let mut legacy_sse = said_sse;
+    let server = path.rsplit('.').next().unwrap_or(path);
     let url = match fields.get("url") {
-        Some(Value::String(url)) => vars::translate(url, inputs, &format!("{path}.url"), issues),
+        Some(Value::String(url)) => super::secrets::url_kept_out(
+            server,
+            vars::translate(url, inputs, &format!("{path}.url"), issues),
+            path,
+            issues,
+        ),
         Some(other) => return Err(format!("`url` must be a string, found {}", kind_of(other))),
         None => return Err("a remote server needs `url`".to_owned()),
     };
@@ -220,11 +226,17 @@ fn http(
             }
             Ok(parsed) => {
                 return Err(format!(
-                    "url {url:?} has scheme {:?}; Junction connects over http or https",
+                    "url {:?} has scheme {:?}; Junction connects over http or https",
+                    crate::cli::check::masked_url(&url),
                     parsed.scheme()
                 ))
             }
-            Err(error) => return Err(format!("url {url:?} is not a URL: {error}")),
+            Err(error) => {
+                return Err(format!(
+                    "url {:?} is not a URL: {error}",
+                    crate::cli::check::masked_url(&url)
+                ))
+            }
         }
     }
     let mut headers = string_map(fields, "headers", path, inputs, issues)?;

@@ -434,3 +434,36 @@ fn newlines_in_keys_cannot_break_out_of_comments() {
     let mounts = config["mounts"].as_table().expect("mounts table");
     assert_eq!(mounts.keys().collect::<Vec<_>>(), ["b-c"]);
 }
+
+#[test]
+fn a_secret_written_in_a_url_is_not_copied() {
+    let translation = import(json!({
+        "mcpServers": {
+            "r2": {"url": "https://al%40ice:S3CRET%3A1@example.com/mcp?api_key=SECRETKEY&region=eu"},
+            "kept": {"url": "https://bob:${PW}@example.com/mcp?token=${T}"},
+            "ws": {"url": "ws://user:SECRETWS@example.com/mcp"},
+            "bad": {"url": "http://user:SECRETBAD@exa mple.com/mcp"}
+        }
+    }));
+    let config = parsed(&translation);
+    assert_eq!(
+        config["mounts"]["r2"]["url"].as_str(),
+        Some("https://al%40ice:${R2_URL_PASSWORD}@example.com/mcp?api_key=${R2_API_KEY}&region=eu")
+    );
+    assert_eq!(
+        config["mounts"]["kept"]["url"].as_str(),
+        Some("https://bob:${PW}@example.com/mcp?token=${T}")
+    );
+    let report = report(&translation);
+    assert!(
+        report.contains("mcpServers.r2.url: not translated: a secret written in the URL was not copied into the config; set R2_URL_PASSWORD, R2_API_KEY"),
+        "{report}"
+    );
+    let everything = format!("{}\n{report}", translation.toml);
+    for secret in ["S3CRET", "SECRETKEY", "SECRETWS", "SECRETBAD"] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shows in\n{everything}"
+        );
+    }
+}
