@@ -584,11 +584,12 @@ fn session_id_of(query: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// A stream's messages until its session ends. At shutdown what is
-/// queued already is still sent, then the stream ends: among it are the
-/// errors shutdown answers the requests it gave up on with, which a stream
-/// stopped at once dropped (their request counts as answered once its
-/// answer is queued here).
+/// A stream's messages until its session ends or the gateway shuts down.
+/// Either way what is queued already is still sent, then the stream ends:
+/// among it may be answers written just before (the errors shutdown
+/// answers the requests it gave up on with, which count as answered once
+/// queued here), and a stream stopped at once dropped them. Nothing is
+/// queued after: the queue is closed, and those who put into it stop.
 fn messages_until_end(
     messages: mpsc::Receiver<String>,
     ended: CancellationToken,
@@ -597,13 +598,15 @@ fn messages_until_end(
     futures::stream::unfold(
         (messages, ended, shutdown),
         |(mut messages, ended, shutdown)| async move {
-            // The session's end stops it at once, as before; shutdown
-            // only after what is queued.
             let next = tokio::select! {
                 biased;
-                () = ended.cancelled() => None,
                 message = messages.recv() => message,
-                () = shutdown.cancelled() => {
+                () = async {
+                    tokio::select! {
+                        () = ended.cancelled() => {}
+                        () = shutdown.cancelled() => {}
+                    }
+                } => {
                     // Queued messages come out, then `None`.
                     messages.close();
                     messages.recv().await
