@@ -469,3 +469,62 @@ async fn no_reload_while_draining() {
         gateway.proc.stderr.text()
     );
 }
+
+/// The calls shutdown gives up on are cancelled upstream before their
+/// upstream sessions close, on a shared and on a per-session mount: the
+/// cancels raced the closes, and most were lost (a server that does not
+/// tie a session's work to the session ran them on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_shutdown_gives_up_on_are_cancelled_upstream() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLED: AtomicUsize = AtomicUsize::new(0);
+    static CANCELLED: AtomicUsize = AtomicUsize::new(0);
+    let (port, upstream) = scripted_sse_upstream(json!({"tools": {}}), |request| {
+        match request["method"].as_str() {
+            Some("tools/list") => ScriptedReply::Result(
+                json!({"tools": [{"name": "work", "inputSchema": {"type": "object"}}]}),
+            ),
+            Some("tools/call") => {
+                CALLED.fetch_add(1, Ordering::SeqCst);
+                ScriptedReply::Stream(vec![(
+                    Duration::from_secs(30),
+                    json!({"jsonrpc": "2.0", "id": "$request", "result": {"content": []}}),
+                )])
+            }
+            Some("notifications/cancelled") => {
+                CANCELLED.fetch_add(1, Ordering::SeqCst);
+                ScriptedReply::Result(json!({}))
+            }
+            _ => ScriptedReply::Result(json!({})),
+        }
+    })
+    .await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"300ms\"\n\n{}{}",
+        http_mount("shared", &url, ""),
+        http_mount("own", &url, "isolation = \"per_session\""),
+    );
+    let mut gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let mut calls = Vec::new();
+    for tool in ["shared__work", "own__work"] {
+        let peer = client.peer().clone();
+        calls.push(tokio::spawn(async move {
+            peer.call_tool(rmcp::model::CallToolRequestParams::new(tool))
+                .await
+        }));
+    }
+    eventually("the upstream to run both calls", OP_TIMEOUT, || async {
+        (CALLED.load(Ordering::SeqCst) == 2).then_some(())
+    })
+    .await;
+    signal(gateway.proc.pid(), "TERM");
+    let status = gateway.proc.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "gateway exited with {status}");
+    assert_eq!(CANCELLED.load(Ordering::SeqCst), 2);
+    for call in calls {
+        call.abort();
+    }
+    upstream.abort();
+}
