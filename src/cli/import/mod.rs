@@ -132,9 +132,10 @@ pub fn translate(text: &str, origin: &str) -> Result<Translation, InvalidInput> 
         .collect();
     let mut imported = 0;
     let mut skipped = 0;
+    let mut variables = secrets::Variables::default();
     for entry in &document.entries {
         let mut entry_issues = Vec::new();
-        match server::translate(entry, &document.inputs, &mut entry_issues) {
+        match server::translate(entry, &document.inputs, &mut entry_issues, &mut variables) {
             Ok(mount) => {
                 let name = if valid_keys.contains(&entry.key) && !taken.contains(&entry.key) {
                     entry.key.clone()

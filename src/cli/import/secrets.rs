@@ -35,6 +35,25 @@ pub fn looks_secret(name: &str) -> bool {
         .any(|word| SECRET_WORDS.contains(&word))
 }
 
+/// The variables an import has named for secrets it moved out, so that
+/// two different secrets never share one (`?apiKey=` and `?api_key=` of
+/// one URL, a URL's key and a header of the same name).
+#[derive(Default)]
+pub struct Variables(std::collections::HashSet<String>);
+
+impl Variables {
+    /// `wanted`, or `wanted_2`, `wanted_3`… if that is named already.
+    fn unique(&mut self, wanted: String) -> String {
+        if self.0.insert(wanted.clone()) {
+            return wanted;
+        }
+        (2..)
+            .map(|n| format!("{wanted}_{n}"))
+            .find(|name| self.0.insert(name.clone()))
+            .expect("an unused suffix")
+    }
+}
+
 /// `value` of `name` in `field` (`env` or `headers`) of server `server`
 /// at `path`: as it is, or, for a secret written as is, a reference to the
 /// environment variable it should come from, reported in `issues`.
@@ -45,14 +64,16 @@ pub fn kept_out(
     value: String,
     path: &str,
     issues: &mut Vec<Issue>,
+    variables: &mut Variables,
 ) -> String {
     if value.is_empty() || value.contains("${") || !looks_secret(name) {
         return value;
     }
-    // An env variable keeps its name; a header gets one after its server.
+    // An env variable keeps its name (two servers' `GITHUB_TOKEN` are
+    // likely the one token); a header gets one after its server.
     let variable = match field {
         "env" => env_name(name),
-        _ => env_name(&format!("{server}_{name}")),
+        _ => variables.unique(env_name(&format!("{server}_{name}"))),
     };
     issues.push(Issue::lost(
         path,
@@ -65,16 +86,23 @@ pub fn kept_out(
 
 /// `url` of server `server` at `path`, with a secret written in it as is
 /// moved to the environment: the password of its user info (the mount's
-/// `Authorization`, from `${SERVER_URL_PASSWORD}`) and each query value
+/// `Authorization`, from `${SERVER_URL_PASSWORD}`), a user alone (often a
+/// token: `${SERVER_URL_USER}`) and each query value
 /// under a secret-looking name (`?api_key=…`), reported in `issues`. A
 /// path segment that may be a key is left (nothing names it a secret):
 /// `junction check` masks it when it shows the URL.
-pub fn url_kept_out(server: &str, url: String, path: &str, issues: &mut Vec<Issue>) -> String {
+pub fn url_kept_out(
+    server: &str,
+    url: String,
+    path: &str,
+    issues: &mut Vec<Issue>,
+    variables: &mut Variables,
+) -> String {
     use crate::cli::url_text::UrlText;
     let parts = UrlText::split(&url);
     let mut moved = Vec::new();
     let mut variable_for = |name: &str| {
-        let variable = env_name(&format!("{server}_{name}"));
+        let variable = variables.unique(env_name(&format!("{server}_{name}")));
         moved.push(variable.clone());
         format!("${{{variable}}}")
     };
@@ -84,6 +112,8 @@ pub fn url_kept_out(server: &str, url: String, path: &str, issues: &mut Vec<Issu
             Some((user, password)) if !password.is_empty() && !password.contains("${") => {
                 format!("{user}:{}", variable_for("url_password"))
             }
+            // A user alone is often a token (`https://TOKEN@host`).
+            None if !user_info.is_empty() && !user_info.contains("${") => variable_for("url_user"),
             _ => user_info.to_owned(),
         });
     let query = parts.query.map(|query| {
@@ -106,7 +136,7 @@ pub fn url_kept_out(server: &str, url: String, path: &str, issues: &mut Vec<Issu
     issues.push(Issue::lost(
         format!("{path}.url"),
         format!(
-            "a secret written in the URL was not copied into the config; set {} (to the value in the source file) before starting junction",
+            "a secret written in the URL was not copied into the config; set {} (to the value in the source file, percent-encoded as it is written in the URL) before starting junction",
             moved.join(", ")
         ),
     ));
@@ -146,7 +176,15 @@ mod tests {
     fn a_secret_written_as_is_becomes_a_reference() {
         let mut issues = Vec::new();
         let kept = |name: &str, value: &str, issues: &mut Vec<Issue>| {
-            kept_out("github", "env", name, value.to_owned(), "p", issues)
+            kept_out(
+                "github",
+                "env",
+                name,
+                value.to_owned(),
+                "p",
+                issues,
+                &mut Variables::default(),
+            )
         };
         assert_eq!(
             kept("GITHUB_TOKEN", "ghp_abc", &mut issues),
@@ -167,6 +205,7 @@ mod tests {
             "Bearer x".into(),
             "p",
             &mut issues,
+            &mut Variables::default(),
         );
         assert_eq!(header, "${REMOTE_AUTHORIZATION}");
     }

@@ -9,6 +9,7 @@
 
 use serde_json::{Map, Value};
 
+use super::secrets::Variables;
 use super::{
     source::{kind_of, Entry},
     vars::{self, Inputs},
@@ -55,7 +56,12 @@ const KNOWN_FIELDS: [&str; 9] = [
 ];
 
 /// Translates `entry`; `Err` is why it cannot be mounted.
-pub fn translate(entry: &Entry, inputs: &Inputs, issues: &mut Vec<Issue>) -> Result<Mount, String> {
+pub fn translate(
+    entry: &Entry,
+    inputs: &Inputs,
+    issues: &mut Vec<Issue>,
+    variables: &mut Variables,
+) -> Result<Mount, String> {
     let Value::Object(fields) = &entry.value else {
         return Err(format!(
             "expected an object with `command` or `url`, found {}",
@@ -85,8 +91,8 @@ pub fn translate(entry: &Entry, inputs: &Inputs, issues: &mut Vec<Issue>) -> Res
     }
     let transport = match kind {
         Kind::Stdio => stdio(fields, path, inputs, issues)?,
-        Kind::Http => http(fields, path, inputs, issues, false)?,
-        Kind::Sse => http(fields, path, inputs, issues, true)?,
+        Kind::Http => http(fields, &entry.key, path, inputs, issues, variables, false)?,
+        Kind::Sse => http(fields, &entry.key, path, inputs, issues, variables, true)?,
     };
     Ok(Mount {
         transport,
@@ -151,7 +157,15 @@ fn stdio(
         }
         Some(other) => return Err(format!("`args` must be an array, found {}", kind_of(other))),
     };
-    let env = string_map(fields, "env", path, inputs, issues)?;
+    // Env variables keep their names: no server, no variables to share.
+    let env = string_map(
+        fields,
+        "env",
+        ("", path),
+        inputs,
+        issues,
+        &mut Variables::default(),
+    )?;
     let cwd = match fields.get("cwd") {
         None | Some(Value::Null) => None,
         Some(Value::String(cwd)) => {
@@ -187,21 +201,24 @@ fn stdio(
     })
 }
 
+/// A remote server `server` (its key in the source) at `path`.
 fn http(
     fields: &Map<String, Value>,
+    server: &str,
     path: &str,
     inputs: &Inputs,
     issues: &mut Vec<Issue>,
+    variables: &mut Variables,
     said_sse: bool,
 ) -> Result<Transport, String> {
     let mut legacy_sse = said_sse;
-    let server = path.rsplit('.').next().unwrap_or(path);
     let url = match fields.get("url") {
         Some(Value::String(url)) => super::secrets::url_kept_out(
             server,
             vars::translate(url, inputs, &format!("{path}.url"), issues),
             path,
             issues,
+            variables,
         ),
         Some(other) => return Err(format!("`url` must be a string, found {}", kind_of(other))),
         None => return Err("a remote server needs `url`".to_owned()),
@@ -239,7 +256,7 @@ fn http(
             }
         }
     }
-    let mut headers = string_map(fields, "headers", path, inputs, issues)?;
+    let mut headers = string_map(fields, "headers", (server, path), inputs, issues, variables)?;
     headers.retain(|(name, value)| {
         let problem = if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             "is not a valid HTTP header name; dropped"
@@ -274,9 +291,10 @@ fn http(
 fn string_map(
     fields: &Map<String, Value>,
     field: &str,
-    path: &str,
+    (server, path): (&str, &str),
     inputs: &Inputs,
     issues: &mut Vec<Issue>,
+    variables: &mut Variables,
 ) -> Result<Vec<(String, String)>, String> {
     let map = match fields.get(field) {
         None | Some(Value::Null) => return Ok(Vec::new()),
@@ -288,14 +306,21 @@ fn string_map(
             ))
         }
     };
-    let server = path.rsplit('.').next().unwrap_or(path);
     let mut out = Vec::new();
     for (key, value) in map {
         let value_path = format!("{path}.{field}.{key}");
         match scalar_text(value) {
             Some(text) => {
                 let text = vars::translate(&text, inputs, &value_path, issues);
-                let text = super::secrets::kept_out(server, field, key, text, &value_path, issues);
+                let text = super::secrets::kept_out(
+                    server,
+                    field,
+                    key,
+                    text,
+                    &value_path,
+                    issues,
+                    variables,
+                );
                 out.push((key.clone(), text));
             }
             None => issues.push(Issue::lost(

@@ -467,3 +467,47 @@ fn a_secret_written_in_a_url_is_not_copied() {
         );
     }
 }
+
+#[test]
+fn two_secrets_never_share_a_variable() {
+    let translation = import(json!({
+        "mcpServers": {
+            "dup": {"url": "https://example.com/mcp?apiKey=aaa&api_key=bbb"},
+            "both": {"url": "https://example.com/mcp?api_key=ccc", "headers": {"Api-Key": "ddd"}},
+            "my.dotted": {"url": "https://u:p1@example.com/mcp"},
+            "other.dotted": {"url": "https://u:p2@example.com/mcp"},
+            "token": {"url": "https://ghp_SECRET@example.com/mcp"}
+        }
+    }));
+    let config = parsed(&translation);
+    let mounts = &config["mounts"];
+    assert_eq!(
+        mounts["dup"]["url"].as_str(),
+        Some("https://example.com/mcp?apiKey=${DUP_API_KEY}&api_key=${DUP_API_KEY_2}")
+    );
+    assert_eq!(
+        mounts["both"]["url"].as_str(),
+        Some("https://example.com/mcp?api_key=${BOTH_API_KEY}")
+    );
+    assert_eq!(
+        mounts["both"]["headers"]["Api-Key"].as_str(),
+        Some("${BOTH_API_KEY_2}")
+    );
+    assert_eq!(
+        mounts["my-dotted"]["url"].as_str(),
+        Some("https://u:${MY_DOTTED_URL_PASSWORD}@example.com/mcp")
+    );
+    assert_eq!(
+        mounts["other-dotted"]["url"].as_str(),
+        Some("https://u:${OTHER_DOTTED_URL_PASSWORD}@example.com/mcp")
+    );
+    assert_eq!(
+        mounts["token"]["url"].as_str(),
+        Some("https://${TOKEN_URL_USER}@example.com/mcp")
+    );
+    assert!(
+        !translation.toml.contains("ghp_SECRET"),
+        "{}",
+        translation.toml
+    );
+}
