@@ -72,11 +72,13 @@ pub async fn discover(
 /// The items of every page of one list, `list` naming it in errors and
 /// warnings: each page answered within `page_limit`; what was read is
 /// kept when the upstream still has more after [`MAX_PAGES`], or hands
-/// out a cursor it gave before (it would go round for ever).
+/// out a cursor it gave before (it would go round for ever). Of items
+/// sharing a `key` (a name listed twice) the first is kept.
 async fn all_pages<T, Page>(
     session: &UpstreamSession,
     list: &'static str,
     page_limit: Duration,
+    key: impl Fn(&T) -> &str,
     mut read_page: impl FnMut(Option<PaginatedRequestParams>) -> Page,
 ) -> Result<Vec<T>, ListError>
 where
@@ -85,6 +87,7 @@ where
     let mut items = Vec::new();
     let mut cursor = None;
     let mut given = HashSet::new();
+    let mut ended = false;
     for _ in 0..MAX_PAGES {
         let params =
             cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
@@ -96,15 +99,22 @@ where
             })??;
         items.extend(page);
         match next {
-            None => return Ok(items),
+            None => {
+                ended = true;
+                break;
+            }
             Some(next) if !given.insert(next.clone()) => {
                 tracing::warn!(mount = %session.mount(), cursor = %next, "{list}: the upstream handed out a cursor it gave before; keeping what was read");
-                return Ok(items);
+                ended = true;
+                break;
             }
             next => cursor = next,
         }
     }
-    tracing::warn!(mount = %session.mount(), "{list} still had more pages after {MAX_PAGES}; keeping what was read");
+    if !ended {
+        tracing::warn!(mount = %session.mount(), "{list} still had more pages after {MAX_PAGES}; keeping what was read");
+    }
+    keep_first(session.mount(), list, &mut items, key);
     Ok(items)
 }
 
@@ -114,39 +124,41 @@ async fn all_tools(
     session: &UpstreamSession,
     page_limit: Duration,
 ) -> Result<(Vec<Tool>, HashMap<String, Value>), ListError> {
-    let pages = all_pages(session, "tools/list", page_limit, |params| async move {
-        let (page, raw) = session
-            .list_tools_page(params.and_then(|params| params.cursor))
-            .await?;
-        let raw_tools = raw.as_ref().and_then(|raw| raw.get("tools")?.as_array());
-        // By name, the first of a name only: a name listed twice is kept
-        // in its first place (`keep_first` below), with its own
-        // `execution`, not a later one's.
-        let mut execution: HashMap<&str, Option<&Value>> = HashMap::new();
-        for tool in raw_tools.into_iter().flatten() {
-            if let Some(name) = tool.get("name").and_then(Value::as_str) {
-                execution.entry(name).or_insert(tool.get("execution"));
+    let pages = all_pages(
+        session,
+        "tools/list",
+        page_limit,
+        tool_name,
+        |params| async move {
+            let (page, raw) = session
+                .list_tools_page(params.and_then(|params| params.cursor))
+                .await?;
+            let raw_tools = raw.as_ref().and_then(|raw| raw.get("tools")?.as_array());
+            // By name, the first of a name only: a name listed twice is kept
+            // in its first place (`all_pages`), with its own `execution`, not
+            // a later one's.
+            let mut execution: HashMap<&str, Option<&Value>> = HashMap::new();
+            for tool in raw_tools.into_iter().flatten() {
+                if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                    execution.entry(name).or_insert(tool.get("execution"));
+                }
             }
-        }
-        let tools = page
-            .tools
-            .into_iter()
-            .map(|tool| {
-                let declared = execution
-                    .get(tool.name.as_ref())
-                    .copied()
-                    .flatten()
-                    .cloned();
-                (legacy_output_schema(tool), declared)
-            })
-            .collect();
-        Ok((tools, page.next_cursor))
-    })
+            let tools = page
+                .tools
+                .into_iter()
+                .map(|tool| {
+                    let declared = execution
+                        .get(tool.name.as_ref())
+                        .copied()
+                        .flatten()
+                        .cloned();
+                    (legacy_output_schema(tool), declared)
+                })
+                .collect();
+            Ok((tools, page.next_cursor))
+        },
+    )
     .await?;
-    let mut pages = pages;
-    keep_first(session.mount(), "tools/list", &mut pages, |(tool, _)| {
-        &tool.name
-    });
     let mut execution = HashMap::new();
     let tools = pages
         .into_iter()
@@ -194,10 +206,16 @@ async fn refresh(
         }
         ListKind::Prompts => {
             catalog.prompts = if declared(|c| c.prompts.is_some()) {
-                all_pages(session, "prompts/list", page_limit, |params| async move {
-                    let page = peer.list_prompts(params).await?;
-                    Ok((page.prompts, page.next_cursor))
-                })
+                all_pages(
+                    session,
+                    "prompts/list",
+                    page_limit,
+                    prompt_name,
+                    |params| async move {
+                        let page = peer.list_prompts(params).await?;
+                        Ok((page.prompts, page.next_cursor))
+                    },
+                )
                 .await?
             } else {
                 Vec::new()
@@ -205,16 +223,22 @@ async fn refresh(
         }
         ListKind::Resources => {
             if declared(|c| c.resources.is_some()) {
-                catalog.resources =
-                    all_pages(session, "resources/list", page_limit, |params| async move {
+                catalog.resources = all_pages(
+                    session,
+                    "resources/list",
+                    page_limit,
+                    resource_uri,
+                    |params| async move {
                         let page = peer.list_resources(params).await?;
                         Ok((page.resources, page.next_cursor))
-                    })
-                    .await?;
+                    },
+                )
+                .await?;
                 let templates = all_pages(
                     session,
                     "resources/templates/list",
                     page_limit,
+                    template_uri,
                     |params| async move {
                         let page = peer.list_resource_templates(params).await?;
                         Ok((page.resource_templates, page.next_cursor))
@@ -238,29 +262,24 @@ async fn refresh(
             }
         }
     }
-    let mount = session.mount();
-    match kind {
-        // Done by `all_tools`, each with its own `execution`.
-        ListKind::Tools => {}
-        ListKind::Prompts => keep_first(mount, "prompts/list", &mut catalog.prompts, |prompt| {
-            &prompt.name
-        }),
-        ListKind::Resources => {
-            keep_first(
-                mount,
-                "resources/list",
-                &mut catalog.resources,
-                |resource| &resource.uri,
-            );
-            keep_first(
-                mount,
-                "resources/templates/list",
-                &mut catalog.templates,
-                |template| &template.uri_template,
-            );
-        }
-    }
     Ok(())
+}
+
+/// What names an entry of each list (the keys of [`all_pages`]).
+fn tool_name((tool, _): &(Tool, Option<Value>)) -> &str {
+    &tool.name
+}
+
+fn prompt_name(prompt: &rmcp::model::Prompt) -> &str {
+    &prompt.name
+}
+
+fn resource_uri(resource: &rmcp::model::Resource) -> &str {
+    &resource.uri
+}
+
+fn template_uri(template: &rmcp::model::ResourceTemplate) -> &str {
+    &template.uri_template
 }
 
 /// Keeps the first of the entries of a list that share a name (or URI),
