@@ -1069,7 +1069,7 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     None
                 }
             };
-            let headers = raw.headers.map(text_map).unwrap_or_default();
+            let mut headers = raw.headers.map(text_map).unwrap_or_default();
             for (header, value) in &headers {
                 if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
                     problems.push(
@@ -1101,7 +1101,6 @@ fn resolve_mount(name: &str, raw: RawMount, problems: &mut Problems) -> Option<M
                     None
                 }
             };
-            let mut headers = headers;
             let url =
                 url.and_then(
                     |mut url| match credentials_into_header(&mut url, &mut headers) {

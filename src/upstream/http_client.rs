@@ -503,27 +503,17 @@ pub fn take_unsent(
 /// handles it.)
 pub fn means_session_gone(error: &rmcp::transport::DynamicTransportError) -> bool {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
-    if let Some(error) = error.error.downcast_ref::<SameTaskError>() {
-        return error.is_connect();
-    }
-    if error
-        .error
-        .downcast_ref::<super::direct_call::SessionForgotten>()
-        .is_some()
-    {
-        return true;
-    }
-    let Some(error) = error
-        .error
-        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
-    else {
-        return false;
-    };
-    match error {
-        StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed => true,
-        StreamableHttpError::Client(error) => error.is_connect(),
-        _ => false,
-    }
+    cannot_connect(error)
+        || error
+            .error
+            .downcast_ref::<super::direct_call::SessionForgotten>()
+            .is_some()
+        || matches!(
+            error
+                .error
+                .downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+            Some(StreamableHttpError::SessionExpired | StreamableHttpError::TransportChannelClosed)
+        )
 }
 
 /// Whether a failed send never reached the server: the connection was
