@@ -397,22 +397,7 @@ async fn a_second_signal_stops_at_once(name: &str, code: i32) {
     let mut gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
     let child = call_pid(&client, "demo__pid").await;
-    let slow = tokio::spawn({
-        let peer = client.peer().clone();
-        async move {
-            let params = rmcp::model::CallToolRequestParams::new("demo__slow").with_arguments(
-                json!({"steps": 600, "delay_ms": 100})
-                    .as_object()
-                    .cloned()
-                    .unwrap(),
-            );
-            peer.call_tool(params).await
-        }
-    });
-    eventually("the slow call to report progress", OP_TIMEOUT, || async {
-        (!client.service().progress().is_empty()).then_some(())
-    })
-    .await;
+    let slow = slow_call_in_flight(&client, "demo__slow", 600, 100).await;
 
     signal(gateway.proc.pid(), name);
     eventually("the gateway to drain", OP_TIMEOUT, || async {
