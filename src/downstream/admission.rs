@@ -149,10 +149,17 @@ where
     let cut_off = slots.cut_off.clone();
     observe(method, origin, async move {
         let _permit = admitted?;
+        // In an `Option` to be dropped where the upstream can be told why.
+        let mut work = std::pin::pin!(Some(work));
         tokio::select! {
-            answer = work => answer,
-            // Dropping the work cancels what it sent upstream.
-            () = cut_off.cancelled() => Err(cut_off_by_shutdown()),
+            answer = work.as_mut().as_pin_mut().expect("the work is dropped only below") => answer,
+            () = cut_off.cancelled() => {
+                // Dropping the work cancels what it sent upstream.
+                crate::upstream::dropping_because("the gateway is shutting down", || {
+                    work.set(None);
+                });
+                Err(cut_off_by_shutdown())
+            }
         }
     })
 }

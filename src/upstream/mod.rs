@@ -803,6 +803,20 @@ impl Drop for TakeRawAnswer<'_> {
     }
 }
 
+tokio::task_local! {
+    /// Why the requests dropped within [`dropping_because`] were given up,
+    /// for the cancels their guards send: a guard sees only that it was
+    /// dropped, which a client's going away does too.
+    static WHY_DROPPED: &'static str;
+}
+
+/// Runs `drop`, in which requests in flight upstream are dropped, with
+/// `reason` as what the upstream is told about each (in place of "cancelled
+/// by the client").
+pub(crate) fn dropping_because(reason: &'static str, drop: impl FnOnce()) {
+    WHY_DROPPED.sync_scope(reason, drop);
+}
+
 /// Sends the upstream a cancel for a request the gateway stopped waiting for.
 struct CancelUpstreamOnDrop<'a> {
     peer: Peer<RoleClient>,
@@ -819,9 +833,12 @@ impl Drop for CancelUpstreamOnDrop<'_> {
             return;
         };
         let peer = self.peer.clone();
+        let reason = WHY_DROPPED
+            .try_with(|reason| *reason)
+            .unwrap_or(self.reason);
         let notification = CancelledNotification::new(CancelledNotificationParam::new(
             Some(id),
-            Some(self.reason.to_owned()),
+            Some(reason.to_owned()),
         ));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let sending = self.sending.clone();
