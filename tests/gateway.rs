@@ -2250,6 +2250,16 @@ async fn an_upstream_error_without_an_id_answers_its_request() {
     .await;
     let error = format!("{prompt:?}");
     assert!(error.contains("refused without an id"), "{error}");
+    // And on that stream resumed by a `GET` after the server closed it.
+    let prompt = within(
+        "prompts/get answered on a resumed stream",
+        client.get_prompt(rmcp::model::GetPromptRequestParams::new(
+            "remote__refuse_resumed",
+        )),
+    )
+    .await;
+    let error = format!("{prompt:?}");
+    assert!(error.contains("refused without an id"), "{error}");
     close(client).await;
 }
 

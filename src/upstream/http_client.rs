@@ -9,8 +9,10 @@
 //! to no request), and posts the requests marked in [`RawAnswers`] itself
 //! ([`RawPost`]), so their answers are seen before rmcp parses them (and
 //! shows it what comes on `GET` streams, where a resumed answer comes), and
-//! shows the direct path ([`DirectCalls`]) how posts on the session look.
-//! Everything else is rmcp's reqwest implementation.
+//! shows the direct path ([`DirectCalls`]) how posts on the session look,
+//! and makes an error without an id on a request's event stream, resumed
+//! or not, that request's answer ([`AnswerStreams`]). Everything else is
+//! rmcp's reqwest implementation.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -29,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     direct_call::{DirectCalls, SessionPost},
+    idless_errors::AnswerStreams,
     raw::RawAnswers,
     raw_post::RawPost,
     same_task_http::SameTaskError,
@@ -50,6 +53,8 @@ pub struct TracingHttpClient {
     stream_served: Arc<std::sync::atomic::AtomicBool>,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
+    /// Request streams that ended before their answer, for their resumes.
+    answer_streams: Arc<AnswerStreams>,
 }
 
 impl TracingHttpClient {
@@ -70,6 +75,7 @@ impl TracingHttpClient {
             expired,
             stream_served: Default::default(),
             live: None,
+            answer_streams: Default::default(),
         };
         (client, StandaloneStream(settled))
     }
@@ -104,6 +110,17 @@ impl TracingHttpClient {
             .boxed()
     }
 
+    /// `events` of a `GET` from `last_event_id`: a request's stream
+    /// resumed is that request's (see [`AnswerStreams`]), then each event
+    /// is shown to [`RawAnswers`] as written for its request.
+    fn resumed(
+        &self,
+        events: BoxStream<'static, Result<Sse, SseError>>,
+        last_event_id: Option<&str>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        self.tapped(self.answer_streams.resumed(events, last_event_id))
+    }
+
     fn standalone_settled(&self) {
         self.standalone.send_replace(true);
     }
@@ -133,50 +150,6 @@ impl TracingHttpClient {
             self.ended.cancel();
         }
     }
-}
-
-/// `events`, the event stream answering the POST of request `id`, with an
-/// error among them that has no id given `id`, as a JSON answer's is
-/// (see `post_message_with_response_limits`).
-fn idless_errors_answering(
-    events: BoxStream<'static, Result<Sse, SseError>>,
-    id: rmcp::model::RequestId,
-) -> BoxStream<'static, Result<Sse, SseError>> {
-    use futures::StreamExt;
-    events
-        .map(move |event| {
-            let mut event = event?;
-            if let Some(answer) = event
-                .data
-                .as_deref()
-                .and_then(|data| idless_error_as_answer_to(data, &id))
-            {
-                event.data = Some(answer);
-            }
-            Ok(event)
-        })
-        .boxed()
-}
-
-/// `data` with `id` set, if it is a JSON-RPC error without an id (or with
-/// a `null` one) that does not speak of the session (which ends the
-/// session instead: `ordered::talks_of_the_session`).
-fn idless_error_as_answer_to(data: &str, id: &rmcp::model::RequestId) -> Option<String> {
-    // Only errors are read: every other event goes by unparsed.
-    if !data.contains("\"error\"") {
-        return None;
-    }
-    let mut message: serde_json::Value = serde_json::from_str(data).ok()?;
-    let object = message.as_object_mut()?;
-    if object.contains_key("method") || !object.get("id").is_none_or(serde_json::Value::is_null) {
-        return None;
-    }
-    let error: rmcp::ErrorData = serde_json::from_value(object.get("error")?.clone()).ok()?;
-    if super::ordered::talks_of_the_session(&error) {
-        return None;
-    }
-    object.insert("id".to_owned(), serde_json::to_value(id).ok()?);
-    serde_json::to_string(&message).ok()
 }
 
 /// Whether a failed `GET` of a session's stream means the session is over:
@@ -367,7 +340,7 @@ impl StreamableHttpClient for TracingHttpClient {
             // So is one on the request's own event stream.
             Ok(StreamableHttpPostResponse::Sse(events, session)) => match request_id {
                 Some(id) => Ok(StreamableHttpPostResponse::Sse(
-                    idless_errors_answering(events, id),
+                    self.answer_streams.answering(events, id),
                     session,
                 )),
                 None => Ok(StreamableHttpPostResponse::Sse(events, session)),
@@ -410,13 +383,14 @@ impl StreamableHttpClient for TracingHttpClient {
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
         super::live_headers::apply(&self.live, &mut custom_headers);
         let session = session_id.is_some();
+        let resuming = last_event_id.clone();
         let stream = self
             .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await;
         self.standalone_settled();
         self.saw_get(session, &stream);
-        stream.map(|events| self.tapped(events))
+        stream.map(|events| self.resumed(events, resuming.as_deref()))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -432,6 +406,7 @@ impl StreamableHttpClient for TracingHttpClient {
         // here, not through `get_stream`.
         super::live_headers::apply(&self.live, &mut custom_headers);
         let session = session_id.is_some();
+        let resuming = last_event_id.clone();
         let stream = self
             .client
             .get_stream_with_max_sse_event_size(
@@ -445,7 +420,7 @@ impl StreamableHttpClient for TracingHttpClient {
             .await;
         self.standalone_settled();
         self.saw_get(session, &stream);
-        stream.map(|events| self.tapped(events))
+        stream.map(|events| self.resumed(events, resuming.as_deref()))
     }
 }
 
@@ -571,37 +546,6 @@ mod tests {
     use super::*;
 
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
-
-    /// On a request's own event stream, an error without an id answers the
-    /// request; any other message goes by as written.
-    #[test]
-    fn an_idless_error_on_a_requests_stream_becomes_its_answer() {
-        let id = rmcp::model::RequestId::Number(7);
-        let answer = |data: &str| {
-            idless_error_as_answer_to(data, &id)
-                .map(|text| serde_json::from_str::<serde_json::Value>(&text).unwrap())
-        };
-        let error = r#"{"code":-32602,"message":"refused"}"#;
-        for idless in [
-            format!(r#"{{"jsonrpc":"2.0","id":null,"error":{error}}}"#),
-            format!(r#"{{"jsonrpc":"2.0","error":{error}}}"#),
-        ] {
-            let answered = answer(&idless).expect("rewritten");
-            assert_eq!(answered["id"], 7, "{answered}");
-            assert_eq!(answered["error"]["message"], "refused", "{answered}");
-        }
-        for untouched in [
-            format!(r#"{{"jsonrpc":"2.0","id":3,"error":{error}}}"#),
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}"#
-                .to_owned(),
-            r#"{"jsonrpc":"2.0","id":null,"result":{"error":"a field"}}"#.to_owned(),
-            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"error"}}"#
-                .to_owned(),
-            "not json, with \"error\"".to_owned(),
-        ] {
-            assert_eq!(answer(&untouched), None, "{untouched}");
-        }
-    }
 
     /// Only a POST the upstream refused for its forgotten session is sure
     /// not to have run: a tool call that broke off later (its stream's

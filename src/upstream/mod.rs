@@ -16,6 +16,7 @@ pub mod discovery;
 mod exit_watch;
 pub mod handler;
 pub mod http_client;
+mod idless_errors;
 mod legacy_sse;
 pub mod live_headers;
 mod malformed;

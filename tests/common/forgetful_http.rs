@@ -9,8 +9,10 @@
 //! tool and a prompt) is answered 400 with a JSON-RPC error whose id is
 //! `null`, as a server that cannot read a request's id answers; `refuse_sse`
 //! (a prompt) sends that error on an event stream, which it then holds
-//! open for 30 s. It refuses `GET` (405, as the spec allows), so only a
-//! POST can find out.
+//! open for 30 s; `refuse_resumed` (a prompt) closes its event stream
+//! after a priming event (SEP-1699) and sends that error on the `GET`
+//! resuming it. It refuses any other `GET` (405, as the spec allows), so
+//! only a POST can find out.
 
 use std::{
     collections::HashMap,
@@ -60,7 +62,7 @@ impl ForgetfulHttpServer {
             .route(
                 "/mcp",
                 post(message)
-                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .get(resume)
                     .delete(|| async { StatusCode::OK }),
             )
             .with_state(Arc::new(Shared::default()));
@@ -84,6 +86,39 @@ fn json_response(message: Value, session: Option<&str>) -> Response {
             .insert("mcp-session-id", session.parse().expect("a header value"));
     }
     response
+}
+
+/// The event id of `refuse_resumed`'s priming event.
+const RESUMED_REFUSAL: &str = "refuse-resumed";
+
+fn idless_refusal() -> Value {
+    json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": -32602, "message": "refused without an id"}})
+}
+
+/// An event stream of `first`, then held open for 30 s.
+fn events_held_open(first: String) -> Response {
+    let held = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
+        futures::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            Ok(String::new())
+        }),
+    );
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(held),
+    )
+        .into_response()
+}
+
+/// A `GET`: only `refuse_resumed`'s stream is resumed (with the refusal).
+async fn resume(headers: HeaderMap) -> Response {
+    match headers.get("last-event-id") {
+        Some(last) if last == RESUMED_REFUSAL => {
+            events_held_open(format!("id: refusal\ndata: {}\n\n", idless_refusal()))
+        }
+        _ => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    }
 }
 
 async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -127,25 +162,17 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         return StatusCode::ACCEPTED.into_response();
     }
     if message["params"]["name"] == "refuse_sse" {
-        let refusal = json!({"jsonrpc": "2.0", "id": null,
-            "error": {"code": -32602, "message": "refused without an id"}});
-        let event = format!("data: {refusal}\n\n");
-        let held = futures::stream::once(async move { Ok::<_, std::io::Error>(event) }).chain(
-            futures::stream::once(async {
-                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-                Ok(String::new())
-            }),
-        );
+        return events_held_open(format!("data: {}\n\n", idless_refusal()));
+    }
+    if message["params"]["name"] == "refuse_resumed" {
         return (
             [("content-type", "text/event-stream")],
-            axum::body::Body::from_stream(held),
+            format!("id: {RESUMED_REFUSAL}\nretry: 10\ndata: \n\n"),
         )
             .into_response();
     }
     if message["params"]["name"] == "refuse" {
-        let refusal = json!({"jsonrpc": "2.0", "id": null,
-            "error": {"code": -32602, "message": "refused without an id"}});
-        let mut response = json_response(refusal, None);
+        let mut response = json_response(idless_refusal(), None);
         *response.status_mut() = StatusCode::BAD_REQUEST;
         return response;
     }
@@ -173,7 +200,8 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
             ))
         }
         (Some("prompts/list"), _) => {
-            json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"}]})
+            json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"},
+                {"name": "refuse_resumed"}]})
         }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
