@@ -80,6 +80,41 @@ pub fn qualify_content(namespace: &Namespace, content: &mut ContentBlock) {
     }
 }
 
+/// [`qualify_tool_result`] on a tool result as the upstream wrote it
+/// (a task's, relayed as JSON): nothing else in it is read or changed,
+/// content blocks of kinds this build does not know and numbers included.
+pub fn qualify_tool_result_json(namespace: &Namespace, result: &mut Value) {
+    if namespace.is_pass_through() {
+        return;
+    }
+    let Some(result) = result.as_object_mut() else {
+        return;
+    };
+    for block in result
+        .get_mut("content")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        qualify_content_json(namespace, block);
+    }
+    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+        qualify_ui_meta(namespace, meta);
+    }
+}
+
+/// [`qualify_content`] on a content block as written.
+fn qualify_content_json(namespace: &Namespace, block: &mut Value) {
+    let uri = match block.get("type").and_then(Value::as_str) {
+        Some("resource_link") => block.get_mut("uri"),
+        Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
+        _ => None,
+    };
+    if let Some(Value::String(uri)) = uri {
+        *uri = namespace.qualify_uri(uri);
+    }
+}
+
 fn qualify_resource_contents(namespace: &Namespace, contents: &mut ResourceContents) {
     match contents {
         ResourceContents::TextResourceContents { uri, .. }
@@ -151,6 +186,41 @@ mod tests {
                 "_meta": {"x": 1}
             })
         );
+    }
+
+    /// As written: the same rewrite, and nothing else touched, a block
+    /// rmcp cannot read (a newer kind) and a number it would read as an
+    /// `f32` (0.3 became 0.30000001192092896) included.
+    #[test]
+    fn tool_results_as_written_get_namespaced_links_and_keep_everything_else() {
+        let written = json!({
+            "content": [
+                {"type": "text", "text": "see demo://a", "annotations": {"priority": 0.3}},
+                {"type": "resource_link", "uri": "demo://a", "name": "a"},
+                {"type": "video", "uri": "demo://v"},
+                {"type": "resource", "resource": {"uri": "demo://b", "text": "b"}}
+            ],
+            "structuredContent": {"uri": "demo://untouched"},
+            "_meta": {"ui": {"resourceUri": "ui://board"}, "x": 1}
+        });
+        let mut result = written.clone();
+        qualify_tool_result_json(&namespace(), &mut result);
+        assert_eq!(
+            result,
+            json!({
+                "content": [
+                    {"type": "text", "text": "see demo://a", "annotations": {"priority": 0.3}},
+                    {"type": "resource_link", "uri": "ev+demo://a", "name": "a"},
+                    {"type": "video", "uri": "demo://v"},
+                    {"type": "resource", "resource": {"uri": "ev+demo://b", "text": "b"}}
+                ],
+                "structuredContent": {"uri": "demo://untouched"},
+                "_meta": {"ui": {"resourceUri": "ui://ev/board"}, "x": 1}
+            })
+        );
+        let mut untouched = written.clone();
+        qualify_tool_result_json(&Namespace::new("").unwrap(), &mut untouched);
+        assert_eq!(untouched, written);
     }
 
     #[test]

@@ -132,6 +132,40 @@ async fn a_task_list_that_never_ends_is_cut_at_the_ceiling() {
     assert_eq!(listed, [task_id.as_str()], "{answer:?}");
 }
 
+/// A task's result is relayed as the upstream wrote it, its links
+/// namespaced: a block rmcp cannot read left them all unqualified, and a
+/// priority rmcp reads as an `f32` came back as 0.30000001192092896.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_result_is_relayed_as_written_with_its_links_namespaced() {
+    let mount = python_fixture_mount("endless", "endless_task_pages.py", "");
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "endless__work", "arguments": {}, "task": {"ttl": 60000}},
+    });
+    let answer = send(&http, &gateway, &session, call).await;
+    let task_id = answer.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {answer:?}"))
+        .to_owned();
+    let result = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id},
+    });
+    let answer = send(&http, &gateway, &session, result).await;
+    assert_eq!(
+        answer.body["result"]["content"],
+        json!([
+            {"type": "text", "text": "done", "annotations": {"priority": 0.3}},
+            {"type": "resource_link", "uri": "endless+demo://a", "name": "a"},
+            {"type": "video", "uri": "demo://v"},
+            {"type": "resource", "resource": {"uri": "endless+demo://b", "text": "b"}},
+        ]),
+        "{answer:?}"
+    );
+}
+
 /// A task-augmented call to a mount that cannot be reached is answered as
 /// a plain call to it is: a tool result with `isError` naming the mount
 /// (it was a JSON-RPC error, which a model never reads), and no task.

@@ -30,11 +30,10 @@ use std::{
 };
 
 use rmcp::model::{
-    CallToolResult, ClientJsonRpcMessage, ClientRequest, CustomRequest, ErrorCode, GetExtensions,
-    GetMeta, ServerJsonRpcMessage, ServerResult,
+    ClientJsonRpcMessage, ClientRequest, CustomRequest, ErrorCode, GetExtensions, GetMeta,
+    ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::{service::RequestContext, ErrorData, RoleServer};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
@@ -739,16 +738,13 @@ fn set_meta(params: &mut Map<String, Value>, context: &RequestContext<RoleServer
 }
 
 /// A tool result as written by the upstream, its resource links given the
-/// mount's namespace. One rmcp cannot read is relayed unchanged.
-fn qualified_tool_result(mount: &Mount, result: Value) -> Value {
-    // Read in place, not from a copy of a possibly large result.
-    match CallToolResult::deserialize(&result) {
-        Ok(mut typed) => {
-            rewrite::qualify_tool_result(&mount.config.namespace, &mut typed);
-            serde_json::to_value(typed).unwrap_or(result)
-        }
-        Err(_) => result,
-    }
+/// mount's namespace. Rewritten as JSON, not through rmcp's model: that
+/// would drop a block of a kind it cannot read (and leave the links of
+/// the whole result unqualified), and write an `f32` it read through an
+/// `f64` (0.3 became 0.30000001192092896).
+fn qualified_tool_result(mount: &Mount, mut result: Value) -> Value {
+    rewrite::qualify_tool_result_json(&mount.config.namespace, &mut result);
+    result
 }
 
 #[cfg(test)]
