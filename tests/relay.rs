@@ -673,7 +673,8 @@ async fn an_upstream_cancel_written_with_the_answer_comes_before_it() {
 
 /// A relayed sampling request's `temperature` reaches the client as the
 /// upstream wrote it: rmcp read 0.7 into an `f32` and wrote it through an
-/// `f64`, and the client was asked for 0.699999988079071.
+/// `f64`, and the client was asked for 0.699999988079071. So do its other
+/// `f32`s: the model preferences' priorities and a content annotation's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_sampling_request_keeps_its_temperature() {
     let sampler = SilentSampler::over_script(sample_then_answer).await;
@@ -692,6 +693,19 @@ async fn a_relayed_sampling_request_keeps_its_temperature() {
     assert_eq!(params["maxTokens"], 10, "{asked}");
     assert_eq!(params["stopSequences"], json!(["\n\n"]), "{asked}");
     assert_eq!(params["messages"][0]["content"]["text"], "hi", "{asked}");
+    assert_eq!(
+        params["messages"][0]["content"]["annotations"]["priority"].to_string(),
+        "0.3",
+        "{asked}"
+    );
+    for (priority, written) in [
+        ("costPriority", "0.3"),
+        ("speedPriority", "0.1"),
+        ("intelligencePriority", "0.9"),
+    ] {
+        let relayed = params["modelPreferences"][priority].to_string();
+        assert_eq!(relayed, written, "{priority}: {asked}");
+    }
 }
 
 /// A request the upstream sends with an id it used before in the session
@@ -734,7 +748,10 @@ fn sample_then_answer(request: &Value) -> common::ScriptedReply {
             (
                 Duration::ZERO,
                 json!({"jsonrpc": "2.0", "id": "s-1", "method": "sampling/createMessage",
-                       "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                       "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi",
+                                                                          "annotations": {"priority": 0.3}}}],
+                                  "modelPreferences": {"costPriority": 0.3, "speedPriority": 0.1,
+                                                       "intelligencePriority": 0.9},
                                   "maxTokens": 10, "temperature": 0.7, "stopSequences": ["\n\n"]}}),
             ),
             (

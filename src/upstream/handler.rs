@@ -212,25 +212,22 @@ impl UpstreamHandler {
     }
 }
 
-/// The `sampling/createMessage` request to the client, with the
-/// upstream's `temperature` as it wrote it: rmcp reads it as an `f32` and
-/// writes that through an `f64`, so the client got 0.699999988079071 for
-/// 0.7. Sent as the same method with its params as JSON, the temperature
-/// written as the `f32`'s shortest decimal form (the upstream's, for any
-/// value an `f32` holds exactly enough to tell apart).
+/// The `sampling/createMessage` request to the client, with the numbers
+/// rmcp reads as `f32` (`temperature`, the `modelPreferences` priorities,
+/// content annotations' `priority`) as the upstream wrote them: typed, rmcp
+/// writes them through an `f64`, so the client got 0.699999988079071 for
+/// 0.7. Sent as the same method with its params as JSON written from the
+/// text serde writes (an `f32`'s shortest decimal form: the upstream's, for
+/// any value an `f32` holds exactly enough to tell apart).
 fn sampling_request(params: CreateMessageRequestParams) -> Result<ServerRequest, ErrorData> {
-    let temperature = params.temperature;
-    let mut params = serde_json::to_value(params).map_err(|error| {
-        ErrorData::internal_error(
-            format!("the sampling request could not be written: {error}"),
-            None,
-        )
-    })?;
-    if let (Some(temperature), Some(params)) = (temperature, params.as_object_mut()) {
-        if let Ok(written) = temperature.to_string().parse::<serde_json::Number>() {
-            params.insert("temperature".to_owned(), written.into());
-        }
-    }
+    let params = serde_json::to_string(&params)
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text))
+        .map_err(|error| {
+            ErrorData::internal_error(
+                format!("the sampling request could not be written: {error}"),
+                None,
+            )
+        })?;
     Ok(ServerRequest::CustomRequest(CustomRequest::new(
         "sampling/createMessage",
         Some(params),
