@@ -2463,3 +2463,62 @@ async fn a_deleted_sessions_per_session_calls_are_cancelled_upstream() {
     .await;
     upstream.abort();
 }
+
+/// A result the gateway cannot read (a content block of a kind newer than
+/// it knows, a prompt message without its role) is a failure that says
+/// why: it said "an unexpected result type", which sent users looking for
+/// a protocol mix-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_result_says_why() {
+    let (port, upstream) =
+        scripted_sse_upstream(
+            json!({"tools": {}, "prompts": {}}),
+            |request| match request["method"].as_str() {
+                Some("tools/list") => ScriptedReply::Result(
+                    json!({"tools": [{"name": "film", "inputSchema": {"type": "object"}}]}),
+                ),
+                Some("tools/call") => ScriptedReply::Result(json!({"content": [
+                    {"type": "text", "text": "here"},
+                    {"type": "video", "uri": "film://1"},
+                ]})),
+                Some("prompts/list") => {
+                    ScriptedReply::Result(json!({"prompts": [{"name": "odd"}]}))
+                }
+                Some("prompts/get") => ScriptedReply::Result(
+                    json!({"messages": [{"content": {"type": "text", "text": "no role"}}]}),
+                ),
+                _ => ScriptedReply::Result(json!({})),
+            },
+        )
+        .await;
+    let config = format!(
+        "{SERVER_TOML}{}",
+        http_mount("up", &format!("http://127.0.0.1:{port}/mcp"), ""),
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let called = within(
+        "tools/call",
+        client.call_tool(rmcp::model::CallToolRequestParams::new("up__film")),
+    )
+    .await
+    .expect("a tool error, not a JSON-RPC one");
+    assert_eq!(called.is_error, Some(true), "{called:?}");
+    let text = format!("{:?}", called.content);
+    assert!(
+        text.contains("could not be read") && text.contains("video"),
+        "{text}"
+    );
+    let prompt = within(
+        "prompts/get",
+        client.get_prompt(GetPromptRequestParams::new("up__odd")),
+    )
+    .await;
+    let error = format!("{prompt:?}");
+    assert!(
+        error.contains("could not be read") && error.contains("role"),
+        "{error}"
+    );
+    close(client).await;
+    upstream.abort();
+}

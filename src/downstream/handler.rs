@@ -267,11 +267,27 @@ fn answered_as_another_method() -> ErrorData {
     )
 }
 
-/// An upstream answered with a result of the wrong type for the request.
-pub(super) fn unexpected(mount: &Mount) -> RouteError {
+/// An upstream answered with something that is not a `T`, the result the
+/// request asks for: a result of another type, or one that fails to read
+/// as a `T` (a content block of a kind rmcp does not know, a missing
+/// field), which says why.
+pub(super) fn unexpected<T: serde::de::DeserializeOwned>(
+    mount: &Mount,
+    answer: &ServerResult,
+) -> RouteError {
+    let cause = match answer {
+        ServerResult::CustomResult(rmcp::model::CustomResult(written)) => {
+            match T::deserialize(written) {
+                Err(why) => format!("the upstream's result could not be read: {why}"),
+                Ok(_) => "the upstream answered with an unexpected result type".to_owned(),
+            }
+        }
+        _ => "the upstream answered with an unexpected result type".to_owned(),
+    };
+    tracing::warn!(mount = %mount.config.name, %cause, "an upstream's answer was not relayed");
     RouteError::UpstreamFailed {
         mount: mount.config.name.clone(),
-        cause: "the upstream answered with an unexpected result type".to_owned(),
+        cause,
     }
 }
 

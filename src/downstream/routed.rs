@@ -230,7 +230,7 @@ impl Upstream<'_> {
                     rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
                     Ok(result)
                 }
-                _ => Err(unexpected(&mount)),
+                other => Err(unexpected::<CallToolResult>(&mount, &other)),
             }
         }
         .await;
@@ -260,7 +260,7 @@ impl Upstream<'_> {
                 rewrite::qualify_prompt_result(&mount.config.namespace, &mut result);
                 Ok(result)
             }
-            _ => Err(unexpected(&mount)),
+            other => Err(unexpected::<GetPromptResult>(&mount, &other)),
         }
     }
 
@@ -282,7 +282,7 @@ impl Upstream<'_> {
                 rewrite::qualify_read_result(&mount.config.namespace, &mut result);
                 Ok(result)
             }
-            _ => Err(unexpected(&mount)),
+            other => Err(unexpected::<ReadResourceResult>(&mount, &other)),
         }
     }
 
@@ -330,7 +330,7 @@ impl Upstream<'_> {
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
         match self.send(&mount, &upstream, request, None).await {
             Ok(ServerResult::CompleteResult(result)) => Ok(result),
-            Ok(_) => Err(unexpected(&mount)),
+            Ok(other) => Err(unexpected::<CompleteResult>(&mount, &other)),
             Err(RouteError::UpstreamError { error, .. })
                 if undeclared && error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND =>
             {
