@@ -708,6 +708,48 @@ async fn a_relayed_sampling_request_keeps_its_temperature() {
     }
 }
 
+/// A sampling request rmcp cannot read (content of a kind it does not know
+/// there) reaches the client as the upstream wrote it, for the client to
+/// accept or refuse: the gateway answered -32601 with the method's name,
+/// having declared sampling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampling_request_rmcp_cannot_read_is_relayed_as_written() {
+    let sampler = SilentSampler::over_script(|request| match request["method"].as_str() {
+        Some("tools/list") => common::ScriptedReply::Result(
+            json!({"tools": [{"name": "sample", "inputSchema": {"type": "object"}}]}),
+        ),
+        Some("tools/call") => common::ScriptedReply::Stream(vec![
+            (
+                Duration::ZERO,
+                json!({"jsonrpc": "2.0", "id": "s-1", "method": "sampling/createMessage",
+                "params": {"messages": [{"role": "user", "content": {"type": "resource",
+                    "resource": {"uri": "doc://1", "text": "read this"}}}],
+                    "maxTokens": 10, "x-extra": {"kept": true}}}),
+            ),
+            (
+                Duration::from_millis(200),
+                json!({"jsonrpc": "2.0", "id": "$request", "result": {"content": []}}),
+            ),
+        ]),
+        _ => common::ScriptedReply::Result(json!({})),
+    })
+    .await;
+    let answer = sampler.call("sample", json!({})).await;
+    let asked = answer
+        .messages
+        .iter()
+        .find(|message| message["method"] == "sampling/createMessage")
+        .unwrap_or_else(|| panic!("the sampling request: {answer:?}"));
+    let params = &asked["params"];
+    assert_eq!(
+        params["messages"][0]["content"],
+        json!({"type": "resource", "resource": {"uri": "doc://1", "text": "read this"}}),
+        "{asked}"
+    );
+    assert_eq!(params["x-extra"], json!({"kept": true}), "{asked}");
+    assert_eq!(params["maxTokens"], 10, "{asked}");
+}
+
 /// A request the upstream sends with an id it used before in the session
 /// is refused, not relayed: it is a replay (some servers resend, on a
 /// resumed stream, what every stream carried, whichever path read it

@@ -375,6 +375,32 @@ impl ClientHandler for UpstreamHandler {
         }
     }
 
+    /// A request rmcp could not read into its model. A sampling request
+    /// whose messages hold content it does not know (a newer kind, one the
+    /// spec does not allow there) is relayed as written: the client is the
+    /// one to accept or refuse it (rmcp's default answered -32601 with the
+    /// method as its message, from a gateway that declared sampling). An
+    /// elicitation or roots request it could not read is refused as
+    /// invalid, saying why; any other method is not found.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        match request.method.as_str() {
+            "sampling/createMessage" => self.relay_sampling_as_written(request, &context).await,
+            "elicitation/create" => Err(unreadable::<ElicitRequestParams>(&request)),
+            "roots/list" => Err(unreadable::<Option<rmcp::model::RequestMetaObject>>(
+                &request,
+            )),
+            method => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+                None,
+            )),
+        }
+    }
+
     /// rmcp has cancelled the request's context (`forward` relays the
     /// cancel); this only holds the notification's place until that is
     /// done, so that an answer written right after it waits for it.
@@ -568,6 +594,45 @@ impl Drop for RelayedOnDrop<'_> {
 }
 
 impl UpstreamHandler {
+    /// A `sampling/createMessage` rmcp could not read, to its client as
+    /// written (with `_meta` as its client gets it), checked as
+    /// [`ClientHandler::create_message`] checks one it read.
+    async fn relay_sampling_as_written(
+        &self,
+        request: CustomRequest,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let caller = self.target(context).await?;
+        if !caller.profile.sampling {
+            return Err(missing_capability("sampling"));
+        }
+        metrics().count_relayed("sampling");
+        tracing::debug!("relaying a sampling request rmcp could not read, as written");
+        let mut relayed = CustomRequest::new("sampling/createMessage", request.params);
+        if let Some(meta) = self.passed_meta(context) {
+            *relayed.get_meta_mut() = meta;
+        }
+        let answer = self
+            .forward(&caller, ServerRequest::CustomRequest(relayed), context)
+            .await?;
+        // Written to text and read back: `to_value` would write rmcp's
+        // `f32`s (annotation priorities) through an `f64`.
+        let written = match answer {
+            ClientResult::CreateMessageResult(result) => serde_json::to_string(&result),
+            ClientResult::CustomResult(result) => return Ok(result),
+            _ => return Err(unexpected_answer()),
+        };
+        written
+            .and_then(|text| serde_json::from_str(&text))
+            .map(rmcp::model::CustomResult)
+            .map_err(|error| {
+                ErrorData::internal_error(
+                    format!("the client's answer could not be written: {error}"),
+                    None,
+                )
+            })
+    }
+
     /// An upstream message's `_meta` as its client gets it: minus a
     /// progress token (one the client never issued means nothing to it),
     /// with a related task under the id the client knows it by; `None`
@@ -671,6 +736,23 @@ fn set_elicit_meta(params: &mut ElicitRequestParams, meta: Option<rmcp::model::R
     }
 }
 
+/// A request of a method rmcp knows whose params it could not read as a
+/// `P`: invalid params, saying why.
+fn unreadable<P: serde::de::DeserializeOwned>(request: &CustomRequest) -> ErrorData {
+    let params = request.params.clone().unwrap_or(serde_json::Value::Null);
+    let why = match serde_json::from_value::<P>(params) {
+        Err(why) => why.to_string(),
+        Ok(_) => "its params".to_owned(),
+    };
+    ErrorData::invalid_params(
+        format!(
+            "the gateway could not read this {} request: {why}",
+            request.method
+        ),
+        None,
+    )
+}
+
 fn unexpected_answer() -> ErrorData {
     ErrorData::internal_error("the client answered with an unexpected result type", None)
 }
@@ -679,6 +761,24 @@ fn unexpected_answer() -> ErrorData {
 mod tests {
     use super::*;
     use crate::upstream::ClientProfile;
+
+    /// An elicitation rmcp could not read is invalid, and says why.
+    #[test]
+    fn an_unreadable_request_is_invalid_params_saying_why() {
+        let request = CustomRequest::new(
+            "elicitation/create",
+            Some(serde_json::json!({"message": 5})),
+        );
+        let error = unreadable::<ElicitRequestParams>(&request);
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+        assert!(
+            error
+                .message
+                .starts_with("the gateway could not read this elicitation/create request: "),
+            "{}",
+            error.message
+        );
+    }
 
     /// A client with elicitation in the other mode only is answered
     /// -32602 (the server may fall back); one without elicitation -32601.
