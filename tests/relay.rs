@@ -339,18 +339,23 @@ async fn each_session_gets_log_messages_at_its_own_level() {
     .await
     .unwrap();
 
-    // The shared upstream logs at debug (for chatty); quiet's own level
-    // still filters what reaches quiet. Its per-session upstream opens after
-    // the setLevel and gets the level too.
-    for (client, tool, level) in [
-        (&quiet, "shared__log", "info"),
-        (&quiet, "private__log", "warning"),
-        (&quiet, "shared__log", "error"),
-        (&chatty, "shared__log", "info"),
+    // The shared upstream logs everything; quiet's own level still
+    // filters what reaches quiet. Its per-session upstream opens after the
+    // setLevel and gets the level too (so it does not send the warning).
+    for (client, tool, level, answer) in [
+        (&quiet, "shared__log", "info", "logged"),
+        (
+            &quiet,
+            "private__log",
+            "warning",
+            "not sent: below the level set (Error)",
+        ),
+        (&quiet, "shared__log", "error", "logged"),
+        (&chatty, "shared__log", "info", "logged"),
     ] {
         let data = format!("{tool} {level}");
         let logged = call(client, tool, json!({"level": level, "data": data})).await;
-        assert_eq!(ok_text(&logged), "logged");
+        assert_eq!(ok_text(&logged), answer);
     }
     eventually("chatty's info message", Duration::from_secs(5), || async {
         (chatty.service().logs() == [json!("shared__log info")]).then_some(())
@@ -363,6 +368,54 @@ async fn each_session_gets_log_messages_at_its_own_level() {
     assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
     close(quiet).await;
     close(chatty).await;
+}
+
+/// A session that set no level gets every level from a shared upstream,
+/// whatever another session set: the shared upstream was told the most
+/// verbose level any session had set, so one client's `error` cut every
+/// other client (those that set nothing, and those that came later) down
+/// to errors, even after it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_set_no_level_gets_every_level_from_a_shared_mount() {
+    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    let gateway = Gateway::start(&config()).await;
+    let (quiet, unset) = tokio::join!(gateway.connect(), gateway.connect());
+    within(
+        "quiet sets error",
+        quiet
+            .peer()
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Error)),
+    )
+    .await
+    .unwrap();
+    async fn log(client: &Client, level: &str) {
+        let data = format!("shared__log {level}");
+        let logged = call(client, "shared__log", json!({"level": level, "data": data})).await;
+        assert_eq!(ok_text(&logged), "logged");
+    }
+    log(&unset, "info").await;
+    log(&quiet, "info").await;
+    log(&quiet, "error").await;
+    eventually("unset's info message", Duration::from_secs(5), || async {
+        (unset.service().logs() == [json!("shared__log info")]).then_some(())
+    })
+    .await;
+    eventually("quiet's error message", Duration::from_secs(5), || async {
+        (!quiet.service().logs().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
+    close(quiet).await;
+    let later = gateway.connect().await;
+    log(&later, "debug").await;
+    eventually(
+        "a later session's debug message",
+        Duration::from_secs(5),
+        || async { (later.service().logs() == [json!("shared__log debug")]).then_some(()) },
+    )
+    .await;
+    close(unset).await;
+    close(later).await;
 }
 
 /// `_meta` keys the gateway knows nothing of pass through both ways: the

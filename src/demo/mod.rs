@@ -424,13 +424,22 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Send a log message (notifications/message) with the given level and JSON data."
+        description = "Send a log message (notifications/message) with the given level and JSON data, unless it is below the level set by logging/setLevel."
     )]
     async fn log(
         &self,
         Parameters(args): Parameters<LogArgs>,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        // Below the level a client set, not sent (as the SDKs' servers do).
+        let set = *self
+            .state
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(set) = set.filter(|set| (args.level as u8) < (*set as u8)) {
+            return text_result(format!("not sent: below the level set ({set:?})"));
+        }
         let message = rmcp::model::LoggingMessageNotificationParam::new(args.level, args.data)
             .with_logger("junction-demo");
         let notification = rmcp::model::ServerNotification::LoggingMessageNotification(

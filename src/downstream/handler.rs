@@ -703,8 +703,8 @@ impl ServerHandler for DownstreamSession {
     /// Sets the level on every upstream this session uses that declares
     /// logging: shared mounts, and the per-session upstreams already open
     /// (one not open yet is not started just for this; one opening is told
-    /// once open, unawaited). A shared upstream's level is the last one any
-    /// session asked for.
+    /// once open, unawaited). A shared upstream logs everything
+    /// (`sessions::SHARED_LOG_LEVEL`) once any session set a level.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
@@ -712,13 +712,12 @@ impl ServerHandler for DownstreamSession {
     ) -> Result<(), ErrorData> {
         self.handle("logging/setLevel", &context, async {
             self.state().log_level.set(request.level);
-            // A shared upstream serves every session: it logs at the most
-            // verbose level any of them asked for; each session's own level
-            // is applied when messages are relayed.
-            let shared_level = self
-                .gateway
+            // A shared upstream serves every session: it logs everything;
+            // each session's own level is applied when messages are relayed.
+            self.gateway
                 .sessions()
                 .set_log_level(self.state().key, request.level);
+            let shared_level = crate::gateway::SHARED_LOG_LEVEL;
             // Every mount at once, each within its request timeout: one
             // upstream that never answers holds neither the client nor
             // the mounts after it.

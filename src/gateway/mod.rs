@@ -33,6 +33,7 @@ pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession, U
 pub use reload::ReloadOutcome;
 pub use sessions::{
     notify_list_changed, SessionKey, SessionRegistry, SessionTicket, MAX_SUBSCRIPTIONS_PER_SESSION,
+    SHARED_LOG_LEVEL,
 };
 pub(crate) use subscriptions::bounded;
 pub use subscriptions::SubscriptionError;
@@ -680,7 +681,7 @@ impl UpstreamEvents for MountSessionEvents {
     /// reload built while sessions were subscribed to it) knows nothing of
     /// the subscriptions the one before held, nor of the log level it was
     /// told: subscribe it to every URI of this mount that a session wants,
-    /// and tell it the most verbose level a session asked for. Only the
+    /// and, once a session set a level, to log everything. Only the
     /// full-profile session of a shared mount serves requests, so only it
     /// is told.
     fn session_started(&self, session: Arc<UpstreamSession>) {

@@ -58,6 +58,15 @@ type Wanted = HashMap<(MountName, Arc<str>), HashSet<(SessionKey, Arc<str>)>>;
 /// and, on a shared mount, held upstream.
 pub const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1000;
 
+/// The level a shared upstream is told to log at once any session has set
+/// one: everything. It serves sessions that set different levels, sessions
+/// that set none (which get every level, as the SDKs' servers send them),
+/// and sessions still to come; each session's own level is applied when
+/// its messages are relayed (`relay::LogLevelSetting`). The most verbose
+/// level any session had set cut off the others' messages below it, and
+/// outlived the session that set it.
+pub const SHARED_LOG_LEVEL: LoggingLevel = LoggingLevel::Debug;
+
 struct SessionEntry {
     /// `None` while the session sleeps: nothing can reach it then.
     peer: Option<Peer<RoleServer>>,
@@ -260,27 +269,21 @@ impl SessionRegistry {
         self.len() == 0
     }
 
-    /// Records a session's log level; returns the most verbose level any
-    /// session asked for (what a shared upstream must log at).
-    pub fn set_log_level(&self, key: SessionKey, level: LoggingLevel) -> LoggingLevel {
-        let mut sessions = self.lock();
-        if let Some(entry) = sessions.get_mut(&key) {
+    /// Records a session's log level.
+    pub fn set_log_level(&self, key: SessionKey, level: LoggingLevel) {
+        if let Some(entry) = self.lock().get_mut(&key) {
             entry.log_level = Some(level);
         }
-        sessions
-            .values()
-            .filter_map(|entry| entry.log_level)
-            .min_by_key(|level| *level as u8)
-            .unwrap_or(level)
     }
 
-    /// The most verbose level any session asked for, if any did: what a
-    /// new shared upstream session is told.
+    /// What a new shared upstream session is told to log at: once some
+    /// session here has set a level, [`SHARED_LOG_LEVEL`]; before, nothing
+    /// (the upstream's own default).
     pub fn shared_log_level(&self) -> Option<LoggingLevel> {
         self.lock()
             .values()
-            .filter_map(|entry| entry.log_level)
-            .min_by_key(|level| *level as u8)
+            .any(|entry| entry.log_level.is_some())
+            .then_some(SHARED_LOG_LEVEL)
     }
 
     /// Records that session `key` is subscribed to `uri` (client-visible),

@@ -84,8 +84,9 @@ pub struct Caller {
 }
 
 /// A session's `logging/setLevel` choice, shared with its callers. A shared
-/// upstream logs at the most verbose level any session asked for, so each
-/// session's own level is applied again when its messages are relayed.
+/// upstream logs everything once any session set a level
+/// (`sessions::SHARED_LOG_LEVEL`), so each session's own level is applied
+/// when its messages are relayed.
 #[derive(Clone, Debug, Default)]
 pub struct LogLevelSetting(Arc<AtomicU8>);
 
