@@ -845,6 +845,70 @@ async fn standalone_stream_resumes_after_the_last_id() {
     session.assert_working().await;
 }
 
+/// A `GET` stream resumed after more messages than rmcp's default keeps
+/// (16) were sent to nobody gets every one of them: rmcp replayed its last
+/// 16 and the ones before were lost, without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stream_resumed_after_many_messages_gets_them_all() {
+    const TOGGLES: usize = 8;
+    let session = Session::start().await;
+    let (last, mut resumed) = resumed_after_toggles(&session, TOGGLES).await;
+    for n in 1..=TOGGLES {
+        let changes = expect_list_changes(&mut resumed).await;
+        assert_eq!(changes.len(), 3, "toggle {n}");
+    }
+    session.assert_working().await;
+    assert!(
+        session
+            .gateway
+            .proc
+            .stderr
+            .find("more messages than are kept")
+            .is_none(),
+        "resumed after {last}: nothing was lost"
+    );
+}
+
+/// One resumed after more than the gateway keeps (64) gets the latest
+/// ones, and the gateway's log says that the others were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stream_resumed_after_too_many_messages_says_so_in_the_log() {
+    let mut session = Session::start().await;
+    let (_, mut resumed) = resumed_after_toggles(&session, 23).await;
+    let latest = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
+    assert!(latest.message().is_some(), "{latest:?}");
+    session
+        .gateway
+        .proc
+        .wait_for_line("more messages than are kept", OP_TIMEOUT)
+        .await;
+}
+
+/// A `GET` stream that carried one toggle's list changes and dropped,
+/// `toggles` more toggles (each one's lists read again before the next,
+/// so each sends its three changes), and that stream resumed after its
+/// last id (returned).
+async fn resumed_after_toggles(session: &Session, toggles: usize) -> (String, SseReader) {
+    let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
+    standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
+    session.toggle_bonus("toggle-0").await;
+    let first = expect_list_changes(&mut standalone).await;
+    let last = first.last().and_then(|e| e.id.clone()).expect("an id");
+    drop(standalone);
+    for n in 1..=toggles {
+        session.toggle_bonus(&format!("toggle-{n}")).await;
+        let listed = session
+            .post_answer(
+                "tools/list",
+                &json!({"jsonrpc": "2.0", "id": format!("list-{n}"), "method": "tools/list"}),
+            )
+            .await;
+        assert!(!listed.is_empty(), "tools/list {n}");
+    }
+    let resumed = session.resume(&last).await;
+    (last, resumed)
+}
+
 /// A new `GET` while the session's earlier one is still open (a client
 /// that reconnects before the server noticed its old connection is dead):
 /// the new stream is the live one and the old one ends. rmcp made the new

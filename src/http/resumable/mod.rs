@@ -63,6 +63,7 @@ mod request_stream;
 mod standalone;
 
 pub use idle::take_waking;
+pub(crate) use standalone::STANDALONE_EVENTS_KEPT;
 
 use super::answer_slot;
 use crate::telemetry::redact::without_session_ids;
@@ -484,7 +485,10 @@ impl SessionManager for ResumableSessions {
         let from = self.streams.standalone_opened(id).undelivered_from();
         let stream = self.sessions.resume(id, from.to_string()).await?;
         let open = self.activity.stream_opened(id);
-        Ok(counted(self.streams.standalone(id, Box::pin(stream)), open))
+        Ok(counted(
+            self.streams.standalone(id, Box::pin(stream), None),
+            open,
+        ))
     }
 
     async fn resume(
@@ -512,7 +516,7 @@ impl SessionManager for ResumableSessions {
                 // (`standalone.rs`).
                 let from = self.streams.standalone_ids(id).resume_from(index);
                 let stream = self.sessions.resume(id, from.to_string()).await?;
-                let stream = self.streams.standalone(id, Box::pin(stream));
+                let stream = self.streams.standalone(id, Box::pin(stream), Some(from));
                 Ok(counted(stream, open).right_stream())
             }
             None => Err(ResumeError::UnknownStream(last_event_id)),

@@ -31,6 +31,13 @@ use super::{lock, Streams};
 
 pub(super) type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 
+/// How many of a session's latest standalone events rmcp keeps for a
+/// resume (its `channel_capacity`, 16 by default, which a chatty server's
+/// log lines outran while a client reconnected: the ones before were lost
+/// without a word). rmcp reserves this many slots (~56 bytes each) for
+/// each stream it opens. Older ones are lost, and said so in the log.
+pub(crate) const STANDALONE_EVENTS_KEPT: usize = 64;
+
 /// Each session's open standalone streams.
 pub(super) type OpenStandalone = std::collections::HashMap<SessionId, Vec<Weak<Cuttable>>>;
 
@@ -83,10 +90,13 @@ impl StandaloneIds {
 impl Streams {
     /// Wraps one of `session`'s standalone streams so that a later resume
     /// can cut it off.
+    /// `resumed_from` is the rmcp index a resume asked rmcp for, if it is
+    /// one.
     pub(super) fn standalone(
         self: &Arc<Self>,
         session: &SessionId,
         stream: BoxedEvents,
+        resumed_from: Option<usize>,
     ) -> StandaloneStream {
         let cuttable = Arc::new(Cuttable {
             stream: Mutex::new(Some(stream)),
@@ -100,6 +110,7 @@ impl Streams {
             cuttable,
             session: session.clone(),
             streams: Arc::downgrade(self),
+            resumed_from,
         }
     }
 
@@ -187,27 +198,48 @@ pub(super) struct StandaloneStream {
     cuttable: Arc<Cuttable>,
     session: SessionId,
     streams: Weak<Streams>,
+    /// A resume's first index, until its first event shows whether rmcp
+    /// still had it.
+    resumed_from: Option<usize>,
 }
 
 impl Stream for StandaloneStream {
     type Item = ServerSseMessage;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.cuttable.waker.register(cx.waker());
-        let mut stream = lock(&self.cuttable.stream);
+        let this = self.get_mut();
+        this.cuttable.waker.register(cx.waker());
+        let mut stream = lock(&this.cuttable.stream);
         let Some(events) = stream.as_mut() else {
             return Poll::Ready(None);
         };
-        let streams = self.streams.upgrade();
+        let streams = this.streams.upgrade();
         events.poll_next_unpin(cx).map(|event| {
             event.map(|mut event| {
-                let index = event.event_id.as_deref().and_then(|id| id.parse().ok());
+                let index: Option<usize> = event.event_id.as_deref().and_then(|id| id.parse().ok());
+                if let Some(index) = index {
+                    if let Some(from) = this.resumed_from.take() {
+                        lost_before_resume(index.saturating_sub(from));
+                    }
+                }
                 if let (Some(index), Some(streams)) = (index, &streams) {
-                    event.event_id = Some(streams.give_id(&self.session, index).to_string());
+                    event.event_id = Some(streams.give_id(&this.session, index).to_string());
                 }
                 event
             })
         })
+    }
+}
+
+/// A resume whose first event came `lost` events after the one asked for:
+/// those were older than rmcp keeps ([`STANDALONE_EVENTS_KEPT`]).
+fn lost_before_resume(lost: usize) {
+    if lost > 0 {
+        tracing::warn!(
+            lost,
+            kept = STANDALONE_EVENTS_KEPT,
+            "a client resumed its GET stream after more messages than are kept: the oldest are lost"
+        );
     }
 }
 
@@ -272,11 +304,11 @@ mod tests {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
         let pending: BoxedEvents = Box::pin(futures::stream::pending());
-        let mut old = streams.standalone(&session, pending);
+        let mut old = streams.standalone(&session, pending, None);
         let kept: BoxedEvents = Box::pin(futures::stream::iter([event("0")]));
         streams.cut_standalone(&session);
         assert!(old.next().await.is_none(), "a cut stream ends");
-        let mut new = streams.standalone(&session, kept);
+        let mut new = streams.standalone(&session, kept, None);
         assert_eq!(new.next().await.and_then(|e| e.event_id), Some("1".into()));
         drop(old);
         drop(new);
