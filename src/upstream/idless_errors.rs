@@ -43,10 +43,22 @@ impl AnswerStreams {
         events: BoxStream<'static, Result<Sse, SseError>>,
         id: RequestId,
     ) -> BoxStream<'static, Result<Sse, SseError>> {
+        self.continuing(events, id, None)
+    }
+
+    /// [`Self::answering`] for a stream that continues one which ended at
+    /// `last_event_id`: ended again before a new id, it is remembered
+    /// there (rmcp resumes from the same id again).
+    fn continuing(
+        self: &Arc<Self>,
+        events: BoxStream<'static, Result<Sse, SseError>>,
+        id: RequestId,
+        last_event_id: Option<String>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
         AnsweringStream {
             events,
             id,
-            last_event_id: None,
+            last_event_id,
             answered: false,
             streams: self.clone(),
         }
@@ -61,9 +73,12 @@ impl AnswerStreams {
         events: BoxStream<'static, Result<Sse, SseError>>,
         last_event_id: Option<&str>,
     ) -> BoxStream<'static, Result<Sse, SseError>> {
-        let request = last_event_id.and_then(|last| self.lock().remove(last));
+        let Some(last) = last_event_id else {
+            return events;
+        };
+        let request = self.lock().remove(last);
         match request {
-            Some(id) => self.answering(events, id),
+            Some(id) => self.continuing(events, id, Some(last.to_owned())),
             None => events,
         }
     }
@@ -87,6 +102,8 @@ struct AnsweringStream {
 }
 
 impl AnsweringStream {
+    /// The stream closed or broke: if its answer has not come, it is
+    /// remembered by its last event id for rmcp's resume.
     fn ended(&mut self) {
         if let Some(last) = self.last_event_id.take().filter(|_| !self.answered) {
             self.streams.lock().insert(last, self.id.clone());
@@ -112,11 +129,17 @@ impl Stream for AnsweringStream {
         if let Some(event_id) = &event.id {
             this.last_event_id = Some(event_id.clone());
         }
-        if let Some(data) = event.data.as_deref() {
+        // Only `message` events carry JSON-RPC (others, a server's own
+        // heartbeats, rmcp skips).
+        let message = event
+            .event
+            .as_deref()
+            .is_none_or(|kind| kind.is_empty() || kind == "message");
+        if let Some(data) = event.data.as_deref().filter(|_| message) {
             // Requests and notifications have a method; an answer has
             // none (a method named inside a result only leaves this
             // unset, and the stream is remembered for nothing).
-            if !data.trim().is_empty() && !data.contains("\"method\"") {
+            if data.trim_start().starts_with('{') && !data.contains("\"method\"") {
                 this.answered = true;
             }
             if let Some(answer) = idless_error_as_answer_to(data, &this.id) {
@@ -231,6 +254,47 @@ mod tests {
         // Taken by its resume; the answered resume is not remembered.
         assert!(streams.lock().get("e2").is_none());
         assert!(streams.lock().get("e3").is_none());
+    }
+
+    /// A resume that ends before a new event id is remembered where it
+    /// started: rmcp resumes from that id again.
+    #[tokio::test]
+    async fn a_resume_that_ends_at_once_is_remembered_again() {
+        let streams = Arc::new(AnswerStreams::default());
+        let _: Vec<_> = streams
+            .answering(events(vec![event(Some("e1"), "")]), RequestId::Number(7))
+            .collect()
+            .await;
+        let nothing: Vec<_> = streams.resumed(events(vec![]), Some("e1")).collect().await;
+        assert!(nothing.is_empty());
+        let resumed: Vec<_> = streams
+            .resumed(events(vec![event(None, IDLESS)]), Some("e1"))
+            .collect()
+            .await;
+        let answer: serde_json::Value =
+            serde_json::from_str(resumed[0].as_ref().unwrap().data.as_deref().unwrap()).unwrap();
+        assert_eq!(answer["id"], 7, "{answer}");
+    }
+
+    /// A server's heartbeats (events of their own kind) and data that is
+    /// no JSON are not taken for the answer: rmcp skips them.
+    #[tokio::test]
+    async fn heartbeats_are_not_an_answer() {
+        let streams = Arc::new(AnswerStreams::default());
+        let ping = Ok(Sse {
+            event: Some("ping".to_owned()),
+            data: Some("ping".to_owned()),
+            id: Some("e1".to_owned()),
+            retry: None,
+        });
+        let _: Vec<_> = streams
+            .answering(
+                events(vec![ping, event(Some("e2"), "not json")]),
+                RequestId::Number(7),
+            )
+            .collect()
+            .await;
+        assert_eq!(streams.lock().get("e2"), Some(&RequestId::Number(7)));
     }
 
     /// A stream that carried its answer is not remembered.
