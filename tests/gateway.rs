@@ -2474,9 +2474,14 @@ async fn an_unreadable_result_says_why() {
         scripted_sse_upstream(
             json!({"tools": {}, "prompts": {}}),
             |request| match request["method"].as_str() {
-                Some("tools/list") => ScriptedReply::Result(
-                    json!({"tools": [{"name": "film", "inputSchema": {"type": "object"}}]}),
-                ),
+                Some("tools/list") => ScriptedReply::Result(json!({"tools": [
+                    {"name": "film", "inputSchema": {"type": "object"}},
+                    {"name": "long", "inputSchema": {"type": "object"}},
+                ]})),
+                // Its whole output where the content list should be.
+                Some("tools/call") if request["params"]["name"] == "long" => {
+                    ScriptedReply::Result(json!({"content": "secret ".repeat(300)}))
+                }
                 Some("tools/call") => ScriptedReply::Result(json!({"content": [
                     {"type": "text", "text": "here"},
                     {"type": "video", "uri": "film://1"},
@@ -2518,6 +2523,25 @@ async fn an_unreadable_result_says_why() {
     assert!(
         error.contains("could not be read") && error.contains("role"),
         "{error}"
+    );
+    // What could not be read is quoted to the client in part, and not
+    // at all in the log.
+    let called = within(
+        "tools/call long",
+        client.call_tool(rmcp::model::CallToolRequestParams::new("up__long")),
+    )
+    .await
+    .expect("a tool error");
+    let text = format!("{:?}", called.content);
+    assert!(
+        text.contains("could not be read") && text.len() < 1000,
+        "{text}"
+    );
+    let warned = gateway.proc.stderr.find("not the result asked for");
+    assert!(
+        warned.is_some_and(|line| !line.contains("secret")),
+        "{}",
+        gateway.proc.stderr.text()
     );
     close(client).await;
     upstream.abort();

@@ -275,16 +275,26 @@ pub(super) fn unexpected<T: serde::de::DeserializeOwned>(
     mount: &Mount,
     answer: &ServerResult,
 ) -> RouteError {
+    let expected = std::any::type_name::<T>()
+        .rsplit("::")
+        .next()
+        .unwrap_or_default();
+    // serde's reason quotes what it could not read (the upstream's data,
+    // which may be a whole tool output): the client is told a bounded
+    // part of it, the log only what was expected.
     let cause = match answer {
         ServerResult::CustomResult(rmcp::model::CustomResult(written)) => {
             match T::deserialize(written) {
-                Err(why) => format!("the upstream's result could not be read: {why}"),
+                Err(why) => format!(
+                    "the upstream's result could not be read: {}",
+                    crate::telemetry::redact::bounded(&why.to_string())
+                ),
                 Ok(_) => "the upstream answered with an unexpected result type".to_owned(),
             }
         }
         _ => "the upstream answered with an unexpected result type".to_owned(),
     };
-    tracing::warn!(mount = %mount.config.name, %cause, "an upstream's answer was not relayed");
+    tracing::warn!(mount = %mount.config.name, expected, "an upstream's answer was not relayed: it is not the result asked for");
     RouteError::UpstreamFailed {
         mount: mount.config.name.clone(),
         cause,
