@@ -153,13 +153,25 @@ async fn a_task_result_is_relayed_as_written_with_its_links_namespaced() {
     let result = json!({
         "jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id},
     });
-    let answer = send(&http, &gateway, &session, result).await;
+    let answer = send(&http, &gateway, &session, result.clone()).await;
     assert_eq!(
         answer.body["result"]["content"],
         json!([
             {"type": "text", "text": "done", "annotations": {"priority": 0.3}},
             {"type": "resource_link", "uri": "endless+demo://a", "name": "a"},
             {"type": "video", "uri": "demo://v"},
+            {"type": "resource", "resource": {"uri": "endless+demo://b", "text": "b"}},
+        ]),
+        "{answer:?}"
+    );
+    // The next one has only blocks rmcp reads, so it went through its
+    // model: the priority came back as 0.30000001192092896.
+    let answer = send(&http, &gateway, &session, result).await;
+    assert_eq!(
+        answer.body["result"]["content"],
+        json!([
+            {"type": "text", "text": "done", "annotations": {"priority": 0.3}},
+            {"type": "resource_link", "uri": "endless+demo://a", "name": "a"},
             {"type": "resource", "resource": {"uri": "endless+demo://b", "text": "b"}},
         ]),
         "{answer:?}"

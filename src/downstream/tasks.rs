@@ -40,7 +40,7 @@ use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
 use crate::{
     catalog,
     gateway::Mount,
-    naming::MountName,
+    naming::{MountName, Namespace},
     rewrite,
     upstream::{relay::set_related_task, UpstreamSession},
 };
@@ -480,7 +480,7 @@ impl DownstreamSession {
                     }
                     // The upstream ran it as a plain call (it may ignore
                     // `task`): relay that result as any other.
-                    None => Ok(qualified_tool_result(&mount, result)),
+                    None => Ok(qualified_tool_result(&mount.config.namespace, result)),
                 }
             }
             .await;
@@ -567,7 +567,7 @@ impl DownstreamSession {
                 match method {
                     // The task's payload: what the original `tools/call`
                     // would have answered.
-                    "tasks/result" => result = qualified_tool_result(&mount, result),
+                    "tasks/result" => result = qualified_tool_result(&mount.config.namespace, result),
                     _ => rename_task(&mut result, &id),
                 }
                 rename_related_task(&mut result, &id);
@@ -741,9 +741,15 @@ fn set_meta(params: &mut Map<String, Value>, context: &RequestContext<RoleServer
 /// mount's namespace. Rewritten as JSON, not through rmcp's model: that
 /// would drop a block of a kind it cannot read (and leave the links of
 /// the whole result unqualified), and write an `f32` it read through an
-/// `f64` (0.3 became 0.30000001192092896).
-fn qualified_tool_result(mount: &Mount, mut result: Value) -> Value {
-    rewrite::qualify_tool_result_json(&mount.config.namespace, &mut result);
+/// `f64` (0.3 became 0.30000001192092896). One without `content` (which
+/// the spec requires) gets an empty one, as a plain call's does.
+fn qualified_tool_result(namespace: &Namespace, mut result: Value) -> Value {
+    rewrite::qualify_tool_result_json(namespace, &mut result);
+    if let Some(fields) = result.as_object_mut() {
+        fields
+            .entry("content")
+            .or_insert_with(|| Value::Array(Vec::new()));
+    }
     result
 }
 
@@ -751,6 +757,20 @@ fn qualified_tool_result(mount: &Mount, mut result: Value) -> Value {
 mod tests {
     use super::*;
     use crate::upstream::relay::RELATED_TASK;
+
+    /// A task's result without `content` gets an empty one, as a plain
+    /// call's does through rmcp's model; everything else stays as written.
+    #[test]
+    fn a_task_result_without_content_gets_an_empty_one() {
+        let namespace = Namespace::new("ns").unwrap();
+        let structured = json!({"structuredContent": {"n": 0.3}, "isError": false});
+        assert_eq!(
+            qualified_tool_result(&namespace, structured),
+            json!({"structuredContent": {"n": 0.3}, "isError": false, "content": []})
+        );
+        let written = json!({"content": [{"type": "text", "text": "t"}]});
+        assert_eq!(qualified_tool_result(&namespace, written.clone()), written);
+    }
 
     #[test]
     fn only_a_tools_call_with_a_task_is_augmented() {
