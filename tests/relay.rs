@@ -777,7 +777,8 @@ async fn a_sampling_request_rmcp_cannot_read_is_relayed_as_written() {
                 json!({"jsonrpc": "2.0", "id": "s-1", "method": "sampling/createMessage",
                 "params": {"messages": [{"role": "user", "content": {"type": "resource",
                     "resource": {"uri": "doc://1", "text": "read this"}}}],
-                    "maxTokens": 10, "x-extra": {"kept": true}}}),
+                    "maxTokens": 10, "x-extra": {"kept": true},
+                    "_meta": {"progressToken": "up-1", "x-meta": 1}}}),
             ),
             (
                 Duration::from_millis(200),
@@ -801,6 +802,10 @@ async fn a_sampling_request_rmcp_cannot_read_is_relayed_as_written() {
     );
     assert_eq!(params["x-extra"], json!({"kept": true}), "{asked}");
     assert_eq!(params["maxTokens"], 10, "{asked}");
+    // Its `_meta` as a typed one's: the upstream's progress token means
+    // nothing to the client.
+    assert_eq!(params["_meta"]["x-meta"], 1, "{asked}");
+    assert_ne!(params["_meta"]["progressToken"], "up-1", "{asked}");
 }
 
 /// A request the upstream sends with an id it used before in the session

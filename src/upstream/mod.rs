@@ -811,11 +811,11 @@ tokio::task_local! {
     static WHY_DROPPED: &'static str;
 }
 
-/// Runs `drop`, in which requests in flight upstream are dropped, with
+/// Runs `give_up`, in which requests in flight upstream are dropped, with
 /// `reason` as what the upstream is told about each (in place of "cancelled
 /// by the client").
-pub(crate) fn dropping_because(reason: &'static str, drop: impl FnOnce()) {
-    WHY_DROPPED.sync_scope(reason, drop);
+pub(crate) fn dropping_because(reason: &'static str, give_up: impl FnOnce()) {
+    WHY_DROPPED.sync_scope(reason, give_up);
 }
 
 /// Sends the upstream a cancel for a request the gateway stopped waiting for.

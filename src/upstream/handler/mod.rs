@@ -28,6 +28,9 @@ use rmcp::{
 use super::relay::{related_task, set_related_task, Arrival, Caller, Relay, TaskOwner};
 use crate::telemetry::metrics;
 
+mod as_written;
+use as_written::{sampling_request, unreadable};
+
 /// Which list an upstream said has changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ListKind {
@@ -210,28 +213,6 @@ impl UpstreamHandler {
             }
         }
     }
-}
-
-/// The `sampling/createMessage` request to the client, with the numbers
-/// rmcp reads as `f32` (`temperature`, the `modelPreferences` priorities,
-/// content annotations' `priority`) as the upstream wrote them: typed, rmcp
-/// writes them through an `f64`, so the client got 0.699999988079071 for
-/// 0.7. Sent as the same method with its params as JSON written from the
-/// text serde writes (an `f32`'s shortest decimal form: the upstream's, for
-/// any value an `f32` holds exactly enough to tell apart).
-fn sampling_request(params: CreateMessageRequestParams) -> Result<ServerRequest, ErrorData> {
-    let params = serde_json::to_string(&params)
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text))
-        .map_err(|error| {
-            ErrorData::internal_error(
-                format!("the sampling request could not be written: {error}"),
-                None,
-            )
-        })?;
-    Ok(ServerRequest::CustomRequest(CustomRequest::new(
-        "sampling/createMessage",
-        Some(params),
-    )))
 }
 
 fn cancelled_by_the_server() -> ErrorData {
@@ -594,45 +575,6 @@ impl Drop for RelayedOnDrop<'_> {
 }
 
 impl UpstreamHandler {
-    /// A `sampling/createMessage` rmcp could not read, to its client as
-    /// written (with `_meta` as its client gets it), checked as
-    /// [`ClientHandler::create_message`] checks one it read.
-    async fn relay_sampling_as_written(
-        &self,
-        request: CustomRequest,
-        context: &RequestContext<RoleClient>,
-    ) -> Result<rmcp::model::CustomResult, ErrorData> {
-        let caller = self.target(context).await?;
-        if !caller.profile.sampling {
-            return Err(missing_capability("sampling"));
-        }
-        metrics().count_relayed("sampling");
-        tracing::debug!("relaying a sampling request rmcp could not read, as written");
-        let mut relayed = CustomRequest::new("sampling/createMessage", request.params);
-        if let Some(meta) = self.passed_meta(context) {
-            *relayed.get_meta_mut() = meta;
-        }
-        let answer = self
-            .forward(&caller, ServerRequest::CustomRequest(relayed), context)
-            .await?;
-        // Written to text and read back: `to_value` would write rmcp's
-        // `f32`s (annotation priorities) through an `f64`.
-        let written = match answer {
-            ClientResult::CreateMessageResult(result) => serde_json::to_string(&result),
-            ClientResult::CustomResult(result) => return Ok(result),
-            _ => return Err(unexpected_answer()),
-        };
-        written
-            .and_then(|text| serde_json::from_str(&text))
-            .map(rmcp::model::CustomResult)
-            .map_err(|error| {
-                ErrorData::internal_error(
-                    format!("the client's answer could not be written: {error}"),
-                    None,
-                )
-            })
-    }
-
     /// An upstream message's `_meta` as its client gets it: minus a
     /// progress token (one the client never issued means nothing to it),
     /// with a related task under the id the client knows it by; `None`
@@ -736,23 +678,6 @@ fn set_elicit_meta(params: &mut ElicitRequestParams, meta: Option<rmcp::model::R
     }
 }
 
-/// A request of a method rmcp knows whose params it could not read as a
-/// `P`: invalid params, saying why.
-fn unreadable<P: serde::de::DeserializeOwned>(request: &CustomRequest) -> ErrorData {
-    let params = request.params.clone().unwrap_or(serde_json::Value::Null);
-    let why = match serde_json::from_value::<P>(params) {
-        Err(why) => why.to_string(),
-        Ok(_) => "its params".to_owned(),
-    };
-    ErrorData::invalid_params(
-        format!(
-            "the gateway could not read this {} request: {why}",
-            request.method
-        ),
-        None,
-    )
-}
-
 fn unexpected_answer() -> ErrorData {
     ErrorData::internal_error("the client answered with an unexpected result type", None)
 }
@@ -761,24 +686,6 @@ fn unexpected_answer() -> ErrorData {
 mod tests {
     use super::*;
     use crate::upstream::ClientProfile;
-
-    /// An elicitation rmcp could not read is invalid, and says why.
-    #[test]
-    fn an_unreadable_request_is_invalid_params_saying_why() {
-        let request = CustomRequest::new(
-            "elicitation/create",
-            Some(serde_json::json!({"message": 5})),
-        );
-        let error = unreadable::<ElicitRequestParams>(&request);
-        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
-        assert!(
-            error
-                .message
-                .starts_with("the gateway could not read this elicitation/create request: "),
-            "{}",
-            error.message
-        );
-    }
 
     /// A client with elicitation in the other mode only is answered
     /// -32602 (the server may fall back); one without elicitation -32601.
