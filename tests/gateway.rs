@@ -2240,26 +2240,17 @@ async fn an_upstream_error_without_an_id_answers_its_request() {
     .await;
     let error = format!("{prompt:?}");
     assert!(error.contains("refused without an id"), "{error}");
-    // On the request's own event stream too, with the stream held open.
-    let prompt = within(
-        "prompts/get answered on a stream",
-        client.get_prompt(rmcp::model::GetPromptRequestParams::new(
-            "remote__refuse_sse",
-        )),
-    )
-    .await;
-    let error = format!("{prompt:?}");
-    assert!(error.contains("refused without an id"), "{error}");
-    // And on that stream resumed by a `GET` after the server closed it.
-    let prompt = within(
-        "prompts/get answered on a resumed stream",
-        client.get_prompt(rmcp::model::GetPromptRequestParams::new(
-            "remote__refuse_resumed",
-        )),
-    )
-    .await;
-    let error = format!("{prompt:?}");
-    assert!(error.contains("refused without an id"), "{error}");
+    // On the request's own event stream too, with the stream held open;
+    // and on that stream resumed by a `GET` after the server closed it.
+    for prompt in ["remote__refuse_sse", "remote__refuse_resumed"] {
+        let answer = within(
+            prompt,
+            client.get_prompt(rmcp::model::GetPromptRequestParams::new(prompt)),
+        )
+        .await;
+        let error = format!("{answer:?}");
+        assert!(error.contains("refused without an id"), "{prompt}: {error}");
+    }
     close(client).await;
 }
 

@@ -317,27 +317,25 @@ async fn roots_requests_and_changes_reach_the_right_client() {
     close(rooted).await;
 }
 
+/// `logging/setLevel` `level` from `client`.
+async fn set_level(client: &Client, level: rmcp::model::LoggingLevel) {
+    within(
+        "logging/setLevel",
+        client
+            .peer()
+            .set_level(rmcp::model::SetLevelRequestParams::new(level)),
+    )
+    .await
+    .expect("logging/setLevel");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_session_gets_log_messages_at_its_own_level() {
-    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    use rmcp::model::LoggingLevel;
     let gateway = Gateway::start(&config()).await;
     let (quiet, chatty) = tokio::join!(gateway.connect(), gateway.connect());
-    within(
-        "quiet sets error",
-        quiet
-            .peer()
-            .set_level(SetLevelRequestParams::new(LoggingLevel::Error)),
-    )
-    .await
-    .unwrap();
-    within(
-        "chatty sets debug",
-        chatty
-            .peer()
-            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug)),
-    )
-    .await
-    .unwrap();
+    set_level(&quiet, LoggingLevel::Error).await;
+    set_level(&chatty, LoggingLevel::Debug).await;
 
     // The shared upstream logs everything; quiet's own level still
     // filters what reaches quiet. Its per-session upstream opens after the
@@ -377,17 +375,10 @@ async fn each_session_gets_log_messages_at_its_own_level() {
 /// to errors, even after it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_set_no_level_gets_every_level_from_a_shared_mount() {
-    use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+    use rmcp::model::LoggingLevel;
     let gateway = Gateway::start(&config()).await;
     let (quiet, unset) = tokio::join!(gateway.connect(), gateway.connect());
-    within(
-        "quiet sets error",
-        quiet
-            .peer()
-            .set_level(SetLevelRequestParams::new(LoggingLevel::Error)),
-    )
-    .await
-    .unwrap();
+    set_level(&quiet, LoggingLevel::Error).await;
     async fn log(client: &Client, level: &str) {
         let data = format!("shared__log {level}");
         let logged = call(client, "shared__log", json!({"level": level, "data": data})).await;

@@ -26,6 +26,24 @@ async fn send(http: &reqwest::Client, gateway: &Gateway, session: &str, request:
     .await
 }
 
+/// Calls `tool` as a task (id 2, TTL 60 s) on `session`; its task's id.
+async fn start_task(
+    http: &reqwest::Client,
+    gateway: &Gateway,
+    session: &str,
+    tool: &str,
+) -> String {
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}, "task": {"ttl": 60000}},
+    });
+    let answer = send(http, gateway, session, call).await;
+    answer.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {answer:?}"))
+        .to_owned()
+}
+
 fn initialize(version: &str) -> String {
     json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -111,15 +129,7 @@ async fn a_task_list_that_never_ends_is_cut_at_the_ceiling() {
     let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &gateway.mcp_url()).await;
-    let call = json!({
-        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "endless__work", "arguments": {}, "task": {"ttl": 60000}},
-    });
-    let answer = send(&http, &gateway, &session, call).await;
-    let task_id = answer.body["result"]["task"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {answer:?}"))
-        .to_owned();
+    let task_id = start_task(&http, &gateway, &session, "endless__work").await;
     // Well within `within`'s 15 s: the pages stop at the 2 s ceiling.
     let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/list"});
     let answer = send(&http, &gateway, &session, list).await;
@@ -141,15 +151,7 @@ async fn a_task_result_is_relayed_as_written_with_its_links_namespaced() {
     let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &gateway.mcp_url()).await;
-    let call = json!({
-        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "endless__work", "arguments": {}, "task": {"ttl": 60000}},
-    });
-    let answer = send(&http, &gateway, &session, call).await;
-    let task_id = answer.body["result"]["task"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {answer:?}"))
-        .to_owned();
+    let task_id = start_task(&http, &gateway, &session, "endless__work").await;
     let result = json!({
         "jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id},
     });
@@ -232,15 +234,7 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
     let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &gateway.mcp_url()).await;
-    let call = json!({
-        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "own__work", "arguments": {}, "task": {"ttl": 60000}},
-    });
-    let answer = send(&http, &gateway, &session, call).await;
-    let task_id = answer.body["result"]["task"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {answer:?}"))
-        .to_owned();
+    let task_id = start_task(&http, &gateway, &session, "own__work").await;
     let pid = json!({
         "jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "own__pid", "arguments": {}},
