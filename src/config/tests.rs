@@ -611,6 +611,10 @@ fn one_bad_field_hides_no_other() {
         [mounts.b]
         command = "x"
         namespace = "dup"
+        [mounts.c]
+        command = "x"
+        namespace = "dup"
+        isolation = "weird"
         "#,
     );
     assert_reported(
@@ -623,6 +627,9 @@ fn one_bad_field_hides_no_other() {
             "mounts.Web: mount name \"Web\" must match",
             "mounts.Web.url: relative URL without a base",
             "mounts.b.namespace: namespace \"dup\" is already used by mount a",
+            // With the mount's other problem, not once it is fixed.
+            "mounts.c.isolation:",
+            "mounts.c.namespace: namespace \"dup\" is already used by mount a",
         ],
     );
 }

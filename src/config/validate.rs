@@ -127,11 +127,15 @@ pub fn resolve(
     ordered.extend(remaining);
 
     let mut mounts = Vec::new();
+    // Every mount's namespace, also of a mount with other problems: a
+    // collision is reported with them, not after they are fixed.
+    let mut namespaces = Vec::new();
     for (name, value) in ordered {
         let path = format!("mounts.{name}");
         let Some(raw) = parse_section::<RawMount>(&path, value, &mut problems) else {
             continue;
         };
+        namespaces.extend(namespace_of(&name, raw.namespace.as_deref()));
         if let Some(mount) = resolve_mount(&name, raw, &mut problems) {
             mounts.push(mount);
         }
@@ -148,7 +152,8 @@ pub fn resolve(
     }
 
     if let Some(separator) = &separator {
-        check_namespaces(&mounts, separator, &mut problems);
+        let named = namespaces.iter().map(|(name, namespace)| (name, namespace));
+        check_namespaces(named, separator, &mut problems);
     }
 
     match (server, telemetry, admin, timeouts, supervision, limits) {
@@ -1261,27 +1266,43 @@ fn resolve_tool_filter(
 /// separator): the new mounts must be unambiguous with that one.
 pub fn namespace_problems(mounts: &[MountConfig], separator: &Separator) -> Vec<super::Problem> {
     let mut problems = Problems::default();
-    check_namespaces(mounts, separator, &mut problems);
+    let named = mounts.iter().map(|mount| (&mount.name, &mount.namespace));
+    check_namespaces(named, separator, &mut problems);
     problems.into_error("").problems
 }
 
-fn check_namespaces(mounts: &[MountConfig], separator: &Separator, problems: &mut Problems) {
+/// Mount `name`'s namespace (`written`, or the mount's name), if both are
+/// valid (an invalid one is reported where the mount is resolved).
+fn namespace_of(name: &str, written: Option<&str>) -> Option<(MountName, Namespace)> {
+    let mount_name = MountName::new(name).ok()?;
+    let namespace = match written {
+        Some(written) => Namespace::new(written).ok()?,
+        None => Namespace::from_mount(&mount_name),
+    };
+    Some((mount_name, namespace))
+}
+
+fn check_namespaces<'a>(
+    mounts: impl Iterator<Item = (&'a MountName, &'a Namespace)>,
+    separator: &Separator,
+    problems: &mut Problems,
+) {
     let mut seen: BTreeMap<&str, &MountName> = BTreeMap::new();
-    for mount in mounts {
-        if mount.namespace.is_pass_through() {
+    for (name, namespace) in mounts {
+        if namespace.is_pass_through() {
             continue;
         }
-        if let Some(first) = seen.get(mount.namespace.as_str()) {
+        if let Some(first) = seen.get(namespace.as_str()) {
             problems.push(
-                format!("mounts.{}.namespace", mount.name),
+                format!("mounts.{name}.namespace"),
                 format!(
                     "namespace {:?} is already used by mount {first}",
-                    mount.namespace.as_str()
+                    namespace.as_str()
                 ),
             );
             continue;
         }
-        seen.insert(mount.namespace.as_str(), &mount.name);
+        seen.insert(namespace.as_str(), name);
     }
     for (a, mount_a) in &seen {
         for (b, mount_b) in &seen {
