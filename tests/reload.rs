@@ -631,17 +631,45 @@ async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
         &config(&second_start_fails_mount("own", starts.path())),
     );
     wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
-    // The new mount's own start first (the script's first), so that the
-    // client's profile's is its second, the failing one.
+    // The new mount's own start first (the script's first), then, once
+    // it is ready, the client's profile's: its second, the failing one.
     wait_state(&gateway, "own", "ready").await;
-    assert_eq!(
-        std::fs::read_to_string(starts.path().join("starts"))
-            .ok()
-            .as_deref(),
-        Some("1\n")
-    );
+    let starts = starts.path().join("starts");
+    eventually("the profile's start", RELOAD_TIMEOUT, || async {
+        let count: u32 = std::fs::read_to_string(&starts).ok()?.trim().parse().ok()?;
+        (count >= 2).then_some(())
+    })
+    .await;
     let after = tool_names(&client).await;
     assert_eq!(after, before, "the client's own profile's lists");
+    close(client).await;
+}
+
+/// A changed per-session mount finds out its lists for every profile it
+/// inherited, once its own start is done, and tells their clients what
+/// changed: a client whose profile is not the full one was told its lists
+/// changed at the reload and, until it listed again, was listed the old
+/// upstream's tools (names the new one does not have).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_per_session_mount_tells_each_profile_its_new_lists() {
+    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
+    let per_session = "isolation = \"per_session\"";
+    let gateway = Gateway::start(&config(&stdio_demo_mount("own", per_session))).await;
+    let client = gateway.connect().await;
+    assert!(tool_names(&client).await.contains(&"own__echo".to_owned()));
+    let told = client.service().tool_list_changes();
+
+    let other = python_fixture_mount("own", "endless_task_pages.py", per_session);
+    rewrite_config(&gateway.config_path, &config(&other));
+    wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
+    // Told at the reload, and again once its profile's lists are known,
+    // without listing in between.
+    until_tools_changed(&client, told + 1).await;
+    let after = tool_names(&client).await;
+    assert!(
+        after.contains(&"own__work".to_owned()) && !after.contains(&"own__echo".to_owned()),
+        "{after:?}"
+    );
     close(client).await;
 }
 

@@ -314,6 +314,24 @@ impl Mount {
         let _ = self.inherited.set(catalogs);
     }
 
+    /// Starts the discovery of every other profile this mount inherited
+    /// lists for (see [`Self::inherit_catalog`]); called once its own
+    /// start is done (so that one comes first). Their sessions are shown
+    /// the replaced mount's lists meanwhile; a profile's discovery began
+    /// only when one of its clients listed, so until then its clients, told
+    /// at the reload that their lists changed, listed the old upstream's
+    /// names, with no end in time.
+    pub(super) fn discover_inherited_profiles(self: &Arc<Self>) {
+        let Some(inherited) = self.inherited.get() else {
+            return;
+        };
+        for profile in inherited.keys() {
+            if *profile != ClientProfile::FULL {
+                self.profile_session(*profile);
+            }
+        }
+    }
+
     /// The catalog inherited for `profile`, if any.
     fn inherited_catalog(&self, profile: ClientProfile) -> Option<Arc<MountCatalog>> {
         self.inherited.get()?.get(&profile).cloned()

@@ -86,6 +86,7 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                 let up_since = Instant::now();
                 if profile == ClientProfile::FULL {
                     mount.record_ready(attempt - 1);
+                    mount.discover_inherited_profiles();
                 }
                 profile_session.publish(SessionSlot::Live(session.clone()));
                 mount.session_started(profile, session.clone());
