@@ -77,7 +77,7 @@ struct LegacySession {
     place: super::admission::HeldPlace,
     /// Held while a message posted before the session exists is passed
     /// on: two `initialize`s at once would make two sessions.
-    opening: tokio::sync::Mutex<()>,
+    opening: Arc<tokio::sync::Mutex<()>>,
     /// The endpoint's `Mcp-Session-Id`, once `initialize` was answered.
     mcp_session: OnceLock<HeaderValue>,
     /// The version `initialize` agreed, sent with every later request.
@@ -149,7 +149,7 @@ impl SseEndpoint {
                 gateway.config().limits.max_concurrent_requests + OUTBOX,
             )),
             place: super::admission::HeldPlace::new(ticket),
-            opening: tokio::sync::Mutex::new(()),
+            opening: Default::default(),
             mcp_session: OnceLock::new(),
             protocol_version: OnceLock::new(),
             host,
@@ -219,7 +219,7 @@ impl SseEndpoint {
         // One message at a time until the session exists.
         let opening = match session.mcp_session.get() {
             Some(_) => None,
-            None => Some(session.opening.lock().await),
+            None => Some(session.opening.clone().lock_owned().await),
         };
         let initializing = session.mcp_session.get().is_none();
         // Before `initialize` the message is read here, bounded as the
@@ -245,7 +245,27 @@ impl SseEndpoint {
             (body, None)
         };
         session.name_session(&mut parts.headers);
-        let answer = self.call(Request::from_parts(parts, body)).await;
+        let request = Request::from_parts(parts, body);
+        let (answer, opened) = match opening {
+            Some(opening) if initializing => {
+                // In a task of its own, which the client's going away
+                // does not drop (see `initialize`).
+                let (endpoint, session) = (self.clone(), session.clone());
+                let opens = tokio::spawn(async move {
+                    let opened = endpoint.initialize(&session, request).await;
+                    drop(opening);
+                    opened
+                });
+                match opens.await {
+                    Ok(opened) => opened,
+                    Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                }
+            }
+            opening => {
+                drop(opening);
+                (self.call(request).await, false)
+            }
+        };
         let status = answer.status();
         if !status.is_success() {
             if status == StatusCode::NOT_FOUND && !initializing {
@@ -259,33 +279,9 @@ impl SseEndpoint {
             }
             return refused;
         }
-        // `initialize` opened the endpoint's session: once its answer (and
-        // with it the agreed version) is delivered, the session's own
-        // messages follow on the client's stream.
-        let created = answer
-            .headers()
-            .get("mcp-session-id")
-            .filter(|_| initializing)
-            .cloned();
-        let opened = match created {
-            Some(created) if session.mcp_session.set(created.clone()).is_err() => {
-                // Not this stream's (cannot happen while `opening` is held).
-                self.delete_session(created, session.host.clone());
-                false
-            }
-            Some(created) if session.ended.is_cancelled() => {
-                // The stream ended while the session was made: its close
-                // saw none to delete.
-                self.delete_session(created, session.host.clone());
-                false
-            }
-            Some(_) => true,
-            None => false,
-        };
         if initializing && !opened {
             self.keep_place(&session);
         }
-        drop(opening);
         if status == StatusCode::ACCEPTED {
             // A notification or an answer to the server: nothing comes back.
             return accepted();
@@ -308,6 +304,38 @@ impl SseEndpoint {
             }
         });
         accepted()
+    }
+
+    /// Passes `initialize` on, and adopts the endpoint's session it
+    /// makes: once its answer (and with it the agreed version) is
+    /// delivered, the session's own messages follow on the client's
+    /// stream. Whether it made one this stream keeps. Run as a task of its
+    /// own: dropped with the post of a client that gave up waiting, a
+    /// session made meanwhile was kept by the endpoint with nobody knowing
+    /// its id (no `DELETE` when the stream ended), until its idle timeout.
+    async fn initialize(&self, session: &LegacySession, request: Request) -> (Response, bool) {
+        let answer = self.call(request).await;
+        let created = answer
+            .headers()
+            .get("mcp-session-id")
+            .filter(|_| answer.status().is_success())
+            .cloned();
+        let opened = match created {
+            Some(created) if session.mcp_session.set(created.clone()).is_err() => {
+                // Not this stream's (cannot happen while `opening` is held).
+                self.delete_session(created, session.host.clone());
+                false
+            }
+            Some(created) if session.ended.is_cancelled() => {
+                // The stream ended while the session was made: its close
+                // saw none to delete.
+                self.delete_session(created, session.host.clone());
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        (answer, opened)
     }
 
     /// After an `initialize` that made no session: the stream keeps a
