@@ -401,10 +401,13 @@ fn initialize_error(error: ClientInitializeError) -> UpstreamError {
         // rmcp's text for these names the transport's Rust type; the cause
         // is what an operator needs.
         ClientInitializeError::TransportError { error, .. } => {
-            format!(
-                "cannot reach the server: {}",
-                http_client::with_causes(&*error.error)
-            )
+            let said = http_client::with_causes(&*error.error);
+            // Only when it is so: a server that answered (an HTTP 404 to
+            // the post) was reached.
+            match http_client::cannot_connect(&error) {
+                true => format!("cannot reach the server: {said}"),
+                false => said,
+            }
         }
         other => other.to_string(),
     })
@@ -430,6 +433,40 @@ mod tests {
     use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 
     use super::*;
+
+    /// "cannot reach the server" only for a server that was not reached:
+    /// a legacy SSE post answered 404 said so too.
+    #[tokio::test]
+    async fn an_initialize_refused_by_a_server_does_not_say_it_was_unreachable() {
+        use crate::upstream::legacy_sse::{LegacySseTransport, PostError};
+        let refused = PostError::Refused {
+            status: 404,
+            body: ": Could not find session".to_owned(),
+        };
+        let error = initialize_error(ClientInitializeError::transport::<LegacySseTransport>(
+            refused,
+            "send initialize",
+        ));
+        let said = error.to_string();
+        assert!(
+            said.contains("HTTP 404") && !said.contains("cannot reach"),
+            "{said}"
+        );
+
+        // A connection refused is.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", closed.local_addr().unwrap());
+        drop(closed);
+        let unreachable = reqwest::Client::new().get(url).send().await.unwrap_err();
+        let error = initialize_error(ClientInitializeError::transport::<LegacySseTransport>(
+            PostError::Http(unreachable),
+            "send initialize",
+        ));
+        assert!(
+            error.to_string().contains("cannot reach the server"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn a_broken_message_stream_is_tried_again_at_least_every_ten_seconds() {

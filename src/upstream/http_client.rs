@@ -498,10 +498,25 @@ pub fn cannot_connect(error: &rmcp::transport::DynamicTransportError) -> bool {
     if let Some(error) = error.error.downcast_ref::<SameTaskError>() {
         return error.is_connect();
     }
-    matches!(
-        error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
-        Some(StreamableHttpError::Client(error)) if error.is_connect()
-    )
+    if let Some(StreamableHttpError::Client(error)) = error
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        return error.is_connect();
+    }
+    // Other transports' errors (the legacy SSE posts') hold reqwest's as
+    // their source.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*error.error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_connect)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// `error` and each of its causes, as `error: cause: cause`. reqwest's
