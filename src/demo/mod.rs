@@ -170,6 +170,8 @@ const TOOLS_PAGE_SIZE: usize = 6;
 /// Bounds on `slow`, so a test typo cannot hang a process for hours.
 const MAX_SLOW_STEPS: u32 = 1_000;
 const MAX_SLOW_DELAY_MS: u64 = 10_000;
+/// How long `slow` waits for rmcp to take one progress notification.
+const PROGRESS_SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct SlowArgs {
@@ -364,10 +366,14 @@ impl DemoServer {
                 let notification = rmcp::model::ServerNotification::ProgressNotification(
                     rmcp::model::Notification::new(progress),
                 );
-                let _ = context
+                // Bounded: once its client closed stdin, rmcp still writes
+                // answers but never confirms a notification, and the call
+                // hung here instead of answering (its child lingered
+                // until rmcp gave up on it, 5 s later).
+                let sent = context
                     .peer
-                    .send_notification(with_meta(notification, args.meta.as_ref()))
-                    .await;
+                    .send_notification(with_meta(notification, args.meta.as_ref()));
+                let _ = tokio::time::timeout(PROGRESS_SEND_LIMIT, sent).await;
             }
         }
         unfinished.1 = true;

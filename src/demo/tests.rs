@@ -234,3 +234,51 @@ async fn resources_and_prompt() {
     ));
     client.cancel().await.unwrap();
 }
+
+/// A `slow` call with a progress token still answers when its client
+/// closes the server's input mid-call (as a gateway retiring the server
+/// does: EOF, then a wait before SIGTERM): rmcp no longer confirmed the
+/// progress notification, and the call hung there, unanswered, until
+/// rmcp gave up on it.
+#[tokio::test]
+async fn a_slow_call_with_progress_answers_after_its_input_closes() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(async move {
+        if let Ok(server) = DemoServer::new().serve(server_io).await {
+            let _ = server.waiting().await;
+        }
+    });
+    let (read, mut write) = tokio::io::split(client_io);
+    let mut lines = BufReader::new(read).lines();
+    for message in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":8},"name":"slow","arguments":{"steps":1,"delay_ms":500}}}"#,
+    ] {
+        write
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let initialized = tokio::time::timeout(LIMIT, lines.next_line()).await;
+    assert!(matches!(initialized, Ok(Ok(Some(_)))), "{initialized:?}");
+    write.shutdown().await.unwrap();
+    drop(write);
+    let answer = tokio::time::timeout(LIMIT, async {
+        while let Some(line) = lines.next_line().await.ok().flatten() {
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == 2 {
+                return Some(message);
+            }
+        }
+        None
+    })
+    .await;
+    let answer = answer.ok().flatten().expect("the call's answer");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "done after 1 steps",
+        "{answer}"
+    );
+    server.abort();
+}
