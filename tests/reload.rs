@@ -673,6 +673,40 @@ async fn a_changed_per_session_mount_tells_each_profile_its_new_lists() {
     close(client).await;
 }
 
+/// A per_session mount a reload makes shared starts only its own upstream:
+/// it inherited a catalog for each client profile, and the discovery of
+/// each was started as for a per_session mount, each an upstream (a
+/// child) serving nothing for as long as the mount lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_made_shared_starts_one_upstream() {
+    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
+    let gateway = Gateway::start(&config(&stdio_demo_mount(
+        "own",
+        "isolation = \"per_session\"",
+    )))
+    .await;
+    let client = gateway.connect().await;
+    assert!(tool_names(&client).await.contains(&"own__echo".to_owned()));
+
+    let starts = tempfile::tempdir().expect("a temp dir");
+    let count = starts.path().join("starts");
+    let script = format!("echo start >> {}; exec {BIN} demo-server", count.display());
+    let shared = format!("[mounts.own]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\n\n");
+    rewrite_config(&gateway.config_path, &config(&shared));
+    wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
+    wait_state(&gateway, "own", "ready").await;
+    assert_eq!(
+        ok_text(&call(&client, "own__echo", json!({"message": "hi"})).await),
+        "hi"
+    );
+    // What started by now has written its line: a start for another
+    // profile begins as the mount becomes ready.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::fs::read_to_string(&count).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "{started:?}");
+    close(client).await;
+}
+
 /// `include_tools` and `exclude_tools` decide what a mount offers, for a
 /// shared and a per-session mount alike: hidden tools are not listed and a
 /// call to one is an unknown tool. A reload that changes only them keeps

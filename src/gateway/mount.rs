@@ -326,7 +326,11 @@ impl Mount {
             return;
         };
         for profile in inherited.keys() {
-            if *profile != ClientProfile::FULL {
+            // Only profiles this mount serves lists of: a shared mount
+            // (one that was per_session before the reload) lists the full
+            // profile's to everyone, and a session for another would be
+            // an upstream (a child) serving nothing.
+            if *profile != ClientProfile::FULL && self.serving_profile(*profile) == *profile {
                 self.profile_session(*profile);
             }
         }
