@@ -246,26 +246,36 @@ impl SseEndpoint {
         };
         session.name_session(&mut parts.headers);
         let request = Request::from_parts(parts, body);
-        let (answer, opened) = match opening {
-            Some(opening) if initializing => {
-                // In a task of its own, which the client's going away
-                // does not drop (see `initialize`).
-                let (endpoint, session) = (self.clone(), session.clone());
-                let opens = tokio::spawn(async move {
-                    let opened = endpoint.initialize(&session, request).await;
-                    drop(opening);
-                    opened
-                });
-                match opens.await {
-                    Ok(opened) => opened,
-                    Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                }
-            }
-            opening => {
-                drop(opening);
-                (self.call(request).await, false)
-            }
-        };
+        if !initializing {
+            drop(opening);
+            let answer = self.call(request).await;
+            return self.answered(session, answer, None, false, false).await;
+        }
+        // In a task of its own, which the client's going away does not
+        // drop (see `initialize`).
+        let endpoint = self.clone();
+        let initialized =
+            tokio::spawn(
+                async move { endpoint.initialize(session, request, asked, opening).await },
+            );
+        initialized
+            .await
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    }
+
+    /// What the endpoint answered a post (`asked`: the request of a post
+    /// made before the session existed), put where its client reads it:
+    /// a refusal as the post's answer (or on the stream, if it answers a
+    /// request), an answer on the stream, and once the session is
+    /// `opened`, the session's own messages after it.
+    async fn answered(
+        &self,
+        session: Arc<LegacySession>,
+        answer: Response,
+        asked: Option<serde_json::Value>,
+        initializing: bool,
+        opened: bool,
+    ) -> Response {
         let status = answer.status();
         if !status.is_success() {
             if status == StatusCode::NOT_FOUND && !initializing {
@@ -273,14 +283,7 @@ impl SseEndpoint {
                 session.ended.cancel();
                 return (StatusCode::NOT_FOUND, "Not Found: the session has ended").into_response();
             }
-            let refused = session.refused(answer, asked).await;
-            if initializing {
-                self.keep_place(&session);
-            }
-            return refused;
-        }
-        if initializing && !opened {
-            self.keep_place(&session);
+            return session.refused(answer, asked).await;
         }
         if status == StatusCode::ACCEPTED {
             // A notification or an answer to the server: nothing comes back.
@@ -306,14 +309,23 @@ impl SseEndpoint {
         accepted()
     }
 
-    /// Passes `initialize` on, and adopts the endpoint's session it
-    /// makes: once its answer (and with it the agreed version) is
-    /// delivered, the session's own messages follow on the client's
-    /// stream. Whether it made one this stream keeps. Run as a task of its
-    /// own: dropped with the post of a client that gave up waiting, a
-    /// session made meanwhile was kept by the endpoint with nobody knowing
-    /// its id (no `DELETE` when the stream ended), until its idle timeout.
-    async fn initialize(&self, session: &LegacySession, request: Request) -> (Response, bool) {
+    /// Passes `initialize` on, adopts the endpoint's session it makes
+    /// (once its answer, and with it the agreed version, is delivered, the
+    /// session's own messages follow on the client's stream), or keeps
+    /// the stream's place under `max_sessions` if it made none, then lets
+    /// the stream's next message go (`opening`) and answers. Run as a task
+    /// of its own, to its end: dropped with the post of a client that gave
+    /// up waiting, a session made meanwhile was kept by the endpoint with
+    /// nobody knowing its id (no `DELETE` when the stream ended), until
+    /// its idle timeout; and one adopted never had its answer or its own
+    /// messages put on the stream.
+    async fn initialize(
+        self,
+        session: Arc<LegacySession>,
+        request: Request,
+        asked: Option<serde_json::Value>,
+        opening: Option<tokio::sync::OwnedMutexGuard<()>>,
+    ) -> Response {
         let answer = self.call(request).await;
         let created = answer
             .headers()
@@ -335,7 +347,12 @@ impl SseEndpoint {
             Some(_) => true,
             None => false,
         };
-        (answer, opened)
+        if !opened {
+            // Before the next message may take the place (review).
+            self.keep_place(&session);
+        }
+        drop(opening);
+        self.answered(session, answer, asked, true, opened).await
     }
 
     /// After an `initialize` that made no session: the stream keeps a
