@@ -884,6 +884,45 @@ async fn a_get_stream_resumed_after_too_many_messages_says_so_in_the_log() {
         .await;
 }
 
+/// So does a new `GET` (no `Last-Event-ID`), which carries what no stream
+/// carried yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_get_stream_after_too_many_messages_says_so_in_the_log() {
+    let mut session = Session::start().await;
+    let (_, resumed) = resumed_after_toggles(&session, 23).await;
+    drop(resumed);
+    session
+        .gateway
+        .proc
+        .wait_for_line("more messages than are kept", OP_TIMEOUT)
+        .await;
+    let lost_before = log_count(&session, "more messages than are kept");
+    for n in 1..=23 {
+        session.toggle_bonus(&format!("again-{n}")).await;
+        let list =
+            json!({"jsonrpc": "2.0", "id": format!("again-list-{n}"), "method": "tools/list"});
+        assert!(!session.post_answer("tools/list", &list).await.is_empty());
+    }
+    let mut fresh = SseReader::new("GET", session.get(&session.id, None).await);
+    fresh.expect_event(Instant::now() + OP_TIMEOUT).await;
+    eventually("the loss said again", OP_TIMEOUT, || async {
+        (log_count(&session, "more messages than are kept") > lost_before).then_some(())
+    })
+    .await;
+}
+
+/// How many of the gateway's log lines so far contain `needle`.
+fn log_count(session: &Session, needle: &str) -> usize {
+    session
+        .gateway
+        .proc
+        .stderr
+        .text()
+        .lines()
+        .filter(|line| line.contains(needle))
+        .count()
+}
+
 /// A `GET` stream that carried one toggle's list changes and dropped,
 /// `toggles` more toggles (each one's lists read again before the next,
 /// so each sends its three changes), and that stream resumed after its

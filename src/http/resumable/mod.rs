@@ -486,7 +486,7 @@ impl SessionManager for ResumableSessions {
         let stream = self.sessions.resume(id, from.to_string()).await?;
         let open = self.activity.stream_opened(id);
         Ok(counted(
-            self.streams.standalone(id, Box::pin(stream), None),
+            self.streams.standalone(id, Box::pin(stream), Some(from)),
             open,
         ))
     }

@@ -34,8 +34,9 @@ pub(super) type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send
 /// How many of a session's latest standalone events rmcp keeps for a
 /// resume (its `channel_capacity`, 16 by default, which a chatty server's
 /// log lines outran while a client reconnected: the ones before were lost
-/// without a word). rmcp reserves this many slots (~56 bytes each) for
-/// each stream it opens. Older ones are lost, and said so in the log.
+/// without a word). rmcp reserves this many slots (~48 bytes each) for
+/// each stream it opens, and holds the messages themselves for the
+/// session's life. Older ones are lost, and said so in the log.
 pub(crate) const STANDALONE_EVENTS_KEPT: usize = 64;
 
 /// Each session's open standalone streams.
@@ -90,8 +91,8 @@ impl StandaloneIds {
 impl Streams {
     /// Wraps one of `session`'s standalone streams so that a later resume
     /// can cut it off.
-    /// `resumed_from` is the rmcp index a resume asked rmcp for, if it is
-    /// one.
+    /// `resumed_from` is the rmcp index rmcp was asked to replay from
+    /// (a resume's, or a new stream's first undelivered one), if any.
     pub(super) fn standalone(
         self: &Arc<Self>,
         session: &SessionId,
@@ -231,14 +232,14 @@ impl Stream for StandaloneStream {
     }
 }
 
-/// A resume whose first event came `lost` events after the one asked for:
+/// A stream whose first event came `lost` events after the one asked for:
 /// those were older than rmcp keeps ([`STANDALONE_EVENTS_KEPT`]).
 fn lost_before_resume(lost: usize) {
     if lost > 0 {
         tracing::warn!(
             lost,
             kept = STANDALONE_EVENTS_KEPT,
-            "a client resumed its GET stream after more messages than are kept: the oldest are lost"
+            "a client's GET stream starts after more messages than are kept: the oldest are lost"
         );
     }
 }
