@@ -406,7 +406,7 @@ fn initialize_error(error: ClientInitializeError) -> UpstreamError {
             // the post) was reached.
             match http_client::cannot_connect(&error) {
                 true => format!("cannot reach the server: {said}"),
-                false => said,
+                false => format!("its transport failed: {said}"),
             }
         }
         other => other.to_string(),
