@@ -317,6 +317,16 @@ async fn roots_requests_and_changes_reach_the_right_client() {
     close(rooted).await;
 }
 
+/// `quiet` (level `error`) got its `shared__log error` message, and
+/// nothing below it.
+async fn assert_only_its_error_reached(quiet: &Client) {
+    eventually("quiet's error message", Duration::from_secs(5), || async {
+        (!quiet.service().logs().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
+}
+
 /// `logging/setLevel` `level` from `client`.
 async fn set_level(client: &Client, level: rmcp::model::LoggingLevel) {
     within(
@@ -359,11 +369,7 @@ async fn each_session_gets_log_messages_at_its_own_level() {
         (chatty.service().logs() == [json!("shared__log info")]).then_some(())
     })
     .await;
-    eventually("quiet's error message", Duration::from_secs(5), || async {
-        (!quiet.service().logs().is_empty()).then_some(())
-    })
-    .await;
-    assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
+    assert_only_its_error_reached(&quiet).await;
     close(quiet).await;
     close(chatty).await;
 }
@@ -391,11 +397,7 @@ async fn a_session_that_set_no_level_gets_every_level_from_a_shared_mount() {
         (unset.service().logs() == [json!("shared__log info")]).then_some(())
     })
     .await;
-    eventually("quiet's error message", Duration::from_secs(5), || async {
-        (!quiet.service().logs().is_empty()).then_some(())
-    })
-    .await;
-    assert_eq!(quiet.service().logs(), [json!("shared__log error")]);
+    assert_only_its_error_reached(&quiet).await;
     close(quiet).await;
     let later = gateway.connect().await;
     log(&later, "debug").await;

@@ -66,6 +66,25 @@ async fn until_tools_changed(client: &Client, before: usize) {
     .await;
 }
 
+/// A config of `mounts` (TOML) on a free port.
+fn config(mounts: &str) -> String {
+    format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mounts}")
+}
+
+/// A gateway with the stdio demo mounted `per_session` as `own`, and a
+/// client that has listed its tools (so its profile's lists are known).
+async fn listed_per_session_demo() -> (Gateway, Client, Vec<String>) {
+    let gateway = Gateway::start(&config(&stdio_demo_mount(
+        "own",
+        "isolation = \"per_session\"",
+    )))
+    .await;
+    let client = gateway.connect().await;
+    let listed = tool_names(&client).await;
+    assert!(listed.contains(&"own__echo".to_owned()), "{listed:?}");
+    (gateway, client, listed)
+}
+
 fn has_prefix(names: &[String], prefix: &str) -> bool {
     names.iter().any(|name| name.starts_with(prefix))
 }
@@ -578,7 +597,6 @@ async fn a_supervision_reload_reaches_a_mount_already_down() {
 /// "the mount was removed", though the name never stopped being served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_on_a_replaced_mount_goes_to_its_successor() {
-    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
     let gateway = Gateway::start(&config(&stdio_demo_mount("first", ""))).await;
     let client = gateway.connect().await;
     let before = call_pid(&client, "first__pid").await;
@@ -612,18 +630,8 @@ async fn a_call_waiting_on_a_replaced_mount_goes_to_its_successor() {
 /// profile's tools (`ask_model`, for a client without sampling).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
-    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
-    let gateway = Gateway::start(&config(&stdio_demo_mount(
-        "own",
-        "isolation = \"per_session\"",
-    )))
-    .await;
-    let client = gateway.connect().await;
-    let before = tool_names(&client).await;
-    assert!(
-        before.contains(&"own__echo".to_owned()) && !before.contains(&"own__ask_model".to_owned()),
-        "{before:?}"
-    );
+    let (gateway, client, before) = listed_per_session_demo().await;
+    assert!(!before.contains(&"own__ask_model".to_owned()), "{before:?}");
 
     let starts = tempfile::tempdir().expect("a temp dir");
     rewrite_config(
@@ -652,14 +660,14 @@ async fn a_changed_per_session_mount_keeps_each_profiles_lists() {
 /// upstream's tools (names the new one does not have).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_per_session_mount_tells_each_profile_its_new_lists() {
-    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
-    let per_session = "isolation = \"per_session\"";
-    let gateway = Gateway::start(&config(&stdio_demo_mount("own", per_session))).await;
-    let client = gateway.connect().await;
-    assert!(tool_names(&client).await.contains(&"own__echo".to_owned()));
+    let (gateway, client, _) = listed_per_session_demo().await;
     let told = client.service().tool_list_changes();
 
-    let other = python_fixture_mount("own", "endless_task_pages.py", per_session);
+    let other = python_fixture_mount(
+        "own",
+        "endless_task_pages.py",
+        "isolation = \"per_session\"",
+    );
     rewrite_config(&gateway.config_path, &config(&other));
     wait_for_log(&gateway, &["config reloaded", "changed=own"], 1).await;
     // Told at the reload, and again once its profile's lists are known,
@@ -679,14 +687,7 @@ async fn a_changed_per_session_mount_tells_each_profile_its_new_lists() {
 /// child) serving nothing for as long as the mount lived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_made_shared_starts_one_upstream() {
-    let config = |mount: &str| format!("[server]\nlisten = \"127.0.0.1:0\"\n\n{mount}");
-    let gateway = Gateway::start(&config(&stdio_demo_mount(
-        "own",
-        "isolation = \"per_session\"",
-    )))
-    .await;
-    let client = gateway.connect().await;
-    assert!(tool_names(&client).await.contains(&"own__echo".to_owned()));
+    let (gateway, client, _) = listed_per_session_demo().await;
 
     let starts = tempfile::tempdir().expect("a temp dir");
     let count = starts.path().join("starts");
