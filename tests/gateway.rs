@@ -2487,11 +2487,7 @@ async fn an_unreadable_result_says_why() {
             },
         )
         .await;
-    let config = format!(
-        "{SERVER_TOML}{}",
-        http_mount("up", &format!("http://127.0.0.1:{port}/mcp"), ""),
-    );
-    let gateway = Gateway::start(&config).await;
+    let gateway = gateway_over_up(port).await;
     let client = gateway.connect().await;
     let called = within(
         "tools/call",
@@ -2560,11 +2556,7 @@ async fn numbers_keep_their_digits_both_ways() {
         }
     })
     .await;
-    let config = format!(
-        "{SERVER_TOML}{}",
-        http_mount("up", &format!("http://127.0.0.1:{port}/mcp"), ""),
-    );
-    let gateway = Gateway::start(&config).await;
+    let gateway = gateway_over_up(port).await;
     let http = reqwest::Client::new();
     let session = raw::open_session(&http, &gateway.mcp_url()).await;
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up__measure","arguments":{"x":0.9818453387344777}}}"#;
@@ -2588,4 +2580,10 @@ async fn numbers_keep_their_digits_both_ways() {
         "{answer:?}"
     );
     upstream.abort();
+}
+
+/// A gateway mounting the Streamable HTTP upstream on `port` as `up`.
+async fn gateway_over_up(port: u16) -> Gateway {
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    Gateway::start(&format!("{SERVER_TOML}{}", http_mount("up", &url, ""))).await
 }
