@@ -845,14 +845,14 @@ async fn standalone_stream_resumes_after_the_last_id() {
     session.assert_working().await;
 }
 
-/// A `GET` stream resumed after more messages than rmcp's default keeps
-/// (16) were sent to nobody gets every one of them: rmcp replayed its last
-/// 16 and the ones before were lost, without a word.
+/// A `GET` stream resumed after more messages than rmcp keeps (64) were
+/// sent to nobody gets every one of them: rmcp replayed its latest and the
+/// ones before were lost (without a word, before the gateway said so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_stream_resumed_after_many_messages_gets_them_all() {
-    const TOGGLES: usize = 8;
+    const TOGGLES: usize = 40;
     let session = Session::start().await;
-    let (last, mut resumed) = resumed_after_toggles(&session, TOGGLES).await;
+    let (last, mut resumed) = resumed_after_toggles(&session, TOGGLES, OldStream::Dropped).await;
     for n in 1..=TOGGLES {
         let changes = expect_list_changes(&mut resumed).await;
         assert_eq!(changes.len(), 3, "toggle {n}");
@@ -869,12 +869,41 @@ async fn a_get_stream_resumed_after_many_messages_gets_them_all() {
     );
 }
 
-/// One resumed after more than the gateway keeps (64) gets the latest
-/// ones, and the gateway's log says that the others were lost.
+/// So does one whose old connection the server still writes to (a
+/// client whose network dropped): what was given out to that connection
+/// and never reached the client was replayed only as far as rmcp keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_stream_resumed_from_a_lingering_connection_gets_all_it_missed() {
+    const TOGGLES: usize = 40;
+    let session = Session::start().await;
+    let (last, mut resumed) = resumed_after_toggles(&session, TOGGLES, OldStream::Lingers).await;
+    for n in 1..=TOGGLES {
+        let changes = expect_list_changes(&mut resumed).await;
+        assert_eq!(changes.len(), 3, "toggle {n}");
+    }
+    session.assert_working().await;
+    assert!(
+        session
+            .gateway
+            .proc
+            .stderr
+            .find("more messages than are kept")
+            .is_none(),
+        "resumed after {last}: nothing was lost"
+    );
+}
+
+/// More toggles than the gateway keeps the messages of (256, three per
+/// toggle).
+const TOGGLES_PAST_WHAT_IS_KEPT: usize = 90;
+
+/// One resumed after more than the gateway keeps gets the latest ones,
+/// and the gateway's log says that the others were lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_stream_resumed_after_too_many_messages_says_so_in_the_log() {
     let mut session = Session::start().await;
-    let (_, mut resumed) = resumed_after_toggles(&session, 23).await;
+    let (_, mut resumed) =
+        resumed_after_toggles(&session, TOGGLES_PAST_WHAT_IS_KEPT, OldStream::Dropped).await;
     let latest = resumed.expect_event(Instant::now() + OP_TIMEOUT).await;
     assert!(latest.message().is_some(), "{latest:?}");
     session
@@ -889,7 +918,8 @@ async fn a_get_stream_resumed_after_too_many_messages_says_so_in_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_get_stream_after_too_many_messages_says_so_in_the_log() {
     let mut session = Session::start().await;
-    let (_, resumed) = resumed_after_toggles(&session, 23).await;
+    let (_, resumed) =
+        resumed_after_toggles(&session, TOGGLES_PAST_WHAT_IS_KEPT, OldStream::Dropped).await;
     drop(resumed);
     session
         .gateway
@@ -897,7 +927,7 @@ async fn a_new_get_stream_after_too_many_messages_says_so_in_the_log() {
         .wait_for_line("more messages than are kept", OP_TIMEOUT)
         .await;
     let lost_before = log_count(&session, "more messages than are kept");
-    for n in 1..=23 {
+    for n in 1..=TOGGLES_PAST_WHAT_IS_KEPT {
         session.toggle_bonus(&format!("again-{n}")).await;
         let list =
             json!({"jsonrpc": "2.0", "id": format!("again-list-{n}"), "method": "tools/list"});
@@ -923,17 +953,36 @@ fn log_count(session: &Session, needle: &str) -> usize {
         .count()
 }
 
-/// A `GET` stream that carried one toggle's list changes and dropped,
-/// `toggles` more toggles (each one's lists read again before the next,
-/// so each sends its three changes), and that stream resumed after its
-/// last id (returned).
-async fn resumed_after_toggles(session: &Session, toggles: usize) -> (String, SseReader) {
+/// What becomes of a `GET` stream the client stops reading.
+enum OldStream {
+    /// The client closes it.
+    Dropped,
+    /// It stays open, unread: the server writes on into a connection that
+    /// no longer reaches its client.
+    Lingers,
+}
+
+/// A `GET` stream that carried one toggle's list changes and then was
+/// left as `old` says, `toggles` more toggles (each one's lists read again
+/// before the next, so each sends its three changes), and that stream
+/// resumed after its last id (returned).
+async fn resumed_after_toggles(
+    session: &Session,
+    toggles: usize,
+    old: OldStream,
+) -> (String, SseReader) {
     let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
     standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
     session.toggle_bonus("toggle-0").await;
     let first = expect_list_changes(&mut standalone).await;
     let last = first.last().and_then(|e| e.id.clone()).expect("an id");
-    drop(standalone);
+    let _lingering = match old {
+        OldStream::Dropped => {
+            drop(standalone);
+            None
+        }
+        OldStream::Lingers => Some(standalone),
+    };
     for n in 1..=toggles {
         session.toggle_bonus(&format!("toggle-{n}")).await;
         let listed = session

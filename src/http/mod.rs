@@ -57,9 +57,6 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // timer would see only requests that reach its session worker, and
     // end sessions kept busy by quick answers.
     sessions.session_config.keep_alive = None;
-    // What rmcp keeps of a session's `GET` stream for its client to resume
-    // (the same number bounds each of its channels).
-    sessions.session_config.channel_capacity = resumable::STANDALONE_EVENTS_KEPT;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(server.allowed_hosts.clone())
         .with_cancellation_token(shutdown.clone());

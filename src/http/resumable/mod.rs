@@ -36,8 +36,10 @@
 //!   standalone streams off:
 //!   the client has given up on them, but the server may not have noticed
 //!   the dead connection yet, and rmcp would then make the resumed stream a
-//!   keep-alive-only "shadow" that never carries a message
-//!   (`standalone.rs`).
+//!   keep-alive-only "shadow" that never carries a message. The gateway
+//!   keeps the session's latest events of that stream, and reads it on
+//!   while the client is away, so that a resume finds more than rmcp's
+//!   few (`standalone.rs`).
 //!
 //! A stream that ended while its client was reading it is forgotten at
 //! once: its response was handed to the connection. (If the connection
@@ -63,7 +65,6 @@ mod request_stream;
 mod standalone;
 
 pub use idle::take_waking;
-pub(crate) use standalone::STANDALONE_EVENTS_KEPT;
 
 use super::answer_slot;
 use crate::telemetry::redact::without_session_ids;
@@ -180,7 +181,7 @@ impl ResumableSessions {
                 }
                 self.activity.set_phase(&id, Phase::Asleep);
                 self.activity.rekey(&id, &fresh_id);
-                self.streams.rekey_standalone_ids(&id, &fresh_id);
+                self.streams.rekey_standalone(&id, &fresh_id);
                 slept += 1;
             } else {
                 self.activity.set_phase(&id, Phase::Awake);
@@ -213,11 +214,11 @@ impl ResumableSessions {
         let Some(gateway) = self.gateway.upgrade() else {
             return;
         };
+        // No client's `GET` is open (or the session would not sleep); a
+        // task may be reading one whose client went away.
+        self.streams.cut_standalone(id);
         let from = self.streams.standalone_ids(id).undelivered_from();
-        // No `GET` is open (or the session would not sleep): this stream
-        // becomes rmcp's standalone one, and rmcp puts what it kept from
-        // `from` on it before returning it.
-        let stream = match self.sessions.resume(id, from.to_string()).await {
+        let stream = match self.standalone_from(id, from).await {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::debug!(error = %without_session_ids(error.to_string()), "reading what a session put to sleep had not been sent");
@@ -238,6 +239,22 @@ impl ResumableSessions {
                 ),
             }
         }
+    }
+}
+
+impl ResumableSessions {
+    /// `id`'s standalone events from rmcp's index `from` on: those the
+    /// gateway kept, then rmcp's replay of the rest and its live stream
+    /// (`standalone.rs`). Call with the session's standalone streams cut:
+    /// rmcp replays only into a stream that replaces a closed one.
+    async fn standalone_from(
+        &self,
+        id: &SessionId,
+        from: usize,
+    ) -> Result<standalone::BoxedEvents, LocalSessionManagerError> {
+        let (kept, rmcp_from) = self.streams.kept_standalone(id, from);
+        let rest = self.sessions.resume(id, rmcp_from.to_string()).await?;
+        Ok(Box::pin(futures::stream::iter(kept).chain(rest)))
     }
 }
 
@@ -483,10 +500,10 @@ impl SessionManager for ResumableSessions {
         // `GET` already carried included; a new stream carries only what
         // no stream has.
         let from = self.streams.standalone_opened(id).undelivered_from();
-        let stream = self.sessions.resume(id, from.to_string()).await?;
+        let stream = self.standalone_from(id, from).await?;
         let open = self.activity.stream_opened(id);
         Ok(counted(
-            self.streams.standalone(id, Box::pin(stream), Some(from)),
+            self.streams.standalone(id, stream, Some(from)),
             open,
         ))
     }
@@ -510,13 +527,12 @@ impl SessionManager for ResumableSessions {
                 // rmcp replaces its standalone stream only once it sees the
                 // old one closed.
                 self.streams.cut_standalone(id);
-                // rmcp replays from the index it is given: the first
-                // event after the client's, or, after a priming event,
-                // after what was given out before its stream opened
-                // (`standalone.rs`).
+                // The replay starts at the first event after the client's,
+                // or, after a priming event, after what was given out
+                // before its stream opened (`standalone.rs`).
                 let from = self.streams.standalone_ids(id).resume_from(index);
-                let stream = self.sessions.resume(id, from.to_string()).await?;
-                let stream = self.streams.standalone(id, Box::pin(stream), Some(from));
+                let stream = self.standalone_from(id, from).await?;
+                let stream = self.streams.standalone(id, stream, Some(from));
                 Ok(counted(stream, open).right_stream())
             }
             None => Err(ResumeError::UnknownStream(last_event_id)),
@@ -616,15 +632,16 @@ struct Streams {
     /// The last request stream's number.
     last_stream: std::sync::atomic::AtomicU64,
     standalone: Mutex<standalone::OpenStandalone>,
-    /// Each session's standalone event ids (see `standalone.rs`).
-    standalone_ids: Mutex<HashMap<SessionId, standalone::StandaloneIds>>,
+    /// Each session's standalone event ids and latest events (see
+    /// `standalone.rs`).
+    standalone_state: Mutex<HashMap<SessionId, standalone::SessionStandalone>>,
 }
 
 impl Streams {
     /// A closed session's streams end and can no longer be resumed.
     fn forget_session(&self, session: &SessionId) {
         self.cut_standalone(session);
-        lock(&self.standalone_ids).remove(session);
+        lock(&self.standalone_state).remove(session);
         self.forget_request_streams(session);
     }
 }

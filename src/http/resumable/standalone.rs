@@ -1,4 +1,4 @@
-//! The standalone (`GET`) stream: rmcp's, with three repairs.
+//! The standalone (`GET`) stream: rmcp's, with four repairs.
 //!
 //! rmcp numbers its events from 0, the id of the priming event it sends
 //! first, and replays *from* the index a resume names; its ids are shifted
@@ -12,6 +12,18 @@
 //! new stream starts after the last event given out
 //! ([`StandaloneIds::undelivered_from`]).
 //!
+//! And rmcp keeps only a session's latest 16 messages for a resume (its
+//! `channel_capacity`, which is also how many it buffers for a stream
+//! before its session waits), and reads none while no client does: a
+//! chatty server's log lines outran a client that reconnected. The gateway keeps
+//! each session's latest [`STANDALONE_KEPT`] events itself
+//! ([`SessionStandalone`]): those its streams gave out (the connection
+//! they went to may have been dead) and, once a client's stream goes away,
+//! those read for it by a task that goes on reading rmcp's stream
+//! ([`keep_while_away`]) until the client comes back or the session ends.
+//! A new stream replays what the gateway kept from its first event on, and
+//! goes on with rmcp's from the event after the last one kept.
+//!
 //! A session that slept and woke is a new rmcp session, numbering from 0
 //! again, while its client still holds ids of the streams before: its ids
 //! therefore continue after the last one the session gave out
@@ -19,6 +31,7 @@
 //! replays all that this rmcp session has kept.
 
 use std::{
+    collections::VecDeque,
     pin::Pin,
     sync::{Arc, Mutex, Weak},
     task::{Context, Poll},
@@ -31,15 +44,13 @@ use super::{lock, Streams};
 
 pub(super) type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 
-/// How many of a session's latest standalone events rmcp keeps for a
-/// resume (its `channel_capacity`, 16 by default, which a chatty server's
-/// log lines outran while a client reconnected: the ones before were lost
-/// without a word). rmcp reserves this many slots (~48 bytes each) for
-/// each stream it opens, and holds the messages themselves for the
-/// session's life. Older ones are lost, and said so in the log.
-pub(crate) const STANDALONE_EVENTS_KEPT: usize = 64;
+/// How many of a session's latest standalone events the gateway keeps for
+/// a resume ([`SessionStandalone`]). Older ones are lost, and said so in
+/// the log. Held for the session's life (not while it sleeps), so bounded.
+pub(crate) const STANDALONE_KEPT: usize = 256;
 
-/// Each session's open standalone streams.
+/// Each session's open standalone streams, and the task reading one whose
+/// client went away ([`keep_while_away`]).
 pub(super) type OpenStandalone = std::collections::HashMap<SessionId, Vec<Weak<Cuttable>>>;
 
 /// The ids a session's standalone streams give out: rmcp's index `n` is
@@ -88,10 +99,34 @@ impl StandaloneIds {
     }
 }
 
+/// A session's standalone ids, and the latest events read from rmcp's
+/// standalone stream (by rmcp's index, in order), for a resume.
+#[derive(Default)]
+pub(super) struct SessionStandalone {
+    ids: StandaloneIds,
+    /// At most [`STANDALONE_KEPT`], events of this rmcp session only (a
+    /// wake empties it: rmcp's indexes start again).
+    kept: VecDeque<(usize, ServerSseMessage)>,
+}
+
+impl SessionStandalone {
+    /// Keeps `event`, rmcp's `index`, unless kept already: a stream and the
+    /// task it handed rmcp's over to may both read one event.
+    fn keep(&mut self, index: usize, event: ServerSseMessage) {
+        if self.kept.back().is_some_and(|(last, _)| *last >= index) {
+            return;
+        }
+        if self.kept.len() == STANDALONE_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((index, event));
+    }
+}
+
 impl Streams {
     /// Wraps one of `session`'s standalone streams so that a later resume
     /// can cut it off.
-    /// `resumed_from` is the rmcp index rmcp was asked to replay from
+    /// `resumed_from` is the rmcp index the stream was asked to replay from
     /// (a resume's, or a new stream's first undelivered one), if any.
     pub(super) fn standalone(
         self: &Arc<Self>,
@@ -115,50 +150,95 @@ impl Streams {
         }
     }
 
+    /// The events of `session`'s standalone stream from rmcp's index
+    /// `from` on that the gateway kept, in order, and the index rmcp's own
+    /// replay is to go on from. Call with the session's standalone streams
+    /// cut: what they or their keeper read is then all here.
+    pub(super) fn kept_standalone(
+        &self,
+        session: &SessionId,
+        from: usize,
+    ) -> (Vec<ServerSseMessage>, usize) {
+        let all = lock(&self.standalone_state);
+        let Some(state) = all.get(session) else {
+            return (Vec::new(), from);
+        };
+        let events: Vec<ServerSseMessage> = state
+            .kept
+            .iter()
+            .filter(|(index, _)| *index >= from)
+            .map(|(_, event)| event.clone())
+            .collect();
+        let rmcp_from = match state.kept.back() {
+            Some((last, _)) if *last >= from => last + 1,
+            _ => from,
+        };
+        (events, rmcp_from)
+    }
+
     /// A new standalone stream of `session` opens now: its priming event
     /// stands for what was given out so far. Returns the ids then.
     pub(super) fn standalone_opened(&self, session: &SessionId) -> StandaloneIds {
-        let mut all = lock(&self.standalone_ids);
-        let ids = all.entry(session.clone()).or_default();
+        let mut all = lock(&self.standalone_state);
+        let ids = &mut all.entry(session.clone()).or_default().ids;
         ids.opened_after = ids.last;
         *ids
     }
 
     /// `session`'s standalone ids now.
     pub(super) fn standalone_ids(&self, session: &SessionId) -> StandaloneIds {
-        lock(&self.standalone_ids)
+        lock(&self.standalone_state)
             .get(session)
-            .copied()
+            .map(|state| state.ids)
             .unwrap_or_default()
     }
 
     /// `session` woke as a new rmcp session: its ids go on after the last.
     pub(super) fn standalone_woke(&self, session: &SessionId) {
-        if let Some(ids) = lock(&self.standalone_ids).get_mut(session) {
-            ids.woke();
+        if let Some(state) = lock(&self.standalone_state).get_mut(session) {
+            state.ids.woke();
+            state.kept.clear();
         }
     }
 
     /// Keys `session`'s ids by `fresh` (the same id, allocated now), as
-    /// `Activity::rekey` does, for the same reason.
-    pub(super) fn rekey_standalone_ids(&self, session: &SessionId, fresh: &SessionId) {
-        let mut all = lock(&self.standalone_ids);
-        if let Some(ids) = all.remove(session) {
-            all.insert(fresh.clone(), ids);
+    /// `Activity::rekey` does, for the same reason, as it falls asleep:
+    /// its kept events, read for the registry to keep
+    /// (`ResumableSessions::keep_undelivered`), go.
+    pub(super) fn rekey_standalone(&self, session: &SessionId, fresh: &SessionId) {
+        let mut all = lock(&self.standalone_state);
+        if let Some(state) = all.remove(session) {
+            let asleep = SessionStandalone {
+                ids: state.ids,
+                kept: VecDeque::new(),
+            };
+            all.insert(fresh.clone(), asleep);
         }
     }
 
-    /// rmcp's event `index` of `session`'s standalone stream, by the id its
-    /// client sees; remembered as the last given.
-    fn give_id(&self, session: &SessionId, index: usize) -> usize {
-        let mut all = lock(&self.standalone_ids);
-        let ids = all.entry(session.clone()).or_default();
-        let id = ids.client_id(index);
-        ids.last = ids.last.max(id);
+    /// rmcp's event `index` of `session`'s standalone stream, given out to
+    /// a client now: kept, and its id (the one its client sees) remembered
+    /// as the last given.
+    fn give_out(&self, session: &SessionId, index: usize, event: &ServerSseMessage) -> usize {
+        let mut all = lock(&self.standalone_state);
+        let state = all.entry(session.clone()).or_default();
+        state.keep(index, event.clone());
+        let id = state.ids.client_id(index);
+        state.ids.last = state.ids.last.max(id);
         id
     }
 
-    /// Ends every standalone stream `session` has open.
+    /// rmcp's event `index` of `session`'s standalone stream, read while
+    /// no client reads it: kept for the client's return.
+    fn keep_for_later(&self, session: &SessionId, index: usize, event: ServerSseMessage) {
+        if let Some(state) = lock(&self.standalone_state).get_mut(session) {
+            state.keep(index, event);
+        }
+    }
+
+    /// Ends every standalone stream `session` has open, and the task
+    /// reading one for a client that went away: rmcp sees its standalone
+    /// stream closed, and replays from its own on the next.
     pub(super) fn cut_standalone(&self, session: &SessionId) {
         let open = lock(&self.standalone).remove(session).unwrap_or_default();
         for stream in open.iter().filter_map(Weak::upgrade) {
@@ -188,9 +268,28 @@ pub(super) struct Cuttable {
 impl Cuttable {
     fn cut(&self) {
         drop(lock(&self.stream).take());
-        // The old response ends at once instead of at its next keep-alive.
+        // The old response (or keeper) ends at once instead of at its
+        // next keep-alive (or event).
         self.waker.wake();
     }
+
+    /// rmcp's next event; `None` once rmcp ended the stream or it was cut.
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
+        self.waker.register(cx.waker());
+        match lock(&self.stream).as_mut() {
+            Some(events) => events.poll_next_unpin(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_cut(&self) -> bool {
+        lock(&self.stream).is_none()
+    }
+}
+
+/// rmcp's index of a standalone event (its id), if it has one.
+fn rmcp_index(event: &ServerSseMessage) -> Option<usize> {
+    event.event_id.as_deref().and_then(|id| id.parse().ok())
 }
 
 /// A standalone stream as its client sees it: rmcp's events with the ids
@@ -199,8 +298,8 @@ pub(super) struct StandaloneStream {
     cuttable: Arc<Cuttable>,
     session: SessionId,
     streams: Weak<Streams>,
-    /// A resume's first index, until its first event shows whether rmcp
-    /// still had it.
+    /// A resume's first index, until its first event shows whether it was
+    /// still kept.
     resumed_from: Option<usize>,
 }
 
@@ -209,22 +308,17 @@ impl Stream for StandaloneStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        this.cuttable.waker.register(cx.waker());
-        let mut stream = lock(&this.cuttable.stream);
-        let Some(events) = stream.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let streams = this.streams.upgrade();
-        events.poll_next_unpin(cx).map(|event| {
+        this.cuttable.poll_next(cx).map(|event| {
             event.map(|mut event| {
-                let index: Option<usize> = event.event_id.as_deref().and_then(|id| id.parse().ok());
-                if let Some(index) = index {
-                    if let Some(from) = this.resumed_from.take() {
-                        lost_before_resume(index.saturating_sub(from));
-                    }
+                let Some(index) = rmcp_index(&event) else {
+                    return event;
+                };
+                if let Some(from) = this.resumed_from.take() {
+                    lost_before_resume(index.saturating_sub(from));
                 }
-                if let (Some(index), Some(streams)) = (index, &streams) {
-                    event.event_id = Some(streams.give_id(&this.session, index).to_string());
+                if let Some(streams) = this.streams.upgrade() {
+                    let id = streams.give_out(&this.session, index, &event);
+                    event.event_id = Some(id.to_string());
                 }
                 event
             })
@@ -233,12 +327,12 @@ impl Stream for StandaloneStream {
 }
 
 /// A stream whose first event came `lost` events after the one asked for:
-/// those were older than rmcp keeps ([`STANDALONE_EVENTS_KEPT`]).
+/// those were older than the gateway keeps ([`STANDALONE_KEPT`]).
 fn lost_before_resume(lost: usize) {
     if lost > 0 {
         tracing::warn!(
             lost,
-            kept = STANDALONE_EVENTS_KEPT,
+            kept = STANDALONE_KEPT,
             "a client's GET stream starts after more messages than are kept: the oldest are lost"
         );
     }
@@ -246,9 +340,41 @@ fn lost_before_resume(lost: usize) {
 
 impl Drop for StandaloneStream {
     fn drop(&mut self) {
-        if let Some(streams) = self.streams.upgrade() {
-            streams.drop_standalone(&self.session, &self.cuttable);
+        let Some(streams) = self.streams.upgrade() else {
+            return;
+        };
+        // Its client went away (not cut off for a newer stream, not ended
+        // by rmcp): what rmcp sends from now on is read and kept for the
+        // client's return, instead of lost past rmcp's few.
+        if !self.cuttable.is_cut() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(keep_while_away(
+                    self.cuttable.clone(),
+                    self.session.clone(),
+                    self.streams.clone(),
+                ));
+                return;
+            }
         }
+        streams.drop_standalone(&self.session, &self.cuttable);
+    }
+}
+
+/// Reads the standalone stream of `session` whose client went away into
+/// what the gateway keeps, until a new stream cuts it (the client is back),
+/// or rmcp ends it (the session ended or fell asleep). Stays registered as
+/// the session's open stream meanwhile, so that a new one cuts it first.
+async fn keep_while_away(cuttable: Arc<Cuttable>, session: SessionId, streams: Weak<Streams>) {
+    while let Some(event) = futures::future::poll_fn(|cx| cuttable.poll_next(cx)).await {
+        let Some(streams) = streams.upgrade() else {
+            return;
+        };
+        if let Some(index) = rmcp_index(&event) {
+            streams.keep_for_later(&session, index, event);
+        }
+    }
+    if let Some(streams) = streams.upgrade() {
+        streams.drop_standalone(&session, &cuttable);
     }
 }
 
@@ -262,18 +388,29 @@ mod tests {
         ServerSseMessage::priming(id, Duration::from_secs(1))
     }
 
+    /// rmcp's event `index`, given out: its client's id.
+    fn give_id(streams: &Streams, session: &SessionId, index: usize) -> usize {
+        streams.give_out(session, index, &event(&index.to_string()))
+    }
+
+    fn kept_ids(streams: &Streams, session: &SessionId, from: usize) -> (Vec<String>, usize) {
+        let (kept, rmcp_from) = streams.kept_standalone(session, from);
+        let ids = kept.into_iter().filter_map(|e| e.event_id).collect();
+        (ids, rmcp_from)
+    }
+
     #[test]
     fn ids_start_after_the_priming_zero_and_go_on_after_a_wake() {
         let streams = Streams::default();
         let session: SessionId = Arc::from("s1");
-        assert_eq!(streams.give_id(&session, 0), 1);
-        assert_eq!(streams.give_id(&session, 4), 5);
+        assert_eq!(give_id(&streams, &session, 0), 1);
+        assert_eq!(give_id(&streams, &session, 4), 5);
         // Resuming after 3: rmcp's index 3 is the next event.
         assert_eq!(streams.standalone_ids(&session).replay_from(3), 3);
         streams.standalone_woke(&session);
         // rmcp starts from 0 again; its ids go on after 5.
-        assert_eq!(streams.give_id(&session, 0), 6);
-        assert_eq!(streams.give_id(&session, 1), 7);
+        assert_eq!(give_id(&streams, &session, 0), 6);
+        assert_eq!(give_id(&streams, &session, 1), 7);
         let ids = streams.standalone_ids(&session);
         assert_eq!(ids.replay_from(6), 1, "after an id of this life");
         assert_eq!(ids.replay_from(3), 0, "an id from before the wake: all");
@@ -289,7 +426,7 @@ mod tests {
         let session: SessionId = Arc::from("s1");
         // A first stream carried ids 1 to 3 (rmcp's 0 to 2).
         for index in 0..3 {
-            streams.give_id(&session, index);
+            give_id(&streams, &session, index);
         }
         let ids = streams.standalone_opened(&session);
         assert_eq!(ids.undelivered_from(), 3);
@@ -313,6 +450,78 @@ mod tests {
         assert_eq!(new.next().await.and_then(|e| e.event_id), Some("1".into()));
         drop(old);
         drop(new);
+        // `new`'s client went away: a task reads on, and finds rmcp's end.
+        settle(|| lock(&streams.standalone).is_empty()).await;
         assert!(lock(&streams.standalone).is_empty(), "nothing left behind");
+    }
+
+    /// Lets spawned tasks run until `done` (a bounded number of turns).
+    async fn settle(done: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn what_was_given_out_is_kept_for_a_replay_and_rmcp_goes_on_after_it() {
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        for index in 0..4 {
+            give_id(&streams, &session, index);
+        }
+        let ids = |from| kept_ids(&streams, &session, from);
+        assert_eq!(ids(1), (vec!["1".into(), "2".into(), "3".into()], 4));
+        assert_eq!(ids(4), (vec![], 4), "nothing kept from 4: rmcp's");
+        // Only the latest are kept.
+        for index in 4..STANDALONE_KEPT + 10 {
+            give_id(&streams, &session, index);
+        }
+        let (kept, rmcp_from) = ids(0);
+        assert_eq!(kept.len(), STANDALONE_KEPT);
+        assert_eq!(kept[0], "10");
+        assert_eq!(rmcp_from, STANDALONE_KEPT + 10);
+        // A wake starts rmcp's indexes again: none of those stand.
+        streams.standalone_woke(&session);
+        assert_eq!(ids(0), (vec![], 0));
+    }
+
+    /// A stream whose client went away is read on while nobody reads it:
+    /// what rmcp sends meanwhile is kept, until a new stream cuts the
+    /// reader off, which closes rmcp's channel (rmcp then replays into the
+    /// new one).
+    #[tokio::test]
+    async fn a_stream_whose_client_went_away_is_kept_until_one_comes_back() {
+        let streams = Arc::new(Streams::default());
+        let session: SessionId = Arc::from("s1");
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        let rmcp: BoxedEvents = Box::pin(tokio_stream_of(receiver));
+        let from = streams.standalone_opened(&session).undelivered_from();
+        let mut stream = streams.standalone(&session, rmcp, Some(from));
+        sender.send(event("0")).await.unwrap();
+        assert_eq!(
+            stream.next().await.and_then(|e| e.event_id),
+            Some("1".into())
+        );
+        drop(stream);
+        for index in 1..=10 {
+            sender.send(event(&index.to_string())).await.unwrap();
+        }
+        settle(|| kept_ids(&streams, &session, 1).0.len() == 10).await;
+        let expected: Vec<String> = (1..=10).map(|index| index.to_string()).collect();
+        assert_eq!(kept_ids(&streams, &session, 1), (expected, 11));
+        assert!(!sender.is_closed(), "read on while the client is away");
+        streams.cut_standalone(&session);
+        settle(|| sender.is_closed()).await;
+        assert!(sender.is_closed(), "cut: rmcp sees its stream closed");
+        assert!(lock(&streams.standalone).is_empty(), "nothing left behind");
+    }
+
+    fn tokio_stream_of(
+        mut receiver: tokio::sync::mpsc::Receiver<ServerSseMessage>,
+    ) -> impl Stream<Item = ServerSseMessage> + Send + Sync {
+        futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
     }
 }
