@@ -317,6 +317,51 @@ async fn roots_requests_and_changes_reach_the_right_client() {
     close(rooted).await;
 }
 
+/// A `per_session` mount's own sessions only list what the server offers
+/// (one per client profile): a server that asks for roots as it starts is
+/// told there are none, quietly. It was refused -32603 ("cannot route"),
+/// with a warning in the gateway's log, each time a client with roots
+/// made the mount discover its profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_only_lists_has_no_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let answers = dir.path().join("answers");
+    let mount = python_fixture_mount_with_args(
+        "rooted",
+        "roots_at_start.py",
+        &[answers.to_str().expect("a UTF-8 path")],
+        "isolation = \"per_session\"",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let roots: rmcp::model::ClientCapabilities =
+        serde_json::from_value(json!({"roots": {}})).unwrap();
+    let client = connect_with(&gateway.mcp_url(), roots).await;
+    // Lists of its profile: discovered by a session of the mount's own.
+    let tools = within("tools/list", client.peer().list_all_tools())
+        .await
+        .expect("tools listed");
+    assert!(
+        tools.iter().any(|tool| tool.name == "rooted__ping"),
+        "{tools:?}"
+    );
+    let written = eventually(
+        "the server's roots answers",
+        Duration::from_secs(10),
+        || async {
+            let text = std::fs::read_to_string(&answers).unwrap_or_default();
+            (text.lines().count() >= 2).then_some(text)
+        },
+    )
+    .await;
+    for line in written.lines() {
+        let answer: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(answer, json!({"result": {"roots": []}}), "{written}");
+    }
+    let stderr = gateway.proc.stderr.text();
+    assert!(!stderr.contains("cannot be routed"), "{stderr}");
+    close(client).await;
+}
+
 /// `quiet` (level `error`) got its `shared__log error` message, and
 /// nothing below it.
 async fn assert_only_its_error_reached(quiet: &Client) {

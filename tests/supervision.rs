@@ -959,13 +959,13 @@ async fn a_change_announced_while_opening_is_not_lost() {
     // which changes; 3: the discovery for this client's capabilities,
     // begun once that upstream is open (which must not change: the
     // client would see `late` through it).
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/announce_after_initialized.py");
-    let config = format!(
-        "{SERVER_TOML}[mounts.private]\ncommand = \"python3\"\nargs = [{:?}, {:?}, \"2\"]\nisolation = \"per_session\"\n\n",
-        fixture.to_str().expect("a UTF-8 path"),
-        counter.to_str().expect("a UTF-8 path"),
+    let mount = python_fixture_mount_with_args(
+        "private",
+        "announce_after_initialized.py",
+        &[counter.to_str().expect("a UTF-8 path"), "2"],
+        "isolation = \"per_session\"",
     );
+    let config = format!("{SERVER_TOML}{mount}");
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
     // Set on the upstream as it opens (which the fixture takes 0.5 s to

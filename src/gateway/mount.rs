@@ -685,7 +685,11 @@ impl Mount {
         self.predecessor_gone().await;
         let info = upstream::connect::client_config(profile.capabilities());
         // A mount's own sessions serve many downstream sessions: no owner.
-        let relay = Arc::new(Relay::default());
+        // A `per_session` mount's serve none: they only list.
+        let relay = Arc::new(match self.config.isolation {
+            Isolation::PerSession => Relay::serving_no_client(),
+            Isolation::Shared => Relay::default(),
+        });
         let handler = UpstreamHandler::new(info, (self.events)(profile), relay);
         let session =
             Box::pin(upstream::open(&self.config, self.timeouts(), handler, None)).await?;

@@ -305,6 +305,10 @@ pub struct Relay {
     early_statuses: Mutex<VecDeque<(Instant, String, CustomNotification)>>,
     /// The one session of a per-session upstream.
     owner: OnceLock<Caller>,
+    /// A `per_session` mount's own session, which only reads what the
+    /// server offers (discovery) and serves no client: a request the
+    /// upstream makes outside the gateway's own requests is for nobody.
+    serves_no_client: bool,
     /// Sessions whose requests ended within [`LINGER`], newest last: a log
     /// message the upstream wrote during a request can reach the gateway
     /// just after the answer (servers need not order them).
@@ -416,6 +420,21 @@ impl Relay {
         let relay = Relay::default();
         let _ = relay.owner.set(owner.session_only());
         relay
+    }
+
+    /// A relay for a `per_session` mount's own session, which only lists
+    /// what the server offers: no client is behind it.
+    pub fn serving_no_client() -> Self {
+        Relay {
+            serves_no_client: true,
+            ..Relay::default()
+        }
+    }
+
+    /// Whether no client is behind this upstream session (see
+    /// [`Self::serving_no_client`]).
+    pub fn serves_no_client(&self) -> bool {
+        self.serves_no_client
     }
 
     /// Marks a request as being sent (its id not known yet) until the guard

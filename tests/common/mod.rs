@@ -375,11 +375,26 @@ fn straggler_mount(name: &str, launcher: &str, marker: &std::path::Path, extra: 
 /// TOML for a mount running the stdlib Python fixture `file` (under
 /// `tests/fixtures/`) over stdio; `extra` is appended inside the table.
 pub fn python_fixture_mount(name: &str, file: &str, extra: &str) -> String {
+    python_fixture_mount_with_args(name, file, &[], extra)
+}
+
+/// Like [`python_fixture_mount`], the fixture given `args`.
+pub fn python_fixture_mount_with_args(
+    name: &str,
+    file: &str,
+    args: &[&str],
+    extra: &str,
+) -> String {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(file);
     let fixture = fixture.to_str().expect("a UTF-8 path");
-    format!("[mounts.{name}]\ncommand = \"python3\"\nargs = [{fixture:?}]\n{extra}\n\n")
+    let args: Vec<String> = std::iter::once(fixture)
+        .chain(args.iter().copied())
+        .map(|arg| format!("{arg:?}"))
+        .collect();
+    let args = args.join(", ");
+    format!("[mounts.{name}]\ncommand = \"python3\"\nargs = [{args}]\n{extra}\n\n")
 }
 
 /// TOML for a `per_session` mount of the demo server whose second start

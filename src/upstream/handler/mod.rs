@@ -25,7 +25,9 @@ use rmcp::{
     ClientHandler, ErrorData, RoleClient,
 };
 
-use super::relay::{related_task, set_related_task, Arrival, Caller, Relay, TaskOwner};
+use super::relay::{
+    related_task, set_related_task, Arrival, Caller, Relay, TaskOwner, Unattributed,
+};
 use crate::telemetry::metrics;
 
 mod as_written;
@@ -137,6 +139,19 @@ impl UpstreamHandler {
     /// The caller a server→client request goes to, or the error the
     /// upstream gets instead.
     async fn target(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+        self.target_if_any(context)
+            .await?
+            .ok_or_else(serving_no_client)
+    }
+
+    /// Like [`Self::target`], but `None` for a request made, outside any
+    /// of the gateway's requests, to a session that serves no client (a
+    /// `per_session` mount's own, which only lists): such a request is for
+    /// nobody, and not a routing failure worth a warning.
+    async fn target_if_any(
+        &self,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<Option<Caller>, ErrorData> {
         if !self.relay.first_sent(&context.id) {
             tracing::debug!(id = %context.id, "refusing a request the upstream sent before (replayed on a resumed stream?)");
             return Err(ErrorData::invalid_request(
@@ -145,16 +160,28 @@ impl UpstreamHandler {
             ));
         }
         let related_task = related_task(&context.meta.0);
-        let caller = self
+        let caller = match self
             .relay
             .attribute_request(&context.extensions, related_task)
             .await
-            .map_err(|why| {
-            tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
-            ErrorData::internal_error(format!("the gateway cannot route this request: {why}"), None)
-        })?;
+        {
+            Ok(caller) => caller,
+            Err(Unattributed::Nobody) if self.relay.serves_no_client() => {
+                tracing::debug!(
+                    "an upstream request outside any call, to a session that only lists"
+                );
+                return Ok(None);
+            }
+            Err(why) => {
+                tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
+                return Err(ErrorData::internal_error(
+                    format!("the gateway cannot route this request: {why}"),
+                    None,
+                ));
+            }
+        };
         caller.on_its_stream().await;
-        Ok(caller)
+        Ok(Some(caller))
     }
 
     /// Sends a request to the caller's client on the stream of the request
@@ -213,6 +240,15 @@ impl UpstreamHandler {
             }
         }
     }
+}
+
+/// The answer to a sampling or elicitation request made to a session that
+/// serves no client (see `UpstreamHandler::target_if_any`).
+fn serving_no_client() -> ErrorData {
+    ErrorData::internal_error(
+        "no client is behind this session: the gateway opened it only to list what the server offers",
+        None,
+    )
 }
 
 fn cancelled_by_the_server() -> ErrorData {
@@ -337,11 +373,16 @@ impl ClientHandler for UpstreamHandler {
         }
     }
 
+    /// A session that serves no client has no roots: it is told so, where
+    /// an error made servers that ask at their start (server-everything,
+    /// the filesystem server) log a failure for each client profile.
     async fn list_roots(
         &self,
         context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        let caller = self.target(&context).await?;
+        let Some(caller) = self.target_if_any(&context).await? else {
+            return Ok(ListRootsResult::default());
+        };
         if !caller.profile.roots {
             return Err(missing_capability("roots"));
         }
