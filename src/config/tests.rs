@@ -418,6 +418,40 @@ fn every_bad_entry_of_a_list_or_table_is_reported() {
     );
 }
 
+/// A NUL byte cannot reach the operating system, and a variable's name
+/// cannot be empty or hold `=`: each is a problem at its field, found when
+/// the config is read (the mount failed at its first start, the field
+/// unnamed, and `check` called the config valid).
+#[test]
+fn a_stdio_mount_that_cannot_be_spawned_is_reported_at_each_field() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [mounts.m]
+        command = "x\u0000"
+        args = ["fine", "a\u0000b"]
+        env = { "" = "v", "A=B" = "v", OK = "a\u0000b", FINE = "v" }
+        cwd = "/tmp\u0000"
+        "#,
+    );
+    let paths: Vec<&str> = found
+        .iter()
+        .map(|problem| problem.split(": ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "mounts.m.command",
+            "mounts.m.args.1",
+            "mounts.m.env.",
+            "mounts.m.env.A=B",
+            "mounts.m.env.OK",
+            "mounts.m.cwd",
+        ],
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn env_keys_become_config_paths() {
     for (key, path) in [

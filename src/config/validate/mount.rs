@@ -45,6 +45,52 @@ pub(super) fn credentials_into_header(
     Ok(())
 }
 
+/// Whether a stdio mount's command line and environment can be given to
+/// the operating system, each problem reported at its field: a NUL byte
+/// ends a C string (the start failed "nul byte found in provided data",
+/// naming no field, only when the mount first started), and a variable's
+/// name cannot be empty or hold `=`.
+fn can_be_spawned(
+    path: &str,
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&str>,
+    problems: &mut Problems,
+) -> bool {
+    const NUL: &str = "must not contain a NUL character (\\u0000)";
+    let mut ok = true;
+    let mut refuse = |field: String, why: &str| {
+        problems.push(field, why);
+        ok = false;
+    };
+    if command.contains('\0') {
+        refuse(format!("{path}.command"), NUL);
+    }
+    for (index, arg) in args.iter().enumerate() {
+        if arg.contains('\0') {
+            refuse(format!("{path}.args.{index}"), NUL);
+        }
+    }
+    for (name, value) in env {
+        let field = format!("{path}.env.{name}");
+        if name.is_empty() {
+            refuse(field, "a variable's name must not be empty");
+        } else if name.contains('=') || name.contains('\0') {
+            refuse(
+                field,
+                "a variable's name must not contain `=` or a NUL character",
+            );
+        } else if value.contains('\0') {
+            refuse(field, NUL);
+        }
+    }
+    if cwd.is_some_and(|cwd| cwd.contains('\0')) {
+        refuse(format!("{path}.cwd"), NUL);
+    }
+    ok
+}
+
 pub(super) fn resolve_mount(
     name: &str,
     raw: RawMount,
@@ -153,11 +199,15 @@ pub(super) fn resolve_mount(
                 problems.push(format!("{path}.command"), "must not be empty");
                 ok = false;
             }
+            let args = raw.args.map(texts).unwrap_or_default();
+            let env = raw.env.map(text_map).unwrap_or_default();
+            let cwd = raw.cwd.map(|Text(cwd)| cwd);
+            ok &= can_be_spawned(&path, &command, &args, &env, cwd.as_deref(), problems);
             Some(UpstreamTransport::Stdio {
                 command,
-                args: raw.args.map(texts).unwrap_or_default(),
-                env: raw.env.map(text_map).unwrap_or_default(),
-                cwd: raw.cwd.map(|Text(cwd)| PathBuf::from(cwd)),
+                args,
+                env,
+                cwd: cwd.map(PathBuf::from),
             })
         }
         (None, Some(url_text)) => {
