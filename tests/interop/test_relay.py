@@ -9,7 +9,7 @@ roots through its callbacks, and recording every notification it receives
 through `message_handler`.
 
 What is relayed, and to whom, follows ARCHITECTURE.md ("Routing what
-upstreams send") and src/upstream/relay.rs: a message tied to a client request
+upstreams send") and src/upstream/relay/mod.rs: a message tied to a client request
 (progress token, the HTTP response stream it arrived on, the only request in
 flight) goes to that client; a per-session upstream's messages go to its one
 session; resource updates go to the sessions subscribed to the URI; list
@@ -829,7 +829,7 @@ async def test_concurrent_sessions_get_only_their_own(target: Target) -> None:
     each sampling request on the response stream of the call that caused it,
     so the gateway can route both. On a shared stdio mount nothing on the
     wire ties B's sampling request to B while two sessions have calls in
-    flight: the gateway refuses it (ARCHITECTURE.md / relay.rs: ambiguous is
+    flight: the gateway refuses it (ARCHITECTURE.md / relay/mod.rs: ambiguous is
     refused, never guessed), which server-everything reports in B's result.
     """
     await two_sessions_get_only_their_own(target.url, ambiguous_refused=target.transport == "stdio" and target.shared)

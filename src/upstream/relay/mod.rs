@@ -39,11 +39,16 @@
 //! being recorded.
 //!
 //! Anything else is ambiguous and is refused, never guessed or broadcast.
+//!
+//! Here: the registry of requests in flight and the attribution. A
+//! [`Caller`] and how a message reaches it are in `caller.rs`, the owners
+//! of tasks in `tasks.rs`, the order notifications are relayed in in
+//! `turns.rs`.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
     sync::{
-        atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -53,138 +58,21 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use rmcp::{
-    model::{CustomNotification, Extensions, LoggingLevel, ProgressToken, RequestId},
+    model::{CustomNotification, Extensions, ProgressToken, RequestId},
     service::InboundStreamOrigin,
-    Peer, RoleServer,
 };
 
-use super::{bounded_map::BoundedMap, ClientProfile};
-use crate::downstream::{quick_call::Handoff, request_streams::RelatedQueue};
+mod caller;
+mod tasks;
+mod turns;
+
+pub use caller::{Caller, LogLevelSetting};
+pub use tasks::{related_task, set_related_task, TaskOwner, RELATED_TASK};
+use tasks::{FORGOTTEN_TASKS_MAX, TASKS_MAX};
+pub use turns::Arrival;
+
+use super::bounded_map::BoundedMap;
 use crate::wait_for_zero::{count_down, wait_for_zero};
-
-/// The downstream end of a request: where messages it causes must go.
-#[derive(Clone)]
-pub struct Caller {
-    /// Identifies the downstream session (see `gateway::SessionKey`).
-    pub session: u64,
-    pub peer: Peer<RoleServer>,
-    /// The downstream request, when the message belongs to one.
-    pub request_id: Option<RequestId>,
-    /// The client's own progress token for that request, if it asked.
-    pub progress_token: Option<ProgressToken>,
-    /// What the client declared, to refuse requests it cannot answer.
-    pub profile: ClientProfile,
-    /// The log level the client asked for (`logging/setLevel`).
-    pub log_level: LogLevelSetting,
-    /// The queue onto that request's own SSE stream, while it is open.
-    pub request_stream: Option<Arc<RelatedQueue>>,
-    /// Set while the request is a quick call not yet handed to rmcp
-    /// (`downstream/quick_call.rs`).
-    pub handoff: Option<Arc<Handoff>>,
-}
-
-/// A session's `logging/setLevel` choice, shared with its callers. A shared
-/// upstream logs everything once any session set a level
-/// (`sessions::SHARED_LOG_LEVEL`), so each session's own level is applied
-/// when its messages are relayed.
-#[derive(Clone, Debug, Default)]
-pub struct LogLevelSetting(Arc<AtomicU8>);
-
-impl LogLevelSetting {
-    /// Nothing asked: relay every level.
-    const UNSET: u8 = u8::MAX;
-
-    pub fn new() -> Self {
-        Self(Arc::new(AtomicU8::new(Self::UNSET)))
-    }
-
-    pub fn set(&self, level: LoggingLevel) {
-        self.0.store(level as u8, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> Option<LoggingLevel> {
-        level_from_severity(self.0.load(Ordering::Relaxed))
-    }
-
-    /// Whether a message at `level` reaches a client that asked for this.
-    pub fn admits(&self, level: LoggingLevel) -> bool {
-        let minimum = self.0.load(Ordering::Relaxed);
-        minimum == Self::UNSET || level as u8 >= minimum
-    }
-}
-
-/// Severity order is declaration order: debug (0) … emergency (7).
-fn level_from_severity(severity: u8) -> Option<LoggingLevel> {
-    use LoggingLevel::*;
-    [
-        Debug, Info, Notice, Warning, Error, Critical, Alert, Emergency,
-    ]
-    .get(usize::from(severity))
-    .copied()
-}
-
-impl Caller {
-    /// Waits, if the request is a quick call, until rmcp has taken it
-    /// over: a message for the request's own stream is routed by it.
-    pub async fn on_its_stream(&self) {
-        if let Some(handoff) = &self.handoff {
-            handoff.hand_over().await;
-        }
-    }
-
-    /// Sends `message` onto the request's own stream, through the queue
-    /// the stream reads first, so that progress and log messages keep the
-    /// order they came in (progress by rmcp's channel fell behind the log
-    /// lines sent after it); by rmcp when there is no queue (the stream
-    /// has ended, or the caller is a session, not a request) or it stays
-    /// full.
-    ///
-    /// A client not reading the request's stream (its queue stalled) has
-    /// the message dropped: rmcp's way leads to the same stream, and
-    /// waiting on it would hold every later message of the upstream's
-    /// other sessions, which keep their turn behind this one. rmcp's way
-    /// is bounded too ([`SEND_LIMIT`]): it blocks while the session's
-    /// own channel to its client is full.
-    pub async fn send_on_its_stream(
-        &self,
-        message: rmcp::model::ServerNotification,
-    ) -> Result<(), rmcp::service::ServiceError> {
-        let unsent = match &self.request_stream {
-            Some(stream) => stream.push_waiting(message).await,
-            None => Some(message),
-        };
-        let Some(message) = unsent else {
-            return Ok(());
-        };
-        if self
-            .request_stream
-            .as_ref()
-            .is_some_and(|stream| stream.is_stalled())
-        {
-            tracing::debug!(
-                session = self.session,
-                "the client is not reading its request's stream: a message dropped"
-            );
-            return Ok(());
-        }
-        tokio::time::timeout(SEND_LIMIT, self.peer.send_notification(message))
-            .await
-            .unwrap_or(Err(rmcp::service::ServiceError::Timeout {
-                timeout: SEND_LIMIT,
-            }))
-    }
-
-    /// The same session, not tied to a particular request.
-    pub fn session_only(&self) -> Caller {
-        Caller {
-            request_id: None,
-            progress_token: None,
-            request_stream: None,
-            handoff: None,
-            ..self.clone()
-        }
-    }
-}
 
 /// Why a message could not be attributed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -231,55 +119,11 @@ impl Drop for AwaitingClient {
     }
 }
 
-/// The `_meta` key that ties a message to a task (2025-11-25).
-pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-
-/// The task id in a related-task `_meta` object, if any.
-pub fn related_task(meta: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
-    meta.get(RELATED_TASK)?.get("taskId")?.as_str()
-}
-
-/// Makes a related-task `_meta` object, if it has one, name task `id`.
-pub fn set_related_task(meta: &mut serde_json::Map<String, serde_json::Value>, id: &str) {
-    if let Some(related) = meta
-        .get_mut(RELATED_TASK)
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        related.insert("taskId".to_owned(), id.into());
-    }
-}
-
-/// The session that created an upstream task, and the id it knows the
-/// task by.
-#[derive(Clone)]
-pub struct TaskOwner {
-    pub caller: Caller,
-    pub task_id: String,
-    /// The upstream progress token of the request that created the task
-    /// and the caller (with the client's own token) its progress goes to:
-    /// a task-augmented request's token stays valid until the task ends.
-    progress: Option<(ProgressToken, Caller)>,
-}
-
-/// Bound on the tasks remembered per upstream session (oldest go first).
-const TASKS_MAX: usize = 1024;
-/// Bound on the ids of tasks whose owner was let go (see
-/// `Relay::forgotten_tasks`); only the ids are kept.
-const FORGOTTEN_TASKS_MAX: usize = 16 * 1024;
 /// Bound on the URL elicitations remembered per upstream session.
 const ELICITATIONS_MAX: usize = 1024;
 /// The JSON-RPC error of a request that needs URL elicitations first
 /// (2025-11-25); its `data.elicitations` lists them.
 pub const URL_ELICITATION_REQUIRED: i32 = -32042;
-
-/// Marks a notification counted as pending ([`Relay::notification_arrived`]),
-/// carried in its extensions from the transport to the handler; with its
-/// place in its upstream's wire order when it is relayed in that order
-/// (progress, log messages).
-#[derive(Clone, Copy, Debug)]
-pub struct Arrival {
-    place: Option<u64>,
-}
 
 #[derive(Default)]
 pub struct Relay {
@@ -723,70 +567,6 @@ impl Relay {
         sessions
     }
 
-    /// A notification an answer must wait for arrived (called in wire
-    /// order): it is pending until handled, and, if it is relayed `in_order`
-    /// (progress, logs), gets its place in that order. Others (a cancel, a
-    /// `list_changed`) take no turn: one handled at once must not let a
-    /// later progress overtake an earlier one.
-    pub fn notification_arrived(&self, in_order: bool) -> Arrival {
-        self.pending_notifications.fetch_add(1, Ordering::AcqRel);
-        Arrival {
-            place: in_order.then(|| self.arrivals.fetch_add(1, Ordering::AcqRel)),
-        }
-    }
-
-    /// A notification counted by `notification_arrived` has been handled
-    /// (`None`: one that was not counted); the next one's turn comes.
-    pub fn notification_relayed(&self, arrival: Option<Arrival>) {
-        let Some(Arrival { place }) = arrival else {
-            return;
-        };
-        if let Some(place) = place {
-            let turn = self
-                .turn
-                .fetch_max(place + 1, Ordering::AcqRel)
-                .max(place + 1);
-            let due = {
-                let mut waiting = lock(&self.turn_waiters);
-                let later = waiting.split_off(&(turn + 1));
-                std::mem::replace(&mut *waiting, later)
-            };
-            for woken in due.into_values() {
-                woken.notify_one();
-            }
-        }
-        // `drain` waits for none pending (a waiter per answer).
-        let before = count_down(&self.pending_notifications, &self.relayed);
-        debug_assert!(before > 0, "more notifications relayed than arrived");
-    }
-
-    /// Waits (bounded, [`TURN_LIMIT`]) until every progress or log
-    /// notification that arrived before `arrival` has been relayed. rmcp
-    /// hands each notification to a task of its own; without this they
-    /// reach the client in whatever order those tasks run, progress 2
-    /// before progress 1.
-    pub async fn wait_turn(&self, arrival: Arrival) {
-        let Some(place) = arrival.place else {
-            return;
-        };
-        if self.turn.load(Ordering::Acquire) >= place {
-            return;
-        }
-        let woken = Arc::new(Notify::new());
-        lock(&self.turn_waiters).insert(place, woken.clone());
-        // Checked again once registered: a relay that advanced the turn
-        // before seeing this waiter is seen here (it advances the turn
-        // before it looks for waiters); one after leaves a permit.
-        if self.turn.load(Ordering::Acquire) < place
-            && tokio::time::timeout(TURN_LIMIT, woken.notified())
-                .await
-                .is_err()
-        {
-            tracing::debug!("relaying a notification before an earlier one");
-        }
-        lock(&self.turn_waiters).remove(&place);
-    }
-
     /// Whether this is the first time the upstream sent a request with
     /// `id` (ids are unique within a session). A second one is a replay:
     /// some servers resend, on a resumed stream, what every stream of the
@@ -849,131 +629,6 @@ impl Relay {
 
     pub fn take_elicitation(&self, elicitation_id: &str) -> Option<u64> {
         lock(&self.elicitations).remove(elicitation_id)
-    }
-
-    /// Remembers that `caller`'s session created the upstream task
-    /// `upstream_id`, which it knows as `task_id`. Returns the task's
-    /// status notifications that arrived before this, oldest first.
-    /// `upstream_token` is the progress token the creating request was
-    /// sent with upstream; its progress keeps reaching `caller` (with the
-    /// client's token) until the task ends.
-    pub fn remember_task(
-        &self,
-        upstream_id: &str,
-        caller: Caller,
-        task_id: String,
-        upstream_token: ProgressToken,
-    ) -> (TaskOwner, Vec<CustomNotification>) {
-        let mut tasks = lock(&self.tasks);
-        let progress = caller.progress_token.is_some().then(|| {
-            (
-                upstream_token,
-                Caller {
-                    request_stream: None,
-                    handoff: None,
-                    ..caller.clone()
-                },
-            )
-        });
-        let owner = TaskOwner {
-            caller: caller.session_only(),
-            task_id,
-            progress,
-        };
-        let let_go = tasks.insert(upstream_id.to_owned(), owner.clone());
-        if !let_go.is_empty() {
-            let mut forgotten = lock(&self.forgotten_tasks);
-            for id in let_go {
-                forgotten.insert(id, ());
-            }
-        }
-        // Taken under the tasks lock: a status arriving from now on finds
-        // the owner, so none is parked after this.
-        let mut early = lock(&self.early_statuses);
-        let mut statuses = Vec::new();
-        early.retain(|(_, id, notification)| {
-            if id == upstream_id {
-                statuses.push(notification.clone());
-                false
-            } else {
-                true
-            }
-        });
-        (owner, statuses)
-    }
-
-    /// The owner of the task a status notification is about, or `None`
-    /// after parking the notification for a moment (see `early_statuses`).
-    pub fn task_status_owner(
-        &self,
-        upstream_id: &str,
-        notification: &CustomNotification,
-    ) -> Option<TaskOwner> {
-        let tasks = lock(&self.tasks);
-        if let Some(owner) = tasks.get(upstream_id) {
-            return Some(owner.clone());
-        }
-        let mut early = lock(&self.early_statuses);
-        let now = Instant::now();
-        early.retain(|(arrived, _, _)| now.duration_since(*arrived) <= LINGER);
-        if early.len() >= RECENT_MAX {
-            early.pop_front();
-        }
-        early.push_back((now, upstream_id.to_owned(), notification.clone()));
-        None
-    }
-
-    /// Makes a related-task `_meta` object in session `session`'s answer
-    /// that names one of that session's tasks by the id its client knows
-    /// it by name it by the upstream's own id. Another session's task is
-    /// left as named: an id guessed or learnt never reaches the upstream
-    /// as that task's.
-    pub fn name_task_as_upstream(
-        &self,
-        session: u64,
-        meta: &mut serde_json::Map<String, serde_json::Value>,
-    ) {
-        let Some(client_id) = related_task(meta) else {
-            return;
-        };
-        let upstream_id = lock(&self.tasks)
-            .iter()
-            .find(|(_, owner)| owner.task_id == client_id && owner.caller.session == session)
-            .map(|(upstream_id, _)| upstream_id.clone());
-        if let Some(upstream_id) = upstream_id {
-            set_related_task(meta, &upstream_id);
-        }
-    }
-
-    /// Lets go of every task downstream session `session` created here:
-    /// it sleeps, its tasks past their TTLs, and its peer (which their
-    /// owners hold, with rmcp's session machinery behind it) must go with
-    /// it. What the upstream still says about them is refused as about a
-    /// forgotten task, never given to another session.
-    pub fn forget_tasks_of(&self, session: u64) {
-        let mut tasks = lock(&self.tasks);
-        let ids: Vec<String> = tasks
-            .iter()
-            .filter(|(_, owner)| owner.caller.session == session)
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut forgotten = lock(&self.forgotten_tasks);
-        for id in ids {
-            tasks.remove(&id);
-            forgotten.insert(id, ());
-        }
-    }
-
-    pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
-        lock(&self.tasks).get(upstream_id).cloned()
-    }
-
-    /// The task ended: its creating request's progress token means nothing
-    /// any more.
-    pub fn task_ended(&self, upstream_id: &str) {
-        if let Some(owner) = lock(&self.tasks).get_mut(upstream_id) {
-            owner.progress = None;
-        }
     }
 
     /// Requests in flight (for tests and diagnostics).
@@ -1112,7 +767,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use rmcp::RoleServer;
+
     use super::*;
+    use crate::upstream::ClientProfile;
 
     /// A server handler that offers nothing: a peer to build callers on.
     struct Nothing;
@@ -1467,21 +1125,6 @@ mod tests {
             Duration::ZERO,
             "the lost one holds no later one"
         );
-    }
-
-    #[test]
-    fn log_levels_filter_by_severity() {
-        let setting = LogLevelSetting::new();
-        assert!(
-            setting.admits(LoggingLevel::Debug),
-            "unset admits everything"
-        );
-        assert_eq!(setting.get(), None);
-        setting.set(LoggingLevel::Warning);
-        assert_eq!(setting.get(), Some(LoggingLevel::Warning));
-        assert!(!setting.admits(LoggingLevel::Info));
-        assert!(setting.admits(LoggingLevel::Warning));
-        assert!(setting.admits(LoggingLevel::Emergency));
     }
 
     #[test]
