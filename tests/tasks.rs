@@ -180,6 +180,41 @@ async fn a_task_result_is_relayed_as_written_with_its_links_namespaced() {
     );
 }
 
+/// The tasks a session created on a shared upstream are let go when the
+/// session ends: the upstream's relay held each one's owner (the session's
+/// peer, and rmcp's session behind it) until 1,024 newer tasks pushed it
+/// out, about 12 KB per ended session (black-box helper). `/status.json`
+/// counts the owners a mount's shared session remembers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_sessions_tasks_are_let_go() {
+    let mount = python_fixture_mount("endless", "endless_task_pages.py", "");
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let remembered = || async {
+        let status = status_json(&gateway).await;
+        status["mounts"][0]["tasks"].as_u64()
+    };
+    let (ending, staying) = (
+        open_session(&http, &gateway.mcp_url()).await,
+        open_session(&http, &gateway.mcp_url()).await,
+    );
+    start_task(&http, &gateway, &ending, "endless__work").await;
+    let staying_task = start_task(&http, &gateway, &staying, "endless__work").await;
+    assert_eq!(remembered().await, Some(2));
+    let deleted = delete_session(&http, &gateway.mcp_url(), &ending).await;
+    assert!(deleted.is_success(), "DELETE: {deleted}");
+    eventually("the ended session's task let go", OP_TIMEOUT, || async {
+        (remembered().await == Some(1)).then_some(())
+    })
+    .await;
+    // The other session's task is still its own.
+    let get = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": staying_task},
+    });
+    let answer = send(&http, &gateway, &staying, get).await;
+    assert_eq!(answer.body["result"]["taskId"], staying_task, "{answer:?}");
+}
+
 /// A task-augmented call to a mount that cannot be reached is answered as
 /// a plain call to it is: a tool result with `isError` naming the mount
 /// (it was a JSON-RPC error, which a model never reads), and no task.

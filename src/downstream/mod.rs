@@ -305,8 +305,21 @@ impl SessionState {
         };
         drop(place);
         lock(&self.peer).take();
-        // Its tasks (all past their TTLs) hold its peer in the shared
-        // upstreams' relays: let them go with it.
+        // Its tasks are all past their TTLs.
+        self.let_go_of_tasks(&gateway);
+        self.asleep
+            .store(true, std::sync::atomic::Ordering::Release);
+        gateway.sessions().set_asleep(self.key);
+        Some(sleeper)
+    }
+
+    /// Lets the shared upstreams' relays forget this session's tasks: their
+    /// owners hold its peer (and rmcp's session machinery behind it), and
+    /// the session is going (asleep, or ended). Kept, they stayed until
+    /// newer tasks pushed them out (1,024 per upstream session). What the
+    /// upstream still says about them is refused as about a forgotten task,
+    /// never given to another session.
+    fn let_go_of_tasks(&self, gateway: &Gateway) {
         for (mount, upstream_session) in self.tasks.homes() {
             if let Some(upstream) = gateway
                 .mount(&mount)
@@ -316,10 +329,6 @@ impl SessionState {
                 upstream.relay().forget_tasks_of(self.key);
             }
         }
-        self.asleep
-            .store(true, std::sync::atomic::Ordering::Release);
-        gateway.sessions().set_asleep(self.key);
-        Some(sleeper)
     }
 
     /// Set as the session falls asleep, before this state is let go.
@@ -720,6 +729,7 @@ impl Drop for SessionState {
             if let Some(id) = self.rmcp_id.get() {
                 gateway.hibernation().ended(id);
             }
+            self.let_go_of_tasks(&gateway);
         }
         let upstreams: Vec<_> = lock(&self.upstreams)
             .drain()

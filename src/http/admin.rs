@@ -100,6 +100,9 @@ pub struct MountReport {
     pub prompts: usize,
     pub resources: usize,
     pub resource_templates: usize,
+    /// Upstream tasks of live client sessions whose owner the mount's own
+    /// (shared) upstream session remembers.
+    pub tasks: usize,
 }
 
 pub fn status(gateway: &Gateway) -> Status {
@@ -130,6 +133,9 @@ pub fn status(gateway: &Gateway) -> Status {
                 prompts: catalog.prompts.len(),
                 resources: catalog.resources.len(),
                 resource_templates: catalog.templates.len(),
+                tasks: mount
+                    .live_shared_session()
+                    .map_or(0, |session| session.relay().tasks_remembered()),
             }
         })
         .collect();

@@ -124,6 +124,7 @@ mod tests {
                 prompts: 1,
                 resources: 2,
                 resource_templates: 1,
+                tasks: 0,
             }],
         };
         let html = render(&status);

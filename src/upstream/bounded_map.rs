@@ -58,6 +58,11 @@ impl<V, const MAX: usize> BoundedMap<V, MAX> {
         self.entries.remove(key)
     }
 
+    /// Entries held (removed ones not counted).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.values()
     }

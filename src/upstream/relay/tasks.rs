@@ -157,6 +157,11 @@ impl Relay {
         }
     }
 
+    /// How many tasks' owners are remembered here (`/status.json`).
+    pub fn tasks_remembered(&self) -> usize {
+        lock(&self.tasks).len()
+    }
+
     pub fn task_owner(&self, upstream_id: &str) -> Option<TaskOwner> {
         lock(&self.tasks).get(upstream_id).cloned()
     }
