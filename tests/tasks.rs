@@ -215,6 +215,57 @@ async fn an_ended_sessions_tasks_are_let_go() {
     assert_eq!(answer.body["result"]["taskId"], staying_task, "{answer:?}");
 }
 
+/// A request rmcp's handler runs itself (here a `tasks/result` waiting for
+/// its task) is given up at once when its session is deleted, and the
+/// upstream told why. rmcp let it run 5 s more for nobody, then dropped
+/// it, and the upstream was told the client had cancelled it (black-box
+/// helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sessions_waiting_request_is_cancelled_as_its_session_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told");
+    let mount = python_fixture_mount_with_args(
+        "never",
+        "task_result_never_ready.py",
+        &[told.to_str().expect("a UTF-8 path")],
+        "",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &gateway.mcp_url()).await;
+    let task_id = start_task(&http, &gateway, &session, "never__work").await;
+    let result = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id},
+    });
+    let waiting = tokio::spawn({
+        let (http, url, session) = (http.clone(), gateway.mcp_url(), session.clone());
+        async move {
+            http.post(url)
+                .header("mcp-session-id", session)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(result.to_string())
+                .send()
+                .await
+        }
+    });
+    let told_so_far = || std::fs::read_to_string(&told).unwrap_or_default();
+    eventually("tasks/result to reach the upstream", OP_TIMEOUT, || async {
+        told_so_far().contains("result").then_some(())
+    })
+    .await;
+    let deleted = delete_session(&http, &gateway.mcp_url(), &session).await;
+    assert!(deleted.is_success(), "DELETE: {deleted}");
+    let cancel = eventually("the upstream to be told", OP_TIMEOUT, || async {
+        let text = told_so_far();
+        text.lines()
+            .find_map(|line| line.strip_prefix("cancelled: ").map(str::to_owned))
+    })
+    .await;
+    assert_eq!(cancel, "the client's session ended");
+    waiting.abort();
+}
+
 /// A task-augmented call to a mount that cannot be reached is answered as
 /// a plain call to it is: a tool result with `isError` naming the mount
 /// (it was a JSON-RPC error, which a model never reads), and no task.

@@ -92,12 +92,15 @@ impl DownstreamSession {
         W: Future<Output = Result<T, ErrorData>> + 'a,
     {
         let limit = self.gateway.config().limits.max_concurrent_requests;
-        let initialized = method == "initialize" || self.state().initialize.get().is_some();
+        let state = self.state();
+        let initialized = method == "initialize" || state.initialize.get().is_some();
         if let Some(headers) = super::http_headers(context) {
-            self.state().note_client_headers(&self.gateway, headers);
+            state.note_client_headers(&self.gateway, headers);
         }
+        let session_ended = state.ended();
+        let client_cancel = context.ct.clone();
         admit_and_observe(
-            &self.state().requests,
+            &state.requests,
             limit,
             method,
             RequestOrigin::of(context),
@@ -105,7 +108,22 @@ impl DownstreamSession {
                 if !initialized {
                     return Err(stateless_refused());
                 }
-                work.await
+                // rmcp lets the requests its handler runs go on for 5 s
+                // after their session closed (a DELETE, the idle timeout),
+                // then drops them: the upstream kept working for nobody,
+                // and was told at last that the client cancelled.
+                let mut work = std::pin::pin!(Some(work));
+                tokio::select! {
+                    answer = work.as_mut().as_pin_mut().expect("the work is dropped only below") => answer,
+                    () = session_ended.cancelled() => {
+                        // Counted as cancelled, as rmcp would have it.
+                        client_cancel.cancel();
+                        crate::upstream::dropping_because("the client's session ended", || {
+                            work.set(None);
+                        });
+                        Err(ErrorData::invalid_request("the session has ended", None))
+                    }
+                }
             },
         )
     }

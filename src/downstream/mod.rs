@@ -229,6 +229,12 @@ impl SessionState {
         self.quick_calls.cancel();
     }
 
+    /// Cancelled when the session ends (see [`Self::end_quick_calls`]):
+    /// what its requests wait for is then given up.
+    pub(crate) fn ended(&self) -> tokio_util::sync::CancellationToken {
+        self.quick_calls.clone()
+    }
+
     /// Whether [`Self::end_quick_calls`] was called: the session ended.
     pub(crate) fn quick_calls_ended(&self) -> bool {
         self.quick_calls.is_cancelled()
