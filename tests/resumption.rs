@@ -249,7 +249,12 @@ impl Session {
     /// SSE stream's events, or a JSON answer (a quick call's) as one event
     /// without an id.
     async fn post_answer(&self, what: &str, request: &Value) -> Vec<SseEvent> {
-        let response = self.post(what, request).await;
+        self.post_answer_as(&self.id, what, request).await
+    }
+
+    /// [`Session::post_answer`] on another session of the same gateway.
+    async fn post_answer_as(&self, session: &str, what: &str, request: &Value) -> Vec<SseEvent> {
+        let response = self.post_as(session, what, request).await;
         let is_json = response
             .headers()
             .get(CONTENT_TYPE)
@@ -270,13 +275,18 @@ impl Session {
     }
 
     async fn post(&self, what: &str, request: &Value) -> reqwest::Response {
+        self.post_as(&self.id, what, request).await
+    }
+
+    /// [`Session::post`] on another session of the same gateway.
+    async fn post_as(&self, session: &str, what: &str, request: &Value) -> reqwest::Response {
         within(
             what,
             self.http
                 .post(self.gateway.mcp_url())
                 .header("content-type", "application/json")
                 .header("accept", ACCEPT_BOTH)
-                .header("mcp-session-id", &self.id)
+                .header("mcp-session-id", session)
                 .header("mcp-protocol-version", VERSION)
                 .body(request.to_string())
                 .send(),
@@ -939,6 +949,97 @@ async fn a_new_get_stream_after_too_many_messages_says_so_in_the_log() {
         (log_count(&session, "more messages than are kept") > lost_before).then_some(())
     })
     .await;
+}
+
+/// Notes whose updates a session is sent before it opens a `GET`: more
+/// than rmcp keeps by default (16), fewer than it is set to keep (64).
+const NOTES_UPDATED: usize = 24;
+
+/// Messages sent to a session before its first `GET` all reach that
+/// `GET`: nobody reads rmcp's stream until then, and rmcp keeps them
+/// (review: with rmcp's default, 16 of 24 arrived).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_sent_before_the_first_get_reaches_it() {
+    let session = Session::start().await;
+    subscribe_to_notes(&session).await;
+    update_notes_from_another_session(&session).await;
+    let mut stream = SseReader::new("GET", session.get(&session.id, None).await);
+    expect_note_updates(&mut stream).await;
+}
+
+/// So do the messages a session missed while asleep, which the gateway
+/// tells it as it wakes (here by a `ping`), before its `GET` opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_missed_asleep_reaches_the_get_after_the_wake() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
+        stdio_demo_mount("demo", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let http = reqwest::Client::new();
+    let id = open_session(&http, &gateway.mcp_url()).await;
+    let session = Session { gateway, http, id };
+    subscribe_to_notes(&session).await;
+    eventually("the session to sleep", OP_TIMEOUT, || async {
+        let metrics = metrics_text(&session.gateway).await;
+        metrics
+            .contains("junction_downstream_sessions_asleep 1")
+            .then_some(())
+    })
+    .await;
+    update_notes_from_another_session(&session).await;
+    let ping = json!({"jsonrpc": "2.0", "id": "wake", "method": "ping"});
+    assert!(!session.post_answer("ping", &ping).await.is_empty());
+    let mut stream = SseReader::new("GET", session.get(&session.id, None).await);
+    expect_note_updates(&mut stream).await;
+}
+
+/// Subscribes `session` to the demo's notes `n0` … (see [`NOTES_UPDATED`]).
+async fn subscribe_to_notes(session: &Session) {
+    for n in 0..NOTES_UPDATED {
+        let subscribe = json!({
+            "jsonrpc": "2.0", "id": format!("subscribe-{n}"), "method": "resources/subscribe",
+            "params": {"uri": format!("demo+demo://notes/n{n}")},
+        });
+        assert!(!session
+            .post_answer("subscribe", &subscribe)
+            .await
+            .is_empty());
+    }
+}
+
+/// Another session writes each of the notes `session` subscribed to.
+async fn update_notes_from_another_session(session: &Session) {
+    let writer = session.other().await;
+    for n in 0..NOTES_UPDATED {
+        let remember = tool_call(
+            &format!("remember-{n}"),
+            "demo__remember",
+            json!({"key": format!("n{n}"), "value": "v"}),
+        );
+        let answer = session.post_answer_as(&writer, "remember", &remember).await;
+        assert_eq!(sort_out(&answer).responses.len(), 1, "{answer:#?}");
+    }
+}
+
+/// Reads `stream` until it carried an update of each note.
+async fn expect_note_updates(stream: &mut SseReader) {
+    let deadline = Instant::now() + OP_TIMEOUT;
+    let mut updated = HashSet::new();
+    while updated.len() < NOTES_UPDATED {
+        let event = stream.expect_event(deadline).await;
+        let Some(message) = event.message() else {
+            continue;
+        };
+        if message["method"] == "notifications/resources/updated" {
+            updated.insert(
+                message["params"]["uri"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
 }
 
 /// How many of the gateway's log lines so far contain `needle`.

@@ -57,6 +57,11 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // timer would see only requests that reach its session worker, and
     // end sessions kept busy by quick answers.
     sessions.session_config.keep_alive = None;
+    // What rmcp keeps of a session's `GET` stream while the gateway reads
+    // none of it (before the session's first `GET`, after a wake), and
+    // how many messages each of its streams buffers for a slow reader
+    // before the session's worker waits (`resumable/standalone.rs`).
+    sessions.session_config.channel_capacity = resumable::RMCP_EVENTS_KEPT;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(server.allowed_hosts.clone())
         .with_cancellation_token(shutdown.clone());

@@ -65,6 +65,7 @@ mod request_stream;
 mod standalone;
 
 pub use idle::take_waking;
+pub(crate) use standalone::RMCP_EVENTS_KEPT;
 
 use super::answer_slot;
 use crate::telemetry::redact::without_session_ids;
@@ -161,6 +162,7 @@ impl ResumableSessions {
                 tracing::debug!(error = %without_session_ids(error.to_string()), "ending an idle session");
             }
         }
+        self.streams.trim_standalone();
         let Some(after) = self.hibernation.after() else {
             return 0;
         };
@@ -530,7 +532,7 @@ impl SessionManager for ResumableSessions {
                 // The replay starts at the first event after the client's,
                 // or, after a priming event, after what was given out
                 // before its stream opened (`standalone.rs`).
-                let from = self.streams.standalone_ids(id).resume_from(index);
+                let from = self.streams.standalone_resumed(id).resume_from(index);
                 let stream = self.standalone_from(id, from).await?;
                 let stream = self.streams.standalone(id, stream, Some(from));
                 Ok(counted(stream, open).right_stream())

@@ -12,11 +12,11 @@
 //! new stream starts after the last event given out
 //! ([`StandaloneIds::undelivered_from`]).
 //!
-//! And rmcp keeps only a session's latest 16 messages for a resume (its
-//! `channel_capacity`, which is also how many it buffers for a stream
-//! before its session waits), and reads none while no client does: a
-//! chatty server's log lines outran a client that reconnected. The gateway keeps
-//! each session's latest [`STANDALONE_KEPT`] events itself
+//! And rmcp keeps only a session's latest [`RMCP_EVENTS_KEPT`] messages
+//! for a resume, and reads none while no client does: a chatty server's
+//! log lines outran a client that reconnected. The gateway keeps each
+//! session's latest [`STANDALONE_KEPT`] events (for [`STANDALONE_KEPT_FOR`]
+//! at most) itself
 //! ([`SessionStandalone`]): those its streams gave out (the connection
 //! they went to may have been dead) and, once a client's stream goes away,
 //! those read for it by a task that goes on reading rmcp's stream
@@ -35,6 +35,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex, Weak},
     task::{Context, Poll},
+    time::{Duration, Instant},
 };
 
 use futures::{task::AtomicWaker, Stream, StreamExt};
@@ -44,10 +45,26 @@ use super::{lock, Streams};
 
 pub(super) type BoxedEvents = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 
+/// How many of a session's latest messages rmcp keeps for each of its
+/// streams (its `channel_capacity`, 16 by default), and how many it
+/// buffers for a stream its client reads slowly before the session's
+/// worker waits. What a session's `GET` stream finds of what was sent
+/// while the gateway read none of it (before the session's first `GET`,
+/// and after a wake, when the registry tells it what it missed) is
+/// rmcp's. rmcp reserves this many slots (~48 bytes each) for each
+/// stream it opens.
+pub(crate) const RMCP_EVENTS_KEPT: usize = 64;
+
 /// How many of a session's latest standalone events the gateway keeps for
 /// a resume ([`SessionStandalone`]). Older ones are lost, and said so in
-/// the log. Held for the session's life (not while it sleeps), so bounded.
+/// the log.
 pub(crate) const STANDALONE_KEPT: usize = 256;
+
+/// How long the gateway keeps a standalone event for a resume: long
+/// enough for a client to notice its connection is dead and come back;
+/// not for the session's life (a session whose client keeps its `GET`
+/// open never sleeps, and the events may be large log lines).
+pub(crate) const STANDALONE_KEPT_FOR: Duration = Duration::from_secs(300);
 
 /// Each session's open standalone streams, and the task reading one whose
 /// client went away ([`keep_while_away`]).
@@ -100,26 +117,44 @@ impl StandaloneIds {
 }
 
 /// A session's standalone ids, and the latest events read from rmcp's
-/// standalone stream (by rmcp's index, in order), for a resume.
+/// standalone stream (by rmcp's index, in order, with when), for a resume.
 #[derive(Default)]
 pub(super) struct SessionStandalone {
     ids: StandaloneIds,
-    /// At most [`STANDALONE_KEPT`], events of this rmcp session only (a
-    /// wake empties it: rmcp's indexes start again).
-    kept: VecDeque<(usize, ServerSseMessage)>,
+    /// At most [`STANDALONE_KEPT`], none older than [`STANDALONE_KEPT_FOR`]
+    /// (once trimmed), events of this rmcp session only (a wake empties
+    /// it: rmcp's indexes start again).
+    kept: VecDeque<(usize, Instant, ServerSseMessage)>,
 }
 
 impl SessionStandalone {
     /// Keeps `event`, rmcp's `index`, unless kept already: a stream and the
     /// task it handed rmcp's over to may both read one event.
     fn keep(&mut self, index: usize, event: ServerSseMessage) {
-        if self.kept.back().is_some_and(|(last, _)| *last >= index) {
+        if self.kept.back().is_some_and(|(last, _, _)| *last >= index) {
             return;
         }
+        let now = Instant::now();
+        self.trim(now);
         if self.kept.len() == STANDALONE_KEPT {
             self.kept.pop_front();
         }
-        self.kept.push_back((index, event));
+        self.kept.push_back((index, now, event));
+    }
+
+    /// Lets go of the events kept longer than [`STANDALONE_KEPT_FOR`].
+    fn trim(&mut self, now: Instant) {
+        while self
+            .kept
+            .front()
+            .is_some_and(|(_, at, _)| now.duration_since(*at) > STANDALONE_KEPT_FOR)
+        {
+            self.kept.pop_front();
+        }
+        if self.kept.is_empty() {
+            // Its buffer too: an idle session holds nothing.
+            self.kept = VecDeque::new();
+        }
     }
 }
 
@@ -166,14 +201,24 @@ impl Streams {
         let events: Vec<ServerSseMessage> = state
             .kept
             .iter()
-            .filter(|(index, _)| *index >= from)
-            .map(|(_, event)| event.clone())
+            .filter(|(index, _, _)| *index >= from)
+            .map(|(_, _, event)| event.clone())
             .collect();
         let rmcp_from = match state.kept.back() {
-            Some((last, _)) if *last >= from => last + 1,
+            Some((last, _, _)) if *last >= from => last + 1,
             _ => from,
         };
         (events, rmcp_from)
+    }
+
+    /// Lets go of the standalone events every session kept longer than
+    /// [`STANDALONE_KEPT_FOR`] (the sweep's, for sessions that receive
+    /// nothing more).
+    pub(super) fn trim_standalone(&self) {
+        let now = Instant::now();
+        for state in lock(&self.standalone_state).values_mut() {
+            state.trim(now);
+        }
     }
 
     /// A new standalone stream of `session` opens now: its priming event
@@ -183,6 +228,14 @@ impl Streams {
         let ids = &mut all.entry(session.clone()).or_default().ids;
         ids.opened_after = ids.last;
         *ids
+    }
+
+    /// A standalone stream of `session` resumes now. Returns the ids then.
+    pub(super) fn standalone_resumed(&self, session: &SessionId) -> StandaloneIds {
+        lock(&self.standalone_state)
+            .entry(session.clone())
+            .or_default()
+            .ids
     }
 
     /// `session`'s standalone ids now.
@@ -221,7 +274,11 @@ impl Streams {
     /// as the last given.
     fn give_out(&self, session: &SessionId, index: usize, event: &ServerSseMessage) -> usize {
         let mut all = lock(&self.standalone_state);
-        let state = all.entry(session.clone()).or_default();
+        // Made by the stream's opening; gone only with the session, which
+        // a stream still ending must not bring back.
+        let Some(state) = all.get_mut(session) else {
+            return StandaloneIds::default().client_id(index);
+        };
         state.keep(index, event.clone());
         let id = state.ids.client_id(index);
         state.ids.last = state.ids.last.max(id);
@@ -403,6 +460,7 @@ mod tests {
     fn ids_start_after_the_priming_zero_and_go_on_after_a_wake() {
         let streams = Streams::default();
         let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
         assert_eq!(give_id(&streams, &session, 0), 1);
         assert_eq!(give_id(&streams, &session, 4), 5);
         // Resuming after 3: rmcp's index 3 is the next event.
@@ -424,6 +482,7 @@ mod tests {
     fn resuming_after_a_priming_event_replays_only_that_streams_events() {
         let streams = Streams::default();
         let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
         // A first stream carried ids 1 to 3 (rmcp's 0 to 2).
         for index in 0..3 {
             give_id(&streams, &session, index);
@@ -469,6 +528,7 @@ mod tests {
     fn what_was_given_out_is_kept_for_a_replay_and_rmcp_goes_on_after_it() {
         let streams = Streams::default();
         let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
         for index in 0..4 {
             give_id(&streams, &session, index);
         }
@@ -496,7 +556,8 @@ mod tests {
     async fn a_stream_whose_client_went_away_is_kept_until_one_comes_back() {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
-        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        // Room for all: without a reader, the test fails rather than waits.
+        let (sender, receiver) = tokio::sync::mpsc::channel(16);
         let rmcp: BoxedEvents = Box::pin(tokio_stream_of(receiver));
         let from = streams.standalone_opened(&session).undelivered_from();
         let mut stream = streams.standalone(&session, rmcp, Some(from));
@@ -507,7 +568,7 @@ mod tests {
         );
         drop(stream);
         for index in 1..=10 {
-            sender.send(event(&index.to_string())).await.unwrap();
+            sender.try_send(event(&index.to_string())).unwrap();
         }
         settle(|| kept_ids(&streams, &session, 1).0.len() == 10).await;
         let expected: Vec<String> = (1..=10).map(|index| index.to_string()).collect();
@@ -517,6 +578,37 @@ mod tests {
         settle(|| sender.is_closed()).await;
         assert!(sender.is_closed(), "cut: rmcp sees its stream closed");
         assert!(lock(&streams.standalone).is_empty(), "nothing left behind");
+    }
+
+    /// Events kept past [`STANDALONE_KEPT_FOR`] go, the buffer with the
+    /// last of them; a session whose stream ended keeps its ids; a stream
+    /// still ending after its session was forgotten brings nothing back.
+    #[test]
+    fn kept_events_go_with_time_and_a_forgotten_session_stays_forgotten() {
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
+        give_id(&streams, &session, 0);
+        give_id(&streams, &session, 1);
+        let long_ago = Instant::now() - STANDALONE_KEPT_FOR - Duration::from_secs(1);
+        if let Some(state) = lock(&streams.standalone_state).get_mut(&session) {
+            state.kept[0].1 = long_ago;
+        }
+        streams.trim_standalone();
+        assert_eq!(kept_ids(&streams, &session, 0), (vec!["1".into()], 2));
+        if let Some(state) = lock(&streams.standalone_state).get_mut(&session) {
+            state.kept[0].1 = long_ago;
+        }
+        streams.trim_standalone();
+        assert_eq!(kept_ids(&streams, &session, 0), (vec![], 0));
+        let capacity = lock(&streams.standalone_state)
+            .get(&session)
+            .map(|state| state.kept.capacity());
+        assert_eq!(capacity, Some(0), "nothing held");
+        assert_eq!(streams.standalone_ids(&session).undelivered_from(), 2);
+        streams.forget_session(&session);
+        give_id(&streams, &session, 2);
+        assert!(lock(&streams.standalone_state).is_empty());
     }
 
     fn tokio_stream_of(
