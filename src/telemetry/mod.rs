@@ -8,6 +8,8 @@
 //! W3C trace context in and out of MCP messages; [`redact`] keeps session
 //! ids out of logs and spans.
 
+#[cfg(test)]
+pub(crate) mod captured_log;
 pub mod context;
 pub mod metrics;
 mod one_line;

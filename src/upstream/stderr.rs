@@ -248,40 +248,13 @@ mod tests {
         assert_eq!(budget.not_logged(), None);
     }
 
-    /// What the log says, as the fmt layer writes it.
-    #[derive(Clone, Default)]
-    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Written {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Written {
-        fn text(&self) -> String {
-            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-        }
-    }
-
     /// A child that floods stderr and then falls silent, pipe open: the
     /// count of lines not logged is told once their second is over, not
     /// left until the child writes again or exits.
     #[tokio::test(start_paused = true)]
     async fn a_flood_that_stops_is_told_once_its_second_is_over() {
         use tokio::io::AsyncWriteExt;
-        let written = Written::default();
-        let log = written.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || log.clone())
-            .with_ansi(false)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (written, _captured) = crate::telemetry::captured_log::capture();
         let (mut child, gateway_end) = tokio::io::duplex(1 << 20);
         let reading = log_lines(gateway_end, MountName::new("m").unwrap());
         let flooding = async {

@@ -181,7 +181,7 @@ impl Streams {
             cuttable,
             session: session.clone(),
             streams: Arc::downgrade(self),
-            resumed_from,
+            expected: resumed_from,
         }
     }
 
@@ -355,9 +355,11 @@ pub(super) struct StandaloneStream {
     cuttable: Arc<Cuttable>,
     session: SessionId,
     streams: Weak<Streams>,
-    /// A resume's first index, until its first event shows whether it was
-    /// still kept.
-    resumed_from: Option<usize>,
+    /// The rmcp index the next event should have (from the one the stream
+    /// was asked to start at): one past it shows events lost, whether
+    /// before the first (older than what was kept) or between what the
+    /// gateway kept and rmcp's replay after it.
+    expected: Option<usize>,
 }
 
 impl Stream for StandaloneStream {
@@ -370,9 +372,10 @@ impl Stream for StandaloneStream {
                 let Some(index) = rmcp_index(&event) else {
                     return event;
                 };
-                if let Some(from) = this.resumed_from.take() {
-                    lost_before_resume(index.saturating_sub(from));
+                if let Some(expected) = this.expected {
+                    lost_on_the_way(index.saturating_sub(expected));
                 }
+                this.expected = Some(index + 1);
                 if let Some(streams) = this.streams.upgrade() {
                     let id = streams.give_out(&this.session, index, &event);
                     event.event_id = Some(id.to_string());
@@ -383,14 +386,15 @@ impl Stream for StandaloneStream {
     }
 }
 
-/// A stream whose first event came `lost` events after the one asked for:
-/// those were older than the gateway keeps ([`STANDALONE_KEPT`]).
-fn lost_before_resume(lost: usize) {
+/// A stream whose event came `lost` events after the one expected: those
+/// were no longer kept ([`STANDALONE_KEPT`], [`STANDALONE_KEPT_FOR`], or
+/// rmcp's [`RMCP_EVENTS_KEPT`]).
+fn lost_on_the_way(lost: usize) {
     if lost > 0 {
         tracing::warn!(
             lost,
             kept = STANDALONE_KEPT,
-            "a client's GET stream starts after more messages than are kept: the oldest are lost"
+            "a client's GET stream missed more messages than are kept: they are lost"
         );
     }
 }
@@ -609,6 +613,32 @@ mod tests {
         streams.forget_session(&session);
         give_id(&streams, &session, 2);
         assert!(lock(&streams.standalone_state).is_empty());
+    }
+
+    /// A stream's events that skip indexes say so in the log, between
+    /// what the gateway kept and rmcp's replay as before the first.
+    #[tokio::test]
+    async fn a_gap_in_a_streams_events_is_logged_wherever_it_is() {
+        let (log, _captured) = crate::telemetry::captured_log::capture();
+        let streams = Arc::new(Streams::default());
+        let session: SessionId = Arc::from("s1");
+        let from = streams.standalone_opened(&session).undelivered_from();
+        let rmcp: BoxedEvents = Box::pin(futures::stream::iter(["0", "1", "2"].map(event)));
+        let mut stream = streams.standalone(&session, rmcp, Some(from));
+        while stream.next().await.is_some() {}
+        assert!(
+            !log.text().contains("more messages than are kept"),
+            "{}",
+            log.text()
+        );
+        let rmcp: BoxedEvents = Box::pin(futures::stream::iter(["3", "4", "9"].map(event)));
+        let mut stream = streams.standalone(&session, rmcp, Some(3));
+        while stream.next().await.is_some() {}
+        let text = log.text();
+        assert!(
+            text.contains("more messages than are kept") && text.contains("lost=4"),
+            "{text}"
+        );
     }
 
     fn tokio_stream_of(
