@@ -46,6 +46,14 @@ fn problems(name: &str, text: &str) -> Vec<String> {
     load_file(name, text, &[]).expect_err("config should be invalid")
 }
 
+/// The field path each problem names, in order.
+fn problem_paths(found: &[String]) -> Vec<&str> {
+    found
+        .iter()
+        .map(|problem| problem.split(": ").next().unwrap_or_default())
+        .collect()
+}
+
 #[test]
 fn embedded_default_is_valid_and_mounts_the_demo_twice() {
     let config = load(&ConfigSource::Embedded).unwrap();
@@ -398,12 +406,8 @@ fn every_bad_entry_of_a_list_or_table_is_reported() {
         timeouts = { tools = { t1 = 5, t2 = [] } }
         "#,
     );
-    let paths: Vec<&str> = found
-        .iter()
-        .map(|problem| problem.split(": ").next().unwrap_or_default())
-        .collect();
     assert_eq!(
-        paths,
+        problem_paths(&found),
         [
             "server.allowed_hosts.0",
             "server.allowed_hosts.2",
@@ -434,12 +438,8 @@ fn a_stdio_mount_that_cannot_be_spawned_is_reported_at_each_field() {
         cwd = "/tmp\u0000"
         "#,
     );
-    let paths: Vec<&str> = found
-        .iter()
-        .map(|problem| problem.split(": ").next().unwrap_or_default())
-        .collect();
     assert_eq!(
-        paths,
+        problem_paths(&found),
         [
             "mounts.m.command",
             "mounts.m.args.1",
