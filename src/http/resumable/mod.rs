@@ -108,6 +108,11 @@ pub struct ResumableSessions {
     gateway: Weak<Gateway>,
     /// Calls answered before rmcp's handler, until answered or handed over.
     quick_calls: Arc<QuickCalls>,
+    /// Held while a standalone stream opens (cut the old ones, replay,
+    /// register the new one): two opening at once (a client's reconnects
+    /// overlapping) each replayed what was kept, one of them onto rmcp's
+    /// "shadow" stream, and the client got it twice.
+    standalone_opening: tokio::sync::Mutex<()>,
 }
 
 impl ResumableSessions {
@@ -128,6 +133,7 @@ impl ResumableSessions {
             idle_timeout: gateway.config().server.session_idle_timeout,
             gateway: Arc::downgrade(gateway),
             quick_calls: Arc::default(),
+            standalone_opening: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -218,6 +224,7 @@ impl ResumableSessions {
         };
         // No client's `GET` is open (or the session would not sleep); a
         // task may be reading one whose client went away.
+        let _opening = self.standalone_opening.lock().await;
         self.streams.cut_standalone(id);
         let from = self.streams.standalone_ids(id).undelivered_from();
         let stream = match self.standalone_from(id, from).await {
@@ -497,6 +504,7 @@ impl SessionManager for ResumableSessions {
         // laptop waking): rmcp would make the new one a "shadow" that
         // never carries a message while the old one lives. The newest
         // stream is the session's.
+        let _opening = self.standalone_opening.lock().await;
         self.streams.cut_standalone(id);
         // rmcp would replay all it keeps (`sync(0)`), events an earlier
         // `GET` already carried included; a new stream carries only what
@@ -528,6 +536,7 @@ impl SessionManager for ResumableSessions {
             Some(EventPosition::Standalone { index }) => {
                 // rmcp replaces its standalone stream only once it sees the
                 // old one closed.
+                let _opening = self.standalone_opening.lock().await;
                 self.streams.cut_standalone(id);
                 // The replay starts at the first event after the client's,
                 // or, after a priming event, after what was given out
