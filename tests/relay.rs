@@ -362,6 +362,44 @@ async fn a_session_that_only_lists_has_no_roots() {
     close(client).await;
 }
 
+/// Log lines an upstream writes after its answer are not the call's: they
+/// never ride its stream ahead of the answer (they did, when read before
+/// the call had taken the answer the transport had already read), while
+/// those written before the answer still do, in order (black-box helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_written_after_an_answer_do_not_overtake_it() {
+    let mount = python_fixture_mount(
+        "chatty",
+        "logs_around_answer.py",
+        "isolation = \"per_session\"",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let session = raw::open_session(&http, &gateway.mcp_url()).await;
+    // Each run a race in the old code: lose it a few times over.
+    for run in 0..10 {
+        let call = json!({"jsonrpc": "2.0", "id": run, "method": "tools/call",
+            "params": {"name": "chatty__burst", "arguments": {}}});
+        let answer = raw::post(
+            &http,
+            &gateway.mcp_url(),
+            Some(&session),
+            raw::JSON_POST,
+            call.to_string(),
+        )
+        .await;
+        let logs: Vec<&str> = answer
+            .messages
+            .iter()
+            .filter(|message| message["method"] == "notifications/message")
+            .filter_map(|message| message["params"]["data"].as_str())
+            .collect();
+        let before: Vec<String> = (0..5).map(|n| format!("before {n}")).collect();
+        assert_eq!(logs, before, "run {run}: {:#?}", answer.messages);
+        assert_eq!(answer.tool_text(), Some("done"), "run {run}: {answer:?}");
+    }
+}
+
 /// `quiet` (level `error`) got its `shared__log error` message, and
 /// nothing below it.
 async fn assert_only_its_error_reached(quiet: &Client) {

@@ -197,6 +197,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             (Some(JsonRpcMessage::Error(_)), Lifecycle::Initializing) => {
                 self.lifecycle = Lifecycle::Initialized;
             }
+            // What is read after an answer is not about its request.
+            (Some(JsonRpcMessage::Response(response)), _) => self.relay.answer_read(&response.id),
+            (Some(JsonRpcMessage::Error(error)), _) => {
+                if let Some(id) = &error.id {
+                    self.relay.answer_read(id);
+                }
+            }
             _ => {}
         }
         message

@@ -30,6 +30,11 @@
 //! the answers): a line another session's request wrote before its answer
 //! but that arrived after it is not the single in-flight request's.
 //!
+//! A log message the transport read after a request's answer is not that
+//! request's, though the request is still in flight until its call takes
+//! the answer: it counts as a request that just ended (rules 2 and 3 skip
+//! it), so that it never rides the request's stream ahead of the answer.
+//!
 //! A message that names a task in its related-task `_meta` goes to the
 //! session that created the task (a request of that session in flight on
 //! this upstream, if exactly one is, else the session itself) before rules
@@ -85,10 +90,27 @@ pub enum Unattributed {
     ForgottenTask(String),
 }
 
+/// What is being attributed (see [`Relay::attribute_as`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attributing {
+    /// A request of the upstream's (sampling, elicitation, roots).
+    Request,
+    /// A notification (a log message), read where its [`Arrival`] says
+    /// (if the transport counted it); `late`: on an HTTP upstream's `GET`
+    /// stream, unordered with the answers, where a request that just ended
+    /// may claim it too.
+    Notification { late: bool, read_at: Option<u64> },
+}
+
 struct Inflight {
     caller: Caller,
     progress_token: ProgressToken,
     activity: Arc<Activity>,
+    /// Where the upstream's answer was read among the messages the
+    /// transport read ([`Relay::answer_read`]), once it was (its call may
+    /// not have taken it yet): a log line read after it is not the
+    /// request's.
+    answer_read_at: Option<u64>,
 }
 
 /// What says an upstream request not yet answered is still being worked
@@ -165,6 +187,9 @@ pub struct Relay {
     relayed: Notify,
     /// The number the next progress or log notification to arrive gets.
     arrivals: AtomicU64,
+    /// The number the next message the transport reads (a counted
+    /// notification or an answer) gets: their wire order.
+    reads: AtomicU64,
     /// The arrival whose turn it is to be relayed: every one before it has
     /// been (or was given up on, [`TURN_LIMIT`]).
     turn: AtomicU64,
@@ -308,6 +333,7 @@ impl Relay {
                 caller,
                 progress_token,
                 activity: activity.clone(),
+                answer_read_at: None,
             },
         );
         InflightGuard {
@@ -315,6 +341,19 @@ impl Relay {
             id,
             activity,
             answered: false,
+        }
+    }
+
+    /// The answer to request `id` has been read off the wire (called in
+    /// wire order, by the transport): a log message read after it belongs
+    /// to the session, not to the request, whose stream the client is
+    /// about to have closed by that answer. (The request stays in flight
+    /// for everything else until its call takes the answer: a task it
+    /// created is recorded then.)
+    pub fn answer_read(&self, id: &RequestId) {
+        let read_at = self.reads.fetch_add(1, Ordering::AcqRel);
+        if let Some(entry) = lock(&self.inflight).get_mut(id) {
+            entry.answer_read_at = Some(read_at);
         }
     }
 
@@ -390,7 +429,7 @@ impl Relay {
         extensions: &Extensions,
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
-        self.attribute_as(extensions, related_task, false)
+        self.attribute_as(extensions, related_task, Attributing::Request)
     }
 
     /// [`Self::attribute`]; with `late_claims` (a notification on an HTTP
@@ -404,14 +443,18 @@ impl Relay {
         &self,
         extensions: &Extensions,
         related_task: Option<&str>,
-        late_claims: bool,
+        attributing: Attributing,
     ) -> Result<Caller, Unattributed> {
-        let inflight = lock(&self.inflight);
+        let (late_claims, read_at) = match attributing {
+            Attributing::Request => (false, None),
+            Attributing::Notification { late, read_at } => (late, read_at),
+        };
+        let all_inflight = lock(&self.inflight);
         let abandoned = self.abandoned_callers();
         if let Some(InboundStreamOrigin::OutboundRequest(id)) =
             extensions.get::<InboundStreamOrigin>()
         {
-            if let Some(found) = inflight.get(id) {
+            if let Some(found) = all_inflight.get(id) {
                 return Ok(found.caller.clone());
             }
             if let Some(caller) = abandoned.of(id) {
@@ -419,7 +462,7 @@ impl Relay {
             }
         }
         if let Some(owner) = related_task.and_then(|id| self.task_owner(id)) {
-            let mut of_owner = inflight
+            let mut of_owner = all_inflight
                 .values()
                 .filter(|entry| entry.caller.session == owner.caller.session);
             return Ok(match (of_owner.next(), of_owner.next()) {
@@ -432,19 +475,27 @@ impl Relay {
                 return Err(Unattributed::ForgottenTask(id.to_owned()));
             }
         }
+        // A notification read after its request's answer is not that
+        // request's (the answer is about to close the request's stream,
+        // and would be overtaken): the request counts as one just ended.
+        let (answered, inflight): (Vec<&Inflight>, Vec<&Inflight>) =
+            all_inflight.values().partition(|entry| {
+                matches!((entry.answer_read_at, read_at), (Some(answer), Some(read)) if answer < read)
+            });
         // With nothing in flight, an abandoned request's session is not
         // alone: a request that just ended may have written the message
         // after its answer, and that session counts too. With requests in
         // flight, so it does for a notification (see `attribute_as`).
-        let recent = if inflight.is_empty() && !abandoned.sessions.is_empty() {
+        let mut recent = if inflight.is_empty() && !abandoned.sessions.is_empty() {
             self.recently_ended_callers(LINGER)
         } else if late_claims && !inflight.is_empty() {
             self.recently_ended_callers(GET_STREAM_LINGER)
         } else {
             Vec::new()
         };
+        recent.extend(answered.iter().map(|entry| entry.caller.session_only()));
         if inflight.len() == 1 {
-            if let Some(only) = inflight.values().next() {
+            if let Some(only) = inflight.first() {
                 if abandoned
                     .sessions
                     .iter()
@@ -457,7 +508,7 @@ impl Relay {
         }
         let mut sessions: Vec<&Caller> = Vec::new();
         let callers = inflight
-            .values()
+            .iter()
             .map(|entry| &entry.caller)
             .chain(abandoned.sessions.iter())
             .chain(recent.iter());
@@ -473,7 +524,7 @@ impl Relay {
             // need not open one; a server request parked there waited,
             // and held its requests' timers, for ever).
             if let Some(entry) = inflight
-                .values()
+                .iter()
                 .find(|entry| entry.caller.session == only.session)
             {
                 return Ok(entry.caller.clone());
@@ -507,11 +558,15 @@ impl Relay {
             extensions.get::<InboundStreamOrigin>(),
             Some(InboundStreamOrigin::Unassociated)
         );
-        if let Ok(caller) = self.attribute_as(extensions, related_task, late_claims) {
+        let attributing = Attributing::Notification {
+            late: late_claims,
+            read_at: extensions.get::<Arrival>().map(|arrival| arrival.read_at),
+        };
+        if let Ok(caller) = self.attribute_as(extensions, related_task, attributing) {
             return Ok(caller);
         }
         self.settle().await;
-        match self.attribute_as(extensions, related_task, late_claims) {
+        match self.attribute_as(extensions, related_task, attributing) {
             Err(Unattributed::Nobody) => self.recently_ended(),
             other => other,
         }

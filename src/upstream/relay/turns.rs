@@ -13,10 +13,12 @@ use crate::wait_for_zero::count_down;
 /// Marks a notification counted as pending ([`Relay::notification_arrived`]),
 /// carried in its extensions from the transport to the handler; with its
 /// place in its upstream's wire order when it is relayed in that order
-/// (progress, log messages).
+/// (progress, log messages), and where it was read among every message
+/// the transport read (answers included: see [`Relay::answer_read`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Arrival {
     place: Option<u64>,
+    pub(super) read_at: u64,
 }
 
 impl Relay {
@@ -29,13 +31,14 @@ impl Relay {
         self.pending_notifications.fetch_add(1, Ordering::AcqRel);
         Arrival {
             place: in_order.then(|| self.arrivals.fetch_add(1, Ordering::AcqRel)),
+            read_at: self.reads.fetch_add(1, Ordering::AcqRel),
         }
     }
 
     /// A notification counted by `notification_arrived` has been handled
     /// (`None`: one that was not counted); the next one's turn comes.
     pub fn notification_relayed(&self, arrival: Option<Arrival>) {
-        let Some(Arrival { place }) = arrival else {
+        let Some(Arrival { place, .. }) = arrival else {
             return;
         };
         if let Some(place) = place {
