@@ -90,8 +90,10 @@ struct Missed {
     /// if that was of the URI itself (not of a resource under it).
     updated: Vec<(String, Option<NotificationMetaObject>)>,
     /// Anything else (an elicitation's completion, a log line that found
-    /// its request's stream closed).
-    told: Vec<ServerNotification>,
+    /// its request's stream closed), the latest [`MISSED_TOLD_MAX`].
+    told: std::collections::VecDeque<ServerNotification>,
+    /// How many older ones went to keep to that bound.
+    told_dropped: usize,
 }
 
 impl Missed {
@@ -123,21 +125,28 @@ impl Missed {
             self.list_changed(kind);
         } else if let ServerNotification::ResourceUpdatedNotification(updated) = &notification {
             self.updated(&updated.params.uri, updated.params.meta.clone());
-        } else if self.told.len() < MISSED_TOLD_MAX {
-            self.told.push(notification);
         } else {
-            tracing::debug!(
-                session = key,
-                "a sleeping session's kept notifications are full; one dropped"
-            );
+            // The latest are kept, as a `GET` stream's resume keeps them:
+            // a resumed client sees a gap before them, not after.
+            if self.told.len() == MISSED_TOLD_MAX {
+                self.told.pop_front();
+                if self.told_dropped == 0 {
+                    tracing::debug!(
+                        session = key,
+                        "a sleeping session's kept notifications are full; the oldest go"
+                    );
+                }
+                self.told_dropped += 1;
+            }
+            self.told.push_back(notification);
         }
     }
 }
 
 /// Bound on the other notifications kept while a session sleeps:
 /// completions of URL elicitations it was given, and what rmcp held for
-/// its next `GET` (rmcp itself keeps 16); past this, more are dropped (and
-/// logged) rather than let one sleeper grow without limit.
+/// its next `GET`; past this, the oldest are dropped (and the loss logged
+/// as the session wakes) rather than let one sleeper grow without limit.
 const MISSED_TOLD_MAX: usize = 64;
 
 /// A place under `max_sessions`, held by a session from before it is
@@ -635,6 +644,13 @@ fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
     if missed.lists.is_empty() && missed.updated.is_empty() && missed.told.is_empty() {
         return;
     }
+    if missed.told_dropped > 0 {
+        tracing::warn!(
+            lost = missed.told_dropped,
+            kept = MISSED_TOLD_MAX,
+            "a session woke having missed more messages than are kept: the oldest are lost"
+        );
+    }
     tokio::spawn(async move {
         for notification in missed.told {
             if let Err(error) = peer.send_notification(notification).await {
@@ -995,6 +1011,22 @@ mod tests {
                 .map_or(0, |entry| entry.missed.told.len())
         };
         assert_eq!(kept(&registry), MISSED_TOLD_MAX);
+        // The latest are kept.
+        registry.tell(
+            key,
+            ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
+                "notifications/latest",
+                None,
+            )),
+        );
+        let last = registry
+            .lock()
+            .get(&key)
+            .and_then(|entry| entry.missed.told.back().cloned());
+        assert!(
+            matches!(&last, Some(ServerNotification::CustomNotification(n)) if n.method == "notifications/latest"),
+            "{last:?}"
+        );
         registry.unregister(key);
         registry.tell(key, told());
         assert_eq!(kept(&registry), 0);
