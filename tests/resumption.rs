@@ -1113,6 +1113,48 @@ async fn a_new_get_stream_replaces_one_still_open() {
     session.assert_working().await;
 }
 
+/// `GET`s opened all at once (a client's reconnects overlapping) leave one
+/// live stream, the others ended: two opening together each cut the old
+/// ones before either was registered, and one became rmcp's "shadow",
+/// kept open with keep-alives and never a message (3 runs in 5, black-box
+/// helper). Five rounds: the race was lost often enough to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_opened_at_once_leave_one_live_stream() {
+    let session = Session::start().await;
+    for round in 0..5 {
+        let opening = (0..4).map(|_| session.get(&session.id, None));
+        let mut streams: Vec<SseReader> = futures::future::join_all(opening)
+            .await
+            .into_iter()
+            .map(|response| SseReader::new("GET", response))
+            .collect();
+        session.toggle_bonus(&format!("toggle-{round}")).await;
+        // The ones cut end at once; the live one carries the changes.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let read = futures::future::join_all(
+            streams
+                .iter_mut()
+                .map(|stream| stream.until_end_or(deadline)),
+        )
+        .await;
+        let carried = |events: &[SseEvent]| {
+            events
+                .iter()
+                .filter_map(SseEvent::message)
+                .filter(|message| message["method"] == "notifications/tools/list_changed")
+                .count()
+        };
+        let open: Vec<usize> = read
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, ended))| !ended)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(open.len(), 1, "round {round}: {read:#?}");
+        assert_eq!(carried(&read[open[0]].0), 1, "round {round}: {read:#?}");
+    }
+}
+
 /// A new `GET` (no `Last-Event-ID`) after one that closed carries only
 /// what no stream has carried: rmcp alone replays all it keeps, so the
 /// first stream's messages came again, under the same ids (transport spec:
