@@ -61,6 +61,7 @@ use rmcp::{
 };
 
 mod idle;
+mod opening;
 mod request_stream;
 mod standalone;
 
@@ -108,11 +109,8 @@ pub struct ResumableSessions {
     gateway: Weak<Gateway>,
     /// Calls answered before rmcp's handler, until answered or handed over.
     quick_calls: Arc<QuickCalls>,
-    /// Held while a standalone stream opens (cut the old ones, replay,
-    /// register the new one): two opening at once (a client's reconnects
-    /// overlapping) each replayed what was kept, one of them onto rmcp's
-    /// "shadow" stream, and the client got it twice.
-    standalone_opening: tokio::sync::Mutex<()>,
+    /// Each session's turn to open a standalone stream (`opening.rs`).
+    openings: opening::Openings,
 }
 
 impl ResumableSessions {
@@ -133,7 +131,7 @@ impl ResumableSessions {
             idle_timeout: gateway.config().server.session_idle_timeout,
             gateway: Arc::downgrade(gateway),
             quick_calls: Arc::default(),
-            standalone_opening: tokio::sync::Mutex::new(()),
+            openings: opening::Openings::default(),
         }
     }
 
@@ -224,7 +222,7 @@ impl ResumableSessions {
         };
         // No client's `GET` is open (or the session would not sleep); a
         // task may be reading one whose client went away.
-        let _opening = self.standalone_opening.lock().await;
+        let _turn = self.openings.turn(id).await;
         self.streams.cut_standalone(id);
         let from = self.streams.standalone_ids(id).undelivered_from();
         let stream = match self.standalone_from(id, from).await {
@@ -260,9 +258,14 @@ impl ResumableSessions {
         &self,
         id: &SessionId,
         from: usize,
-    ) -> Result<standalone::BoxedEvents, LocalSessionManagerError> {
+    ) -> Result<standalone::BoxedEvents, ResumeError> {
         let (kept, rmcp_from) = self.streams.kept_standalone(id, from);
-        let rest = self.sessions.resume(id, rmcp_from.to_string()).await?;
+        let rest = tokio::time::timeout(
+            opening::OPENING_LIMIT,
+            self.sessions.resume(id, rmcp_from.to_string()),
+        )
+        .await
+        .map_err(|_| ResumeError::WorkerStuck)??;
         Ok(Box::pin(futures::stream::iter(kept).chain(rest)))
     }
 }
@@ -384,6 +387,11 @@ pub enum ResumeError {
     Sessions(#[from] LocalSessionManagerError),
     #[error("Last-Event-ID {0:?} names no resumable stream of this session")]
     UnknownStream(String),
+    /// The session's rmcp worker did not answer within
+    /// [`opening::OPENING_LIMIT`]: it waits on a stream its client does not
+    /// read.
+    #[error("the session is busy writing to a client that does not read; try again later")]
+    WorkerStuck,
 }
 
 impl SessionManager for ResumableSessions {
@@ -504,7 +512,7 @@ impl SessionManager for ResumableSessions {
         // laptop waking): rmcp would make the new one a "shadow" that
         // never carries a message while the old one lives. The newest
         // stream is the session's.
-        let _opening = self.standalone_opening.lock().await;
+        let _turn = self.openings.turn(id).await;
         self.streams.cut_standalone(id);
         // rmcp would replay all it keeps (`sync(0)`), events an earlier
         // `GET` already carried included; a new stream carries only what
@@ -536,7 +544,7 @@ impl SessionManager for ResumableSessions {
             Some(EventPosition::Standalone { index }) => {
                 // rmcp replaces its standalone stream only once it sees the
                 // old one closed.
-                let _opening = self.standalone_opening.lock().await;
+                let _turn = self.openings.turn(id).await;
                 self.streams.cut_standalone(id);
                 // The replay starts at the first event after the client's,
                 // or, after a priming event, after what was given out
