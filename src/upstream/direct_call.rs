@@ -505,6 +505,9 @@ impl DirectCalls {
         bytes: &[u8],
     ) -> Option<Result<ServerResult, ServiceError>> {
         if let Some(answer) = answer_to(id, bytes) {
+            // What the upstream's `GET` stream brings from now on is not
+            // this call's (`Relay::answer_read`).
+            self.relay.answer_read(id);
             return Some(answer);
         }
         // Anything else is read as rmcp reads it, and skipped as rmcp

@@ -78,6 +78,15 @@ pub(super) fn waits_for_relay(
     }
 }
 
+/// The request `message` answers, if it is an answer (with an id).
+fn answer_id(message: &ServerJsonRpcMessage) -> Option<&rmcp::model::RequestId> {
+    match message {
+        JsonRpcMessage::Response(response) => Some(&response.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    }
+}
+
 pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
@@ -160,7 +169,15 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             // keeps a partial line across a cancel).
             Some(injected) => tokio::select! {
                 message = self.inner.receive() => message,
-                Some(message) = injected.recv() => return Some(message),
+                Some(message) = injected.recv() => {
+                    // The direct path's notifications were counted as it
+                    // read them; an answer made for a line rmcp could not
+                    // read is read now.
+                    if let Some(id) = answer_id(&message) {
+                        self.relay.answer_read(id);
+                    }
+                    return Some(message);
+                }
             },
             None => self.inner.receive().await,
         };
@@ -197,14 +214,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             (Some(JsonRpcMessage::Error(_)), Lifecycle::Initializing) => {
                 self.lifecycle = Lifecycle::Initialized;
             }
-            // What is read after an answer is not about its request.
-            (Some(JsonRpcMessage::Response(response)), _) => self.relay.answer_read(&response.id),
-            (Some(JsonRpcMessage::Error(error)), _) => {
-                if let Some(id) = &error.id {
-                    self.relay.answer_read(id);
-                }
-            }
             _ => {}
+        }
+        // What is read after an answer is not about its request.
+        if let Some(id) = message.as_ref().and_then(answer_id) {
+            self.relay.answer_read(id);
         }
         message
     }

@@ -166,7 +166,9 @@ impl UpstreamHandler {
             .await
         {
             Ok(caller) => caller,
-            Err(Unattributed::Nobody) if self.relay.serves_no_client() => {
+            Err(Unattributed::Nobody | Unattributed::RequestEnded)
+                if self.relay.serves_no_client() =>
+            {
                 tracing::debug!(
                     "an upstream request outside any call, to a session that only lists"
                 );

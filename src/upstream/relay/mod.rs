@@ -88,6 +88,8 @@ pub enum Unattributed {
     Ambiguous(usize),
     #[error("the message is about task {0}, whose client session is no longer remembered")]
     ForgottenTask(String),
+    #[error("the message came on the answer stream of a request no client waits for any more")]
+    RequestEnded,
 }
 
 /// What is being attributed (see [`Relay::attribute_as`]).
@@ -178,7 +180,7 @@ pub struct Relay {
     /// Sessions whose requests ended within [`LINGER`], newest last: a log
     /// message the upstream wrote during a request can reach the gateway
     /// just after the answer (servers need not order them).
-    recent: Mutex<VecDeque<(Instant, Caller)>>,
+    recent: Mutex<VecDeque<(Instant, RequestId, Caller)>>,
     /// Requests abandoned unanswered within [`ABANDONED_LINGER`], newest
     /// last, at most [`ABANDONED_MAX`], with their sessions.
     abandoned: Mutex<VecDeque<(Instant, RequestId, Caller)>>,
@@ -202,6 +204,11 @@ pub struct Relay {
     /// request, progress) before the request is in `inflight`.
     sending: AtomicUsize,
     registered: Notify,
+    /// Answers read (with their read number) while requests were being
+    /// sent, to ids not registered yet: a quick answer can be read before
+    /// its request is (see [`Relay::answer_read`]). Emptied when nothing
+    /// is being sent; at most [`EARLY_ANSWERS_KEPT`].
+    early_answers: Mutex<VecDeque<(RequestId, u64)>>,
     /// Requests answered but still in flight: their caller is recording
     /// what the answer created (a task, `RawExchange::inflight`).
     answered_in_flight: AtomicUsize,
@@ -242,6 +249,10 @@ impl Drop for Forwarding {
         self.done.cancel();
     }
 }
+
+/// Most answers to requests not registered yet remembered at once
+/// ([`Relay::answer_read`]); only requests being sent have such answers.
+const EARLY_ANSWERS_KEPT: usize = 64;
 
 /// How long a finished request still claims late log messages.
 pub const LINGER: Duration = Duration::from_secs(1);
@@ -327,13 +338,21 @@ impl Relay {
         caller: Caller,
     ) -> InflightGuard {
         let activity = Arc::new(Activity::default());
+        let answer_read_at = {
+            let mut early = lock(&self.early_answers);
+            early
+                .iter()
+                .position(|(answered, _)| *answered == id)
+                .and_then(|at| early.remove(at))
+                .map(|(_, read_at)| read_at)
+        };
         lock(&self.inflight).insert(
             id.clone(),
             Inflight {
                 caller,
                 progress_token,
                 activity: activity.clone(),
-                answer_read_at: None,
+                answer_read_at,
             },
         );
         InflightGuard {
@@ -354,6 +373,17 @@ impl Relay {
         let read_at = self.reads.fetch_add(1, Ordering::AcqRel);
         if let Some(entry) = lock(&self.inflight).get_mut(id) {
             entry.answer_read_at = Some(read_at);
+            return;
+        }
+        // Its request may be between send and registration; `register`
+        // takes the mark.
+        // (Looked at under the lock the last `SendingGuard` empties it with.)
+        let mut early = lock(&self.early_answers);
+        if self.sending.load(Ordering::Acquire) > 0 {
+            if early.len() == EARLY_ANSWERS_KEPT {
+                early.pop_front();
+            }
+            early.push_back((id.clone(), read_at));
         }
     }
 
@@ -475,6 +505,22 @@ impl Relay {
                 return Err(Unattributed::ForgottenTask(id.to_owned()));
             }
         }
+        // A message on a request's stream is about that request, never
+        // another session's, even once the request has ended (its answer
+        // went ahead after waiting its limit for the messages before).
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) =
+            extensions.get::<InboundStreamOrigin>()
+        {
+            let ended = lock(&self.recent)
+                .iter()
+                .find(|(_, ended, _)| ended == id)
+                .map(|(_, _, caller)| caller.clone());
+            return match (ended, self.owner.get()) {
+                (Some(caller), _) => Ok(caller),
+                (None, Some(owner)) => Ok(owner.clone()),
+                (None, None) => Err(Unattributed::RequestEnded),
+            };
+        }
         // A notification read after its request's answer is not that
         // request's (the answer is about to close the request's stream,
         // and would be overtaken): the request counts as one just ended.
@@ -488,7 +534,9 @@ impl Relay {
         // flight, so it does for a notification (see `attribute_as`).
         let mut recent = if inflight.is_empty() && !abandoned.sessions.is_empty() {
             self.recently_ended_callers(LINGER)
-        } else if late_claims && !inflight.is_empty() {
+        } else if late_claims && !all_inflight.is_empty() {
+            // An answered request is one that just ended, among the others
+            // that did: the line may be any of theirs.
             self.recently_ended_callers(GET_STREAM_LINGER)
         } else {
             Vec::new()
@@ -612,7 +660,7 @@ impl Relay {
         let recent = lock(&self.recent);
         let now = Instant::now();
         let mut sessions: Vec<Caller> = Vec::new();
-        for (ended, caller) in recent.iter() {
+        for (ended, _, caller) in recent.iter() {
             if now.duration_since(*ended) <= within
                 && !sessions.iter().any(|c| c.session == caller.session)
             {
@@ -715,7 +763,13 @@ pub struct SendingGuard(Arc<Relay>);
 
 impl Drop for SendingGuard {
     fn drop(&mut self) {
+        // Its request is registered (or was never sent): an early answer
+        // still unclaimed when nothing is being sent is no request's here.
+        let mut early = lock(&self.0.early_answers);
         count_down(&self.0.sending, &self.0.registered);
+        if self.0.sending.load(Ordering::Acquire) == 0 {
+            early.clear();
+        }
     }
 }
 
@@ -805,11 +859,11 @@ impl Drop for InflightGuard {
         while recent.len() >= RECENT_MAX
             || recent
                 .front()
-                .is_some_and(|(at, _)| now.duration_since(*at) > LINGER)
+                .is_some_and(|(at, _, _)| now.duration_since(*at) > LINGER)
         {
             recent.pop_front();
         }
-        recent.push_back((now, ended.caller.session_only()));
+        recent.push_back((now, self.id.clone(), ended.caller.session_only()));
     }
 }
 
@@ -1095,6 +1149,79 @@ mod tests {
         ] {
             assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
         }
+    }
+
+    /// A message on the answer stream of a request that has ended (its
+    /// answer went ahead) is that request's session's, or nobody's once
+    /// forgotten: never the one request in flight's, of another session.
+    #[tokio::test]
+    async fn a_message_on_an_ended_requests_stream_is_not_another_sessions() {
+        let relay = Arc::new(Relay::default());
+        let (ended, _ended_peer) = caller(1);
+        let (in_flight, _in_flight_peer) = caller(2);
+        answered(&relay, 1, ended);
+        let _inflight = relay.register(RequestId::Number(2), token(2), in_flight);
+        let on_stream_of = |id: i64| {
+            let mut extensions = Extensions::new();
+            extensions.insert(InboundStreamOrigin::OutboundRequest(RequestId::Number(id)));
+            extensions
+        };
+        let attributed = relay.attribute_notification(&on_stream_of(1), None).await;
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(1));
+        let attributed = relay.attribute_request(&on_stream_of(99), None).await;
+        assert!(
+            matches!(attributed, Err(Unattributed::RequestEnded)),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+    }
+
+    /// A line on the `GET` stream read after the one request in flight
+    /// was answered, while another session's request ended just before,
+    /// may be either's: the answered request's session does not take it
+    /// for being the only one left in flight.
+    #[tokio::test]
+    async fn a_line_after_the_last_answer_is_not_that_sessions_while_another_just_ended() {
+        let relay = Arc::new(Relay::default());
+        let (answered_now, _answered_peer) = caller(1);
+        let (ended_before, _ended_peer) = caller(2);
+        answered(&relay, 2, ended_before);
+        let _inflight = relay.register(RequestId::Number(1), token(1), answered_now);
+        relay.answer_read(&RequestId::Number(1));
+        let mut on_get_stream = Extensions::new();
+        on_get_stream.insert(InboundStreamOrigin::Unassociated);
+        on_get_stream.insert(relay.notification_arrived(true));
+        let attributed = relay.attribute_notification(&on_get_stream, None).await;
+        assert!(
+            matches!(attributed, Err(Unattributed::Ambiguous(2))),
+            "went to session {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+    }
+
+    /// An answer read before its request is registered (a fast upstream
+    /// answers while rmcp is still handing the id back) still marks it:
+    /// a line read after it is not the request's to carry.
+    #[tokio::test]
+    async fn an_answer_read_before_its_request_is_registered_still_counts() {
+        let relay = Arc::new(Relay::default());
+        let (mut only, _peer) = caller(1);
+        only.request_id = Some(RequestId::Number(77));
+        let sending = relay.sending();
+        relay.answer_read(&RequestId::Number(1));
+        let _inflight = relay.register(RequestId::Number(1), token(1), only);
+        drop(sending);
+        let mut after_answer = Extensions::new();
+        after_answer.insert(relay.notification_arrived(true));
+        let attributed = relay
+            .attribute_notification(&after_answer, None)
+            .await
+            .expect("the session's");
+        assert_eq!(attributed.session, 1);
+        assert_eq!(
+            attributed.request_id, None,
+            "a line read after the answer went to the answered request"
+        );
     }
 
     #[tokio::test]
