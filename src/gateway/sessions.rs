@@ -9,7 +9,7 @@
 //! asleep has no peer; what it misses meanwhile is told when it wakes.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
@@ -81,19 +81,22 @@ struct SessionEntry {
 /// The notifications a sleeping session missed. An awake session without a
 /// `GET` stream has them kept by rmcp for its next `GET`; asleep it has no
 /// rmcp session to keep them, so they are kept here, as what they are about
-/// (bounded by the lists and the session's subscriptions), or as they are
-/// (`told`, bounded by [`MISSED_TOLD_MAX`]).
+/// (bounded by the lists and the session's subscriptions), or as they are:
+/// log lines and progress (`chatter`) apart from the rest (`told`), so
+/// that a chatty upstream's lines never push out an elicitation's
+/// completion, each the latest [`MISSED_KEPT_OF_EACH`].
 #[derive(Default)]
 struct Missed {
     lists: Vec<ListKind>,
     /// Each subscribed URI updated, with the `_meta` of its latest update
     /// if that was of the URI itself (not of a resource under it).
     updated: Vec<(String, Option<NotificationMetaObject>)>,
-    /// Anything else (an elicitation's completion, a log line that found
-    /// its request's stream closed), the latest [`MISSED_TOLD_MAX`].
-    told: std::collections::VecDeque<ServerNotification>,
-    /// How many older ones went to keep to that bound.
-    told_dropped: usize,
+    /// Log lines and progress that found their request's stream closed.
+    chatter: VecDeque<ServerNotification>,
+    /// Anything else: an elicitation's completion, a task's status.
+    told: VecDeque<ServerNotification>,
+    /// How many older ones of either went to keep to the bound.
+    dropped: usize,
 }
 
 impl Missed {
@@ -123,31 +126,51 @@ impl Missed {
         };
         if let Some(kind) = kind {
             self.list_changed(kind);
-        } else if let ServerNotification::ResourceUpdatedNotification(updated) = &notification {
-            self.updated(&updated.params.uri, updated.params.meta.clone());
-        } else {
-            // The latest are kept, as a `GET` stream's resume keeps them:
-            // a resumed client sees a gap before them, not after.
-            if self.told.len() == MISSED_TOLD_MAX {
-                self.told.pop_front();
-                if self.told_dropped == 0 {
-                    tracing::debug!(
-                        session = key,
-                        "a sleeping session's kept notifications are full; the oldest go"
-                    );
-                }
-                self.told_dropped += 1;
-            }
-            self.told.push_back(notification);
+            return;
         }
+        let kept = match &notification {
+            ServerNotification::ResourceUpdatedNotification(updated) => {
+                self.updated(&updated.params.uri, updated.params.meta.clone());
+                return;
+            }
+            ServerNotification::LoggingMessageNotification(_)
+            | ServerNotification::ProgressNotification(_) => &mut self.chatter,
+            _ => &mut self.told,
+        };
+        // The latest are kept, as a `GET` stream's resume keeps them:
+        // a resumed client sees a gap before them, not after.
+        if kept.len() == MISSED_KEPT_OF_EACH {
+            kept.pop_front();
+            if self.dropped == 0 {
+                tracing::debug!(
+                    session = key,
+                    "a sleeping session's kept notifications are full; the oldest go"
+                );
+            }
+            self.dropped += 1;
+        }
+        kept.push_back(notification);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+            && self.updated.is_empty()
+            && self.chatter.is_empty()
+            && self.told.is_empty()
+    }
+
+    /// How many messages telling all this takes.
+    fn len(&self) -> usize {
+        self.lists.len() + self.updated.len() + self.chatter.len() + self.told.len()
     }
 }
 
-/// Bound on the other notifications kept while a session sleeps:
-/// completions of URL elicitations it was given, and what rmcp held for
-/// its next `GET`; past this, the oldest are dropped (and the loss logged
+/// Bound on each kind of the other notifications kept while a session
+/// sleeps (`Missed`): past it the oldest are dropped (and the loss logged
 /// as the session wakes) rather than let one sleeper grow without limit.
-const MISSED_TOLD_MAX: usize = 64;
+/// The two together are what rmcp keeps for a `GET` that opens after the
+/// wake.
+const MISSED_KEPT_OF_EACH: usize = crate::http::RMCP_EVENTS_KEPT / 2;
 
 /// A place under `max_sessions`, held by a session from before it is
 /// created until it ends; dropping it frees the place.
@@ -641,18 +664,28 @@ fn unwant(wanted: &mut Wanted, key: SessionKey, uri: &str, route: &Route) {
 
 /// Tells a session that just woke what it missed asleep.
 fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
-    if missed.lists.is_empty() && missed.updated.is_empty() && missed.told.is_empty() {
+    if missed.is_empty() {
         return;
     }
-    if missed.told_dropped > 0 {
+    if missed.dropped > 0 {
         tracing::warn!(
-            lost = missed.told_dropped,
-            kept = MISSED_TOLD_MAX,
+            lost = missed.dropped,
+            kept = MISSED_KEPT_OF_EACH,
             "a session woke having missed more messages than are kept: the oldest are lost"
         );
     }
+    // Told before the session's `GET` opens, into what rmcp keeps for it
+    // (its latest `RMCP_EVENTS_KEPT`): what matters least goes first, to
+    // be the first pushed out.
+    if missed.len() > crate::http::RMCP_EVENTS_KEPT {
+        tracing::warn!(
+            telling = missed.len(),
+            kept = crate::http::RMCP_EVENTS_KEPT,
+            "a session woke with more to be told than its next GET stream finds kept: the oldest log lines go first"
+        );
+    }
     tokio::spawn(async move {
-        for notification in missed.told {
+        for notification in missed.chatter.into_iter().chain(missed.told) {
             if let Err(error) = peer.send_notification(notification).await {
                 tracing::debug!(%error, "could not send a missed notification");
             }
@@ -984,6 +1017,72 @@ mod tests {
         assert!(registry.wanted_on(&mount).is_empty());
     }
 
+    /// Log lines a session missed asleep, however many, push out none of
+    /// what it must be told (an elicitation's completion); at the wake
+    /// they go first, to be the first rmcp lets go of, and the list
+    /// changes last.
+    #[tokio::test]
+    async fn a_sleeping_sessions_log_lines_push_out_nothing_it_must_be_told() {
+        use tokio::io::AsyncBufReadExt;
+        let Registered {
+            registry,
+            keys: [key],
+            _service: service,
+            _other_end: other_end,
+        } = registered::<1>();
+        registry.set_asleep(key);
+        let log_line = |n: usize| {
+            ServerNotification::LoggingMessageNotification(
+                rmcp::model::LoggingMessageNotification::new(
+                    rmcp::model::LoggingMessageNotificationParam::new(
+                        LoggingLevel::Info,
+                        serde_json::json!(format!("line {n}")),
+                    ),
+                ),
+            )
+        };
+        registry.tell(
+            key,
+            ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(serde_json::json!({ "elicitationId": "e" })),
+            )),
+        );
+        for n in 0..crate::http::RMCP_EVENTS_KEPT * 2 {
+            registry.tell(key, log_line(n));
+        }
+        registry.tell(
+            key,
+            ServerNotification::ToolListChangedNotification(Default::default()),
+        );
+        registry.register(key, service.peer().clone(), ClientProfile::default());
+        let mut lines = tokio::io::BufReader::new(other_end).lines();
+        let mut methods = Vec::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while methods.last().map(String::as_str) != Some("notifications/tools/list_changed") {
+            let line = tokio::time::timeout_at(deadline, lines.next_line())
+                .await
+                .expect("the wake's notifications within 10 s")
+                .expect("read")
+                .expect("a line");
+            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+            methods.push(message["method"].as_str().unwrap_or_default().to_owned());
+        }
+        let logs = methods
+            .iter()
+            .filter(|method| *method == "notifications/message")
+            .count();
+        assert_eq!(logs, MISSED_KEPT_OF_EACH, "{methods:?}");
+        assert_eq!(
+            &methods[logs..],
+            [
+                "notifications/elicitation/complete",
+                "notifications/tools/list_changed"
+            ],
+            "{methods:?}"
+        );
+    }
+
     /// A session asleep keeps what it was told for itself, up to a bound;
     /// one that ended keeps nothing.
     #[tokio::test]
@@ -1001,7 +1100,7 @@ mod tests {
                 Some(serde_json::json!({ "elicitationId": "e" })),
             ))
         };
-        for _ in 0..MISSED_TOLD_MAX + 5 {
+        for _ in 0..MISSED_KEPT_OF_EACH + 5 {
             registry.tell(key, told());
         }
         let kept = |registry: &SessionRegistry| {
@@ -1010,7 +1109,7 @@ mod tests {
                 .get(&key)
                 .map_or(0, |entry| entry.missed.told.len())
         };
-        assert_eq!(kept(&registry), MISSED_TOLD_MAX);
+        assert_eq!(kept(&registry), MISSED_KEPT_OF_EACH);
         // The latest are kept.
         registry.tell(
             key,

@@ -49,6 +49,9 @@ mod sse_endpoint;
 mod status_page;
 mod whole_body;
 
+/// What rmcp keeps of a session's `GET` stream for its next `GET`.
+pub(crate) use resumable::RMCP_EVENTS_KEPT;
+
 /// Builds the app. Cancelling `shutdown` ends every MCP session and stream.
 pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let server = &gateway.config().server;
