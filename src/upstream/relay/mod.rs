@@ -338,14 +338,15 @@ impl Relay {
         caller: Caller,
     ) -> InflightGuard {
         let activity = Arc::new(Activity::default());
-        let answer_read_at = {
-            let mut early = lock(&self.early_answers);
-            early
-                .iter()
-                .position(|(answered, _)| *answered == id)
-                .and_then(|at| early.remove(at))
-                .map(|(_, read_at)| read_at)
-        };
+        // Held across the insert (`early_answers` before `inflight`, as in
+        // `answer_read`): an answer read in between is either taken here
+        // or finds the request registered.
+        let mut early = lock(&self.early_answers);
+        let answer_read_at = early
+            .iter()
+            .position(|(answered, _)| *answered == id)
+            .and_then(|at| early.remove(at))
+            .map(|(_, read_at)| read_at);
         lock(&self.inflight).insert(
             id.clone(),
             Inflight {
@@ -355,6 +356,7 @@ impl Relay {
                 answer_read_at,
             },
         );
+        drop(early);
         InflightGuard {
             relay: self.clone(),
             id,
@@ -376,9 +378,13 @@ impl Relay {
             return;
         }
         // Its request may be between send and registration; `register`
-        // takes the mark.
-        // (Looked at under the lock the last `SendingGuard` empties it with.)
+        // takes the mark. Looked at again under the lock `register` holds
+        // while it registers (and the last `SendingGuard` empties it with).
         let mut early = lock(&self.early_answers);
+        if let Some(entry) = lock(&self.inflight).get_mut(id) {
+            entry.answer_read_at = Some(read_at);
+            return;
+        }
         if self.sending.load(Ordering::Acquire) > 0 {
             if early.len() == EARLY_ANSWERS_KEPT {
                 early.pop_front();
@@ -449,7 +455,17 @@ impl Relay {
         if related_task.is_some_and(|id| self.task_owner(id).is_none()) {
             wait_for_zero(&self.answered_in_flight, &self.released, DRAIN_LIMIT).await;
         }
-        self.attribute(extensions, related_task)
+        self.or_owner(self.attribute(extensions, related_task))
+    }
+
+    /// A message on the stream of a request no longer in flight (nor being
+    /// sent: call after [`Self::settle`]) is the per_session upstream's
+    /// owner's, if it has one.
+    fn or_owner(&self, attributed: Result<Caller, Unattributed>) -> Result<Caller, Unattributed> {
+        match (attributed, self.owner.get()) {
+            (Err(Unattributed::RequestEnded), Some(owner)) => Ok(owner.clone()),
+            (other, _) => other,
+        }
     }
 
     /// Finds the downstream caller of an upstream request (see the module
@@ -515,11 +531,10 @@ impl Relay {
                 .iter()
                 .find(|(_, ended, _)| ended == id)
                 .map(|(_, _, caller)| caller.clone());
-            return match (ended, self.owner.get()) {
-                (Some(caller), _) => Ok(caller),
-                (None, Some(owner)) => Ok(owner.clone()),
-                (None, None) => Err(Unattributed::RequestEnded),
-            };
+            // (Not found, it may also be one being sent: the owner of a
+            // per_session upstream takes it only once that has settled,
+            // `or_owner`.)
+            return ended.ok_or(Unattributed::RequestEnded);
         }
         // A notification read after its request's answer is not that
         // request's (the answer is about to close the request's stream,
@@ -614,7 +629,7 @@ impl Relay {
             return Ok(caller);
         }
         self.settle().await;
-        match self.attribute_as(extensions, related_task, attributing) {
+        match self.or_owner(self.attribute_as(extensions, related_task, attributing)) {
             Err(Unattributed::Nobody) => self.recently_ended(),
             other => other,
         }
@@ -1174,6 +1189,11 @@ mod tests {
             "went to session {:?}",
             attributed.ok().map(|caller| caller.session)
         );
+        // A per_session upstream's: its owner's.
+        let (owner, _owner_peer) = caller(3);
+        let owned = Arc::new(Relay::owned_by(owner));
+        let attributed = owned.attribute_notification(&on_stream_of(99), None).await;
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(3));
     }
 
     /// A line on the `GET` stream read after the one request in flight
