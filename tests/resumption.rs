@@ -652,8 +652,9 @@ async fn unknown_last_event_id_gets_nothing_of_other_streams() {
 /// stream: a client takes an empty stream for one to open again (the
 /// TypeScript SDK, resuming after an error answer it took for none, then
 /// opened a second `GET` stream, and the two cut each other off every
-/// 3 s). An unknown session still gets 404; the `GET` stream can always
-/// be resumed.
+/// 3 s). So does a `GET`-stream id no stream gave out yet, which rmcp
+/// answered with such a stream. An unknown session still gets 404; the
+/// `GET` stream can be resumed by an id it gave out, or its priming `0`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
     let session = Session::start().await;
@@ -666,6 +667,7 @@ async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
     let answered = last_id(&events);
     let other = session.other().await;
     let unknown = format!("0/{}", u64::MAX);
+    let future = u64::MAX.to_string();
     for (on, last_event_id, why) in [
         (
             &session.id,
@@ -675,6 +677,8 @@ async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
         (&session.id, unknown.as_str(), "an unknown stream"),
         (&session.id, "not-an-event-id", "no id of the gateway's"),
         (&other, answered.as_str(), "another session's stream"),
+        (&session.id, "5", "a GET-stream id not given out yet"),
+        (&session.id, &future, "a GET-stream id from far off"),
     ] {
         let response = session.get(on, Some(last_event_id)).await;
         assert_eq!(

@@ -141,11 +141,16 @@ impl ResumableSessions {
     }
 
     /// Whether `last_event_id` names a stream of session `id` that can be
-    /// resumed: the standalone one always can; a request's while its log
-    /// is kept (open, or ended unread within the last minute).
+    /// resumed: the standalone one by an id it gave out (rmcp answers one
+    /// from the future with an empty stream that ends at once, which a
+    /// client takes for a stream to reopen, with the same id, for ever); a
+    /// request's while its log is kept (open, or ended unread within the
+    /// last minute).
     pub fn can_resume(&self, id: &SessionId, last_event_id: &str) -> bool {
         match parse_event_id(last_event_id) {
-            Some(EventPosition::Standalone { .. }) => true,
+            Some(EventPosition::Standalone { index }) => {
+                self.streams.standalone_ids(id).gave_out(index)
+            }
             Some(EventPosition::Request { stream, .. }) => {
                 self.streams.get(&(id.clone(), stream)).is_some()
             }
@@ -222,7 +227,10 @@ impl ResumableSessions {
         };
         // No client's `GET` is open (or the session would not sleep); a
         // task may be reading one whose client went away.
-        let _turn = self.openings.turn(id).await;
+        let Some(_turn) = self.openings.turn_within_limit(id).await else {
+            tracing::debug!("a session put to sleep was held up: what it had not sent is lost");
+            return;
+        };
         self.streams.cut_standalone(id);
         let from = self.streams.standalone_ids(id).undelivered_from();
         let stream = match self.standalone_from(id, from).await {
@@ -512,7 +520,11 @@ impl SessionManager for ResumableSessions {
         // laptop waking): rmcp would make the new one a "shadow" that
         // never carries a message while the old one lives. The newest
         // stream is the session's.
-        let _turn = self.openings.turn(id).await;
+        let _turn = self
+            .openings
+            .turn_within_limit(id)
+            .await
+            .ok_or(ResumeError::WorkerStuck)?;
         self.streams.cut_standalone(id);
         // rmcp would replay all it keeps (`sync(0)`), events an earlier
         // `GET` already carried included; a new stream carries only what
@@ -544,7 +556,11 @@ impl SessionManager for ResumableSessions {
             Some(EventPosition::Standalone { index }) => {
                 // rmcp replaces its standalone stream only once it sees the
                 // old one closed.
-                let _turn = self.openings.turn(id).await;
+                let _turn = self
+                    .openings
+                    .turn_within_limit(id)
+                    .await
+                    .ok_or(ResumeError::WorkerStuck)?;
                 self.streams.cut_standalone(id);
                 // The replay starts at the first event after the client's,
                 // or, after a priming event, after what was given out

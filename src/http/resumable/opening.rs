@@ -9,7 +9,8 @@
 //! rmcp worker, which waits as long as a client that stopped reading its
 //! answers lets a full stream wait, and one such client held every other
 //! session's `GET` (and the sweep) behind it while the lock was one.
-//! An opening that still waits after [`OPENING_LIMIT`] gives up.
+//! An opening gives up after waiting [`OPENING_LIMIT`] for its turn, or as
+//! long for the session's worker.
 
 use std::{
     collections::HashMap,
@@ -56,6 +57,15 @@ impl Openings {
         };
         turn.guard = Some(turn_lock.lock_owned().await);
         turn
+    }
+
+    /// [`Self::turn`], waited for at most [`OPENING_LIMIT`]: the turn
+    /// ahead may itself wait that long on a held-up worker, and a client
+    /// reconnecting again and again would queue behind each.
+    pub(super) async fn turn_within_limit(&self, session: &SessionId) -> Option<Turn<'_>> {
+        tokio::time::timeout(OPENING_LIMIT, self.turn(session))
+            .await
+            .ok()
     }
 
     /// How many sessions have a lock now (an opening under way or waiting).

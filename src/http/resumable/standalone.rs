@@ -111,6 +111,12 @@ impl StandaloneIds {
         }
     }
 
+    /// Whether a stream of this session gave out the client's id `id`
+    /// (`0`: the priming event every stream starts with).
+    pub(super) fn gave_out(&self, id: usize) -> bool {
+        id <= self.last
+    }
+
     fn woke(&mut self) {
         self.base = self.last;
     }
