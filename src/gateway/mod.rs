@@ -9,6 +9,7 @@
 
 mod live_config;
 mod mount;
+mod outbox;
 mod reload;
 mod sessions;
 mod subscriptions;

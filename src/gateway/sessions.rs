@@ -18,11 +18,13 @@ use std::{
 
 use rmcp::{
     model::{
-        LoggingLevel, NotificationMetaObject, ResourceUpdatedNotificationParam, ServerNotification,
+        LoggingLevel, NotificationMetaObject, ResourceUpdatedNotification,
+        ResourceUpdatedNotificationParam, ServerNotification,
     },
     Peer, RoleServer,
 };
 
+use super::outbox::Outbox;
 use crate::{
     catalog::{Claimed, Route},
     naming::MountName,
@@ -69,7 +71,7 @@ pub const SHARED_LOG_LEVEL: LoggingLevel = LoggingLevel::Debug;
 
 struct SessionEntry {
     /// `None` while the session sleeps: nothing can reach it then.
-    peer: Option<Peer<RoleServer>>,
+    peer: Option<Outbox>,
     profile: ClientProfile,
     log_level: Option<LoggingLevel>,
     /// Client-visible URI → the mount and the upstream's own URI.
@@ -230,7 +232,7 @@ impl SessionRegistry {
         let mut sessions = self.lock();
         if let Some(entry) = sessions.get_mut(&key) {
             let missed = std::mem::take(&mut entry.missed);
-            entry.peer = Some(peer.clone());
+            entry.peer = Some(Outbox::new(peer.clone()));
             drop(sessions);
             tell_missed(peer, missed);
             return;
@@ -239,7 +241,7 @@ impl SessionRegistry {
         sessions.insert(
             key,
             SessionEntry {
-                peer: Some(peer),
+                peer: Some(Outbox::new(peer)),
                 profile,
                 log_level: None,
                 subscriptions: HashMap::new(),
@@ -265,16 +267,12 @@ impl SessionRegistry {
             tracing::debug!(session = key, "a notification for a session that has ended");
             return;
         };
-        let Some(peer) = entry.peer.clone() else {
+        let Some(outbox) = entry.peer.clone() else {
             entry.missed.keep(key, notification);
             return;
         };
         drop(sessions);
-        tokio::spawn(async move {
-            if let Err(error) = peer.send_notification(notification).await {
-                tracing::debug!(%error, "could not send a notification to its session");
-            }
-        });
+        outbox.send(key, notification);
     }
 
     /// The session ended; returns what it was subscribed to, so the
@@ -490,20 +488,20 @@ impl SessionRegistry {
     /// Tells every session whose client profile passes `filter` that a list
     /// changed.
     pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(ClientProfile) -> bool) {
-        let peers: Vec<_> = self
+        let outboxes: Vec<_> = self
             .lock()
-            .values_mut()
-            .filter(|entry| filter(entry.profile))
-            .filter_map(|entry| {
+            .iter_mut()
+            .filter(|(_, entry)| filter(entry.profile))
+            .filter_map(|(key, entry)| {
                 if entry.peer.is_none() {
                     entry.missed.list_changed(kind);
                 }
-                entry.peer.clone()
+                Some((*key, entry.peer.clone()?))
             })
             .collect();
-        for peer in peers {
+        for (key, outbox) in outboxes {
             crate::telemetry::metrics().count_relayed("list_changed");
-            tokio::spawn(notify_list_changed(peer, kind));
+            outbox.send(key, list_changed(kind));
         }
     }
 
@@ -532,7 +530,7 @@ impl SessionRegistry {
                 continue;
             };
             match &entry.peer {
-                Some(peer) => peers.push((peer.clone(), told)),
+                Some(outbox) => peers.push((key, outbox.clone(), told)),
                 // Told on waking that what it subscribed to changed: kept
                 // once per subscription, however many sub-resources did
                 // (whose `_meta` is about another URI).
@@ -543,15 +541,16 @@ impl SessionRegistry {
             }
         }
         drop(sessions);
-        for (peer, uri) in peers {
+        for (key, outbox, uri) in peers {
             crate::telemetry::metrics().count_relayed("resource_updated");
             let mut params = ResourceUpdatedNotificationParam::new(uri.to_string());
             params.meta = meta.clone();
-            tokio::spawn(async move {
-                if let Err(error) = peer.notify_resource_updated(params).await {
-                    tracing::debug!(%error, "could not send resources/updated");
-                }
-            });
+            outbox.send(
+                key,
+                ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(
+                    params,
+                )),
+            );
         }
     }
 
@@ -676,19 +675,18 @@ fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
     }
     // Told before the session's `GET` opens, into what rmcp keeps for it
     // (its latest `RMCP_EVENTS_KEPT`): what matters least goes first, to
-    // be the first pushed out.
+    // be the first pushed out; what nothing else would tell again (an
+    // elicitation's completion, a task's status) last.
     if missed.len() > crate::http::RMCP_EVENTS_KEPT {
         tracing::warn!(
             telling = missed.len(),
             kept = crate::http::RMCP_EVENTS_KEPT,
-            "a session woke with more to be told than its next GET stream finds kept: the oldest log lines go first"
+            "a session woke with more to be told than its next GET stream finds kept: log lines go first, then list changes and updates"
         );
     }
     tokio::spawn(async move {
-        for notification in missed.chatter.into_iter().chain(missed.told) {
-            if let Err(error) = peer.send_notification(notification).await {
-                tracing::debug!(%error, "could not send a missed notification");
-            }
+        for notification in missed.chatter {
+            send_missed(&peer, notification).await;
         }
         for kind in missed.lists {
             notify_list_changed(peer.clone(), kind).await;
@@ -700,7 +698,27 @@ fn tell_missed(peer: Peer<RoleServer>, missed: Missed) {
                 tracing::debug!(%error, "could not send a missed resources/updated");
             }
         }
+        for notification in missed.told {
+            send_missed(&peer, notification).await;
+        }
     });
+}
+
+async fn send_missed(peer: &Peer<RoleServer>, notification: ServerNotification) {
+    if let Err(error) = peer.send_notification(notification).await {
+        tracing::debug!(%error, "could not send a missed notification");
+    }
+}
+
+/// The notification that a `kind` list changed.
+fn list_changed(kind: ListKind) -> ServerNotification {
+    match kind {
+        ListKind::Tools => ServerNotification::ToolListChangedNotification(Default::default()),
+        ListKind::Prompts => ServerNotification::PromptListChangedNotification(Default::default()),
+        ListKind::Resources => {
+            ServerNotification::ResourceListChangedNotification(Default::default())
+        }
+    }
 }
 
 pub async fn notify_list_changed(peer: Peer<RoleServer>, kind: ListKind) {
@@ -1019,8 +1037,8 @@ mod tests {
 
     /// Log lines a session missed asleep, however many, push out none of
     /// what it must be told (an elicitation's completion); at the wake
-    /// they go first, to be the first rmcp lets go of, and the list
-    /// changes last.
+    /// they go first, to be the first rmcp lets go of, then the list
+    /// changes, and the completion last.
     #[tokio::test]
     async fn a_sleeping_sessions_log_lines_push_out_nothing_it_must_be_told() {
         use tokio::io::AsyncBufReadExt;
@@ -1059,7 +1077,7 @@ mod tests {
         let mut lines = tokio::io::BufReader::new(other_end).lines();
         let mut methods = Vec::new();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while methods.last().map(String::as_str) != Some("notifications/tools/list_changed") {
+        while methods.last().map(String::as_str) != Some("notifications/elicitation/complete") {
             let line = tokio::time::timeout_at(deadline, lines.next_line())
                 .await
                 .expect("the wake's notifications within 10 s")
@@ -1076,8 +1094,8 @@ mod tests {
         assert_eq!(
             &methods[logs..],
             [
-                "notifications/elicitation/complete",
-                "notifications/tools/list_changed"
+                "notifications/tools/list_changed",
+                "notifications/elicitation/complete"
             ],
             "{methods:?}"
         );
