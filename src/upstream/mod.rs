@@ -463,10 +463,9 @@ impl UpstreamSession {
             raw: &self.raw,
             id: Some(id.clone()),
         });
-        let mut inflight = self
-            .relay
-            .register(id.clone(), progress_token.clone(), caller);
-        drop(sending);
+        let mut inflight =
+            self.relay
+                .register_sent(sending, id.clone(), progress_token.clone(), caller);
         let mut cancel_guard = CancelUpstreamOnDrop {
             peer: self.peer.clone(),
             id: Some(id),

@@ -3,7 +3,10 @@
 //! arrived ([`Relay::wait_turn`]), each answer after those before it
 //! ([`Relay::drain`]).
 
-use std::sync::{atomic::Ordering, Arc};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Instant,
+};
 
 use tokio::sync::Notify;
 
@@ -19,6 +22,9 @@ use crate::wait_for_zero::count_down;
 pub struct Arrival {
     place: Option<u64>,
     pub(super) read_at: u64,
+    /// When it was read: how long ago a request ended counts from then,
+    /// not from when a task got round to it.
+    pub(super) read_when: Instant,
 }
 
 impl Relay {
@@ -32,6 +38,7 @@ impl Relay {
         Arrival {
             place: in_order.then(|| self.arrivals.fetch_add(1, Ordering::AcqRel)),
             read_at: self.reads.fetch_add(1, Ordering::AcqRel),
+            read_when: Instant::now(),
         }
     }
 
