@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn summary_lists_every_mount() {
-        let config = config::load(&ConfigSource::Embedded).expect("embedded config is valid");
+        let config = config::embedded_for_tests();
         let text = summary("embedded", &config);
         assert!(text.starts_with(
             "embedded: valid; 2 mounts served at http://127.0.0.1:8080/mcp, HTTP+SSE at http://127.0.0.1:8080/sse (separator"

@@ -379,5 +379,22 @@ pub mod defaults {
     pub const SERVICE_NAME: &str = "junction";
 }
 
+/// The embedded default config, for unit tests: loaded inside a figment
+/// `Jail`, which one test holds at a time, so that the `JUNCTION_*`
+/// variables a test sets in its own jail (overrides it checks) are never
+/// read as this config's (a parallel test saw two mounts more).
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment's `Jail` closure returns its error type.
+pub fn embedded_for_tests() -> Config {
+    let mut loaded = None;
+    figment::Jail::expect_with(|_| {
+        loaded = Some(load(&ConfigSource::Embedded));
+        Ok(())
+    });
+    loaded
+        .expect("the jail ran")
+        .expect("the embedded config is valid")
+}
+
 #[cfg(test)]
 mod tests;

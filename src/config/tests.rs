@@ -56,7 +56,7 @@ fn problem_paths(found: &[String]) -> Vec<&str> {
 
 #[test]
 fn embedded_default_is_valid_and_mounts_the_demo_twice() {
-    let config = load(&ConfigSource::Embedded).unwrap();
+    let config = super::embedded_for_tests();
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
     let mounts: Vec<_> = config
         .mounts

@@ -275,13 +275,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load, ConfigSource};
 
     /// A session asleep whose wake has begun (rmcp loaded its
     /// `initialize`) is not ended by the sweep before it wakes.
     #[test]
     fn a_session_being_woken_is_not_expired_under_it() {
-        let gateway = Gateway::new(load(&ConfigSource::Embedded).expect("the embedded config"));
+        let gateway = Gateway::new(crate::config::embedded_for_tests());
         let hibernation = Hibernation::new(Some(Duration::from_secs(1)), Duration::from_secs(60));
         let ticket = gateway.sessions().reserve(1).expect("a place");
         let initialize = InitializeRequestParams::default();

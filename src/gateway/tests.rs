@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::config::{load, ConfigSource};
 
 fn gateway() -> Arc<Gateway> {
-    Gateway::new(load(&ConfigSource::Embedded).expect("the embedded config"))
+    Gateway::new(crate::config::embedded_for_tests())
 }
 
 #[tokio::test]
