@@ -235,6 +235,18 @@ impl Session {
         Session { gateway, http, id }
     }
 
+    /// A session on a gateway whose idle sessions sleep after 200 ms.
+    async fn start_sleepy() -> Session {
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
+            stdio_demo_mount("demo", "")
+        );
+        let gateway = Gateway::start(&config).await;
+        let http = reqwest::Client::new();
+        let id = open_session(&http, &gateway.mcp_url()).await;
+        Session { gateway, http, id }
+    }
+
     /// Another initialized session on the same gateway.
     async fn other(&self) -> String {
         open_session(&self.http, &self.gateway.mcp_url()).await
@@ -966,14 +978,7 @@ async fn what_was_sent_before_the_first_get_reaches_it() {
 /// tells it as it wakes (here by a `ping`), before its `GET` opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_was_missed_asleep_reaches_the_get_after_the_wake() {
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
-        stdio_demo_mount("demo", "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let id = open_session(&http, &gateway.mcp_url()).await;
-    let session = Session { gateway, http, id };
+    let session = Session::start_sleepy().await;
     subscribe_to_notes(&session).await;
     eventually("the session to sleep", OP_TIMEOUT, || async {
         let metrics = metrics_text(&session.gateway).await;
@@ -1344,14 +1349,7 @@ async fn a_client_gone_before_a_quick_answer_has_not_cancelled_the_call() {
 /// since, not have it skipped as if it were already seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_stream_resumes_across_a_sleep() {
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n{}",
-        stdio_demo_mount("demo", "")
-    );
-    let gateway = Gateway::start(&config).await;
-    let http = reqwest::Client::new();
-    let id = open_session(&http, &gateway.mcp_url()).await;
-    let session = Session { gateway, http, id };
+    let session = Session::start_sleepy().await;
 
     let mut standalone = SseReader::new("GET", session.get(&session.id, None).await);
     standalone.expect_event(Instant::now() + OP_TIMEOUT).await;
