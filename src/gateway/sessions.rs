@@ -722,12 +722,7 @@ fn list_changed(kind: ListKind) -> ServerNotification {
 }
 
 pub async fn notify_list_changed(peer: Peer<RoleServer>, kind: ListKind) {
-    let sent = match kind {
-        ListKind::Tools => peer.notify_tool_list_changed().await,
-        ListKind::Prompts => peer.notify_prompt_list_changed().await,
-        ListKind::Resources => peer.notify_resource_list_changed().await,
-    };
-    if let Err(error) = sent {
+    if let Err(error) = peer.send_notification(list_changed(kind)).await {
         tracing::debug!(%error, ?kind, "could not send list_changed");
     }
 }
