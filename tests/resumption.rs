@@ -699,6 +699,24 @@ async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
             "{why} (Last-Event-ID {last_event_id:?})"
         );
     }
+    // Bytes past ASCII are allowed in a header value but are in no id the
+    // gateway gives out: refused too, not taken for no id at all.
+    let not_ascii = session
+        .http
+        .get(session.gateway.mcp_url())
+        .header("accept", EVENT_STREAM)
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", VERSION)
+        .header(
+            "last-event-id",
+            reqwest::header::HeaderValue::from_bytes("0/\u{e9}".as_bytes()).unwrap(),
+        );
+    let response = within("GET", not_ascii.send()).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::BAD_REQUEST,
+        "a Last-Event-ID that is not ASCII"
+    );
     let response = session.get("no-such-session", Some(&answered)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let standalone = session.get(&session.id, Some("0")).await;

@@ -503,12 +503,11 @@ async fn answer_for_session(
     if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
         let resumes = (method == axum::http::Method::GET)
             .then(|| {
-                request
-                    .headers()
-                    .get("last-event-id")?
-                    .to_str()
-                    .ok()
-                    .map(str::to_owned)
+                // Bytes past ASCII are in no id the gateway gives out: kept
+                // (lossily) so the resume is refused, where rmcp would take
+                // an id it cannot read for no id and open a fresh stream.
+                let id = request.headers().get("last-event-id")?;
+                Some(String::from_utf8_lossy(id.as_bytes()).into_owned())
             })
             .flatten();
         if let Some(refused) = refuse_unknown_resume(sessions, session.as_ref(), resumes).await {
