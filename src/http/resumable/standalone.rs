@@ -22,7 +22,10 @@
 //! those read for it by a task that goes on reading rmcp's stream
 //! ([`keep_while_away`]) until the client comes back or the session ends.
 //! A new stream replays what the gateway kept from its first event on, and
-//! goes on with rmcp's from the event after the last one kept.
+//! goes on with rmcp's from the event after the last one kept. What is
+//! kept is also bounded in bytes ([`STANDALONE_KEPT_BYTES`]); a resume
+//! from before the oldest event kept, when rmcp may hold older ones than
+//! the gateway, is rmcp's alone.
 //!
 //! A session that slept and woke is a new rmcp session, numbering from 0
 //! again, while its client still holds ids of the streams before: its ids
@@ -65,6 +68,12 @@ pub(crate) const STANDALONE_KEPT: usize = 256;
 /// not for the session's life (a session whose client keeps its `GET`
 /// open never sleeps, and the events may be large log lines).
 pub(crate) const STANDALONE_KEPT_FOR: Duration = Duration::from_secs(300);
+
+/// How many bytes (of JSON) of a session's latest standalone events the
+/// gateway keeps for a resume, at most: a server's large log lines or
+/// updates would otherwise hold [`STANDALONE_KEPT`] times their size for
+/// each busy session. The latest event is kept whatever its size.
+pub(crate) const STANDALONE_KEPT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Each session's open standalone streams, and the task reading one whose
 /// client went away ([`keep_while_away`]).
@@ -123,29 +132,51 @@ impl StandaloneIds {
 }
 
 /// A session's standalone ids, and the latest events read from rmcp's
-/// standalone stream (by rmcp's index, in order, with when), for a resume.
+/// standalone stream (in rmcp's order), for a resume.
 #[derive(Default)]
 pub(super) struct SessionStandalone {
     ids: StandaloneIds,
-    /// At most [`STANDALONE_KEPT`], none older than [`STANDALONE_KEPT_FOR`]
-    /// (once trimmed), events of this rmcp session only (a wake empties
-    /// it: rmcp's indexes start again).
-    kept: VecDeque<(usize, Instant, ServerSseMessage)>,
+    /// At most [`STANDALONE_KEPT`] and [`STANDALONE_KEPT_BYTES`], none
+    /// older than [`STANDALONE_KEPT_FOR`] (once trimmed), events of this
+    /// rmcp session only (a wake empties it: rmcp's indexes start again).
+    kept: VecDeque<KeptEvent>,
+    /// The sum of `kept`'s `bytes`.
+    kept_bytes: usize,
+}
+
+/// A standalone event kept for a resume.
+struct KeptEvent {
+    /// rmcp's index of it.
+    index: usize,
+    /// When it was kept.
+    at: Instant,
+    /// Its message's size as JSON.
+    bytes: usize,
+    event: ServerSseMessage,
 }
 
 impl SessionStandalone {
     /// Keeps `event`, rmcp's `index`, unless kept already: a stream and the
     /// task it handed rmcp's over to may both read one event.
     fn keep(&mut self, index: usize, event: ServerSseMessage) {
-        if self.kept.back().is_some_and(|(last, _, _)| *last >= index) {
+        if self.kept.back().is_some_and(|kept| kept.index >= index) {
             return;
         }
         let now = Instant::now();
         self.trim(now);
-        if self.kept.len() == STANDALONE_KEPT {
-            self.kept.pop_front();
+        let bytes = json_size(&event);
+        self.kept_bytes += bytes;
+        self.kept.push_back(KeptEvent {
+            index,
+            at: now,
+            bytes,
+            event,
+        });
+        while self.kept.len() > STANDALONE_KEPT
+            || (self.kept_bytes > STANDALONE_KEPT_BYTES && self.kept.len() > 1)
+        {
+            self.let_go_of_oldest();
         }
-        self.kept.push_back((index, now, event));
     }
 
     /// Lets go of the events kept longer than [`STANDALONE_KEPT_FOR`].
@@ -153,15 +184,47 @@ impl SessionStandalone {
         while self
             .kept
             .front()
-            .is_some_and(|(_, at, _)| now.duration_since(*at) > STANDALONE_KEPT_FOR)
+            .is_some_and(|kept| now.duration_since(kept.at) > STANDALONE_KEPT_FOR)
         {
-            self.kept.pop_front();
+            self.let_go_of_oldest();
         }
         if self.kept.is_empty() {
             // Its buffer too: an idle session holds nothing.
             self.kept = VecDeque::new();
         }
     }
+
+    fn let_go_of_oldest(&mut self) {
+        if let Some(oldest) = self.kept.pop_front() {
+            self.kept_bytes -= oldest.bytes;
+        }
+    }
+
+    fn forget_kept(&mut self) {
+        self.kept = VecDeque::new();
+        self.kept_bytes = 0;
+    }
+}
+
+/// The size of `event`'s message as JSON, counted without writing it out.
+fn json_size(event: &ServerSseMessage) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    if let Some(message) = &event.message {
+        // Writing to a counter fails only if the message cannot be
+        // serialized, which rmcp's sending it would find too.
+        let _ = serde_json::to_writer(&mut counter, message.as_ref());
+    }
+    counter.0
 }
 
 impl Streams {
@@ -195,6 +258,11 @@ impl Streams {
     /// `from` on that the gateway kept, in order, and the index rmcp's own
     /// replay is to go on from. Call with the session's standalone streams
     /// cut: what they or their keeper read is then all here.
+    ///
+    /// When the oldest event kept is past `from` and fewer are kept than
+    /// rmcp keeps (its latest [`RMCP_EVENTS_KEPT`], which the gateway's
+    /// byte budget or age limit may have let go of), rmcp's replay alone
+    /// goes back further: it is used alone.
     pub(super) fn kept_standalone(
         &self,
         session: &SessionId,
@@ -204,14 +272,19 @@ impl Streams {
         let Some(state) = all.get(session) else {
             return (Vec::new(), from);
         };
+        let rmcp_goes_back_further = state.kept.len() < RMCP_EVENTS_KEPT
+            && state.kept.front().is_some_and(|oldest| oldest.index > from);
+        if rmcp_goes_back_further {
+            return (Vec::new(), from);
+        }
         let events: Vec<ServerSseMessage> = state
             .kept
             .iter()
-            .filter(|(index, _, _)| *index >= from)
-            .map(|(_, _, event)| event.clone())
+            .filter(|kept| kept.index >= from)
+            .map(|kept| kept.event.clone())
             .collect();
         let rmcp_from = match state.kept.back() {
-            Some((last, _, _)) if *last >= from => last + 1,
+            Some(last) if last.index >= from => last.index + 1,
             _ => from,
         };
         (events, rmcp_from)
@@ -256,7 +329,7 @@ impl Streams {
     pub(super) fn standalone_woke(&self, session: &SessionId) {
         if let Some(state) = lock(&self.standalone_state).get_mut(session) {
             state.ids.woke();
-            state.kept.clear();
+            state.forget_kept();
         }
     }
 
@@ -269,7 +342,7 @@ impl Streams {
         if let Some(state) = all.remove(session) {
             let asleep = SessionStandalone {
                 ids: state.ids,
-                kept: VecDeque::new(),
+                ..Default::default()
             };
             all.insert(fresh.clone(), asleep);
         }
@@ -602,12 +675,17 @@ mod tests {
         give_id(&streams, &session, 1);
         let long_ago = Instant::now() - STANDALONE_KEPT_FOR - Duration::from_secs(1);
         if let Some(state) = lock(&streams.standalone_state).get_mut(&session) {
-            state.kept[0].1 = long_ago;
+            state.kept[0].at = long_ago;
         }
         streams.trim_standalone();
-        assert_eq!(kept_ids(&streams, &session, 0), (vec!["1".into()], 2));
+        assert_eq!(kept_ids(&streams, &session, 1), (vec!["1".into()], 2));
+        assert_eq!(
+            kept_ids(&streams, &session, 0),
+            (vec![], 0),
+            "from before the oldest kept: rmcp's replay, which goes back further"
+        );
         if let Some(state) = lock(&streams.standalone_state).get_mut(&session) {
-            state.kept[0].1 = long_ago;
+            state.kept[0].at = long_ago;
         }
         streams.trim_standalone();
         assert_eq!(kept_ids(&streams, &session, 0), (vec![], 0));
@@ -619,6 +697,50 @@ mod tests {
         streams.forget_session(&session);
         give_id(&streams, &session, 2);
         assert!(lock(&streams.standalone_state).is_empty());
+    }
+
+    /// A log notification of about `bytes` bytes, rmcp's `index`.
+    fn large_event(index: usize, bytes: usize) -> ServerSseMessage {
+        let message = serde_json::from_value(serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": "info", "data": "x".repeat(bytes)},
+        }))
+        .expect("a log notification");
+        ServerSseMessage::new(index.to_string(), message)
+    }
+
+    /// Large events are kept up to [`STANDALONE_KEPT_BYTES`] (the latest
+    /// whatever its size); a resume from before the oldest kept is left to
+    /// rmcp's replay, which keeps more of them.
+    #[test]
+    fn kept_events_are_bounded_in_bytes() {
+        const MIB: usize = 1024 * 1024;
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
+        for index in 0..10 {
+            streams.give_out(&session, index, &large_event(index, MIB));
+        }
+        let held = |streams: &Streams| {
+            let all = lock(&streams.standalone_state);
+            let state = all.get(&session).expect("the session's state");
+            let counted: usize = state.kept.iter().map(|kept| json_size(&kept.event)).sum();
+            assert_eq!(state.kept_bytes, counted, "the running sum is right");
+            (state.kept.len(), state.kept_bytes)
+        };
+        let (events, bytes) = held(&streams);
+        assert_eq!(events, STANDALONE_KEPT_BYTES / MIB - 1, "{bytes} bytes");
+        assert!(bytes <= STANDALONE_KEPT_BYTES && bytes > 2 * MIB, "{bytes}");
+        assert_eq!(
+            kept_ids(&streams, &session, 7),
+            (vec!["7".into(), "8".into(), "9".into()], 10)
+        );
+        assert_eq!(kept_ids(&streams, &session, 2), (vec![], 2));
+        streams.give_out(&session, 10, &large_event(10, 2 * STANDALONE_KEPT_BYTES));
+        let (events, bytes) = held(&streams);
+        assert_eq!(events, 1, "only the latest, larger than the budget");
+        assert!(bytes > STANDALONE_KEPT_BYTES);
     }
 
     /// A stream's events that skip indexes say so in the log, between
