@@ -11,7 +11,8 @@
 //!    [`InboundStreamOrigin`]), or the progress token for progress;
 //! 2. the single request in flight on this upstream session;
 //! 3. the single downstream session with requests in flight;
-//! 4. the owner, for a per-session upstream (it has exactly one session).
+//! 4. the owner, for a per-session upstream (it has exactly one session),
+//!    once no request is being sent (the message may be that one's).
 //!
 //! A request the gateway stopped waiting for (its client cancelled it, it
 //! timed out, its caller went away) may still be running upstream, since
@@ -108,10 +109,11 @@ enum Attributing {
     /// A notification (a log message), read where its [`Arrival`] says
     /// (if the transport counted it); `late`: on an HTTP upstream's `GET`
     /// stream, unordered with the answers, where a request that just ended
-    /// may claim it too.
+    /// may claim it too; `settled`: requests being sent were waited for.
     Notification {
         late: bool,
         arrival: Option<Arrival>,
+        settled: bool,
     },
 }
 
@@ -549,9 +551,13 @@ impl Relay {
         related_task: Option<&str>,
         attributing: Attributing,
     ) -> Result<Caller, Unattributed> {
-        let (late_claims, line) = match attributing {
-            Attributing::Request => (false, None),
-            Attributing::Notification { late, arrival } => (late, arrival),
+        let (late_claims, line, settled) = match attributing {
+            Attributing::Request => (false, None, true),
+            Attributing::Notification {
+                late,
+                arrival,
+                settled,
+            } => (late, arrival, settled),
         };
         let read_at = line.map(|line| line.read_at);
         let all_inflight = lock(&self.inflight);
@@ -659,8 +665,15 @@ impl Relay {
             }
             return Ok(only.session_only());
         }
+        // The owner takes what no request claims, but not while a request
+        // is being sent: the message may be that request's (the upstream
+        // answered before rmcp told us its id), and would leave its stream
+        // for the session's.
         if let Some(owner) = self.owner.get() {
-            return Ok(owner.clone());
+            if settled || self.sending.load(Ordering::Acquire) == 0 {
+                return Ok(owner.clone());
+            }
+            return Err(Unattributed::Nobody);
         }
         if sessions.is_empty() {
             Err(Unattributed::Nobody)
@@ -686,15 +699,17 @@ impl Relay {
             extensions.get::<InboundStreamOrigin>(),
             Some(InboundStreamOrigin::Unassociated)
         );
-        let attributing = Attributing::Notification {
+        let arrival = extensions.get::<Arrival>().copied();
+        let attributing = |settled| Attributing::Notification {
             late: late_claims,
-            arrival: extensions.get::<Arrival>().copied(),
+            arrival,
+            settled,
         };
-        if let Ok(caller) = self.attribute_as(extensions, related_task, attributing) {
+        if let Ok(caller) = self.attribute_as(extensions, related_task, attributing(false)) {
             return Ok(caller);
         }
         self.settle().await;
-        match self.or_owner(self.attribute_as(extensions, related_task, attributing)) {
+        match self.or_owner(self.attribute_as(extensions, related_task, attributing(true))) {
             Err(Unattributed::Nobody) => self.recently_ended(extensions.get::<Arrival>().copied()),
             other => other,
         }
@@ -1156,6 +1171,46 @@ mod tests {
         let _inflight = relay.register(RequestId::Number(2), token(2), chatty);
         drop(sending);
         assert_eq!(attribution.await.ok().map(|caller| caller.session), Some(2));
+    }
+
+    /// On a per_session upstream, a log line read while its owner's request
+    /// is being sent (the server wrote it before rmcp told us the id) is
+    /// that request's, for its stream, not the owner's session's: the
+    /// owner took it at once, and a call lost its first log line to the
+    /// `GET` stream now and then (a flaky relay test).
+    #[tokio::test]
+    async fn a_line_read_while_the_owners_request_is_sent_is_that_requests() {
+        let (owner, _owner_peer) = caller(1);
+        let relay = Arc::new(Relay::owned_by(owner.clone()));
+        let sending = relay.sending();
+        let mut extensions = Extensions::new();
+        extensions.insert(relay.notification_arrived(true));
+        let attribution = relay.attribute_notification(&extensions, None);
+        tokio::pin!(attribution);
+        assert!(
+            futures::poll!(&mut attribution).is_pending(),
+            "not given to the owner's session while its request is sent"
+        );
+        let request = Caller {
+            request_id: Some(RequestId::Number(7)),
+            ..owner
+        };
+        let _inflight = relay.register_sent(sending, RequestId::Number(3), token(3), request);
+        let attributed = attribution.await.ok().and_then(|caller| caller.request_id);
+        assert_eq!(attributed, Some(RequestId::Number(7)));
+        // Nothing being sent: the owner's session takes a line no request
+        // claims, at once.
+        let (owner, _owner_peer) = caller(2);
+        let idle = Relay::owned_by(owner);
+        let no_origin = Extensions::new();
+        let unclaimed = idle.attribute_notification(&no_origin, None);
+        tokio::pin!(unclaimed);
+        let attributed = futures::poll!(&mut unclaimed);
+        assert!(
+            matches!(&attributed, std::task::Poll::Ready(Ok(caller)) if caller.session == 2),
+            "{:?}",
+            attributed.map(|caller| caller.map(|caller| caller.session))
+        );
     }
 
     /// A message about a task whose owner was let go (the table is
