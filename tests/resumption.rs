@@ -730,6 +730,30 @@ async fn a_resume_of_a_stream_that_cannot_be_resumed_is_refused() {
     session.assert_working().await;
 }
 
+/// A request stream's number (in its event ids, `<index>/<stream>`)
+/// counts that session's streams only: numbers counted across sessions
+/// told every client how much the gateway sent the others (black-box
+/// helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_numbers_count_one_sessions_streams_only() {
+    let session = Session::start().await;
+    let stream_number = |events: &[SseEvent]| -> u64 {
+        let id = last_id(events);
+        let (_, stream) = id.split_once('/').expect("an id <index>/<stream>");
+        stream.parse().expect("a stream number")
+    };
+    let call = |id: &str| slow_call(id, &format!("tok-{id}"), 1, 1);
+    let first = stream_number(&session.post_answer("A's first", &call("a1")).await);
+    let other = session.other().await;
+    for n in 0..5 {
+        let id = format!("b{n}");
+        let events = session.post_answer_as(&other, "B's call", &call(&id)).await;
+        assert!(!events.is_empty(), "B's call {n} answered");
+    }
+    let second = stream_number(&session.post_answer("A's second", &call("a2")).await);
+    assert_eq!(second, first + 1, "A's streams are numbered apart from B's");
+}
+
 /// The count of `demo` tool calls answered `ok`, from `/metrics`.
 async fn calls_answered(session: &Session) -> u64 {
     calls_answered_on(session, "demo").await

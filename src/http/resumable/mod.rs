@@ -13,9 +13,10 @@
 //!   by `(session, stream number)` while the stream is open, with the
 //!   messages the relay queued for that request merged in
 //!   (`downstream/request_streams.rs`: rmcp would send those on the `GET`
-//!   stream). The stream number is the gateway's own, unique in the
-//!   process, not rmcp's HTTP request id, which starts from 0 again when a
-//!   session wakes from sleep (`request_stream.rs`);
+//!   stream). The stream number is the gateway's own, counted per session
+//!   for the session's life (a process-wide count told every client how
+//!   much the others were sent), not rmcp's HTTP request id, which starts
+//!   from 0 again when a session wakes from sleep (`request_stream.rs`);
 //! - when the client drops the stream before it ends, a task keeps reading
 //!   it into the log until the response, and the log is kept for
 //!   60 s after that (`request_stream.rs`);
@@ -193,6 +194,7 @@ impl ResumableSessions {
                 self.activity.set_phase(&id, Phase::Asleep);
                 self.activity.rekey(&id, &fresh_id);
                 self.streams.rekey_standalone(&id, &fresh_id);
+                self.streams.rekey_stream_numbers(&id, &fresh_id);
                 slept += 1;
             } else {
                 self.activity.set_phase(&id, Phase::Awake);
@@ -409,6 +411,7 @@ impl SessionManager for ResumableSessions {
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let (id, transport) = self.sessions.create_session().await?;
         self.activity.created(&id);
+        self.streams.session_began(&id);
         Ok((id, transport))
     }
 
@@ -586,6 +589,9 @@ impl SessionManager for ResumableSessions {
             // `accept_message`).
             self.activity.waking(&id);
             self.streams.standalone_woke(&id);
+            // Its count goes on (kept while it slept); one this process
+            // never counted for starts.
+            self.streams.session_began(&id);
             // rmcp calls the session factory next, without an await between.
             idle::mark_waking();
         }
@@ -664,8 +670,9 @@ struct Streams {
     /// Each session's streams kept after their end for a client that went
     /// away, oldest first (see `request_stream.rs`).
     orphans: Mutex<HashMap<SessionId, std::collections::VecDeque<StreamKey>>>,
-    /// The last request stream's number.
-    last_stream: std::sync::atomic::AtomicU64,
+    /// Each session's last request stream number (see
+    /// `request_stream.rs`), kept while it sleeps.
+    stream_numbers: Mutex<HashMap<SessionId, u64>>,
     standalone: Mutex<standalone::OpenStandalone>,
     /// Each session's standalone event ids and latest events (see
     /// `standalone.rs`).
@@ -677,6 +684,7 @@ impl Streams {
     fn forget_session(&self, session: &SessionId) {
         self.cut_standalone(session);
         lock(&self.standalone_state).remove(session);
+        lock(&self.stream_numbers).remove(session);
         self.forget_request_streams(session);
     }
 }

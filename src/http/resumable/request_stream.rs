@@ -62,11 +62,35 @@ impl Streams {
         lock(&self.logs)
     }
 
-    /// A number for a new request stream, never given before.
-    fn new_stream(&self) -> u64 {
-        self.last_stream
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1
+    /// `session` began: its request streams are numbered from 1.
+    pub(super) fn session_began(&self, session: &SessionId) {
+        lock(&self.stream_numbers)
+            .entry(session.clone())
+            .or_insert(0);
+    }
+
+    /// A number for a new request stream of `session`, never given to one
+    /// of its streams before, wakes included (rmcp's request ids start
+    /// again at a wake). Counted per session: a number counted across
+    /// sessions told every client how many streams the others had.
+    /// A session already forgotten (a stream still ending) gets `0`, which
+    /// no stream of a live session has, without coming back.
+    fn new_stream(&self, session: &SessionId) -> u64 {
+        let mut numbers = lock(&self.stream_numbers);
+        let Some(last) = numbers.get_mut(session) else {
+            return 0;
+        };
+        *last += 1;
+        *last
+    }
+
+    /// Keys `session`'s stream count by `fresh` (the same id, allocated
+    /// now) as it falls asleep, as `rekey_standalone` does.
+    pub(super) fn rekey_stream_numbers(&self, session: &SessionId, fresh: &SessionId) {
+        let mut numbers = lock(&self.stream_numbers);
+        if let Some(last) = numbers.remove(session) {
+            numbers.insert(fresh.clone(), last);
+        }
     }
 
     pub(super) fn get(&self, key: &StreamKey) -> Option<Arc<StreamLog>> {
@@ -304,7 +328,7 @@ where
             return event;
         };
         let logged = self.log.get_or_insert_with(|| {
-            let key = (self.session.clone(), self.streams.new_stream());
+            let key = (self.session.clone(), self.streams.new_stream(&self.session));
             let log = Arc::new(StreamLog::new());
             log.state().writer = self.connection.take();
             self.streams.insert(key.clone(), log.clone());
@@ -465,6 +489,7 @@ mod tests {
     async fn a_dropped_stream_is_read_to_its_end_and_resumed_after_the_last_id() {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
+        streams.session_began(&session);
         let (sender, receiver) = mpsc::channel(8);
         let mut recorded = streams.recorded(
             &session,
@@ -508,6 +533,8 @@ mod tests {
     async fn a_session_keeps_a_bounded_number_of_ended_orphans() {
         let streams = Arc::new(Streams::default());
         let (session, other): (SessionId, SessionId) = (Arc::from("s1"), Arc::from("s2"));
+        streams.session_began(&session);
+        streams.session_began(&other);
         let abandon = |session: &SessionId| {
             let mut recorded = streams.recorded(
                 session,
@@ -523,8 +550,8 @@ mod tests {
         abandon(&session).await;
         // Held as its background reader holds it, through the retention.
         let first = streams
-            .get(&(session.clone(), 2))
-            .expect("the first orphan");
+            .get(&(session.clone(), 1))
+            .expect("the first orphan (streams are numbered per session)");
         for _ in 0..MAX_ORPHANS_PER_SESSION + 3 {
             abandon(&session).await;
         }
@@ -538,7 +565,7 @@ mod tests {
                 .filter(|n| streams.get(&(owner.clone(), *n)).is_some())
                 .collect::<Vec<_>>()
         };
-        let expected: Vec<u64> = (6..=MAX_ORPHANS_PER_SESSION as u64 + 5).collect();
+        let expected: Vec<u64> = (5..=MAX_ORPHANS_PER_SESSION as u64 + 4).collect();
         assert_eq!(kept(&session), expected, "the latest, the oldest gone");
         assert_eq!(kept(&other), [1]);
         assert!(
@@ -555,6 +582,7 @@ mod tests {
         let streams = Arc::new(Streams::default());
         let requests = Arc::new(RequestStreams::default());
         let session: SessionId = Arc::from("s1");
+        streams.session_began(&session);
         let related = requests.open(&session, RequestId::Number(1));
         let queue = requests.queue("s1", &RequestId::Number(1)).expect("open");
         let (sender, receiver) = mpsc::channel(8);
@@ -595,6 +623,7 @@ mod tests {
     async fn streams_rmcp_numbered_alike_keep_their_own_ids_and_logs() {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
+        streams.session_began(&session);
         let mut before = streams.recorded(
             &session,
             futures::stream::iter([event("0/0"), event("1/0")]),
@@ -622,6 +651,7 @@ mod tests {
     async fn a_stream_read_to_its_end_is_forgotten() {
         let streams = Arc::new(Streams::default());
         let session: SessionId = Arc::from("s1");
+        streams.session_began(&session);
         let recorded = streams.recorded(
             &session,
             futures::stream::iter([event("0/1"), event("1/1")]),
