@@ -189,6 +189,14 @@ async fn an_unattributable_sampling_request_is_refused_not_guessed() {
     assert_eq!(ok_text(&slow), "done after 20 steps");
     assert_eq!(answer.is_error, Some(true), "{answer:?}");
     assert!(text(&answer).contains("cannot route"), "{answer:?}");
+    // The refusal, which the upstream may hand to its client, counts no
+    // other client's requests.
+    let refused = text(&answer);
+    let why = refused.split("cannot route").nth(1).unwrap_or_default();
+    assert!(
+        !why.contains(char::is_numeric),
+        "the refusal tells how busy other clients are: {answer:?}"
+    );
     assert_eq!(sampler.service().sampling_requests(), 0);
     assert_eq!(busy.service().sampling_requests(), 0);
 

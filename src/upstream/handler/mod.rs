@@ -175,7 +175,11 @@ impl UpstreamHandler {
                 return Ok(None);
             }
             Err(why) => {
-                tracing::warn!(%why, "refusing an upstream request that cannot be routed to one client");
+                let sessions = match why {
+                    Unattributed::Ambiguous(sessions) => Some(sessions),
+                    _ => None,
+                };
+                tracing::warn!(%why, sessions, "refusing an upstream request that cannot be routed to one client");
                 return Err(ErrorData::internal_error(
                     format!("the gateway cannot route this request: {why}"),
                     None,

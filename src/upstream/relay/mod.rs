@@ -93,7 +93,10 @@ use crate::wait_for_zero::{count_down, wait_for_zero};
 pub enum Unattributed {
     #[error("no client request is in flight on this upstream session")]
     Nobody,
-    #[error("{0} client sessions have requests in flight on this shared upstream session, and the message does not say which one it is for")]
+    /// How many sessions it could be for: in the log, not in the text,
+    /// which reaches the upstream and perhaps, through it, a client, who
+    /// would learn how busy the others are.
+    #[error("several client sessions have requests in flight on this shared upstream session, and the message does not say which one it is for")]
     Ambiguous(usize),
     #[error("the message is about task {0}, whose client session is no longer remembered")]
     ForgottenTask(String),
