@@ -142,73 +142,29 @@ fn target(config: &Config, mount: &MountConfig) -> String {
     }
 }
 
-/// A command line with what is likely a secret masked: the value of a flag
-/// whose name says secret (`--api-key=sk-…`, `--token tok-…`), of a
-/// header whose name does (`--header "Authorization: Bearer …"`, as
-/// `mcp-remote` takes it), and the secrets of a URL ([`masked_argument`]).
-/// A value that is one `${VAR}` as written names the secret without
-/// showing it, and stays.
+/// A command line with what is likely a secret masked
+/// ([`super::secret_args`]). A value that is one `${VAR}` as written names
+/// the secret without showing it, and stays.
 fn masked_arguments(words: &[&str]) -> Vec<String> {
-    let looks_secret = super::import::secrets::looks_secret;
-    let names_secret =
-        |flag: &str| flag.starts_with('-') && looks_secret(flag.trim_start_matches('-'));
-    let hidden = |value: &str| {
+    super::secret_args::rewrite_secrets(words, &mut Masked)
+}
+
+/// Masks secrets: `***` for a value, [`masked_url`] for a URL.
+struct Masked;
+
+impl super::secret_args::SecretRewrite for Masked {
+    fn value(&mut self, _index: usize, _name: &str, value: &str) -> String {
         let one_reference =
             value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1;
         match one_reference {
             true => value.to_owned(),
             false => "***".to_owned(),
         }
-    };
-    let plain_name = |name: &str| {
-        !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    };
-    // `Name: value` (a header), its value hidden if the name says secret.
-    let header = |word: &str| {
-        let (name, value) = word.split_once(':')?;
-        (plain_name(name) && looks_secret(name))
-            .then(|| format!("{name}: {}", hidden(value.trim())))
-    };
-    // `NAME=value` (an environment setting: `docker run -e`, `env`), its
-    // value hidden if the name says secret.
-    let setting = |word: &str| {
-        let (name, value) = word.split_once('=')?;
-        (plain_name(name) && looks_secret(name)).then(|| format!("{name}={}", hidden(value)))
-    };
-    let mut masked = Vec::with_capacity(words.len());
-    let mut value_of_secret_flag = false;
-    for word in words {
-        let word = *word;
-        if std::mem::take(&mut value_of_secret_flag) && !word.starts_with('-') {
-            masked.push(hidden(word));
-            continue;
-        }
-        if let Some(header) = header(word) {
-            masked.push(header);
-            continue;
-        }
-        match word.split_once('=') {
-            Some((flag, value)) if names_secret(flag) => {
-                masked.push(format!("{flag}={}", hidden(value)));
-            }
-            Some((flag, value)) if flag.starts_with('-') && header(value).is_some() => {
-                masked.push(format!("{flag}={}", header(value).unwrap_or_default()));
-            }
-            Some((flag, value)) if flag.starts_with('-') && setting(value).is_some() => {
-                masked.push(format!("{flag}={}", setting(value).unwrap_or_default()));
-            }
-            Some(_) if setting(word).is_some() => masked.push(setting(word).unwrap_or_default()),
-            Some(_) => masked.push(masked_argument(word).into_owned()),
-            None => {
-                value_of_secret_flag = names_secret(word);
-                masked.push(masked_argument(word).into_owned());
-            }
-        }
     }
-    masked
+
+    fn url(&mut self, _index: usize, url: &str) -> String {
+        masked_url(url)
+    }
 }
 
 #[cfg(test)]
@@ -267,24 +223,6 @@ fn secret_flags_are_masked() {
             "MODE=fast",
         ]
     );
-}
-
-/// A stdio argument with the secrets of a URL in it masked: a connection
-/// string (`postgresql://app:pw@db/prod`) is a URL, and so is the value of
-/// a `--flag=URL`; a script (`sh -c`) that holds a URL is not one.
-fn masked_argument(word: &str) -> std::borrow::Cow<'_, str> {
-    let is_url = |word: &str| {
-        word.contains("://") && !word.contains(char::is_whitespace) && url::Url::parse(word).is_ok()
-    };
-    if is_url(word) {
-        return masked_url(word).into();
-    }
-    match word.split_once('=') {
-        Some((flag, value)) if flag.starts_with('-') && is_url(value) => {
-            format!("{flag}={}", masked_url(value)).into()
-        }
-        _ => word.into(),
-    }
 }
 
 /// `url`, parsed or as written (with `${VAR}` in it, so not parsed), with

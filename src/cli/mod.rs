@@ -12,6 +12,7 @@ pub mod check;
 pub mod import;
 pub mod names;
 pub mod probe;
+mod secret_args;
 pub mod tools;
 mod url_text;
 

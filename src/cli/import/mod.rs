@@ -31,8 +31,8 @@ Claude Code (.mcp.json) and Cursor (~/.cursor/mcp.json), or VS Code's
 .vscode/mcp.json (\"servers\" and \"inputs\"), and prints an equivalent
 Junction TOML config on stdout (an \"sse\" server, or a URL ending in /sse
 with no type, gets `transport = \"sse\"`). What cannot be carried over
-(envFile, ${input:…} prompts, client-only settings) is reported on stderr. A token or key written as is in an `env` or `headers` entry is
-not copied: it becomes a ${VAR} to set before starting junction, so the
+(envFile, ${input:…} prompts, client-only settings) is reported on stderr. A token or key written as is in an `env` or `headers` entry, a URL,
+or an argument (`--api-key sk-…`) is not copied: it becomes a ${VAR} to set before starting junction, so the
 TOML can be kept and shared (a ConfigMap) without it.
 
 Examples:

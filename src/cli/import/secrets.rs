@@ -84,7 +84,8 @@ pub fn kept_out(
     format!("${{{variable}}}")
 }
 
-/// `url` of server `server` at `path`, with a secret written in it as is
+/// `url` of server `server` at `path` (its `url`, or an argument), with a
+/// secret written in it as is
 /// moved to the environment: the password of its user info (the mount's
 /// `Authorization`, from `${SERVER_URL_PASSWORD}`), a user alone (often a
 /// token: `${SERVER_URL_USER}`) and each query value
@@ -134,13 +135,49 @@ pub fn url_kept_out(
         return url;
     }
     issues.push(Issue::lost(
-        format!("{path}.url"),
+        path,
         format!(
             "a secret written in the URL was not copied into the config; set {} (to the value in the source file, percent-encoded as it is written in the URL) before starting junction",
             moved.join(", ")
         ),
     ));
     parts.with(user_info.as_deref(), parts.path, query.as_deref())
+}
+
+/// Moves the secrets of server `server`'s command line at `path` to the
+/// environment ([`crate::cli::secret_args`]), as [`kept_out`] and
+/// [`url_kept_out`] do, reporting each in `issues`.
+pub struct ArgsKeptOut<'a> {
+    pub server: &'a str,
+    pub path: &'a str,
+    pub issues: &'a mut Vec<Issue>,
+    pub variables: &'a mut Variables,
+}
+
+impl crate::cli::secret_args::SecretRewrite for ArgsKeptOut<'_> {
+    fn value(&mut self, index: usize, name: &str, value: &str) -> String {
+        let path = format!("{}.args.{index}", self.path);
+        kept_out(
+            self.server,
+            "args",
+            name,
+            value.to_owned(),
+            &path,
+            self.issues,
+            self.variables,
+        )
+    }
+
+    fn url(&mut self, index: usize, url: &str) -> String {
+        let path = format!("{}.args.{index}", self.path);
+        url_kept_out(
+            self.server,
+            url.to_owned(),
+            &path,
+            self.issues,
+            self.variables,
+        )
+    }
 }
 
 #[cfg(test)]

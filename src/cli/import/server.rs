@@ -90,7 +90,7 @@ pub fn translate(
         }
     }
     let transport = match kind {
-        Kind::Stdio => stdio(fields, path, inputs, issues)?,
+        Kind::Stdio => stdio(fields, &entry.key, path, inputs, issues, variables)?,
         Kind::Http => http(fields, &entry.key, path, inputs, issues, variables, false)?,
         Kind::Sse => http(fields, &entry.key, path, inputs, issues, variables, true)?,
     };
@@ -119,9 +119,11 @@ fn transport_kind(fields: &Map<String, Value>) -> Result<Kind, String> {
 
 fn stdio(
     fields: &Map<String, Value>,
+    server: &str,
     path: &str,
     inputs: &Inputs,
     issues: &mut Vec<Issue>,
+    variables: &mut Variables,
 ) -> Result<Transport, String> {
     let command = match fields.get("command") {
         Some(Value::String(command)) if !command.trim().is_empty() => {
@@ -153,7 +155,16 @@ fn stdio(
                     }
                 }
             }
-            args
+            // A token passed as an argument (`--api-key sk-…`) is moved
+            // out as one in `env` is.
+            let words: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut kept_out = super::secrets::ArgsKeptOut {
+                server,
+                path,
+                issues,
+                variables,
+            };
+            crate::cli::secret_args::rewrite_secrets(&words, &mut kept_out)
         }
         Some(other) => return Err(format!("`args` must be an array, found {}", kind_of(other))),
     };
@@ -216,7 +227,7 @@ fn http(
         Some(Value::String(url)) => super::secrets::url_kept_out(
             server,
             vars::translate(url, inputs, &format!("{path}.url"), issues),
-            path,
+            &format!("{path}.url"),
             issues,
             variables,
         ),

@@ -511,3 +511,74 @@ fn two_secrets_never_share_a_variable() {
         translation.toml
     );
 }
+
+/// Tokens passed as arguments (black-box helper: `--api-key argkey`,
+/// `--token=…`, which `check` already masked, were copied as written)
+/// are moved to the environment as those in `env` are; a `${VAR}` and
+/// the other arguments stay.
+#[test]
+fn a_secret_written_in_the_arguments_is_not_copied() {
+    let translation = import(json!({
+        "mcpServers": {
+            "gh": {
+                "command": "npx",
+                "args": [
+                    "-y", "server-github",
+                    "--api-key", "ARGKEY1",
+                    "--token=ARGTOK2",
+                    "--header", "Authorization: Bearer ARGBEARER3",
+                    "-e", "GITHUB_TOKEN=ARGENV4",
+                    "postgresql://app:ARGPW5@db/prod",
+                    "--password=${DB_PASSWORD}",
+                    "--port", "8080"
+                ]
+            }
+        }
+    }));
+    let config = parsed(&translation);
+    let args: Vec<&str> = config["mounts"]["gh"]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|arg| arg.as_str())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "-y",
+            "server-github",
+            "--api-key",
+            "${GH_API_KEY}",
+            "--token=${GH_TOKEN}",
+            "--header",
+            "Authorization: ${GH_AUTHORIZATION}",
+            "-e",
+            "GITHUB_TOKEN=${GH_GITHUB_TOKEN}",
+            "postgresql://app:${GH_URL_PASSWORD}@db/prod",
+            "--password=${DB_PASSWORD}",
+            "--port",
+            "8080",
+        ]
+    );
+    let report = report(&translation);
+    for (index, variable) in [
+        (3, "GH_API_KEY"),
+        (4, "GH_TOKEN"),
+        (6, "GH_AUTHORIZATION"),
+        (8, "GH_GITHUB_TOKEN"),
+        (9, "GH_URL_PASSWORD"),
+    ] {
+        let at = format!("mcpServers.gh.args.{index}: ");
+        let told = report
+            .lines()
+            .any(|line| line.starts_with(&at) && line.contains(variable));
+        assert!(told, "{variable} at {at}\n{report}");
+    }
+    let everything = format!("{}\n{report}", translation.toml);
+    for secret in ["ARGKEY1", "ARGTOK2", "ARGBEARER3", "ARGENV4", "ARGPW5"] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shows in\n{everything}"
+        );
+    }
+}

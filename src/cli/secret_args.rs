@@ -1,0 +1,171 @@
+//! Where a stdio server's command line carries secrets, for `check` to
+//! mask them and `import` to move them to the environment.
+//!
+//! Client configs pass tokens as arguments as often as in `env`:
+//! `--api-key=sk-…`, `--token tok-…`, a header as `mcp-remote` takes it
+//! (`--header "Authorization: Bearer …"`), a setting for `docker run -e`
+//! (`GITHUB_TOKEN=ghp_…`), a URL with a password or a key in its query.
+//! One walk over the words finds them all ([`rewrite_secrets`]); what
+//! replaces each is the caller's.
+
+/// What replaces the secrets found in a command line.
+pub trait SecretRewrite {
+    /// The replacement for `value`, the secret of word `index` named
+    /// `name` (a flag without its dashes, a header's or a setting's name).
+    fn value(&mut self, index: usize, name: &str, value: &str) -> String;
+
+    /// The replacement for `url`, word `index` or the value of a
+    /// `--flag=URL` in it, with its secrets replaced.
+    fn url(&mut self, index: usize, url: &str) -> String;
+}
+
+/// `words` with each likely secret replaced by `rewrite`: the value of a
+/// flag whose name says secret (`--api-key=sk-…`, `--token tok-…`), of a
+/// header or `NAME=value` setting whose name does, and the secrets of a
+/// URL ([`looks_like_url`]).
+pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<String> {
+    let looks_secret = super::import::secrets::looks_secret;
+    let names_secret =
+        |flag: &str| flag.starts_with('-') && looks_secret(flag.trim_start_matches('-'));
+    let plain_name = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    // `Name: value` (a header), if the name says secret.
+    let header = |word: &str| {
+        let (name, value) = word.split_once(':')?;
+        (plain_name(name) && looks_secret(name)).then(|| (name.to_owned(), value.trim().to_owned()))
+    };
+    // `NAME=value` (an environment setting: `docker run -e`, `env`), if
+    // the name says secret.
+    let setting = |word: &str| {
+        let (name, value) = word.split_once('=')?;
+        (plain_name(name) && looks_secret(name)).then(|| (name.to_owned(), value.to_owned()))
+    };
+    let mut rewritten = Vec::with_capacity(words.len());
+    let mut value_of_secret_flag: Option<&str> = None;
+    for (index, word) in words.iter().enumerate() {
+        let word = *word;
+        if let Some(flag) = value_of_secret_flag
+            .take()
+            .filter(|_| !word.starts_with('-'))
+        {
+            rewritten.push(rewrite.value(index, flag.trim_start_matches('-'), word));
+            continue;
+        }
+        if let Some((name, value)) = header(word) {
+            rewritten.push(format!("{name}: {}", rewrite.value(index, &name, &value)));
+            continue;
+        }
+        let replaced = match word.split_once('=') {
+            Some((flag, value)) if names_secret(flag) => {
+                let name = flag.trim_start_matches('-');
+                format!("{flag}={}", rewrite.value(index, name, value))
+            }
+            Some((flag, value)) if flag.starts_with('-') && header(value).is_some() => {
+                let (name, secret) = header(value).unwrap_or_default();
+                format!("{flag}={name}: {}", rewrite.value(index, &name, &secret))
+            }
+            Some((flag, value)) if flag.starts_with('-') && setting(value).is_some() => {
+                let (name, secret) = setting(value).unwrap_or_default();
+                format!("{flag}={name}={}", rewrite.value(index, &name, &secret))
+            }
+            Some(_) if setting(word).is_some() => {
+                let (name, secret) = setting(word).unwrap_or_default();
+                format!("{name}={}", rewrite.value(index, &name, &secret))
+            }
+            Some(_) => url_rewritten(index, word, rewrite),
+            None => {
+                value_of_secret_flag = names_secret(word).then_some(word);
+                url_rewritten(index, word, rewrite)
+            }
+        };
+        rewritten.push(replaced);
+    }
+    rewritten
+}
+
+/// `word` with the secrets of a URL in it replaced: a connection string
+/// (`postgresql://app:pw@db/prod`) is a URL, and so is the value of a
+/// `--flag=URL`; a script (`sh -c`) that holds a URL is not one.
+fn url_rewritten(index: usize, word: &str, rewrite: &mut dyn SecretRewrite) -> String {
+    if looks_like_url(word) {
+        return rewrite.url(index, word);
+    }
+    match word.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') && looks_like_url(value) => {
+            format!("{flag}={}", rewrite.url(index, value))
+        }
+        _ => word.to_owned(),
+    }
+}
+
+/// Whether `word` is a URL, whole.
+fn looks_like_url(word: &str) -> bool {
+    word.contains("://") && !word.contains(char::is_whitespace) && url::Url::parse(word).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Marks what it is given, to show what was found where.
+    struct Marked;
+    impl SecretRewrite for Marked {
+        fn value(&mut self, index: usize, name: &str, value: &str) -> String {
+            format!("<{index} {name} {value}>")
+        }
+        fn url(&mut self, index: usize, url: &str) -> String {
+            format!("<{index} url {url}>")
+        }
+    }
+
+    #[test]
+    fn every_kind_of_secret_is_found_with_its_name_and_place() {
+        let words = [
+            "server",
+            "--api-key=sk-1",
+            "--token",
+            "tok-2",
+            "--verbose",
+            "--auth-token",
+            "--port",
+            "8080",
+            "--header",
+            "Authorization: Bearer sk-3",
+            "--header=X-Api-Key: k-4",
+            "-e",
+            "GITHUB_TOKEN=ghp_5",
+            "--env=API_KEY=sk-6",
+            "MODE=fast",
+            "--url=https://u:pw@h/mcp",
+            "https://h/mcp",
+            "sh -c 'curl https://h'",
+        ];
+        assert_eq!(
+            rewrite_secrets(&words, &mut Marked),
+            [
+                "server",
+                "--api-key=<1 api-key sk-1>",
+                "--token",
+                "<3 token tok-2>",
+                "--verbose",
+                "--auth-token",
+                "--port",
+                "8080",
+                "--header",
+                "Authorization: <9 Authorization Bearer sk-3>",
+                "--header=X-Api-Key: <10 X-Api-Key k-4>",
+                "-e",
+                "GITHUB_TOKEN=<12 GITHUB_TOKEN ghp_5>",
+                "--env=API_KEY=<13 API_KEY sk-6>",
+                "MODE=fast",
+                "--url=<15 url https://u:pw@h/mcp>",
+                "<16 url https://h/mcp>",
+                "sh -c 'curl https://h'",
+            ]
+        );
+    }
+}
