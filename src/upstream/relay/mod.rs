@@ -16,9 +16,10 @@
 //!
 //! A request the gateway stopped waiting for (its client cancelled it, it
 //! timed out, its caller went away) may still be running upstream, since
-//! cancellation is advisory: for [`ABANDONED_LINGER`] it still counts in
-//! rules 1 to 3, for its session alone, so that what the upstream goes on
-//! sending for it never passes for another session's single request.
+//! cancellation is advisory: for [`ABANDONED_LINGER`], or until its answer
+//! is read after all, it still counts in rules 1 to 3, for its session
+//! alone, so that what the upstream goes on sending for it never passes
+//! for another session's single request.
 //!
 //! A message that finds no caller waits (bounded) for requests still being
 //! sent to be registered, then is looked up again: rmcp learns a request's
@@ -203,8 +204,9 @@ pub struct Relay {
     /// read ([`LINGER`]).
     recent: Mutex<VecDeque<Ended>>,
     /// Requests abandoned unanswered within [`ABANDONED_LINGER`], newest
-    /// last, at most [`ABANDONED_MAX`], with their sessions.
-    abandoned: Mutex<VecDeque<(Instant, RequestId, Caller)>>,
+    /// last, at most [`ABANDONED_MAX`], with their sessions. Locked after
+    /// `inflight` when both are.
+    abandoned: Mutex<VecDeque<AbandonedRequest>>,
     /// Progress and log notifications received but not yet relayed.
     pending_notifications: AtomicUsize,
     relayed: Notify,
@@ -438,9 +440,19 @@ impl Relay {
     /// created is recorded then.)
     pub fn answer_read(&self, id: &RequestId) {
         let read_at = self.reads.fetch_add(1, Ordering::AcqRel);
-        if let Some(entry) = lock(&self.inflight).get_mut(id) {
-            entry.answer_read_at = Some(read_at);
-            return;
+        {
+            let mut inflight = lock(&self.inflight);
+            if let Some(entry) = inflight.get_mut(id) {
+                entry.answer_read_at = Some(read_at);
+                return;
+            }
+            // An abandoned request answered after all (`inflight` held: a
+            // request being abandoned is in one or the other).
+            let mut abandoned = lock(&self.abandoned);
+            if let Some(request) = abandoned.iter_mut().rev().find(|request| request.id == *id) {
+                request.answer_read_at.get_or_insert(read_at);
+                return;
+            }
         }
         // Its request may be between send and registration; `register`
         // takes the mark. Looked at again under the lock `register` holds
@@ -564,7 +576,7 @@ impl Relay {
         };
         let read_at = line.map(|line| line.read_at);
         let all_inflight = lock(&self.inflight);
-        let abandoned = self.abandoned_callers();
+        let abandoned = self.abandoned_callers(read_at);
         if let Some(InboundStreamOrigin::OutboundRequest(id)) =
             extensions.get::<InboundStreamOrigin>()
         {
@@ -719,19 +731,31 @@ impl Relay {
     }
 
     /// The requests abandoned within [`ABANDONED_LINGER`] (the older ones
-    /// forgotten), and their sessions.
-    fn abandoned_callers(&self) -> Abandoned {
+    /// forgotten), and the sessions of those still running as of `read_at`
+    /// (the read number of the message being attributed; `None`: now): a
+    /// request whose answer was read before it is over, and claims no
+    /// message for its session any more. (A server request has no read
+    /// number: one of a request the upstream answered just after sending
+    /// it may then go to another session's one request in flight.)
+    fn abandoned_callers(&self, read_at: Option<u64>) -> Abandoned {
         let mut abandoned = lock(&self.abandoned);
         let now = Instant::now();
         while abandoned
             .front()
-            .is_some_and(|(at, _, _)| now.duration_since(*at) > ABANDONED_LINGER)
+            .is_some_and(|request| now.duration_since(request.at) > ABANDONED_LINGER)
         {
             abandoned.pop_front();
         }
         let mut found = Abandoned::default();
-        for (_, id, caller) in abandoned.iter() {
-            found.ids.push((id.clone(), caller.session));
+        for request in abandoned.iter() {
+            let caller = &request.caller;
+            found.ids.push((request.id.clone(), caller.session));
+            let over = request
+                .answer_read_at
+                .is_some_and(|answer| read_at.is_none_or(|read| answer < read));
+            if over {
+                continue;
+            }
             if !found
                 .sessions
                 .iter()
@@ -843,8 +867,20 @@ impl Relay {
     }
 }
 
+/// A request the gateway stopped waiting for before its answer.
+struct AbandonedRequest {
+    at: Instant,
+    id: RequestId,
+    /// Its session.
+    caller: Caller,
+    /// The read number of its answer, once the upstream sent one after
+    /// all (a server that answers a cancelled request, as the Python SDK
+    /// does): what is read after it is not the request's.
+    answer_read_at: Option<u64>,
+}
+
 /// What [`Relay::abandoned_callers`] finds: the abandoned requests' ids
-/// and one caller per session among them.
+/// and one caller per session among those still running.
 #[derive(Default)]
 struct Abandoned {
     ids: Vec<(RequestId, u64)>,
@@ -948,7 +984,8 @@ fn required_elicitation_ids(data: Option<&serde_json::Value>) -> Vec<String> {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let removed = lock(&self.relay.inflight).remove(&self.id);
+        let mut inflight = lock(&self.relay.inflight);
+        let removed = inflight.remove(&self.id);
         if self.answered {
             count_down(&self.relay.answered_in_flight, &self.relay.released);
         }
@@ -957,12 +994,21 @@ impl Drop for InflightGuard {
         };
         let now = Instant::now();
         if !self.answered {
+            // Under `inflight`, so that an answer read meanwhile finds the
+            // request in one or the other (`answer_read`).
             let mut abandoned = lock(&self.relay.abandoned);
             if abandoned.len() >= ABANDONED_MAX {
                 abandoned.pop_front();
             }
-            abandoned.push_back((now, self.id.clone(), ended.caller.session_only()));
+            abandoned.push_back(AbandonedRequest {
+                at: now,
+                id: self.id.clone(),
+                caller: ended.caller.session_only(),
+                // Read before it was given up on, unclaimed by its call.
+                answer_read_at: ended.answer_read_at,
+            });
         }
+        drop(inflight);
         let mut recent = lock(&self.relay.recent);
         while recent.len() >= RECENT_MAX
             || recent
@@ -1153,6 +1199,37 @@ mod tests {
             relay.attribute(&Extensions::new(), None),
             Err(Unattributed::Nobody)
         ));
+    }
+
+    /// An abandoned request the upstream answered after all (the Python
+    /// SDK answers every cancelled request) claims nothing read after its
+    /// answer: for 30 s, another session's server requests and log lines
+    /// were refused as ambiguous (black-box helper).
+    #[tokio::test]
+    async fn an_abandoned_request_answered_after_all_claims_nothing_read_after() {
+        let relay = Arc::new(Relay::default());
+        let (cancelling, _cancelling_peer) = caller(1);
+        let (busy, _busy_peer) = caller(2);
+        drop(relay.register(RequestId::Number(1), token(1), cancelling));
+        let _inflight = relay.register(RequestId::Number(2), token(2), busy);
+        let line = || {
+            let mut extensions = Extensions::new();
+            extensions.insert(relay.notification_arrived(true));
+            extensions
+        };
+        let before = line();
+        relay.answer_read(&RequestId::Number(1));
+        let after = line();
+        let attributed = relay.attribute_notification(&before, None).await;
+        assert!(
+            matches!(attributed, Err(Unattributed::Ambiguous(2))),
+            "a line read before the answer may be the abandoned request's: {:?}",
+            attributed.ok().map(|caller| caller.session)
+        );
+        let attributed = relay.attribute_notification(&after, None).await;
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
+        let attributed = relay.attribute_request(&Extensions::new(), None).await;
+        assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
     }
 
     #[tokio::test]
