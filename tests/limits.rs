@@ -46,6 +46,10 @@ fn assert_session_refused(answer: Answer) {
     assert_eq!(body["error"]["code"], LIMIT_EXCEEDED, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("session limit reached"), "{body}");
+    // The limit, said as one: after a reload lowers it, the gateway may
+    // serve more sessions than it (black-box helper: "already serves 2"
+    // with 3 served).
+    assert!(message.contains("at its limit of"), "{body}");
 }
 
 /// Asserts a client session still answers calls.
@@ -241,5 +245,6 @@ fn assert_upstream_refused(result: &rmcp::model::CallToolResult, mount: &str) {
     assert_eq!(result.is_error, Some(true), "{result:?}");
     let message = text(result);
     assert!(message.contains("max_upstream_sessions"), "{message}");
+    assert!(message.contains("at its limit of"), "{message}");
     assert!(message.contains(&format!("mount {mount}")), "{message}");
 }

@@ -753,7 +753,7 @@ impl Mount {
         let permit = UpstreamPermit(self.per_session_open.clone());
         if open >= limit {
             return Err(format!(
-                "the mount already has {limit} per-session upstream sessions open (max_upstream_sessions); try again when another client session ends"
+                "the mount is at its limit of {limit} per-session upstream sessions (max_upstream_sessions); try again when another client session ends"
             ));
         }
         Ok(permit)

@@ -231,7 +231,7 @@ pub async fn reserve_session(
         tracing::warn!(limit, "session limit reached; refusing a new session");
         crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::SessionLimit);
         return unavailable(format!(
-            "session limit reached: the gateway already serves {limit} sessions (max_sessions); try again later"
+            "session limit reached: the gateway is at its limit of {limit} sessions (max_sessions); try again later"
         ));
     };
     RESERVED
