@@ -713,6 +713,32 @@ fn namespaces_must_split_unambiguously() {
     );
 }
 
+/// An invalid separator hides no namespace used twice (black-box helper:
+/// only the separator was reported).
+#[test]
+fn a_bad_separator_hides_no_duplicate_namespace() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        separator = "abcdef"
+        [mounts.one]
+        command = "x"
+        namespace = "same"
+        [mounts.two]
+        command = "x"
+        namespace = "same"
+        "#,
+    );
+    assert_reported(
+        &found,
+        &[
+            "server.separator:",
+            "mounts.two.namespace: namespace \"same\" is already used by mount one",
+        ],
+    );
+}
+
 #[test]
 fn origins_are_checked_and_star_disables_the_check() {
     let found = problems(

@@ -159,10 +159,9 @@ pub fn resolve(
         }
     }
 
-    if let Some(separator) = &separator {
-        let named = namespaces.iter().map(|(name, namespace)| (name, namespace));
-        check_namespaces(named, separator, &mut problems);
-    }
+    // A namespace used twice is reported with an invalid separator too.
+    let named = namespaces.iter().map(|(name, namespace)| (name, namespace));
+    check_namespaces(named, separator.as_ref(), &mut problems);
 
     match (server, telemetry, admin, timeouts, supervision, limits) {
         (

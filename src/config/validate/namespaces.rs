@@ -15,7 +15,7 @@ use crate::naming::{MountName, Namespace, Separator};
 pub fn namespace_problems(mounts: &[MountConfig], separator: &Separator) -> Vec<Problem> {
     let mut problems = Problems::default();
     let named = mounts.iter().map(|mount| (&mount.name, &mount.namespace));
-    check_namespaces(named, separator, &mut problems);
+    check_namespaces(named, Some(separator), &mut problems);
     problems.into_error("").problems
 }
 
@@ -30,9 +30,12 @@ pub(super) fn namespace_of(name: &str, written: Option<&str>) -> Option<(MountNa
     Some((mount_name, namespace))
 }
 
+/// Namespaces used twice, and, with the `separator` (`None`: itself
+/// invalid, reported on its own), namespaces that would make names
+/// ambiguous.
 pub(super) fn check_namespaces<'a>(
     mounts: impl Iterator<Item = (&'a MountName, &'a Namespace)>,
-    separator: &Separator,
+    separator: Option<&Separator>,
     problems: &mut Problems,
 ) {
     let mut seen: BTreeMap<&str, &MountName> = BTreeMap::new();
@@ -52,6 +55,9 @@ pub(super) fn check_namespaces<'a>(
         }
         seen.insert(namespace.as_str(), name);
     }
+    let Some(separator) = separator else {
+        return;
+    };
     for (a, mount_a) in &seen {
         for (b, mount_b) in &seen {
             let prefix = format!("{a}{}", separator.as_str());
