@@ -257,6 +257,16 @@ async fn reload_touches_only_what_changed() {
         !metrics.contains("junction_mount_state{mount=\"gone\""),
         "{metrics}"
     );
+    // Nor its upstream sessions (a series left at 0 for ever, one more
+    // with each rename).
+    assert!(
+        !metrics.contains("junction_upstream_sessions{mount=\"gone\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("junction_upstream_sessions{mount=\"own\"}"),
+        "{metrics}"
+    );
     // The removed mount's per-session child, and the replaced mount's old
     // child, end and are reaped.
     eventually(

@@ -40,17 +40,25 @@ async fn prometheus(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics().render(&mount_states(&gateway)),
+        metrics().render(&per_mount(&gateway)),
     )
 }
 
-/// `junction_mount_state{mount, state}`: 1 for the phase each mount of the
-/// running config is in, 0 for the others (so `state="down"` can be
-/// alerted on). Made per scrape: a mount a reload removed has no series.
-fn mount_states(gateway: &Gateway) -> Registry {
+/// The series of each mount of the running config, made per scrape: a
+/// mount a reload removed has none. `junction_mount_state{mount, state}`:
+/// 1 for the phase each mount is in, 0 for the others (so `state="down"`
+/// can be alerted on); `junction_upstream_sessions{mount}`: its upstream
+/// sessions open.
+fn per_mount(gateway: &Gateway) -> Registry {
     let mut registry = Registry::with_prefix("junction");
     let states = Family::<MountStateLabels, Gauge>::default();
+    let upstream_sessions = Family::<MountLabels, Gauge>::default();
     for mount in gateway.mounts().iter() {
+        let labels = MountLabels {
+            mount: mount.config.name.as_str().to_owned(),
+        };
+        let open = metrics().upstream_sessions.get_or_create(&labels).get();
+        upstream_sessions.get_or_create(&labels).set(open);
         let phase = mount.status().phase;
         for candidate in MountPhase::ALL {
             states
@@ -65,6 +73,11 @@ fn mount_states(gateway: &Gateway) -> Registry {
         "mount_state",
         "Each mount's phase (starting, ready, degraded, down): 1 for the one it is in",
         states,
+    );
+    registry.register(
+        "upstream_sessions",
+        "Upstream sessions currently open, by mount",
+        upstream_sessions,
     );
     registry
 }

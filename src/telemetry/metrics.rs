@@ -112,6 +112,9 @@ pub struct Metrics {
     pub downstream_sessions_asleep: Gauge,
     /// Event streams of the older HTTP+SSE transport (`http::sse_endpoint`).
     pub downstream_sse_streams: Gauge,
+    /// Upstream sessions open, by mount: counted here, exposed per scrape
+    /// for the running config's mounts only (`http/admin.rs`), so that a
+    /// mount a reload removed or renamed leaves no series behind.
     pub upstream_sessions: Family<MountLabels, Gauge>,
     pub upstream_restarts: Family<MountLabels, Counter>,
     pub cache_hits: Counter,
@@ -177,11 +180,6 @@ impl Metrics {
             downstream_sse_streams.clone(),
         );
         let upstream_sessions = Family::<MountLabels, Gauge>::default();
-        registry.register(
-            "upstream_sessions",
-            "Upstream sessions currently open, by mount",
-            upstream_sessions.clone(),
-        );
         let upstream_restarts = Family::<MountLabels, Counter>::default();
         registry.register(
             "upstream_restarts",
