@@ -246,6 +246,9 @@ async fn an_ended_shared_upstream_is_not_ready_while_it_closes() {
     )
     .await;
     assert!(process_alive(pid), "the process was gone already: {mount}");
+    // Not said to have exited while it runs (black-box helper).
+    let error = mount["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("closed its output"), "{mount}");
     let refused = call(&client, "lingering__pid", Value::Null).await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     assert!(text(&refused).contains("restarting"), "{refused:?}");

@@ -125,7 +125,11 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
                         "the upstream answered nothing, not even a ping; its session was ended"
                             .to_owned()
                     }
-                    (Some(pid), false) => format!("the upstream process (pid {pid}) exited"),
+                    // Its stdout closed: it exited, or closed it and
+                    // runs on (stopped by the gateway next).
+                    (Some(pid), false) => {
+                        format!("the upstream process (pid {pid}) closed its output or exited")
+                    }
                     (None, false) => "the upstream connection ended".to_owned(),
                 };
                 to_close = Some(session);
