@@ -118,6 +118,8 @@ pub struct Metrics {
     pub upstream_sessions: Family<MountLabels, Gauge>,
     pub upstream_restarts: Family<MountLabels, Counter>,
     pub cache_hits: Counter,
+    /// Batches of spans the OTLP exporter failed to send (`export_watch.rs`).
+    pub trace_export_failures: Counter,
     pub cache_refreshes: Family<MountLabels, Counter>,
     pub relayed: Family<KindLabels, Counter>,
     pub refused: Family<ReasonLabels, Counter>,
@@ -192,6 +194,12 @@ impl Metrics {
             "List requests answered from the discovery cache",
             cache_hits.clone(),
         );
+        let trace_export_failures = Counter::default();
+        registry.register(
+            "trace_export_failures",
+            "Batches of spans the OTLP exporter failed to send (their spans are lost)",
+            trace_export_failures.clone(),
+        );
         let cache_refreshes = Family::<MountLabels, Counter>::default();
         registry.register(
             "discovery_cache_refreshes",
@@ -236,6 +244,7 @@ impl Metrics {
             upstream_sessions,
             upstream_restarts,
             cache_hits,
+            trace_export_failures,
             cache_refreshes,
             relayed,
             refused,

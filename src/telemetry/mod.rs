@@ -11,6 +11,7 @@
 #[cfg(test)]
 pub(crate) mod captured_log;
 pub mod context;
+mod export_watch;
 pub mod metrics;
 mod one_line;
 pub mod redact;
@@ -372,7 +373,7 @@ fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, String> {
         .build()
         .map_err(|error| error.to_string())?;
     Ok(SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_batch_exporter(export_watch::WatchedExporter::new(exporter))
         .with_resource(
             Resource::builder()
                 .with_service_name(export.service_name.clone())
