@@ -261,22 +261,21 @@ impl ResumableSessions {
 
 impl ResumableSessions {
     /// `id`'s standalone events from rmcp's index `from` on: those the
-    /// gateway kept, then rmcp's replay of the rest and its live stream
-    /// (`standalone.rs`). Call with the session's standalone streams cut:
+    /// gateway kept that rmcp no longer holds, then rmcp's replay and its
+    /// live stream (`Streams::with_kept`). Call with the session's standalone streams cut:
     /// rmcp replays only into a stream that replaces a closed one.
     async fn standalone_from(
         &self,
         id: &SessionId,
         from: usize,
     ) -> Result<standalone::BoxedEvents, ResumeError> {
-        let (kept, rmcp_from) = self.streams.kept_standalone(id, from);
-        let rest = tokio::time::timeout(
+        let rmcp = tokio::time::timeout(
             opening::OPENING_LIMIT,
-            self.sessions.resume(id, rmcp_from.to_string()),
+            self.sessions.resume(id, from.to_string()),
         )
         .await
         .map_err(|_| ResumeError::WorkerStuck)??;
-        Ok(Box::pin(futures::stream::iter(kept).chain(rest)))
+        Ok(self.streams.with_kept(id, from, Box::pin(rmcp)))
     }
 }
 

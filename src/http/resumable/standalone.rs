@@ -22,10 +22,9 @@
 //! those read for it by a task that goes on reading rmcp's stream
 //! ([`keep_while_away`]) until the client comes back or the session ends.
 //! A new stream replays what the gateway kept from its first event on, and
-//! goes on with rmcp's from the event after the last one kept. What is
-//! kept is also bounded in bytes ([`STANDALONE_KEPT_BYTES`]); a resume
-//! from before the oldest event kept, when rmcp may hold older ones than
-//! the gateway, is rmcp's alone.
+//! goes on with rmcp's from the first event rmcp still holds
+//! ([`Streams::with_kept`]). What is kept is also bounded in bytes
+//! ([`STANDALONE_KEPT_BYTES`]).
 //!
 //! A session that slept and woke is a new rmcp session, numbering from 0
 //! again, while its client still holds ids of the streams before: its ids
@@ -41,7 +40,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{task::AtomicWaker, Stream, StreamExt};
+use futures::{task::AtomicWaker, FutureExt, Stream, StreamExt};
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
 
 use super::{lock, Streams};
@@ -254,40 +253,51 @@ impl Streams {
         }
     }
 
-    /// The events of `session`'s standalone stream from rmcp's index
-    /// `from` on that the gateway kept, in order, and the index rmcp's own
-    /// replay is to go on from. Call with the session's standalone streams
-    /// cut: what they or their keeper read is then all here.
+    /// `session`'s standalone events from rmcp's index `from` on, given
+    /// `rmcp`, rmcp's replay asked from `from` (and its live stream after):
+    /// the events the gateway kept from `from` up to the first rmcp still
+    /// holds, then rmcp's. Call with the session's standalone streams cut:
+    /// what they or their keeper read is then all kept.
     ///
-    /// When the oldest event kept is past `from` and fewer are kept than
-    /// rmcp keeps (its latest [`RMCP_EVENTS_KEPT`], which the gateway's
-    /// byte budget or age limit may have let go of), rmcp's replay alone
-    /// goes back further: it is used alone.
-    pub(super) fn kept_standalone(
+    /// rmcp holds its latest [`RMCP_EVENTS_KEPT`] sent, the gateway up to
+    /// [`STANDALONE_KEPT`] read (fewer, past its byte budget or age
+    /// limit), so either may go back further; merged by index, neither's
+    /// is skipped and none is given twice. rmcp's worker has put its
+    /// replay in the stream's channel before its resume returns: its
+    /// first event is there to be read now.
+    pub(super) fn with_kept(
         &self,
         session: &SessionId,
         from: usize,
-    ) -> (Vec<ServerSseMessage>, usize) {
-        let all = lock(&self.standalone_state);
-        let Some(state) = all.get(session) else {
-            return (Vec::new(), from);
-        };
-        let rmcp_goes_back_further = state.kept.len() < RMCP_EVENTS_KEPT
-            && state.kept.front().is_some_and(|oldest| oldest.index > from);
-        if rmcp_goes_back_further {
-            return (Vec::new(), from);
+        mut rmcp: BoxedEvents,
+    ) -> BoxedEvents {
+        // Bounded: live events may arrive while the replay is read.
+        let mut replayed = Vec::new();
+        while replayed.len() <= RMCP_EVENTS_KEPT {
+            match rmcp.next().now_or_never() {
+                Some(Some(event)) => replayed.push(event),
+                _ => break,
+            }
         }
-        let events: Vec<ServerSseMessage> = state
-            .kept
-            .iter()
-            .filter(|kept| kept.index >= from)
-            .map(|kept| kept.event.clone())
-            .collect();
-        let rmcp_from = match state.kept.back() {
-            Some(last) if last.index >= from => last.index + 1,
-            _ => from,
-        };
-        (events, rmcp_from)
+        let rmcp_first = replayed.iter().find_map(rmcp_index);
+        let kept: Vec<ServerSseMessage> = lock(&self.standalone_state)
+            .get(session)
+            .map(|state| {
+                state
+                    .kept
+                    .iter()
+                    .filter(|kept| {
+                        kept.index >= from && rmcp_first.is_none_or(|first| kept.index < first)
+                    })
+                    .map(|kept| kept.event.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Box::pin(
+            futures::stream::iter(kept)
+                .chain(futures::stream::iter(replayed))
+                .chain(rmcp),
+        )
     }
 
     /// Lets go of the standalone events every session kept longer than
@@ -533,10 +543,29 @@ mod tests {
         streams.give_out(session, index, &event(&index.to_string()))
     }
 
-    fn kept_ids(streams: &Streams, session: &SessionId, from: usize) -> (Vec<String>, usize) {
-        let (kept, rmcp_from) = streams.kept_standalone(session, from);
-        let ids = kept.into_iter().filter_map(|e| e.event_id).collect();
-        (ids, rmcp_from)
+    /// The ids (rmcp's indexes) a stream from `from` carries, given that
+    /// rmcp's replay from there holds `rmcp` (a range of indexes).
+    fn merged_ids(
+        streams: &Streams,
+        session: &SessionId,
+        from: usize,
+        rmcp: std::ops::Range<usize>,
+    ) -> Vec<String> {
+        let replay: BoxedEvents = Box::pin(futures::stream::iter(
+            rmcp.map(|index| event(&index.to_string())),
+        ));
+        let merged = streams.with_kept(session, from, replay);
+        futures::executor::block_on(merged.filter_map(|e| async { e.event_id }).collect())
+    }
+
+    /// `range` as ids.
+    fn ids_of(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|index| index.to_string()).collect()
+    }
+
+    /// What the gateway keeps from `from` on (rmcp's replay empty).
+    fn kept_ids(streams: &Streams, session: &SessionId, from: usize) -> Vec<String> {
+        merged_ids(streams, session, from, 0..0)
     }
 
     #[test]
@@ -615,20 +644,20 @@ mod tests {
         for index in 0..4 {
             give_id(&streams, &session, index);
         }
-        let ids = |from| kept_ids(&streams, &session, from);
-        assert_eq!(ids(1), (vec!["1".into(), "2".into(), "3".into()], 4));
-        assert_eq!(ids(4), (vec![], 4), "nothing kept from 4: rmcp's");
-        // Only the latest are kept.
-        for index in 4..STANDALONE_KEPT + 10 {
+        let merged = |from, rmcp| merged_ids(&streams, &session, from, rmcp);
+        assert_eq!(merged(1, 0..0), ids_of(1..4));
+        assert_eq!(merged(1, 2..4), ids_of(1..4), "rmcp's from its first");
+        assert_eq!(merged(4, 4..5), ids_of(4..5), "nothing kept from 4: rmcp's");
+        // Only the latest are kept; rmcp's latest 64 go on after them.
+        let last = STANDALONE_KEPT + 10;
+        for index in 4..last {
             give_id(&streams, &session, index);
         }
-        let (kept, rmcp_from) = ids(0);
-        assert_eq!(kept.len(), STANDALONE_KEPT);
-        assert_eq!(kept[0], "10");
-        assert_eq!(rmcp_from, STANDALONE_KEPT + 10);
+        let rmcp_holds = last - RMCP_EVENTS_KEPT..last;
+        assert_eq!(merged(0, rmcp_holds), ids_of(10..last));
         // A wake starts rmcp's indexes again: none of those stand.
         streams.standalone_woke(&session);
-        assert_eq!(ids(0), (vec![], 0));
+        assert_eq!(kept_ids(&streams, &session, 0), ids_of(0..0));
     }
 
     /// A stream whose client went away is read on while nobody reads it:
@@ -653,9 +682,8 @@ mod tests {
         for index in 1..=10 {
             sender.try_send(event(&index.to_string())).unwrap();
         }
-        settle(|| kept_ids(&streams, &session, 1).0.len() == 10).await;
-        let expected: Vec<String> = (1..=10).map(|index| index.to_string()).collect();
-        assert_eq!(kept_ids(&streams, &session, 1), (expected, 11));
+        settle(|| kept_ids(&streams, &session, 1).len() == 10).await;
+        assert_eq!(kept_ids(&streams, &session, 1), ids_of(1..11));
         assert!(!sender.is_closed(), "read on while the client is away");
         streams.cut_standalone(&session);
         settle(|| sender.is_closed()).await;
@@ -678,17 +706,17 @@ mod tests {
             state.kept[0].at = long_ago;
         }
         streams.trim_standalone();
-        assert_eq!(kept_ids(&streams, &session, 1), (vec!["1".into()], 2));
+        assert_eq!(kept_ids(&streams, &session, 0), ids_of(1..2));
         assert_eq!(
-            kept_ids(&streams, &session, 0),
-            (vec![], 0),
-            "from before the oldest kept: rmcp's replay, which goes back further"
+            merged_ids(&streams, &session, 0, 0..2),
+            ids_of(0..2),
+            "rmcp's replay, which goes back further"
         );
         if let Some(state) = lock(&streams.standalone_state).get_mut(&session) {
             state.kept[0].at = long_ago;
         }
         streams.trim_standalone();
-        assert_eq!(kept_ids(&streams, &session, 0), (vec![], 0));
+        assert_eq!(kept_ids(&streams, &session, 0), ids_of(0..0));
         let capacity = lock(&streams.standalone_state)
             .get(&session)
             .map(|state| state.kept.capacity());
@@ -711,8 +739,9 @@ mod tests {
     }
 
     /// Large events are kept up to [`STANDALONE_KEPT_BYTES`] (the latest
-    /// whatever its size); a resume from before the oldest kept is left to
-    /// rmcp's replay, which keeps more of them.
+    /// whatever its size); a resume from before the oldest kept takes
+    /// rmcp's, which keeps more of them, and the gateway's where rmcp is
+    /// ahead of it (its stream's channel held events no client read).
     #[test]
     fn kept_events_are_bounded_in_bytes() {
         const MIB: usize = 1024 * 1024;
@@ -732,11 +761,12 @@ mod tests {
         let (events, bytes) = held(&streams);
         assert_eq!(events, STANDALONE_KEPT_BYTES / MIB - 1, "{bytes} bytes");
         assert!(bytes <= STANDALONE_KEPT_BYTES && bytes > 2 * MIB, "{bytes}");
-        assert_eq!(
-            kept_ids(&streams, &session, 7),
-            (vec!["7".into(), "8".into(), "9".into()], 10)
-        );
-        assert_eq!(kept_ids(&streams, &session, 2), (vec![], 2));
+        assert_eq!(kept_ids(&streams, &session, 7), ids_of(7..10));
+        let merged = |from, rmcp| merged_ids(&streams, &session, from, rmcp);
+        assert_eq!(merged(2, 2..10), ids_of(2..10), "rmcp's, further back");
+        let mut ahead = ids_of(7..10);
+        ahead.extend(ids_of(11..75));
+        assert_eq!(merged(5, 11..75), ahead, "the gateway's, then rmcp's");
         streams.give_out(&session, 10, &large_event(10, 2 * STANDALONE_KEPT_BYTES));
         let (events, bytes) = held(&streams);
         assert_eq!(events, 1, "only the latest, larger than the budget");
