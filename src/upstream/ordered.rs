@@ -214,6 +214,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             (Some(JsonRpcMessage::Error(_)), Lifecycle::Initializing) => {
                 self.lifecycle = Lifecycle::Initialized;
             }
+            // Where it was read: one read after an abandoned call's answer
+            // is not that call's (`Relay::abandoned_callers`).
+            (Some(JsonRpcMessage::Request(request)), _) => {
+                let read = self.relay.request_arrived();
+                request.request.extensions_mut().insert(read);
+            }
             _ => {}
         }
         // What is read after an answer is not about its request.

@@ -5,7 +5,9 @@
 //! rmcp's next event (their ids, `<index>.<n>/<stream>`, place them after
 //! rmcp's event `<index>`), and every event also written to the stream's
 //! [`StreamLog`]. `<stream>` is the gateway's number for the stream, unique
-//! in the process, in place of rmcp's HTTP request id: rmcp numbers a
+//! in its session for the session's life (counted per session: a count
+//! across sessions told a client how much the others were sent), in place
+//! of rmcp's HTTP request id: rmcp numbers a
 //! session's requests from 0 again after the session wakes from sleep
 //! (a new rmcp session), while the streams from before stay resumable, and
 //! two streams must never share an id. If the client

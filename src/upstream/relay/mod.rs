@@ -84,7 +84,7 @@ mod turns;
 pub use caller::{Caller, LogLevelSetting};
 pub use tasks::{related_task, set_related_task, TaskOwner, RELATED_TASK};
 use tasks::{FORGOTTEN_TASKS_MAX, TASKS_MAX};
-pub use turns::Arrival;
+pub use turns::{Arrival, RequestRead};
 
 use super::bounded_map::BoundedMap;
 use crate::wait_for_zero::{count_down, wait_for_zero};
@@ -108,8 +108,9 @@ pub enum Unattributed {
 /// What is being attributed (see [`Relay::attribute_as`]).
 #[derive(Clone, Copy)]
 enum Attributing {
-    /// A request of the upstream's (sampling, elicitation, roots).
-    Request,
+    /// A request of the upstream's (sampling, elicitation, roots), read
+    /// where its [`RequestRead`] says (if the transport counted it).
+    Request { read_at: Option<u64> },
     /// A notification (a log message), read where its [`Arrival`] says
     /// (if the transport counted it); `late`: on an HTTP upstream's `GET`
     /// stream, unordered with the answers, where a request that just ended
@@ -552,7 +553,8 @@ impl Relay {
         extensions: &Extensions,
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
-        self.attribute_as(extensions, related_task, Attributing::Request)
+        let read_at = extensions.get::<RequestRead>().map(|read| read.0);
+        self.attribute_as(extensions, related_task, Attributing::Request { read_at })
     }
 
     /// [`Self::attribute`]; with `late_claims` (a notification on an HTTP
@@ -566,17 +568,17 @@ impl Relay {
         related_task: Option<&str>,
         attributing: Attributing,
     ) -> Result<Caller, Unattributed> {
-        let (late_claims, line, settled) = match attributing {
-            Attributing::Request => (false, None, true),
+        let (late_claims, line, settled, request_read_at) = match attributing {
+            Attributing::Request { read_at } => (false, None, true, read_at),
             Attributing::Notification {
                 late,
                 arrival,
                 settled,
-            } => (late, arrival, settled),
+            } => (late, arrival, settled, None),
         };
         let read_at = line.map(|line| line.read_at);
         let all_inflight = lock(&self.inflight);
-        let abandoned = self.abandoned_callers(read_at);
+        let abandoned = self.abandoned_callers(read_at.or(request_read_at));
         if let Some(InboundStreamOrigin::OutboundRequest(id)) =
             extensions.get::<InboundStreamOrigin>()
         {
@@ -732,11 +734,11 @@ impl Relay {
 
     /// The requests abandoned within [`ABANDONED_LINGER`] (the older ones
     /// forgotten), and the sessions of those still running as of `read_at`
-    /// (the read number of the message being attributed; `None`: now): a
-    /// request whose answer was read before it is over, and claims no
-    /// message for its session any more. (A server request has no read
-    /// number: one of a request the upstream answered just after sending
-    /// it may then go to another session's one request in flight.)
+    /// (the read number of the message being attributed): a request whose
+    /// answer was read before it is over, and claims no message for its
+    /// session any more. A message without a read number (not counted by
+    /// its transport) may have been read before the answer: for it the
+    /// request still runs.
     fn abandoned_callers(&self, read_at: Option<u64>) -> Abandoned {
         let mut abandoned = lock(&self.abandoned);
         let now = Instant::now();
@@ -752,7 +754,7 @@ impl Relay {
             found.ids.push((request.id.clone(), caller.session));
             let over = request
                 .answer_read_at
-                .is_some_and(|answer| read_at.is_none_or(|read| answer < read));
+                .is_some_and(|answer| read_at.is_some_and(|read| answer < read));
             if over {
                 continue;
             }
@@ -1228,8 +1230,29 @@ mod tests {
         );
         let attributed = relay.attribute_notification(&after, None).await;
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
-        let attributed = relay.attribute_request(&Extensions::new(), None).await;
+        // A server request likewise, by where it was read; one the
+        // transport did not count may be the abandoned call's.
+        let request_read = |read: RequestRead| {
+            let mut extensions = Extensions::new();
+            extensions.insert(read);
+            extensions
+        };
+        let (read_before, read_after) = (RequestRead(0), relay.request_arrived());
+        let attributed = relay
+            .attribute_request(&request_read(read_after), None)
+            .await;
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
+        for (extensions, when) in [
+            (request_read(read_before), "read before the answer"),
+            (Extensions::new(), "not counted"),
+        ] {
+            let attributed = relay.attribute_request(&extensions, None).await;
+            assert!(
+                matches!(attributed, Err(Unattributed::Ambiguous(2))),
+                "{when}: went to session {:?}",
+                attributed.ok().map(|caller| caller.session)
+            );
+        }
     }
 
     #[tokio::test]

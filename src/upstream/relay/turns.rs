@@ -27,7 +27,18 @@ pub struct Arrival {
     pub(super) read_when: Instant,
 }
 
+/// Where an upstream's request (sampling, elicitation, roots) was read
+/// among every message the transport read, carried in its extensions:
+/// a request read after an abandoned call's answer is not that call's.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRead(pub(super) u64);
+
 impl Relay {
+    /// A request of the upstream's was read (called in wire order).
+    pub fn request_arrived(&self) -> RequestRead {
+        RequestRead(self.reads.fetch_add(1, Ordering::AcqRel))
+    }
+
     /// A notification an answer must wait for arrived (called in wire
     /// order): it is pending until handled, and, if it is relayed `in_order`
     /// (progress, logs), gets its place in that order. Others (a cancel, a
