@@ -11,10 +11,7 @@
 //! origin (an endpoint may carry a credential).
 
 use std::{
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Mutex,
-    },
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -31,33 +28,41 @@ const FAILURES_LOGGED_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct WatchedExporter<E> {
     inner: E,
-    /// Failed batches since the last one logged.
-    unlogged_failures: AtomicU64,
-    /// When a failure was last logged; `None` while exports succeed.
-    failing_since_logged: Mutex<Option<Instant>>,
+    said: Mutex<Said>,
+}
+
+/// What was logged about the exports so far.
+#[derive(Debug, Default)]
+struct Said {
+    /// When a failure was last logged: kept across recoveries, so that a
+    /// collector failing every other batch is said once a minute too.
+    failure_at: Option<Instant>,
+    /// Failed batches since the last line about them.
+    unsaid_failures: u64,
+    /// A failure was logged and no recovery since.
+    failing: bool,
 }
 
 impl<E> WatchedExporter<E> {
     pub fn new(inner: E) -> Self {
         Self {
             inner,
-            unlogged_failures: AtomicU64::new(0),
-            failing_since_logged: Mutex::new(None),
+            said: Mutex::new(Said::default()),
         }
     }
 
     /// Counts an export's outcome, and logs what is due.
     fn watch(&self, result: &OTelSdkResult, spans: usize) {
-        let mut last_logged = self
-            .failing_since_logged
+        let mut said = self
+            .said
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let error = match result {
             Ok(()) => {
-                if last_logged.take().is_some() {
-                    let lost = self.unlogged_failures.swap(0, Ordering::AcqRel);
+                if std::mem::take(&mut said.failing) {
+                    let unsaid = std::mem::take(&mut said.unsaid_failures);
                     tracing::info!(
-                        failed_batches_since_last_said = lost,
+                        failed_batches_since_last_said = unsaid,
                         "exporting traces works again"
                     );
                 }
@@ -66,14 +71,17 @@ impl<E> WatchedExporter<E> {
             Err(error) => error,
         };
         super::metrics().trace_export_failures.inc();
-        let failures = self.unlogged_failures.fetch_add(1, Ordering::AcqRel) + 1;
+        said.unsaid_failures += 1;
         let now = Instant::now();
-        let due = last_logged.is_none_or(|at| now.duration_since(at) >= FAILURES_LOGGED_EVERY);
+        let due = said
+            .failure_at
+            .is_none_or(|at| now.duration_since(at) >= FAILURES_LOGGED_EVERY);
         if !due {
             return;
         }
-        *last_logged = Some(now);
-        self.unlogged_failures.store(0, Ordering::Release);
+        said.failure_at = Some(now);
+        said.failing = true;
+        let failures = std::mem::take(&mut said.unsaid_failures);
         let error = super::redact::origins_only(&error.to_string());
         tracing::warn!(
             %error,
@@ -107,7 +115,7 @@ impl<E: SpanExporter> SpanExporter for WatchedExporter<E> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use opentelemetry_sdk::error::OTelSdkError;
 
@@ -160,5 +168,15 @@ mod tests {
             text.contains("exporting traces works again") && text.contains("=2"),
             "the two failures not said yet are counted: {text}"
         );
+        // A collector failing every other batch: said no more often.
+        for _ in 0..3 {
+            watched.inner.failing.store(true, Ordering::Release);
+            assert!(watched.export(Vec::new()).await.is_err());
+            watched.inner.failing.store(false, Ordering::Release);
+            watched.export(Vec::new()).await.expect("working");
+        }
+        let text = log.text();
+        assert_eq!(text.matches("exporting traces failed").count(), 1, "{text}");
+        assert_eq!(text.matches("works again").count(), 1, "{text}");
     }
 }
