@@ -25,8 +25,11 @@ pub trait SecretRewrite {
 /// URL ([`looks_like_url`]).
 pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<String> {
     let looks_secret = super::import::secrets::looks_secret;
-    let names_secret =
-        |flag: &str| flag.starts_with('-') && looks_secret(flag.trim_start_matches('-'));
+    // `--no-auth` says there is none: what follows is another argument.
+    let names_secret = |flag: &str| {
+        let name = flag.trim_start_matches('-');
+        flag.starts_with('-') && !name.starts_with("no-") && looks_secret(name)
+    };
     let plain_name = |name: &str| {
         !name.is_empty()
             && name

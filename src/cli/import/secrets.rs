@@ -43,6 +43,13 @@ pub struct Variables(std::collections::HashSet<String>);
 
 impl Variables {
     /// `wanted`, or `wanted_2`, `wanted_3`… if that is named already.
+    /// `name` is taken as it is (an `env` variable keeps its name, shared
+    /// with other servers' of that name): a later [`Self::unique`] steps
+    /// around it.
+    fn claim(&mut self, name: &str) {
+        self.0.insert(name.to_owned());
+    }
+
     fn unique(&mut self, wanted: String) -> String {
         if self.0.insert(wanted.clone()) {
             return wanted;
@@ -72,7 +79,11 @@ pub fn kept_out(
     // An env variable keeps its name (two servers' `GITHUB_TOKEN` are
     // likely the one token); a header gets one after its server.
     let variable = match field {
-        "env" => env_name(name),
+        "env" => {
+            let variable = env_name(name);
+            variables.claim(&variable);
+            variable
+        }
         _ => variables.unique(env_name(&format!("{server}_{name}"))),
     };
     issues.push(Issue::lost(
@@ -113,8 +124,11 @@ pub fn url_kept_out(
             Some((user, password)) if !password.is_empty() && !password.contains("${") => {
                 format!("{user}:{}", variable_for("url_password"))
             }
-            // A user alone is often a token (`https://TOKEN@host`).
-            None if !user_info.is_empty() && !user_info.contains("${") => variable_for("url_user"),
+            // A user alone is often a token (`https://TOKEN@host`), not
+            // in a connection string (`postgresql://postgres@db`).
+            None if !user_info.is_empty() && !user_info.contains("${") && is_http(&url) => {
+                variable_for("url_user")
+            }
             _ => user_info.to_owned(),
         });
     let query = parts.query.map(|query| {
@@ -142,6 +156,12 @@ pub fn url_kept_out(
         ),
     ));
     parts.with(user_info.as_deref(), parts.path, query.as_deref())
+}
+
+/// Whether `url` is an `http` or `https` URL (as written).
+fn is_http(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
 }
 
 /// Moves the secrets of server `server`'s command line at `path` to the

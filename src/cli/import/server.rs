@@ -155,28 +155,23 @@ fn stdio(
                     }
                 }
             }
-            // A token passed as an argument (`--api-key sk-…`) is moved
-            // out as one in `env` is.
-            let words: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut kept_out = super::secrets::ArgsKeptOut {
-                server,
-                path,
-                issues,
-                variables,
-            };
-            crate::cli::secret_args::rewrite_secrets(&words, &mut kept_out)
+            args
         }
         Some(other) => return Err(format!("`args` must be an array, found {}", kind_of(other))),
     };
-    // Env variables keep their names: no server, no variables to share.
-    let env = string_map(
-        fields,
-        "env",
-        ("", path),
-        inputs,
+    // Env variables keep their names (no server's in them), which the
+    // arguments' variables step around.
+    let env = string_map(fields, "env", ("", path), inputs, issues, variables)?;
+    // A token passed as an argument (`--api-key sk-…`) is moved out as
+    // one in `env` is.
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut kept_out = super::secrets::ArgsKeptOut {
+        server,
+        path,
         issues,
-        &mut Variables::default(),
-    )?;
+        variables,
+    };
+    let args = crate::cli::secret_args::rewrite_secrets(&words, &mut kept_out);
     let cwd = match fields.get("cwd") {
         None | Some(Value::Null) => None,
         Some(Value::String(cwd)) => {

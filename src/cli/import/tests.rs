@@ -582,3 +582,43 @@ fn a_secret_written_in_the_arguments_is_not_copied() {
         );
     }
 }
+
+/// An argument's secret never shares a variable with an `env` one (review:
+/// server `github`'s `--token` and its `GITHUB_TOKEN` were both
+/// `${GITHUB_TOKEN}`); a connection string's user and the argument after
+/// `--no-auth` are no secrets.
+#[test]
+fn argument_secrets_get_their_own_variables_and_non_secrets_stay() {
+    let translation = import(json!({
+        "mcpServers": {
+            "github": {
+                "command": "npx",
+                "args": ["--token", "ghp_ARG", "--no-auth", "/data",
+                         "postgresql://postgres@localhost/db"],
+                "env": {"GITHUB_TOKEN": "ghp_ENV"}
+            }
+        }
+    }));
+    let config = parsed(&translation);
+    let github = &config["mounts"]["github"];
+    assert_eq!(
+        github["env"]["GITHUB_TOKEN"].as_str(),
+        Some("${GITHUB_TOKEN}")
+    );
+    let args: Vec<&str> = github["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|arg| arg.as_str())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--token",
+            "${GITHUB_TOKEN_2}",
+            "--no-auth",
+            "/data",
+            "postgresql://postgres@localhost/db"
+        ]
+    );
+}
