@@ -428,6 +428,60 @@ async fn a_session_sleeps_once_its_tasks_are_past_their_ttl() {
     );
 }
 
+/// Log lines a server writes for a call that timed out (the call counts
+/// as running upstream for 30 s more, and what it sends goes to its
+/// session) reach the session after it slept: kept while it sleeps and
+/// told at the wake, as other log lines are. They were sent to the peer
+/// the sleep had closed, and lost (black-box helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_up_calls_late_log_lines_reach_its_session_after_a_sleep() {
+    let gateway = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nsession_hibernate_after = \"200ms\"\n\n[timeouts]\nrequest = \"500ms\"\n\n{}",
+        python_fixture_mount("late", "logs_later.py", "")
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let url = gateway.mcp_url();
+    let session = raw::open_session(&http, &url).await;
+    let call = request(
+        2,
+        "tools/call",
+        json!({"name": "late__logs_later", "arguments": {"delay": 2, "n": 3}}),
+    );
+    let answer = raw::post(&http, &url, Some(&session), JSON_POST, call).await;
+    assert!(
+        answer.text().contains("timed out") || answer.body["result"]["isError"] == true,
+        "the call times out: {answer:?}"
+    );
+    wait_asleep(&gateway, 1).await;
+    // The lines come 2 s after the call, while it sleeps.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut stream = within(
+        "GET",
+        http.get(&url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", raw::VERSION)
+            .send(),
+    )
+    .await
+    .expect("GET");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut seen = String::new();
+    let _ = tokio::time::timeout(SETTLE, async {
+        while !seen.contains("late 2") {
+            match stream.chunk().await {
+                Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    for line in ["late 0", "late 1", "late 2"] {
+        assert!(seen.contains(line), "no {line:?} on the woken GET: {seen}");
+    }
+}
+
 /// Waking a session is no new `initialize`: the count of initializes (what
 /// dashboards read as new sessions) does not move when a session wakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -505,7 +505,12 @@ impl ClientHandler for UpstreamHandler {
                 if let Some(meta) = self.passed_notification_meta(notification_meta(&context)) {
                     *message.get_meta_mut() = meta;
                 }
-                if let Err(error) = caller.send_on_its_stream(message).await {
+                // A call given up on (timed out, cancelled) still counts
+                // here while its session sleeps and wakes with a new peer:
+                // its lines go to the session, which keeps them asleep.
+                if caller.peer.is_transport_closed() {
+                    self.events.tell_session(caller.session, message);
+                } else if let Err(error) = caller.send_on_its_stream(message).await {
                     tracing::debug!(%error, "could not relay a log message");
                 }
             }
