@@ -271,10 +271,11 @@ impl Streams {
         from: usize,
         mut rmcp: BoxedEvents,
     ) -> BoxedEvents {
-        // Bounded: live events may arrive while the replay is read.
+        // Bounded: live events may arrive while the replay is read. Out of
+        // tokio's budget, which could make a ready channel look empty.
         let mut replayed = Vec::new();
         while replayed.len() <= RMCP_EVENTS_KEPT {
-            match rmcp.next().now_or_never() {
+            match tokio::task::coop::unconstrained(rmcp.next()).now_or_never() {
                 Some(Some(event)) => replayed.push(event),
                 _ => break,
             }
@@ -293,10 +294,18 @@ impl Streams {
                     .collect()
             })
             .unwrap_or_default();
+        // Whatever the timing, nothing kept is given again by rmcp.
+        let last_kept = kept.last().and_then(rmcp_index);
+        let after_kept = move |event: &ServerSseMessage| {
+            let again = rmcp_index(event).zip(last_kept);
+            std::future::ready(again.is_none_or(|(index, last)| index > last))
+        };
         Box::pin(
-            futures::stream::iter(kept)
-                .chain(futures::stream::iter(replayed))
-                .chain(rmcp),
+            futures::stream::iter(kept).chain(
+                futures::stream::iter(replayed)
+                    .chain(rmcp)
+                    .filter(after_kept),
+            ),
         )
     }
 
@@ -771,6 +780,29 @@ mod tests {
         let (events, bytes) = held(&streams);
         assert_eq!(events, 1, "only the latest, larger than the budget");
         assert!(bytes > STANDALONE_KEPT_BYTES);
+    }
+
+    /// rmcp's replay not ready when it is looked at (it always is, as rmcp
+    /// answers a resume once its replay is sent, but that is rmcp's to
+    /// keep): the kept events go first, and rmcp's of the same indexes are
+    /// not given again.
+    #[tokio::test]
+    async fn a_replay_read_late_gives_nothing_twice() {
+        let streams = Streams::default();
+        let session: SessionId = Arc::from("s1");
+        streams.standalone_opened(&session);
+        for index in 0..4 {
+            give_id(&streams, &session, index);
+        }
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        let rmcp: BoxedEvents = Box::pin(tokio_stream_of(receiver));
+        let merged = streams.with_kept(&session, 1, rmcp);
+        for index in 2..6 {
+            sender.send(event(&index.to_string())).await.unwrap();
+        }
+        drop(sender);
+        let ids: Vec<String> = merged.filter_map(|e| async { e.event_id }).collect().await;
+        assert_eq!(ids, ids_of(1..6));
     }
 
     /// A stream's events that skip indexes say so in the log, between
