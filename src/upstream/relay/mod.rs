@@ -553,7 +553,17 @@ impl Relay {
         extensions: &Extensions,
         related_task: Option<&str>,
     ) -> Result<Caller, Unattributed> {
-        let read_at = extensions.get::<RequestRead>().map(|read| read.0);
+        // On an HTTP upstream's `GET` stream (unordered with the answers
+        // on the `POST` streams) a request read after a call's answer may
+        // have been written before it: its read number says nothing.
+        let unordered = matches!(
+            extensions.get::<InboundStreamOrigin>(),
+            Some(InboundStreamOrigin::Unassociated)
+        );
+        let read_at = extensions
+            .get::<RequestRead>()
+            .filter(|_| !unordered)
+            .map(|read| read.0);
         self.attribute_as(extensions, related_task, Attributing::Request { read_at })
     }
 
@@ -1242,9 +1252,15 @@ mod tests {
             .attribute_request(&request_read(read_after), None)
             .await;
         assert_eq!(attributed.ok().map(|caller| caller.session), Some(2));
+        let mut on_get_stream = request_read(relay.request_arrived());
+        on_get_stream.insert(InboundStreamOrigin::Unassociated);
         for (extensions, when) in [
             (request_read(read_before), "read before the answer"),
             (Extensions::new(), "not counted"),
+            (
+                on_get_stream,
+                "on the GET stream, unordered with the answer",
+            ),
         ] {
             let attributed = relay.attribute_request(&extensions, None).await;
             assert!(
