@@ -24,7 +24,8 @@ pub trait SecretRewrite {
 /// header or `NAME=value` setting whose name does, and the secrets of a
 /// URL ([`looks_like_url`]).
 pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<String> {
-    let looks_secret = super::import::secrets::looks_secret;
+    let looks_secret =
+        |name: &str| super::import::secrets::looks_secret(name) && !names_where_it_is(name);
     // `--no-auth` says there is none: what follows is another argument.
     let names_secret = |flag: &str| {
         let name = flag.trim_start_matches('-');
@@ -90,6 +91,16 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
     rewritten
 }
 
+/// Whether `name` names where a secret is, or of what kind, rather than
+/// the secret itself: `--token-file ~/.t`, `--api-key-env OPENAI_API_KEY`,
+/// `--auth-type bearer`, `GITHUB_TOKEN_PATH=…`.
+fn names_where_it_is(name: &str) -> bool {
+    const PLACES: [&str; 7] = ["file", "path", "dir", "env", "var", "type", "mode"];
+    name.rsplit(['-', '_'])
+        .next()
+        .is_some_and(|last| PLACES.iter().any(|place| last.eq_ignore_ascii_case(place)))
+}
+
 /// `word` with the secrets of a URL in it replaced: a connection string
 /// (`postgresql://app:pw@db/prod`) is a URL, and so is the value of a
 /// `--flag=URL`; a script (`sh -c`) that holds a URL is not one.
@@ -146,6 +157,10 @@ mod tests {
             "--url=https://u:pw@h/mcp",
             "https://h/mcp",
             "sh -c 'curl https://h'",
+            "--token-file",
+            "/home/me/.token",
+            "--api-key-env=OPENAI_API_KEY",
+            "GITHUB_TOKEN_PATH=/run/secret",
         ];
         assert_eq!(
             rewrite_secrets(&words, &mut Marked),
@@ -168,6 +183,10 @@ mod tests {
                 "--url=<15 url https://u:pw@h/mcp>",
                 "<16 url https://h/mcp>",
                 "sh -c 'curl https://h'",
+                "--token-file",
+                "/home/me/.token",
+                "--api-key-env=OPENAI_API_KEY",
+                "GITHUB_TOKEN_PATH=/run/secret",
             ]
         );
     }

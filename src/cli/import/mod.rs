@@ -132,7 +132,7 @@ pub fn translate(text: &str, origin: &str) -> Result<Translation, InvalidInput> 
         .collect();
     let mut imported = 0;
     let mut skipped = 0;
-    let mut variables = secrets::Variables::default();
+    let mut variables = secrets::Variables::claiming_env_names(&document.entries);
     for entry in &document.entries {
         let mut entry_issues = Vec::new();
         match server::translate(entry, &document.inputs, &mut entry_issues, &mut variables) {

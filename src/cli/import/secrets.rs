@@ -43,6 +43,20 @@ pub struct Variables(std::collections::HashSet<String>);
 
 impl Variables {
     /// `wanted`, or `wanted_2`, `wanted_3`… if that is named already.
+    /// Variables with every `env` name of every server in `entries` taken
+    /// (an `env` secret keeps its name, and may come after an argument's
+    /// or a header's secret of another server that would want it).
+    pub fn claiming_env_names(entries: &[super::source::Entry]) -> Self {
+        let mut variables = Self::default();
+        let env_maps = entries
+            .iter()
+            .filter_map(|entry| entry.value.get("env")?.as_object());
+        for name in env_maps.flat_map(|env| env.keys()) {
+            variables.claim(&env_name(name));
+        }
+        variables
+    }
+
     /// `name` is taken as it is (an `env` variable keeps its name, shared
     /// with other servers' of that name): a later [`Self::unique`] steps
     /// around it.

@@ -622,3 +622,25 @@ fn argument_secrets_get_their_own_variables_and_non_secrets_stay() {
         ]
     );
 }
+
+/// Across servers too: an argument's secret of one server never takes the
+/// variable another server's `env` secret keeps its name for (review).
+#[test]
+fn an_argument_secret_steps_around_a_later_servers_env_name() {
+    let translation = import(json!({
+        "mcpServers": {
+            "github": {"command": "x", "args": ["--token", "ghp_A"]},
+            "other": {"command": "y", "env": {"GITHUB_TOKEN": "ghp_B"}}
+        }
+    }));
+    let config = parsed(&translation);
+    let mounts = &config["mounts"];
+    assert_eq!(
+        mounts["github"]["args"][1].as_str(),
+        Some("${GITHUB_TOKEN_2}")
+    );
+    assert_eq!(
+        mounts["other"]["env"]["GITHUB_TOKEN"].as_str(),
+        Some("${GITHUB_TOKEN}")
+    );
+}
