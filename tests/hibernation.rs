@@ -233,6 +233,17 @@ fn told(seen: &str, uri: &str) -> bool {
 /// Opens `session`'s `GET` stream and reads it until it has been told of a
 /// tools change and `uri`'s update, or for `SETTLE`; returns what it read.
 async fn get_until_told(http: &reqwest::Client, url: &str, session: &str, uri: &str) -> String {
+    get_until(http, url, session, |seen| told(seen, uri)).await
+}
+
+/// Opens `session`'s `GET` stream and reads it until `done` with what it
+/// read, or for `SETTLE`; returns what it read.
+async fn get_until(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
     let mut stream = within(
         "GET",
         http.get(url)
@@ -246,7 +257,7 @@ async fn get_until_told(http: &reqwest::Client, url: &str, session: &str, uri: &
     assert_eq!(stream.status(), StatusCode::OK);
     let mut seen = String::new();
     let _ = tokio::time::timeout(SETTLE, async {
-        while !told(&seen, uri) {
+        while !done(&seen) {
             match stream.chunk().await {
                 Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
                 _ => break,
@@ -456,27 +467,7 @@ async fn a_given_up_calls_late_log_lines_reach_its_session_after_a_sleep() {
     wait_asleep(&gateway, 1).await;
     // The lines come 2 s after the call, while it sleeps.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let mut stream = within(
-        "GET",
-        http.get(&url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", raw::VERSION)
-            .send(),
-    )
-    .await
-    .expect("GET");
-    assert_eq!(stream.status(), StatusCode::OK);
-    let mut seen = String::new();
-    let _ = tokio::time::timeout(SETTLE, async {
-        while !seen.contains("late 2") {
-            match stream.chunk().await {
-                Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
-                _ => break,
-            }
-        }
-    })
-    .await;
+    let seen = get_until(&http, &url, &session, |seen| seen.contains("late 2")).await;
     for line in ["late 0", "late 1", "late 2"] {
         assert!(seen.contains(line), "no {line:?} on the woken GET: {seen}");
     }

@@ -26,6 +26,27 @@ fn report(translation: &Translation) -> String {
         .join("\n")
 }
 
+/// A stdio mount's `args`, as text.
+fn args_of(mount: &toml::Value) -> Vec<&str> {
+    mount["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|arg| arg.as_str())
+        .collect()
+}
+
+/// None of `secrets` shows in the TOML or the `report`.
+fn assert_nowhere(translation: &Translation, report: &str, secrets: &[&str]) {
+    let everything = format!("{}\n{report}", translation.toml);
+    for secret in secrets {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shows in\n{everything}"
+        );
+    }
+}
+
 fn lost(translation: &Translation) -> usize {
     translation
         .issues
@@ -459,13 +480,11 @@ fn a_secret_written_in_a_url_is_not_copied() {
         report.contains("mcpServers.r2.url: not translated: a secret written in the URL was not copied into the config; set R2_URL_PASSWORD, R2_API_KEY"),
         "{report}"
     );
-    let everything = format!("{}\n{report}", translation.toml);
-    for secret in ["S3CRET", "SECRETKEY", "SECRETWS", "SECRETBAD"] {
-        assert!(
-            !everything.contains(secret),
-            "{secret} shows in\n{everything}"
-        );
-    }
+    assert_nowhere(
+        &translation,
+        &report,
+        &["S3CRET", "SECRETKEY", "SECRETWS", "SECRETBAD"],
+    );
 }
 
 #[test]
@@ -536,12 +555,7 @@ fn a_secret_written_in_the_arguments_is_not_copied() {
         }
     }));
     let config = parsed(&translation);
-    let args: Vec<&str> = config["mounts"]["gh"]["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(|arg| arg.as_str())
-        .collect();
+    let args = args_of(&config["mounts"]["gh"]);
     assert_eq!(
         args,
         [
@@ -574,13 +588,11 @@ fn a_secret_written_in_the_arguments_is_not_copied() {
             .any(|line| line.starts_with(&at) && line.contains(variable));
         assert!(told, "{variable} at {at}\n{report}");
     }
-    let everything = format!("{}\n{report}", translation.toml);
-    for secret in ["ARGKEY1", "ARGTOK2", "ARGBEARER3", "ARGENV4", "ARGPW5"] {
-        assert!(
-            !everything.contains(secret),
-            "{secret} shows in\n{everything}"
-        );
-    }
+    assert_nowhere(
+        &translation,
+        &report,
+        &["ARGKEY1", "ARGTOK2", "ARGBEARER3", "ARGENV4", "ARGPW5"],
+    );
 }
 
 /// An argument's secret never shares a variable with an `env` one (review:
@@ -605,12 +617,7 @@ fn argument_secrets_get_their_own_variables_and_non_secrets_stay() {
         github["env"]["GITHUB_TOKEN"].as_str(),
         Some("${GITHUB_TOKEN}")
     );
-    let args: Vec<&str> = github["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(|arg| arg.as_str())
-        .collect();
+    let args = args_of(github);
     assert_eq!(
         args,
         [
