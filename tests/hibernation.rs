@@ -465,8 +465,15 @@ async fn a_given_up_calls_late_log_lines_reach_its_session_after_a_sleep() {
         "the call times out: {answer:?}"
     );
     wait_asleep(&gateway, 1).await;
-    // The lines come 2 s after the call, while it sleeps.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The lines come 2 s after the call, while it sleeps: waited for
+    // until the gateway has relayed all three.
+    eventually("the late log lines relayed", SETTLE, || async {
+        let metrics = metrics_text(&gateway).await;
+        let relayed = metric_value(&metrics, "junction_relayed_messages_total{kind=\"log\"}");
+        relayed.is_some_and(|count| count >= 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(asleep(&gateway).await, 1, "told while it slept");
     let seen = get_until(&http, &url, &session, |seen| seen.contains("late 2")).await;
     for line in ["late 0", "late 1", "late 2"] {
         assert!(seen.contains(line), "no {line:?} on the woken GET: {seen}");
