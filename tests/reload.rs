@@ -817,19 +817,22 @@ async fn sighup_during_a_write_waits_for_the_file_to_settle() {
     close(client).await;
 }
 
-/// A call in flight on a mount a reload removes fails saying so. It said
-/// the upstream "went away … it is restarted on the next call", though the
-/// next call finds no such tool.
+/// A call in flight on a mount a reload removes gets `server.shutdown_grace`
+/// to be answered, no more: then it fails saying so. It said the upstream
+/// "went away … it is restarted on the next call", though the next call
+/// finds no such tool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cut_off_by_a_reload_says_so() {
-    let config = |mounts: &str| format!("{SERVER_TOML}{}{mounts}", stdio_demo_mount("keep", ""));
+    let server = "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n";
+    let config = |mounts: &str| format!("{server}{}{mounts}", stdio_demo_mount("keep", ""));
     let gateway = Gateway::start(&config(&stdio_demo_mount(
         "gone",
         "isolation = \"per_session\"",
     )))
     .await;
     let client = gateway.connect().await;
-    let (cut, ()) = tokio::join!(call(&client, "gone__slow", slow_args(100, 100)), async {
+    let started = std::time::Instant::now();
+    let (cut, ()) = tokio::join!(call(&client, "gone__slow", slow_args(600, 100)), async {
         until_in_flight(&client).await;
         rewrite_config(&gateway.config_path, &config(""));
         wait_for_log(&gateway, &["config reloaded", "removed=gone"], 1).await;
@@ -840,6 +843,17 @@ async fn a_call_cut_off_by_a_reload_says_so() {
         "{cut:?}"
     );
     assert!(!text(&cut).contains("restarted"), "{cut:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the 60 s call was not cut off after the grace: {:?}",
+        started.elapsed()
+    );
+    wait_for_log(
+        &gateway,
+        &["still in flight after server.shutdown_grace", "mount=gone"],
+        1,
+    )
+    .await;
     close(client).await;
 }
 
@@ -989,4 +1003,75 @@ async fn a_file_back_after_a_failed_sighup_is_taken_again() {
         (successful(metrics_text(&gateway).await) == Some(1.0)).then_some(())
     })
     .await;
+}
+
+/// Requests already sent on a mount that a reload replaces or removes are
+/// answered by it (closing it at once failed calls whose work the upstream
+/// then completed, and their clients would run the work again), and the
+/// reload does not wait for them: it is logged, and another may follow,
+/// while they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_on_a_replaced_or_removed_mount_are_answered() {
+    let before = format!(
+        "{SERVER_TOML}{}{}",
+        stdio_demo_mount("changed", ""),
+        stdio_demo_mount("gone", "isolation = \"per_session\""),
+    );
+    let gateway = Gateway::start(&before).await;
+    let (on_changed, on_gone) = (gateway.connect().await, gateway.connect().await);
+    let changed_pid = call_pid(&on_changed, "changed__pid").await;
+
+    let done = AtomicBool::new(false);
+    let calls = async {
+        let answers = tokio::join!(
+            call(&on_changed, "changed__slow", slow_args(30, 100)),
+            call(&on_gone, "gone__slow", slow_args(30, 100)),
+        );
+        done.store(true, Ordering::SeqCst);
+        answers
+    };
+    let edit = async {
+        until_in_flight(&on_changed).await;
+        until_in_flight(&on_gone).await;
+        let after = format!(
+            "{SERVER_TOML}{}",
+            stdio_demo_mount("changed", "env = { RELOAD_TEST_MARK = \"2\" }"),
+        );
+        rewrite_config(&gateway.config_path, &after);
+        wait_for_log(
+            &gateway,
+            &["config reloaded", "changed=changed", "removed=gone"],
+            1,
+        )
+        .await;
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "the calls ended before the reload was logged: the reload waited for them, or they were cut short"
+        );
+    };
+    let ((on_changed_answer, on_gone_answer), ()) = tokio::join!(calls, edit);
+    assert_eq!(ok_text(&on_changed_answer), "done after 30 steps");
+    assert_eq!(ok_text(&on_gone_answer), "done after 30 steps");
+    wait_for_log(
+        &gateway,
+        &["requests in flight were answered", "mount=changed"],
+        1,
+    )
+    .await;
+    wait_for_log(
+        &gateway,
+        &["requests in flight were answered", "mount=gone"],
+        1,
+    )
+    .await;
+
+    // Then the old ones close, and the changed mount serves from its new
+    // process.
+    eventually("the replaced child to exit", CHILD_EXIT_TIMEOUT, || async {
+        (!process_exists(changed_pid)).then_some(())
+    })
+    .await;
+    assert_ne!(call_pid(&on_changed, "changed__pid").await, changed_pid);
+    close(on_changed).await;
+    close(on_gone).await;
 }

@@ -32,7 +32,7 @@ use super::{
 use crate::{
     catalog::{Listing, MergedCatalog, PageError},
     config::Isolation,
-    gateway::{bounded, Gateway, Mount, SubscriptionError},
+    gateway::{bounded, CallInFlight, Gateway, Mount, SubscriptionError},
     naming::MountName,
     upstream::{Caller, ClientProfile, UpstreamSession},
 };
@@ -82,19 +82,28 @@ impl DownstreamSession {
         }
     }
 
-    /// The route of resource `uri`, its mount and this session's upstream
-    /// for it.
+    /// The route of resource `uri`, its mount, this session's upstream for
+    /// it, and the request to be sent there counted in flight (see
+    /// [`connect`]).
     async fn resource_upstream(
         &self,
         uri: &str,
-    ) -> Result<(crate::catalog::Route, Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+    ) -> Result<
+        (
+            crate::catalog::Route,
+            Arc<Mount>,
+            Arc<UpstreamSession>,
+            CallInFlight,
+        ),
+        RouteError,
+    > {
         let route = self
             .catalog()
             .await
             .resolve_uri(uri)
             .ok_or_else(|| RouteError::UnknownResource(uri.to_owned()))?;
-        let (mount, upstream) = self.connect(&route.mount).await?;
-        Ok((route, mount, upstream))
+        let (mount, upstream, in_flight) = self.connect(&route.mount).await?;
+        Ok((route, mount, upstream, in_flight))
     }
 
     /// Unsubscribes `uri` here alone if it routes to a per-session mount
@@ -178,40 +187,54 @@ impl DownstreamSession {
     pub(super) async fn connect(
         &self,
         name: &MountName,
-    ) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+    ) -> Result<(Arc<Mount>, Arc<UpstreamSession>, CallInFlight), RouteError> {
         connect(&self.gateway, &self.state(), name).await
     }
 }
 
-/// The mount named `name` and `state`'s session's upstream for it.
+/// The mount named `name`, `state`'s session's upstream for it, and the
+/// request about to be sent there counted in flight on the mount: keep it
+/// until the answer is taken, so that a reload replacing the mount lets
+/// the request finish first.
 pub(super) async fn connect(
     gateway: &Gateway,
     state: &Arc<SessionState>,
     name: &MountName,
-) -> Result<(Arc<Mount>, Arc<UpstreamSession>), RouteError> {
+) -> Result<(Arc<Mount>, Arc<UpstreamSession>, CallInFlight), RouteError> {
     let Some(mount) = gateway.mount(name) else {
-        return Err(RouteError::MountUnavailable {
-            mount: name.clone(),
-            cause: "the mount is no longer configured".to_owned(),
-        });
+        return Err(no_longer_configured(name));
     };
     super::observe::routed_to(&mount.config.name);
-    match state.upstream_for(&mount).await {
-        Ok(upstream) => Ok((mount, upstream)),
-        // A reload replaced the mount while this waited for it (a start,
-        // a restart): the call goes to the mount now serving the name, as
-        // one arriving a moment later would.
-        Err(_) if mount.is_retired() => {
-            let Some(current) = gateway.mount(name).filter(|now| now.id() != mount.id()) else {
-                return Err(RouteError::MountUnavailable {
-                    mount: name.clone(),
-                    cause: "the mount is no longer configured".to_owned(),
-                });
-            };
-            let upstream = state.upstream_for(&current).await?;
-            Ok((current, upstream))
-        }
-        Err(error) => Err(error),
+    let upstream = state.upstream_for(&mount).await;
+    // Counted before the replaced mark is read (`CallsInFlight`).
+    let call = mount.call_started();
+    match (upstream, call) {
+        (Ok(upstream), Some(call)) => return Ok((mount, upstream, call)),
+        (Err(error), _) if !mount.is_replaced() && !mount.is_retired() => return Err(error),
+        // Not counted (`None`) only once replaced.
+        _ => {}
+    }
+    // A reload replaced the mount while this waited for it (a start, a
+    // restart) or before the request was counted: it goes to the mount
+    // now serving the name, as one arriving a moment later would.
+    let Some(current) = gateway.mount(name).filter(|now| now.id() != mount.id()) else {
+        return Err(no_longer_configured(name));
+    };
+    let upstream = state.upstream_for(&current).await?;
+    let Some(call) = current.call_started() else {
+        // Replaced again meanwhile: as if it came after that reload too.
+        return Err(RouteError::MountUnavailable {
+            mount: name.clone(),
+            cause: "a config reload is replacing the mount; try again".to_owned(),
+        });
+    };
+    Ok((current, upstream, call))
+}
+
+fn no_longer_configured(name: &MountName) -> RouteError {
+    RouteError::MountUnavailable {
+        mount: name.clone(),
+        cause: "the mount is no longer configured".to_owned(),
     }
 }
 
@@ -567,7 +590,7 @@ impl ServerHandler for DownstreamSession {
                         limit: MAX_SUBSCRIBED_URI_BYTES,
                     });
                 }
-                let (route, mount, upstream) = self.resource_upstream(&uri).await?;
+                let (route, mount, upstream, _in_flight) = self.resource_upstream(&uri).await?;
                 let subscribable = |c: &ServerCapabilities| {
                     c.resources
                         .as_ref()
@@ -655,7 +678,7 @@ impl ServerHandler for DownstreamSession {
                         .await
                         .map_err(|error| subscription_failed(&mount, error));
                 }
-                let (mount, upstream) = self.connect(&route.mount).await?;
+                let (mount, upstream, _in_flight) = self.connect(&route.mount).await?;
                 sessions.unsubscribe(key, &uri);
                 let mut params = UnsubscribeRequestParams::new(route.original.to_string());
                 params.meta = meta;

@@ -118,7 +118,7 @@ impl Again<'_> {
         caller: Caller,
         tool: Option<&str>,
     ) -> Result<ServerResult, RouteError> {
-        let (mount, upstream) = connect(self.gateway, self.state, name).await?;
+        let (mount, upstream, _in_flight) = connect(self.gateway, self.state, name).await?;
         upstream
             .request(request, caller, self.cancel, mount.request_limit(tool))
             .await
@@ -218,7 +218,8 @@ impl Upstream<'_> {
             if listed {
                 super::observe::names_listed(super::observe::Target::Tool, &name);
             }
-            let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+            let (mount, upstream, _in_flight) =
+                connect(self.gateway, self.state, &route.mount).await?;
             params.name = route.original.to_string().into();
             params.meta = forwarded_meta(self.meta);
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -251,7 +252,7 @@ impl Upstream<'_> {
         if listed {
             super::observe::names_listed(super::observe::Target::Prompt, &params.name);
         }
-        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        let (mount, upstream, _in_flight) = connect(self.gateway, self.state, &route.mount).await?;
         params.name = route.original.to_string();
         params.meta = forwarded_meta(self.meta);
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
@@ -273,7 +274,7 @@ impl Upstream<'_> {
             .route(|catalog| catalog.resolve_uri(&params.uri))
             .await
             .ok_or_else(|| RouteError::UnknownResource(params.uri.clone()))?;
-        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        let (mount, upstream, _in_flight) = connect(self.gateway, self.state, &route.mount).await?;
         params.uri = route.original.to_string();
         params.meta = forwarded_meta(self.meta);
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
@@ -313,7 +314,7 @@ impl Upstream<'_> {
                 ))
             }
         };
-        let (mount, upstream) = connect(self.gateway, self.state, &route.mount).await?;
+        let (mount, upstream, _in_flight) = connect(self.gateway, self.state, &route.mount).await?;
         // 2024-11-05 had `completion/complete` but no capability saying
         // so: such a server is asked, and one without it says -32601.
         let predates_capability = upstream

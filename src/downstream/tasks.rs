@@ -39,7 +39,7 @@ use serde_json::{json, Map, Value};
 use super::{handler::forwarded_meta, lock, DownstreamSession, RouteError};
 use crate::{
     catalog,
-    gateway::Mount,
+    gateway::{CallInFlight, Mount},
     naming::{MountName, Namespace},
     rewrite,
     upstream::{relay::set_related_task, UpstreamSession},
@@ -430,7 +430,7 @@ impl DownstreamSession {
                 if listed {
                     super::observe::names_listed(super::observe::Target::Tool, &tool_name);
                 }
-                let (mount, upstream) = self.connect(&route.mount).await?;
+                let (mount, upstream, _in_flight) = self.connect(&route.mount).await?;
                 params.insert("name".to_owned(), Value::String(route.original.to_string()));
                 set_meta(&mut params, &context);
                 let limit = mount.request_limit(Some(route.original.as_ref()));
@@ -511,15 +511,19 @@ impl DownstreamSession {
     async fn task_upstream(
         &self,
         name: &MountName,
-    ) -> Result<Option<(Arc<Mount>, Arc<UpstreamSession>)>, RouteError> {
+    ) -> Result<Option<(Arc<Mount>, Arc<UpstreamSession>, CallInFlight)>, RouteError> {
         let Some(mount) = self.gateway.mount(name) else {
             return Ok(None);
         };
         if mount.config.isolation == crate::config::Isolation::PerSession {
+            let Some(in_flight) = mount.call_started() else {
+                // Replaced just now: its upstreams, and their tasks, go.
+                return Ok(None);
+            };
             return Ok(self
                 .state()
                 .open_upstream(name)
-                .map(|upstream| (mount, upstream)));
+                .map(|upstream| (mount, upstream, in_flight)));
         }
         self.connect(name).await.map(Some)
     }
@@ -540,7 +544,7 @@ impl DownstreamSession {
                     id: id.clone(),
                     mount: home.mount.clone(),
                 };
-                let (mount, upstream) = self
+                let (mount, upstream, _in_flight) = self
                     .task_upstream(&home.mount)
                     .await?
                     .ok_or_else(gone)?;
@@ -674,7 +678,7 @@ impl DownstreamSession {
         mount: &MountName,
         context: &RequestContext<RoleServer>,
     ) -> Result<Option<(Vec<Value>, Arc<UpstreamSession>)>, RouteError> {
-        let Some((mount, upstream)) = self.task_upstream(mount).await? else {
+        let Some((mount, upstream, _in_flight)) = self.task_upstream(mount).await? else {
             return Ok(None);
         };
         let limit = mount.request_limit(None);

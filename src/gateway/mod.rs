@@ -7,6 +7,7 @@
 //! tools. The merged catalog is rebuilt whenever one mount's catalog changes
 //! and swapped in atomically; readers never lock.
 
+mod calls_in_flight;
 mod live_config;
 mod mount;
 mod outbox;
@@ -29,6 +30,7 @@ use arc_swap::ArcSwap;
 use rmcp::model::ResourceUpdatedNotificationParam;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+pub use calls_in_flight::CallInFlight;
 pub use live_config::LiveConfig;
 pub use mount::{EventsFactory, Mount, MountPhase, MountStatus, ProfileSession, UpstreamPermit};
 pub use reload::ReloadOutcome;
@@ -94,6 +96,10 @@ pub struct Gateway {
     cut_off: CancellationToken,
     /// Serializes reloads (a file change and a SIGHUP at once).
     reloading: tokio::sync::Mutex<()>,
+    /// The mounts reloads removed or replaced, each letting its requests
+    /// in flight finish, then closing (see `reload.rs`); shutdown waits
+    /// for them as for the running mounts.
+    retiring: TaskTracker,
     weak: Weak<Gateway>,
 }
 
@@ -154,6 +160,7 @@ impl Gateway {
                 cut_off: CancellationToken::new(),
                 became_ready: std::sync::atomic::AtomicBool::new(false),
                 reloading: tokio::sync::Mutex::new(()),
+                retiring: TaskTracker::new(),
                 weak: weak.clone(),
             }
         })
@@ -476,7 +483,10 @@ impl Gateway {
         }
         let mounts = self.mounts();
         let closing = mounts.iter().map(|mount| mount.close());
-        futures::future::join_all(closing).await;
+        // A mount a reload retired just before is closing too: its
+        // requests were answered or cut off like the rest (`drain`).
+        self.retiring.close();
+        futures::future::join(futures::future::join_all(closing), self.retiring.wait()).await;
     }
 
     /// Re-reads one list of a mount's profile session after it said the list

@@ -105,6 +105,9 @@ pub struct Mount {
     supervisors: TaskTracker,
     /// Per-session upstream sessions open now (`per_session` mounts).
     per_session_open: Arc<PerSessionCount>,
+    /// The requests sent upstream and not answered yet, which a reload
+    /// that replaces the mount lets finish.
+    calls: Arc<super::calls_in_flight::CallsInFlight>,
     /// Cancelled when [`Mount::retire`] has finished: every upstream
     /// session opened for this mount is closed, its children have exited.
     closed: CancellationToken,
@@ -258,7 +261,8 @@ struct PerSessionCount {
 const PER_SESSION_CLOSE_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a mount replacing a stdio mount waits for the old one's
-/// children to exit before starting its own anyway.
+/// children to exit before starting its own anyway, once the old one's
+/// requests in flight had `shutdown_grace` to finish.
 const PREDECESSOR_WAIT: Duration = Duration::from_secs(20);
 
 static NEXT_MOUNT_ID: AtomicU64 = AtomicU64::new(1);
@@ -279,6 +283,7 @@ impl Mount {
             retired: CancellationToken::new(),
             supervisors: TaskTracker::new(),
             per_session_open: Default::default(),
+            calls: Default::default(),
             reached: watch::Sender::new(0),
             closed: CancellationToken::new(),
             predecessor_closed: Default::default(),
@@ -368,7 +373,9 @@ impl Mount {
         let Some(closed) = self.predecessor_closed.get() else {
             return;
         };
-        if tokio::time::timeout(PREDECESSOR_WAIT, closed.cancelled())
+        // The old one first lets its requests in flight finish.
+        let wait = self.live.load().server.shutdown_grace + PREDECESSOR_WAIT;
+        if tokio::time::timeout(wait, closed.cancelled())
             .await
             .is_err()
         {
@@ -787,6 +794,38 @@ impl Mount {
 
     pub fn is_retired(&self) -> bool {
         self.retired.is_cancelled()
+    }
+
+    /// Counts a request about to be sent upstream on this mount until the
+    /// guard drops; `None` once a reload replaced the mount: the request
+    /// goes to the mount serving the name now.
+    pub fn call_started(&self) -> Option<super::CallInFlight> {
+        self.calls.start()
+    }
+
+    /// Whether a reload replaced (or removed) this mount: it serves the
+    /// requests already sent on it, no new one.
+    pub fn is_replaced(&self) -> bool {
+        self.calls.is_replaced()
+    }
+
+    /// For a reload that replaced or removed the mount: waits (at most
+    /// `grace`) for the requests in flight on it to be answered, before
+    /// its upstreams are closed.
+    pub async fn let_calls_finish(&self, grace: Duration) {
+        let (pending, finished) = self.calls.replaced_let_finish(grace).await;
+        if pending == 0 {
+            return;
+        }
+        let mount = &self.config.name;
+        match finished {
+            true => {
+                tracing::info!(%mount, requests = pending, "the replaced mount's requests in flight were answered; closing it")
+            }
+            false => {
+                tracing::warn!(%mount, requests = pending, ?grace, "the replaced mount's requests still in flight after server.shutdown_grace; closing it, which fails them")
+            }
+        }
     }
 
     /// Retires the mount: supervisors stop and close their sessions,

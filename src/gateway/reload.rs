@@ -6,9 +6,11 @@
 //! (its `timeouts`, its `max_upstream_sessions`) or in which tools it
 //! offers (`include_tools`, `exclude_tools`: sessions are told the tools
 //! list changed), which applies at once;
-//! an added one starts; a removed one is retired (its
-//! supervisors stop, every upstream session opened for it closes and its
-//! children are reaped); a changed one is retired and started anew, listing
+//! an added one starts; a removed one is retired (the requests already
+//! sent on it get `server.shutdown_grace` to be answered, in the
+//! background, then its supervisors stop, every upstream session opened
+//! for it closes and its children are reaped); a changed one is retired
+//! and started anew, listing
 //! the old one's catalog until its own discovery (so its names stay
 //! routable meanwhile); a stdio one starts its children once the old ones
 //! have exited. The new mount list and config are swapped in
@@ -47,8 +49,8 @@ impl ReloadOutcome {
 }
 
 impl Gateway {
-    /// Applies `new` (see the module doc). Returns once retired mounts'
-    /// own sessions are closed.
+    /// Applies `new` (see the module doc). Returns once the new mounts
+    /// serve; the retired ones close in the background.
     pub async fn reload(&self, mut new: Config) -> ReloadOutcome {
         let _one_at_a_time = self.reloading.lock().await;
         let old = self.config();
@@ -190,16 +192,21 @@ impl Gateway {
         } else if offers_other_tools {
             self.sessions.notify_list_changed(ListKind::Tools, |_| true);
         }
-        // A successor's children wait for the old ones (`Mount::follow`);
-        // nothing waits for a removed mount's per-session upstreams, which
-        // close on their own.
-        futures::future::join_all(retired.iter().map(|(mount, followed)| async move {
-            match followed {
-                true => mount.retire().await,
-                false => mount.close().await,
-            }
-        }))
-        .await;
+        // In the background: the reload is done, and another may follow,
+        // while the old mounts let their requests in flight finish (at
+        // most `shutdown_grace`) and close. A successor's children wait
+        // for the old ones (`Mount::follow`); nothing waits for a removed
+        // mount's per-session upstreams, which close on their own.
+        let grace = self.config().server.shutdown_grace;
+        for (mount, followed) in retired {
+            self.retiring.spawn(async move {
+                mount.let_calls_finish(grace).await;
+                match followed {
+                    true => mount.retire().await,
+                    false => mount.close().await,
+                }
+            });
+        }
         outcome
     }
 }
