@@ -62,6 +62,16 @@ impl Problems {
         self.unmade.push(path);
     }
 
+    /// Whether a problem was reported about `path` or a field under it.
+    pub fn reported_at(&self, path: &str) -> bool {
+        self.found.iter().any(|problem| {
+            problem
+                .path
+                .strip_prefix(path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.found.len()
     }

@@ -1044,6 +1044,45 @@ fn a_value_of_the_wrong_kind_is_not_echoed() {
     );
 }
 
+/// A field of the wrong kind as a whole is reported once, and a mount
+/// whose `command` or `url` cannot be read is not also told it has none:
+/// `command = [1, 2]` gave the same problem twice, then "missing `command`".
+#[test]
+fn an_unreadable_command_or_url_is_reported_once() {
+    for (text, expected) in [
+        (
+            "[mounts.a]\ncommand = [1, 2]\n",
+            "mounts.a.command: invalid type: sequence, expected a string",
+        ),
+        (
+            "[mounts.a]\nurl = [\"https://example.com/mcp\"]\n",
+            "mounts.a.url: invalid type: sequence, expected a string",
+        ),
+        (
+            "[mounts.a]\ncommand = { run = \"x\" }\n",
+            "mounts.a.command: invalid type: map, expected a string",
+        ),
+    ] {
+        assert_eq!(problems("junction.toml", text), [expected], "{text}");
+    }
+    // Members are still reported one by one where the field's kind fits.
+    assert_eq!(
+        problems(
+            "junction.toml",
+            "[mounts.a]\ncommand = \"x\"\nargs = [\"ok\", [], {}]\n"
+        ),
+        [
+            "mounts.a.args.1: invalid type: sequence, expected a string",
+            "mounts.a.args.2: invalid type: map, expected a string",
+        ]
+    );
+    // And a mount with neither is still told so.
+    assert_eq!(
+        problems("junction.toml", "[mounts.a]\nnamespace = \"a\"\n"),
+        ["mounts.a: missing `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream)"]
+    );
+}
+
 /// A YAML section whose keys are all commented out is null: no section,
 /// not a config error.
 #[test]

@@ -271,6 +271,16 @@ fn report_each_member<T: DeserializeOwned>(
     if depth == 0 {
         return;
     }
+    // A list where text goes (`command = [1, 2]`) is wrong as a whole:
+    // each member read alone failed the same way, and said so once each.
+    let empty = match value {
+        Value::Object(_) => Value::Object(serde_json::Map::new()),
+        Value::Array(_) => Value::Array(Vec::new()),
+        _ => return,
+    };
+    if serde_path_to_error::deserialize::<_, T>(wrap(empty)).is_err() {
+        return;
+    }
     type Wrap<'a> = Box<dyn Fn(Value) -> Value + 'a>;
     let members: Vec<(Value, Wrap<'_>)> = match value {
         Value::Object(map) => map

@@ -171,10 +171,17 @@ pub(super) fn resolve_mount(
             None
         }
         (None, None) => {
-            problems.push(
-                &path,
-                "missing `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream)",
-            );
+            // One written but unreadable was reported as such: it is not
+            // missing.
+            let unreadable = ["command", "url"]
+                .iter()
+                .any(|key| problems.reported_at(&format!("{path}.{key}")));
+            if !unreadable {
+                problems.push(
+                    &path,
+                    "missing `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream)",
+                );
+            }
             None
         }
         (Some(command), None) => {
