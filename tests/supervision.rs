@@ -277,6 +277,69 @@ async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     close(client).await;
 }
 
+/// A stdio server whose text is not valid Unicode (half of a surrogate
+/// pair, bytes that are not UTF-8), which the SDKs' own parsers take: the
+/// tool is listed and the calls answered, with U+FFFD in place of the
+/// broken text. rmcp skipped such a line: the call waited out its timeout
+/// and a description made the mount fail its discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_that_is_not_valid_unicode_is_relayed_with_replacement_characters() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount(
+            "broken",
+            "broken_text.py",
+            "timeouts = { request = \"5m\" }"
+        )
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .expect("tools/list");
+    let half = tools
+        .iter()
+        .find(|tool| tool.name == "broken__half")
+        .unwrap_or_else(|| panic!("broken__half not listed: {tools:?}"));
+    assert_eq!(half.description.as_deref(), Some("cut \u{fffd} here"));
+    assert_eq!(
+        ok_text(&call(&client, "broken__half", Value::Null).await),
+        "\u{fffd} hello"
+    );
+    assert_eq!(
+        ok_text(&call(&client, "broken__latin1", Value::Null).await),
+        "caf\u{fffd}"
+    );
+    close(client).await;
+}
+
+/// The same over Streamable HTTP, in a JSON answer and on an event
+/// stream: the call failed at once ("lone leading surrogate"), its result
+/// lost, and the description failed the mount's discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_text_that_is_not_valid_unicode_is_relayed_with_replacement_characters() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let config = format!("{SERVER_TOML}{}", http_mount("remote", &server.url(), ""));
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .expect("tools/list");
+    let half = tools
+        .iter()
+        .find(|tool| tool.name == "remote__half")
+        .unwrap_or_else(|| panic!("remote__half not listed: {tools:?}"));
+    assert_eq!(half.description.as_deref(), Some("cut \u{fffd} here"));
+    for tool in ["remote__half", "remote__half_sse"] {
+        assert_eq!(
+            ok_text(&call(&client, tool, Value::Null).await),
+            "\u{fffd} hello",
+            "{tool}"
+        );
+    }
+    close(client).await;
+}
+
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked

@@ -98,7 +98,7 @@ impl TracingHttpClient {
     ) -> BoxStream<'static, Result<Sse, SseError>> {
         use futures::StreamExt;
         let raw = self.raw.clone();
-        events
+        super::unicode_repair::repairing(events)
             .inspect(move |event| {
                 if let Ok(Sse {
                     data: Some(data), ..
@@ -338,13 +338,17 @@ impl StreamableHttpClient for TracingHttpClient {
                 ))
             }
             // So is one on the request's own event stream.
-            Ok(StreamableHttpPostResponse::Sse(events, session)) => match request_id {
-                Some(id) => Ok(StreamableHttpPostResponse::Sse(
-                    self.answer_streams.answering(events, id),
-                    session,
-                )),
-                None => Ok(StreamableHttpPostResponse::Sse(events, session)),
-            },
+            // Its text made readable where it is not valid Unicode.
+            Ok(StreamableHttpPostResponse::Sse(events, session)) => {
+                let events = super::unicode_repair::repairing(events);
+                match request_id {
+                    Some(id) => Ok(StreamableHttpPostResponse::Sse(
+                        self.answer_streams.answering(events, id),
+                        session,
+                    )),
+                    None => Ok(StreamableHttpPostResponse::Sse(events, session)),
+                }
+            }
             other => other,
         };
         // rmcp opens the stream only for a session with an id.

@@ -240,7 +240,8 @@ impl LegacySseTransport {
             if !matches!(event.event.as_deref(), None | Some("") | Some("message")) {
                 continue;
             }
-            let Some(data) = event.data else { continue };
+            let Some(mut data) = event.data else { continue };
+            super::unicode_repair::repair_text(&mut data);
             self.raw.offer(data.as_bytes());
             // What is not JSON is logged, and answers the request it names
             // with an error, as a stdio line does.

@@ -12,10 +12,14 @@
 //! log), and if it reads as an answer once those words are read as `null`,
 //! its request is answered at once with an error that says what was wrong.
 //!
+//! A message rmcp refuses only for text that is not valid Unicode (half
+//! of a UTF-16 surrogate pair, bytes that are not UTF-8) is relayed with
+//! U+FFFD in place of the broken text instead (`unicode_repair.rs`).
+//!
 //! Every line passes here, so the check is cheap for the lines that are
 //! fine: one framed as a JSON object (or batch) without `NaN` or
-//! `Infinity` anywhere is taken as JSON unparsed (rmcp parses it); only
-//! the others are parsed.
+//! `Infinity` anywhere, nor a surrogate escape, and valid UTF-8, is taken
+//! as JSON unparsed (rmcp parses it); only the others are parsed.
 
 use rmcp::model::ServerJsonRpcMessage;
 use serde_json::{json, Value};
@@ -30,6 +34,8 @@ pub struct MalformedLines {
     answers: mpsc::Sender<ServerJsonRpcMessage>,
     /// Whether a line that is no answer has been logged at `warn` yet.
     warned: std::sync::atomic::AtomicBool,
+    /// Whether a message with broken text has been logged at `warn` yet.
+    warned_unicode: std::sync::atomic::AtomicBool,
     /// Where the lines come from, for the log: a child's stdout, or a
     /// legacy SSE server's event stream (one message per event).
     source: &'static str,
@@ -41,6 +47,7 @@ impl MalformedLines {
             mount,
             answers,
             warned: Default::default(),
+            warned_unicode: Default::default(),
             source: "stdout",
         }
     }
@@ -62,7 +69,11 @@ impl MalformedLines {
             (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
         );
         let non_finite = bare_word_in(line, b"NaN") || bare_word_in(line, b"Infinity");
-        if framed && !non_finite {
+        let broken_text = super::unicode_repair::may_need_repair(line);
+        if framed && !non_finite && !broken_text {
+            return;
+        }
+        if broken_text && self.relay_repaired(line) {
             return;
         }
         let error = match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
@@ -80,6 +91,33 @@ impl MalformedLines {
         };
         tracing::warn!(mount = %self.mount, %error, %id, "the upstream answered with a line that is not JSON; its request fails");
         self.fail(id, format!("the upstream's answer is not valid JSON ({error}); JSON has no NaN or Infinity, which some servers write for numbers"));
+    }
+
+    /// A message rmcp drops for text that is not valid Unicode, relayed
+    /// with U+FFFD in place of the broken text (`unicode_repair.rs`), as
+    /// if the server had sent that. Whether there is nothing left to do:
+    /// rmcp reads the line as it is, or it was relayed so.
+    fn relay_repaired(&self, line: &[u8]) -> bool {
+        if serde_json::from_slice::<ServerJsonRpcMessage>(line).is_ok() {
+            return true;
+        }
+        let Some(message) = super::unicode_repair::repaired(line)
+            .and_then(|repaired| serde_json::from_str::<ServerJsonRpcMessage>(&repaired).ok())
+        else {
+            return false;
+        };
+        if self
+            .warned_unicode
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(mount = %self.mount, "the upstream wrote text that is not valid Unicode; relayed with U+FFFD in its place");
+        } else {
+            tracing::warn!(mount = %self.mount, "the upstream wrote text that is not valid Unicode on {} (half of a UTF-16 surrogate pair, or bytes that are not UTF-8); relayed with U+FFFD in its place (further such messages are logged at debug)", self.source);
+        }
+        // From a read of the server's stdout: never waits. A full channel
+        // leaves the message lost, as it was before.
+        let _ = self.answers.try_send(message);
+        true
     }
 
     /// A line over `limit` bytes, which rmcp drops unread: if it was an

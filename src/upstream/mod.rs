@@ -31,6 +31,7 @@ pub mod same_task_http;
 mod stderr;
 #[cfg(test)]
 mod tests;
+mod unicode_repair;
 
 use std::{
     sync::{Arc, Mutex},

@@ -95,10 +95,18 @@ impl RawAnswers {
             id: Option<RequestId>,
             result: Option<Value>,
         }
+        // Text that is not valid Unicode is read as rmcp is given it
+        // (`unicode_repair.rs`).
+        let parsed = serde_json::from_slice::<Answer>(message).or_else(|error| {
+            match super::unicode_repair::repaired(message) {
+                Some(repaired) => serde_json::from_str::<Answer>(&repaired),
+                None => Err(error),
+            }
+        });
         let Ok(Answer {
             id: Some(id),
             result: Some(result),
-        }) = serde_json::from_slice::<Answer>(message)
+        }) = parsed
         else {
             return;
         };

@@ -98,7 +98,13 @@ impl RawPost<'_> {
                 self.raw.offer(&body);
             }
             // A JSON-RPC error is an answer whatever the status.
-            return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+            let parsed = serde_json::from_slice::<ServerJsonRpcMessage>(&body).or_else(|error| {
+                match super::unicode_repair::repaired(&body) {
+                    Some(repaired) => serde_json::from_str(&repaired),
+                    None => Err(error),
+                }
+            });
+            return match parsed {
                 Ok(message) => Ok(StreamableHttpPostResponse::Json(message, session)),
                 Err(error) => Err(unexpected(format!(
                     "HTTP {status}: not a JSON-RPC message ({error})"

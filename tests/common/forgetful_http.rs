@@ -12,7 +12,10 @@
 //! open for 30 s; `refuse_resumed` (a prompt) closes its event stream
 //! after a priming event (SEP-1699) and sends that error on the `GET`
 //! resuming it. It refuses any other `GET` (405, as the spec allows), so
-//! only a POST can find out.
+//! only a POST can find out. `half` (its description too) and `half_sse`
+//! answer with text that holds half of a UTF-16 surrogate pair (`\ud83d`,
+//! as `JSON.stringify` writes a JavaScript string cut inside an emoji), in
+//! JSON and on an event stream.
 
 use std::{
     collections::HashMap,
@@ -77,9 +80,16 @@ impl ForgetfulHttpServer {
     }
 }
 
+/// Where a message's text stands for half of a surrogate pair, which a
+/// `Value` cannot hold: put in as an escape once it is written.
+const HALF_PAIR: &str = "HALF_PAIR";
+
+fn written(message: &Value) -> String {
+    message.to_string().replace(HALF_PAIR, "\\ud83d")
+}
+
 fn json_response(message: Value, session: Option<&str>) -> Response {
-    let mut response =
-        ([("content-type", "application/json")], message.to_string()).into_response();
+    let mut response = ([("content-type", "application/json")], written(&message)).into_response();
     if let Some(session) = session {
         response
             .headers_mut()
@@ -188,6 +198,8 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
                 {"name": "forget", "inputSchema": schema},
                 {"name": "authorization", "inputSchema": schema},
                 {"name": "refuse", "inputSchema": schema},
+                {"name": "half", "description": format!("cut {HALF_PAIR} here"), "inputSchema": schema},
+                {"name": "half_sse", "inputSchema": schema},
             ]})
         }
         (Some("tools/call"), Some("whoami")) => text(session.as_deref().unwrap_or_default()),
@@ -205,6 +217,15 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
+        (Some("tools/call"), Some("half")) => text(&format!("{HALF_PAIR} hello")),
+        (Some("tools/call"), Some("half_sse")) => {
+            let answer = answer(text(&format!("{HALF_PAIR} hello")));
+            return (
+                [("content-type", "text/event-stream")],
+                format!("data: {}\n\n", written(&answer)),
+            )
+                .into_response();
+        }
         (Some("tools/call"), Some("forget")) => {
             shared.sessions.lock().unwrap().clear();
             text("forgotten")
