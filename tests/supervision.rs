@@ -340,6 +340,55 @@ async fn http_text_that_is_not_valid_unicode_is_relayed_with_replacement_charact
     close(client).await;
 }
 
+/// An HTTP upstream whose message stream fails its first `GET` (a 500
+/// at the wrong moment): it is opened again, and what the server then
+/// says there (the tools list changed) reaches the gateway. rmcp gave up
+/// on the stream for the session's life after one failed first `GET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_stream_whose_first_get_fails_is_opened_again() {
+    use common::flaky_stream::{FlakyStreamServer, StreamTrouble};
+    let server = FlakyStreamServer::start(StreamTrouble::FirstGetFails).await;
+    let config = format!("{SERVER_TOML}{}", http_mount("flaky", &server.url(), ""));
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    eventually(
+        "the stream's list change to show pong",
+        Duration::from_secs(20),
+        || async {
+            tool_names(&client)
+                .await
+                .contains(&"flaky__pong".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(server.gets(), 2, "opened once more, then kept");
+    close(client).await;
+}
+
+/// A message stream that ends at once with `retry: 0` is reopened no
+/// faster than every 250 ms: it was reopened as fast as the server
+/// answered (hundreds of `GET`s a second). An upper bound only: a slow
+/// machine makes fewer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_stream_saying_retry_0_is_not_reopened_in_a_busy_loop() {
+    use common::flaky_stream::{FlakyStreamServer, StreamTrouble};
+    let server = FlakyStreamServer::start(StreamTrouble::EndsAtOnceWithNoRetryWait).await;
+    let config = format!("{SERVER_TOML}{}", http_mount("flaky", &server.url(), ""));
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    eventually("a first GET", Duration::from_secs(10), || async {
+        (server.gets() > 0).then_some(())
+    })
+    .await;
+    let before = server.gets();
+    // The window the count is taken over, not a wait for the gateway.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gets = server.gets() - before;
+    assert!(gets <= 12, "{gets} GETs in 2 s");
+    close(client).await;
+}
+
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked

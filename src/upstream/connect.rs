@@ -61,7 +61,7 @@ const MESSAGE_STREAM_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// How rmcp reopens a broken message or answer stream: its default
 /// doubling, capped at [`MESSAGE_STREAM_RETRY_MAX`].
-fn stream_retry() -> ExponentialBackoff {
+pub(super) fn stream_retry() -> ExponentialBackoff {
     let mut backoff = ExponentialBackoff::default();
     backoff.max_delay = Some(MESSAGE_STREAM_RETRY_MAX);
     backoff

@@ -57,6 +57,10 @@ pub struct TracingHttpClient {
     answer_streams: Arc<AnswerStreams>,
 }
 
+/// The least wait, in milliseconds, before a stream is reopened, whatever
+/// a server's `retry` says.
+const RETRY_MIN_MS: u64 = 250;
+
 impl TracingHttpClient {
     pub fn new(
         client: reqwest::Client,
@@ -98,7 +102,7 @@ impl TracingHttpClient {
     ) -> BoxStream<'static, Result<Sse, SseError>> {
         use futures::StreamExt;
         let raw = self.raw.clone();
-        super::unicode_repair::repairing(events)
+        as_read(events)
             .inspect(move |event| {
                 if let Ok(Sse {
                     data: Some(data), ..
@@ -340,7 +344,7 @@ impl StreamableHttpClient for TracingHttpClient {
             // So is one on the request's own event stream.
             // Its text made readable where it is not valid Unicode.
             Ok(StreamableHttpPostResponse::Sse(events, session)) => {
-                let events = super::unicode_repair::repairing(events);
+                let events = as_read(events);
                 match request_id {
                     Some(id) => Ok(StreamableHttpPostResponse::Sse(
                         self.answer_streams.answering(events, id),
@@ -411,20 +415,87 @@ impl StreamableHttpClient for TracingHttpClient {
         super::live_headers::apply(&self.live, &mut custom_headers);
         let session = session_id.is_some();
         let resuming = last_event_id.clone();
-        let stream = self
-            .client
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await;
+        // rmcp reopens a broken stream, but gives up on the session's
+        // stream for good if its first `GET` fails: one 500 at the wrong
+        // moment lost every list change and resource update of the
+        // session. So that one is tried again here, as rmcp would reopen
+        // it, until it opens or the session ends.
+        let first_of_session = session
+            && last_event_id.is_none()
+            && !self
+                .stream_served
+                .load(std::sync::atomic::Ordering::Acquire);
+        let mut failures = 0;
+        let stream = loop {
+            let stream = self
+                .client
+                .get_stream_with_max_sse_event_size(
+                    uri.clone(),
+                    session_id.clone(),
+                    last_event_id.clone(),
+                    auth_header.clone(),
+                    custom_headers.clone(),
+                    max_sse_event_size,
+                )
+                .await;
+            let wait = match &stream {
+                Err(error) if first_of_session && may_open_later(error) => {
+                    use rmcp::transport::common::client_side_sse::SseRetryPolicy;
+                    super::connect::stream_retry().retry(failures)
+                }
+                _ => None,
+            };
+            let (Some(wait), Err(error)) = (wait, &stream) else {
+                break stream;
+            };
+            failures += 1;
+            tracing::debug!(error = %with_causes(error), ?wait, "the upstream session's message stream did not open; trying again");
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.ended.cancelled() => break stream,
+            }
+        };
         self.standalone_settled();
         self.saw_get(session, &stream);
         stream.map(|events| self.resumed(events, resuming.as_deref()))
+    }
+}
+
+/// An upstream's event stream as rmcp is given it: text that is not
+/// valid Unicode repaired (`unicode_repair.rs`), and `retry` at least
+/// [`RETRY_MIN_MS`] (rmcp waits what a server says before it reopens a
+/// stream: `retry: 0` on a stream that ends at once had it reopened as
+/// fast as the server answered, hundreds of times a second).
+fn as_read(
+    events: BoxStream<'static, Result<Sse, SseError>>,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    use futures::StreamExt;
+    events
+        .map(|mut event| {
+            if let Ok(Sse { data, retry, .. }) = &mut event {
+                if let Some(data) = data {
+                    super::unicode_repair::repair_text(data);
+                }
+                if let Some(retry) = retry {
+                    *retry = (*retry).max(RETRY_MIN_MS);
+                }
+            }
+            event
+        })
+        .boxed()
+}
+
+/// Whether a `GET` that failed so may succeed later: the server said it
+/// is busy or failing (429, 5xx), or was not reached (it may be
+/// restarting). Not a 405 (no stream offered), an auth refusal, or a 404
+/// or 400 (the session is gone, [`TracingHttpClient::saw_get`]).
+fn may_open_later(error: &StreamableHttpError<reqwest::Error>) -> bool {
+    match error {
+        StreamableHttpError::HttpStatus(_) => true,
+        StreamableHttpError::Client(error) => error.status().is_none_or(|status| {
+            status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        }),
+        _ => false,
     }
 }
 

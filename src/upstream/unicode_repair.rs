@@ -69,25 +69,6 @@ pub fn may_need_repair(message: &[u8]) -> bool {
         || std::str::from_utf8(message).is_err()
 }
 
-/// `events` (an HTTP upstream's event stream) with each event's data
-/// [`repaired`] where it needs it: rmcp refuses the whole message else.
-pub fn repairing<E: Send + 'static>(
-    events: futures::stream::BoxStream<'static, Result<sse_stream::Sse, E>>,
-) -> futures::stream::BoxStream<'static, Result<sse_stream::Sse, E>> {
-    use futures::StreamExt;
-    events
-        .map(|mut event| {
-            if let Ok(sse_stream::Sse {
-                data: Some(data), ..
-            }) = &mut event
-            {
-                repair_text(data);
-            }
-            event
-        })
-        .boxed()
-}
-
 /// `text` [`repaired`] in place where it needs it.
 pub fn repair_text(text: &mut String) {
     if may_need_repair(text.as_bytes()) {

@@ -39,6 +39,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
+pub mod flaky_stream;
 pub mod forgetful_http;
 pub mod legacy_sse;
 pub mod raw;
