@@ -389,6 +389,28 @@ async fn a_message_stream_saying_retry_0_is_not_reopened_in_a_busy_loop() {
     close(client).await;
 }
 
+/// A server listing tools rmcp cannot read (no `inputSchema`, a schema
+/// that is text, a number for a name) next to good ones: the good ones
+/// are offered, one without a schema as taking no arguments, the others
+/// left out. One such tool failed the whole mount's discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_that_cannot_be_read_are_left_out_not_the_mount() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("odd", "odd_tools.py", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let mut names = tool_names(&client).await;
+    names.sort();
+    assert_eq!(names, ["odd__fine", "odd__no_schema"]);
+    assert_eq!(
+        ok_text(&call(&client, "odd__no_schema", Value::Null).await),
+        "called no_schema"
+    );
+    close(client).await;
+}
+
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked

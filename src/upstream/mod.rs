@@ -18,6 +18,7 @@ pub mod handler;
 pub mod http_client;
 mod idless_errors;
 mod legacy_sse;
+mod lenient_tools;
 pub mod live_headers;
 mod malformed;
 pub mod ordered;
@@ -603,7 +604,14 @@ impl UpstreamSession {
         };
         match handle.await_response().await? {
             ServerResult::ListToolsResult(result) => Ok((result, raw_answer.take())),
-            _ => Err(ServiceError::UnexpectedResponse),
+            // A page rmcp could not read whole (one odd tool fails it):
+            // read tool by tool from the page as written.
+            _ => {
+                let raw = raw_answer.take().ok_or(ServiceError::UnexpectedResponse)?;
+                let page = lenient_tools::read_page(&raw, &self.mount)
+                    .ok_or(ServiceError::UnexpectedResponse)?;
+                Ok((page, Some(raw)))
+            }
         }
     }
 
