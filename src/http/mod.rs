@@ -458,13 +458,17 @@ async fn session_answers(
     response
 }
 
-/// A `GET` resuming (`last_event_id`) a stream that cannot be resumed
-/// (ended and answered, forgotten, another session's, or no id of the
-/// gateway's) gets 400, not
-/// the empty stream rmcp answers: a client takes an empty stream for one
-/// to open again, and the TypeScript SDK (which resumes after any error
-/// answer, taking it for none) then opens a second `GET` stream (see
-/// `resumable/mod.rs`). An unknown session is left to rmcp's 404.
+/// A `GET` resuming (`last_event_id`) a stream that cannot be resumed is
+/// refused, not answered with the empty stream rmcp answers: a client
+/// takes an empty stream for one to open again, and the TypeScript SDK
+/// (which resumes after any error answer, taking it for none) then opens
+/// a second `GET` stream (see `resumable/mod.rs`). A stream of the
+/// session's that has ended gets 405, the answer the spec gives a `GET`
+/// with no stream to give: the TypeScript SDK resumes the stream of every
+/// call its user cancelled (no answer ever comes on it), and took a 400
+/// for an error to report, twice; it and rmcp's client stop at a 405.
+/// Any other id (another session's, never given out, none of the
+/// gateway's) gets 400. An unknown session is left to rmcp's 404.
 async fn refuse_unknown_resume(
     sessions: &resumable::ResumableSessions,
     session: Option<&rmcp::transport::streamable_http_server::session::SessionId>,
@@ -473,6 +477,16 @@ async fn refuse_unknown_resume(
     let (session, last_event_id) = (session?, last_event_id?);
     if sessions.can_resume(session, &last_event_id) || !sessions.knows_session(session).await {
         return None;
+    }
+    if sessions.names_ended_stream(session, &last_event_id) {
+        return Some(
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(axum::http::header::ALLOW, "GET, POST, DELETE")],
+                "Method Not Allowed: the stream Last-Event-ID names has ended; nothing more will be sent on it",
+            )
+                .into_response(),
+        );
     }
     Some(
         (

@@ -159,6 +159,16 @@ impl ResumableSessions {
         }
     }
 
+    /// Whether `last_event_id` names a request stream of session `id`
+    /// that has ended (answered and read, or given up) and is no longer
+    /// kept: nothing more will ever be sent on it.
+    pub fn names_ended_stream(&self, id: &SessionId, last_event_id: &str) -> bool {
+        match parse_event_id(last_event_id) {
+            Some(EventPosition::Request { stream, .. }) => self.streams.ended(id, stream),
+            _ => false,
+        }
+    }
+
     /// Ends the awake sessions idle for `session_idle_timeout`, puts the
     /// sessions idle long enough to sleep, and ends those asleep past their
     /// idle timeout (see `downstream::hibernation`). Returns how many fell

@@ -86,6 +86,15 @@ impl Streams {
         *last
     }
 
+    /// Whether `stream` is a request stream of `session` that has ended
+    /// and is no longer kept: numbered already, and gone.
+    pub(super) fn ended(&self, session: &SessionId, stream: u64) -> bool {
+        let numbered = lock(&self.stream_numbers)
+            .get(session)
+            .is_some_and(|last| (1..=*last).contains(&stream));
+        numbered && self.get(&(session.clone(), stream)).is_none()
+    }
+
     /// Keys `session`'s stream count by `fresh` (the same id, allocated
     /// now) as it falls asleep, as `rekey_standalone` does.
     pub(super) fn rekey_stream_numbers(&self, session: &SessionId, fresh: &SessionId) {
