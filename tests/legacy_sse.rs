@@ -67,6 +67,7 @@ async fn a_shared_mount_serves_every_client_from_one_session_with_its_headers() 
             "legacy__end_stream",
             "legacy__forget",
             "legacy__hold",
+            "legacy__huge",
             "legacy__whoami"
         ]
     );
@@ -118,6 +119,26 @@ async fn a_per_session_mount_gives_each_client_its_own_stream_and_closes_it() {
     .await;
     assert_eq!(whoami(&b).await, of_b);
     close(b).await;
+}
+
+/// An answer in an event over the 16 MiB an event may be fails its call
+/// at once, saying so, and the session goes on: it broke the session's
+/// one event stream, which ended the session (every call in flight on it
+/// failed, and it counted as a crash).
+#[tokio::test]
+async fn an_answer_too_large_fails_its_call_and_keeps_the_session() {
+    let server = LegacySseServer::start(same_origin_endpoint).await;
+    let gateway = Gateway::start(&sse_mount("legacy", &server, "")).await;
+    let client = gateway.connect().await;
+    let before = whoami(&client).await;
+    let failed = call_err(&client, "legacy__huge", serde_json::Value::Null).await;
+    assert!(
+        failed.message.contains("larger than 16777216 bytes"),
+        "{failed:?}"
+    );
+    assert_eq!(whoami(&client).await, before, "the same session");
+    assert_eq!(server.sessions_opened(), 1);
+    close(client).await;
 }
 
 #[tokio::test]

@@ -47,8 +47,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    http_client::trace_headers, malformed::MalformedLines, raw::RawAnswers,
-    raw_post::bounded_events,
+    http_client::trace_headers, malformed::MalformedLines, oversized_event::skipping_oversized,
+    raw::RawAnswers,
 };
 use crate::naming::MountName;
 
@@ -113,7 +113,8 @@ pub struct LegacySseTransport {
     events: Events,
     outgoing: mpsc::UnboundedSender<Outgoing>,
     raw: Arc<RawAnswers>,
-    malformed: MalformedLines,
+    /// Also told of the events too large to read (`oversized_event.rs`).
+    malformed: Arc<MalformedLines>,
     /// Cancelled when posting showed the session over (a 404), and on
     /// close.
     over: CancellationToken,
@@ -161,9 +162,12 @@ impl LegacySseTransport {
             return Err(OpenError::NotAnEventStream(content_type));
         }
         let limit = StreamableHttpResponseLimits::default().max_sse_event_size;
-        let mut events: Events = Box::pin(SseStream::from_bytes_stream(bounded_events(
+        let malformed = Arc::new(malformed);
+        let skipped = malformed.clone();
+        let mut events: Events = Box::pin(SseStream::from_bytes_stream(skipping_oversized(
             response.bytes_stream(),
             limit,
+            move |event| skipped.too_long(&event, limit),
         )));
         let endpoint = loop {
             match events.next().await {

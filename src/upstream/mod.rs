@@ -23,6 +23,7 @@ pub mod live_headers;
 mod malformed;
 pub mod ordered;
 mod overlong_line;
+mod oversized_event;
 pub mod process_group;
 pub mod profile;
 pub mod raw;

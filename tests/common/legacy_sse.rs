@@ -7,7 +7,9 @@
 //! answer, `forget` answers and then forgets every session (their streams
 //! stay open, their POSTs get 404), `hold` answers its POST only once it
 //! has run (as the Java SDK's servlet transport does), which is once a
-//! `whoami` has arrived meanwhile ("company") or 5 s have passed ("alone"). It records the `Authorization` header
+//! `whoami` has arrived meanwhile ("company") or 5 s have passed ("alone"),
+//! `huge` answers with an event of 17 MiB, over the 16 MiB an event may
+//! be. It records the `Authorization` header
 //! of every request, and how many event streams are open.
 
 use std::{
@@ -213,6 +215,7 @@ async fn message(
                 {"name": "end_stream", "inputSchema": schema},
                 {"name": "forget", "inputSchema": schema},
                 {"name": "hold", "inputSchema": schema},
+                {"name": "huge", "inputSchema": schema},
             ]})));
         }
         ("tools/call", "whoami") => {
@@ -220,6 +223,10 @@ async fn message(
             let _ = stream.send(answer(
                 json!({"content": [{"type": "text", "text": format!("session {session}")}]}),
             ));
+        }
+        ("tools/call", "huge") => {
+            let text = "x".repeat(17 * 1024 * 1024);
+            let _ = stream.send(answer(json!({"content": [{"type": "text", "text": text}]})));
         }
         ("tools/call", "end_stream") => {
             shared.sessions.lock().unwrap().live.remove(&session);
