@@ -2254,6 +2254,40 @@ async fn an_upstream_error_without_an_id_answers_its_request() {
     close(client).await;
 }
 
+/// A request whose own answer stream ends with no answer, the session
+/// going on: the client is told that stream's end, not that the upstream
+/// "went away" and "the gateway is restarting it" (nothing restarts), and
+/// the session serves the next request.
+#[tokio::test]
+async fn an_answer_stream_that_ends_unanswered_says_so() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&http_mount("remote", &server.url(), "")).await;
+    let client = gateway.connect().await;
+    let get =
+        |name: &str| client.get_prompt(rmcp::model::GetPromptRequestParams::new(name.to_owned()));
+    let before = within("prompts/get", get("remote__whoami"))
+        .await
+        .expect("whoami");
+    let error = format!(
+        "{:?}",
+        within("prompts/get", get("remote__unanswered")).await
+    );
+    assert!(
+        error.contains("answer stream ended before its answer"),
+        "{error}"
+    );
+    assert!(!error.contains("restarting"), "{error}");
+    let after = within("prompts/get", get("remote__whoami"))
+        .await
+        .expect("whoami");
+    assert_eq!(
+        format!("{:?}", after.messages),
+        format!("{:?}", before.messages),
+        "the same upstream session"
+    );
+    close(client).await;
+}
+
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
 /// `Authorization`, on its `initialize` and every request after (a renewed

@@ -99,6 +99,10 @@ impl RouteError {
                 }
                 .to_owned(),
             },
+            lost @ RequestError::AnswerLost => RouteError::UpstreamFailed {
+                mount,
+                cause: lost.to_string(),
+            },
             unreachable @ RequestError::Unreachable(_) => RouteError::UpstreamFailed {
                 mount,
                 cause: match mount_config.isolation {

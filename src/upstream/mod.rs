@@ -215,6 +215,11 @@ pub enum RequestError {
     Ceiling(Duration),
     #[error("the upstream server went away during the request")]
     Ended,
+    /// A Streamable HTTP request's own answer stream ended before its
+    /// answer, the session going on (rmcp reports it as a closed
+    /// transport).
+    #[error("the upstream's answer stream ended before its answer; the request may have run, and was cancelled upstream")]
+    AnswerLost,
     /// The server could not be reached at all (a refused connection, no
     /// route): the request was not sent, and the session is over.
     #[error("cannot reach the upstream server: {0}")]
@@ -572,6 +577,16 @@ impl UpstreamSession {
                     None => RequestError::Ended,
                 });
             }
+        }
+        // rmcp reports a request's answer stream that ended before its
+        // answer as a closed transport; on an HTTP upstream (one stream
+        // per request) whose session goes on, it is that request's loss
+        // alone, and nothing is restarted.
+        if matches!(answer, Err(ServiceError::TransportClosed))
+            && self.direct.is_some()
+            && self.is_alive()
+        {
+            return Err(RequestError::AnswerLost);
         }
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;

@@ -15,7 +15,8 @@
 //! only a POST can find out. `half` (its description too) and `half_sse`
 //! answer with text that holds half of a UTF-16 surrogate pair (`\ud83d`,
 //! as `JSON.stringify` writes a JavaScript string cut inside an emoji), in
-//! JSON and on an event stream.
+//! JSON and on an event stream. `unanswered` (a prompt) gets an event
+//! stream of one comment that then ends, with no answer.
 
 use std::{
     collections::HashMap,
@@ -181,6 +182,9 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         )
             .into_response();
     }
+    if message["params"]["name"] == "unanswered" {
+        return ([("content-type", "text/event-stream")], ": nothing\n\n").into_response();
+    }
     if message["params"]["name"] == "refuse" {
         let mut response = json_response(idless_refusal(), None);
         *response.status_mut() = StatusCode::BAD_REQUEST;
@@ -213,7 +217,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         }
         (Some("prompts/list"), _) => {
             json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"},
-                {"name": "refuse_resumed"}]})
+                {"name": "refuse_resumed"}, {"name": "unanswered"}]})
         }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
