@@ -400,14 +400,21 @@ fn initialize_error(error: ClientInitializeError) -> UpstreamError {
     UpstreamError::Initialize(match error {
         // rmcp's text for these names the transport's Rust type; the cause
         // is what an operator needs.
-        ClientInitializeError::TransportError { error, .. } => {
+        ClientInitializeError::TransportError { error, context } => {
             let said = http_client::with_causes(&*error.error);
             // Only when it is so: a server that answered (an HTTP 404 to
             // the post) was reached.
             match http_client::cannot_connect(&error) {
                 true => format!("cannot reach the server: {said}"),
-                false => format!("its transport failed: {said}"),
+                // rmcp's own log line ("worker quit with fatal") has the
+                // cause when all it hands back is a closed channel.
+                false => format!("its transport failed ({context}): {said}"),
             }
+        }
+        // rmcp's text shows the answer as Rust's debug dump.
+        ClientInitializeError::ExpectedInitResult(_)
+        | ClientInitializeError::ExpectedInitResponse(_) => {
+            "its answer to initialize is not an initialize result (a required field is missing or of the wrong kind)".to_owned()
         }
         other => other.to_string(),
     })
@@ -433,6 +440,19 @@ mod tests {
     use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 
     use super::*;
+
+    /// An answer to `initialize` that is not an initialize result is said
+    /// so, not dumped as Rust's debug text of what rmcp made of it.
+    #[test]
+    fn an_unreadable_initialize_answer_is_said_plainly() {
+        let answer = rmcp::model::ServerResult::CustomResult(rmcp::model::CustomResult(
+            serde_json::json!({"capabilities": "none"}),
+        ));
+        let said =
+            initialize_error(ClientInitializeError::ExpectedInitResult(Some(answer))).to_string();
+        assert!(said.contains("not an initialize result"), "{said}");
+        assert!(!said.contains("CustomResult"), "{said}");
+    }
 
     /// "cannot reach the server" only for a server that was not reached:
     /// a legacy SSE post answered 404 said so too.

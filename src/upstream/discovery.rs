@@ -41,8 +41,10 @@ pub struct ListLimits {
 /// Why a list could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    #[error(transparent)]
-    Upstream(#[from] ServiceError),
+    /// Said with its causes, which are not its source: rmcp's text for a
+    /// transport error names the transport's Rust type.
+    #[error("{}", super::http_client::with_causes(.0))]
+    Upstream(ServiceError),
     #[error("no answer to {list} within {}", humantime::format_duration(*.within))]
     PageUnanswered {
         list: &'static str,
@@ -50,6 +52,12 @@ pub enum ListError {
     },
     #[error("its lists were not all read within {} (request_ceiling)", humantime::format_duration(*.0))]
     TooLong(Duration),
+}
+
+impl From<ServiceError> for ListError {
+    fn from(error: ServiceError) -> Self {
+        ListError::Upstream(error)
+    }
 }
 
 /// Reads every list the upstream offers.
@@ -435,4 +443,21 @@ fn a_name_listed_twice_is_kept_once_in_its_first_place() {
     let mut unique = vec!["x", "y"];
     keep_first(&mount, "tools/list", &mut unique, |name| name);
     assert_eq!(unique, ["x", "y"]);
+}
+
+/// A list that failed on the transport says what happened, not rmcp's
+/// "Transport send error: Transport [junction::upstream::…] error: ".
+#[cfg(test)]
+#[test]
+fn a_transport_failure_is_said_without_rust_type_names() {
+    let inner = std::io::Error::other("answer larger than 16777216 bytes");
+    let error = ListError::from(ServiceError::TransportSend(
+        rmcp::transport::DynamicTransportError::from_parts(
+            "junction::upstream::ordered::OrderedTransport<…>",
+            std::any::TypeId::of::<()>(),
+            Box::new(inner),
+        ),
+    ));
+    let said = crate::upstream::http_client::with_causes(&error);
+    assert_eq!(said, "answer larger than 16777216 bytes");
 }
