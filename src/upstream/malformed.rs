@@ -106,17 +106,23 @@ impl MalformedLines {
         else {
             return false;
         };
-        if self
-            .warned_unicode
-            .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            tracing::debug!(mount = %self.mount, "the upstream wrote text that is not valid Unicode; relayed with U+FFFD in its place");
-        } else {
-            tracing::warn!(mount = %self.mount, "the upstream wrote text that is not valid Unicode on {} (half of a UTF-16 surrogate pair, or bytes that are not UTF-8); relayed with U+FFFD in its place (further such messages are logged at debug)", self.source);
-        }
         // From a read of the server's stdout: never waits. A full channel
         // leaves the message lost, as it was before.
-        let _ = self.answers.try_send(message);
+        let relayed = self.answers.try_send(message).is_ok();
+        let first = !self
+            .warned_unicode
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        match (relayed, first) {
+            (true, true) => {
+                tracing::warn!(mount = %self.mount, "the upstream wrote text that is not valid Unicode on {} (half of a UTF-16 surrogate pair, or bytes that are not UTF-8); relayed with U+FFFD in its place (further such messages are logged at debug)", self.source)
+            }
+            (true, false) => {
+                tracing::debug!(mount = %self.mount, "the upstream wrote text that is not valid Unicode; relayed with U+FFFD in its place")
+            }
+            (false, _) => {
+                tracing::warn!(mount = %self.mount, "the upstream wrote text that is not valid Unicode; lost, too many such messages at once")
+            }
+        }
         true
     }
 
@@ -229,6 +235,24 @@ mod tests {
             non_finite_as_null(r#"{"a":NaN,"b":[Infinity,-Infinity],"c":"NaN \"Infinity\""}"#),
             r#"{"a":null,"b":[null,null],"c":"NaN \"Infinity\""}"#
         );
+    }
+
+    #[tokio::test]
+    async fn a_line_with_broken_text_is_relayed_repaired_once() {
+        let (answers, mut received) = mpsc::channel(4);
+        let lines = MalformedLines::new(MountName::new("m").unwrap(), answers);
+        // Text rmcp reads: an escaped backslash before `ud83d`, a pair.
+        lines.check(br#"{"jsonrpc":"2.0","id":1,"result":{"path":"C:\\ud83d"}}"#);
+        lines.check(br#"{"jsonrpc":"2.0","id":2,"result":{"t":"\ud83d\ude00"}}"#);
+        assert!(
+            received.try_recv().is_err(),
+            "nothing rmcp reads is relayed again"
+        );
+        lines.check(br#"{"jsonrpc":"2.0","id":3,"result":{"t":"\ud83d cut"}}"#);
+        let relayed = serde_json::to_value(received.try_recv().expect("relayed")).unwrap();
+        assert_eq!(relayed["id"], 3);
+        assert_eq!(relayed["result"]["t"], "\u{fffd} cut");
+        assert!(received.try_recv().is_err(), "relayed once");
     }
 
     #[tokio::test]

@@ -93,8 +93,12 @@ pub struct OrderedTransport<T> {
     ended: CancellationToken,
     /// Told which requests' answers to keep verbatim as they go out.
     raw: Arc<RawAnswers>,
-    /// From the direct path, when the transport has one.
+    /// From the direct path, when the transport has one; or made for
+    /// lines the transport could not read (`malformed.rs`).
     injected: Option<mpsc::Receiver<ServerJsonRpcMessage>>,
+    /// `injected` brings messages made for lines the transport could not
+    /// read, not counted yet (see [`Self::with_injected_lines`]).
+    injected_from_lines: bool,
     /// How far the session is: a notification is counted only once it is
     /// initialized (the first answer, to `initialize`, has passed). rmcp
     /// drops what comes before but log messages, and one counted but never
@@ -126,15 +130,27 @@ impl<T> OrderedTransport<T> {
             ended,
             raw,
             injected: None,
+            injected_from_lines: false,
             lifecycle: Lifecycle::Initializing,
         }
     }
 
     /// Also passes on what `injected` brings: the direct path's messages
-    /// (HTTP), errors for answers that were not JSON (stdio,
-    /// `malformed.rs`).
+    /// (HTTP), counted as it read them.
     pub fn with_injected(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
         self.injected = Some(injected);
+        self
+    }
+
+    /// Also passes on the messages `malformed.rs` made for lines of the
+    /// transport's own that rmcp could not read (an error for an answer
+    /// that was not JSON, a message with broken text repaired): counted
+    /// and tracked as the transport's own messages are, and taken only
+    /// when rmcp has none ready, so that the lines it read before (in the
+    /// same read, still in its buffer) go first.
+    pub fn with_injected_lines(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
+        self.injected = Some(injected);
+        self.injected_from_lines = true;
         self
     }
 }
@@ -167,6 +183,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             // Both receives are cancel-safe (channel reads: rmcp's HTTP
             // transport is a worker behind a channel; its stdio reader
             // keeps a partial line across a cancel).
+            Some(injected) if self.injected_from_lines => tokio::select! {
+                biased;
+                message = self.inner.receive() => message,
+                Some(message) = injected.recv() => Some(message),
+            },
             Some(injected) => tokio::select! {
                 message = self.inner.receive() => message,
                 Some(message) = injected.recv() => {
@@ -231,5 +252,96 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use rmcp::model::{GetExtensions, JsonRpcMessage, ServerJsonRpcMessage};
+    use serde_json::json;
+
+    use super::*;
+    use crate::upstream::relay::Arrival;
+
+    /// A transport that hands out what it was given, then waits for ever.
+    struct Scripted(VecDeque<ServerJsonRpcMessage>);
+
+    impl Transport<RoleClient> for Scripted {
+        type Error = std::io::Error;
+
+        fn send(
+            &mut self,
+            _item: TxJsonRpcMessage<RoleClient>,
+        ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+            std::future::ready(Ok(()))
+        }
+
+        async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+            match self.0.pop_front() {
+                Some(message) => Some(message),
+                None => std::future::pending().await,
+            }
+        }
+
+        async fn close(&mut self) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+
+    fn message(value: serde_json::Value) -> ServerJsonRpcMessage {
+        serde_json::from_value(value).expect("a server message")
+    }
+
+    fn log_line() -> ServerJsonRpcMessage {
+        message(json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": "before the answer"}}))
+    }
+
+    fn initialized() -> ServerJsonRpcMessage {
+        message(json!({"jsonrpc": "2.0", "id": 0, "result": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "serverInfo": {"name": "s", "version": "1"}}}))
+    }
+
+    /// A message `malformed.rs` made for a line rmcp could not read comes
+    /// after the lines rmcp read before it, and is counted as the
+    /// transport's own: a repaired `initialize` answer ends the
+    /// handshake, so that the notifications after it are counted (they
+    /// were not, for the session's life), and a repaired answer read
+    /// after a log line does not overtake it.
+    #[tokio::test]
+    async fn lines_made_anew_are_read_in_their_place_and_counted() {
+        let (injected, lines) = mpsc::channel(4);
+        let mut transport = OrderedTransport::new(
+            Scripted(VecDeque::new()),
+            Arc::new(Relay::default()),
+            CancellationToken::new(),
+            Arc::default(),
+        )
+        .with_injected_lines(lines);
+        injected.try_send(initialized()).unwrap();
+        let first = transport.receive().await.expect("the initialize answer");
+        assert!(matches!(first, JsonRpcMessage::Response(_)));
+        transport.inner.0.push_back(log_line());
+        injected
+            .try_send(message(json!({"jsonrpc": "2.0", "id": 1, "result": {}})))
+            .unwrap();
+        match transport.receive().await {
+            Some(JsonRpcMessage::Notification(notification)) => assert!(
+                notification
+                    .notification
+                    .extensions()
+                    .get::<Arrival>()
+                    .is_some(),
+                "counted once the handshake is over"
+            ),
+            other => panic!("the log line first, got {other:?}"),
+        }
+        assert!(matches!(
+            transport.receive().await,
+            Some(JsonRpcMessage::Response(_))
+        ));
     }
 }
