@@ -1,5 +1,5 @@
 //! A legacy SSE upstream's event too large to read, skipped rather than
-//! ending the session.
+//! ending the session; and one whose bytes are not UTF-8, repaired.
 //!
 //! On a legacy (HTTP+SSE) upstream every message of the session comes on
 //! one event stream. An event over the bound (16 MiB, as for a stdio
@@ -39,9 +39,10 @@ struct EventSplitter {
     pending: BytesMut,
     /// The current event, once over the limit: its data being scanned.
     skipping: Option<DataScan>,
-    /// The previous byte ended a line (a `\r` before `\n` is skipped):
-    /// a `\n` now ends the event.
+    /// The previous byte ended a line: a line end now ends the event.
     at_line_start: bool,
+    /// The previous byte was `\r`: a `\n` now is part of its line end.
+    after_cr: bool,
 }
 
 /// The most of an event's buffer kept between events.
@@ -54,13 +55,26 @@ impl EventSplitter {
             pending: BytesMut::new(),
             skipping: None,
             at_line_start: true,
+            after_cr: false,
         }
     }
 
-    /// The events `chunk` completes, whole, in order.
+    /// The events `chunk` completes, whole, in order, their line ends
+    /// written as `\n` (SSE also ends a line with `\r` or `\r\n`), and
+    /// bytes that are not UTF-8 replaced by U+FFFD (the SSE parser fails
+    /// the whole stream on them: see `unicode_repair.rs`).
     fn feed(&mut self, chunk: &[u8], on_skipped: &mut impl FnMut(OverlongLine)) -> Bytes {
         let mut complete = BytesMut::new();
-        for &byte in chunk {
+        for &read in chunk {
+            let byte = match read {
+                b'\n' if self.after_cr => {
+                    self.after_cr = false;
+                    continue;
+                }
+                b'\r' => b'\n',
+                other => other,
+            };
+            self.after_cr = read == b'\r';
             match &mut self.skipping {
                 Some(scan) => scan.step(byte),
                 None => {
@@ -79,7 +93,15 @@ impl EventSplitter {
                 b'\n' if self.at_line_start => {
                     match self.skipping.take() {
                         Some(scan) => on_skipped(scan.line),
-                        None => complete.extend_from_slice(&self.pending),
+                        None => match String::from_utf8_lossy(&self.pending) {
+                            std::borrow::Cow::Borrowed(_) => {
+                                complete.extend_from_slice(&self.pending)
+                            }
+                            std::borrow::Cow::Owned(repaired) => {
+                                tracing::debug!("an upstream event with bytes that are not UTF-8: U+FFFD put in their place");
+                                complete.extend_from_slice(repaired.as_bytes());
+                            }
+                        },
                     }
                     if self.pending.capacity() > PENDING_KEPT {
                         self.pending = BytesMut::new();
@@ -88,7 +110,6 @@ impl EventSplitter {
                     }
                 }
                 b'\n' => self.at_line_start = true,
-                b'\r' => {}
                 _ => self.at_line_start = false,
             }
         }
@@ -98,7 +119,8 @@ impl EventSplitter {
 
 /// Feeds the value of each `data` field of an event to an
 /// [`OverlongLine`] (the lines of one value joined by `\n`, as SSE joins
-/// them), skipping the field names and other fields.
+/// them), skipping the field names and other fields. Its line ends are
+/// `\n` (see [`EventSplitter::feed`]).
 #[derive(Default)]
 struct DataScan {
     line: OverlongLine,
@@ -112,7 +134,6 @@ struct DataScan {
 impl DataScan {
     fn step(&mut self, byte: u8) {
         match (&mut self.value, byte) {
-            (_, b'\r') => {}
             (Some((is_data, _)), b'\n') => {
                 if *is_data {
                     self.line.feed(b"\n");
@@ -157,10 +178,30 @@ mod tests {
 
     #[test]
     fn events_within_the_bound_pass_whole_in_order() {
-        let stream: &[u8] = b"event: endpoint\ndata: /post\n\ndata: {\"id\":1}\r\n\r\n: ping\n\n";
+        let stream: &[u8] = b"event: endpoint\ndata: /post\n\ndata: {\"id\":1}\n\n: ping\n\n";
         let (out, skipped) = run(&[&stream[..7], &stream[7..30], &stream[30..]], 64);
         assert_eq!(out, stream);
         assert!(skipped.is_empty());
+    }
+
+    /// SSE ends a line with `\r\n`, `\r` or `\n`: each ends its event
+    /// (a server writing `\r` alone had every event held back).
+    #[test]
+    fn every_line_end_ends_an_event() {
+        let stream: &[u8] = b"event: endpoint\rdata: /post\r\rdata: 1\r\n\r\ndata: 2\n\r\n";
+        let (out, _) = run(&[&stream[..16], &stream[16..37], &stream[37..]], 64);
+        assert_eq!(
+            out,
+            b"event: endpoint\ndata: /post\n\ndata: 1\n\ndata: 2\n\n"
+        );
+    }
+
+    /// Bytes that are not UTF-8, on which the SSE parser fails the whole
+    /// stream (the session), become U+FFFD.
+    #[test]
+    fn bytes_that_are_not_utf8_are_replaced() {
+        let (out, _) = run(&[b"data: caf\xe9\n\n"], 64);
+        assert_eq!(out, "data: caf\u{fffd}\n\n".as_bytes());
     }
 
     #[test]
