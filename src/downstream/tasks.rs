@@ -516,8 +516,12 @@ impl DownstreamSession {
             return Ok(None);
         };
         if mount.config.isolation == crate::config::Isolation::PerSession {
+            // The session's upstream is of a mount a reload has replaced
+            // (its tasks go with it), or this one was replaced just now.
+            if !self.state().upstream_is_of(&mount) {
+                return Ok(None);
+            }
             let Some(in_flight) = mount.call_started() else {
-                // Replaced just now: its upstreams, and their tasks, go.
                 return Ok(None);
             };
             return Ok(self

@@ -840,8 +840,9 @@ impl Mount {
     /// Retires the mount for a reload: [`Mount::close`], then waits
     /// (bounded, [`PER_SESSION_CLOSE_WAIT`]) for its per-session upstream
     /// sessions to close too, and tells the mount replacing it (see
-    /// [`Mount::follow`]). Shutdown does not wait so: it bounds the
-    /// sessions' teardown itself.
+    /// [`Mount::follow`]). Shutdown closes its running mounts without
+    /// this wait (it bounds the sessions' teardown itself), and waits for
+    /// the retirements under way, each bounded so.
     pub async fn retire(&self) {
         self.close().await;
         let count = &self.per_session_open;

@@ -467,8 +467,11 @@ async fn session_answers(
 /// with no stream to give: the TypeScript SDK resumes the stream of every
 /// call its user cancelled (no answer ever comes on it), and took a 400
 /// for an error to report, twice; it and rmcp's client stop at a 405.
-/// Any other id (another session's, never given out, none of the
-/// gateway's) gets 400. An unknown session is left to rmcp's 404.
+/// (Streams are numbered per session: an id of another session's stream
+/// names this session's stream of that number, if it has had one.) An
+/// ended stream kept unread past its minute gets 405 too: what it held is
+/// gone. Any other id (never given out, none of the gateway's) gets 400.
+/// An unknown session is left to rmcp's 404.
 async fn refuse_unknown_resume(
     sessions: &resumable::ResumableSessions,
     session: Option<&rmcp::transport::streamable_http_server::session::SessionId>,

@@ -61,6 +61,10 @@ pub struct TracingHttpClient {
 /// a server's `retry` says.
 const RETRY_MIN_MS: u64 = 250;
 
+/// After this many failed first `GET`s of a session's message stream, it
+/// is said at `warn`, once.
+const FIRST_GET_FAILURES_WARNED: usize = 5;
+
 impl TracingHttpClient {
     pub fn new(
         client: reqwest::Client,
@@ -449,7 +453,13 @@ impl StreamableHttpClient for TracingHttpClient {
                 break stream;
             };
             failures += 1;
-            tracing::debug!(error = %with_causes(error), ?wait, "the upstream session's message stream did not open; trying again");
+            if failures == FIRST_GET_FAILURES_WARNED {
+                // A server that answers every GET so (500 where it means
+                // 405) is tried for the session's life, each 10 s.
+                tracing::warn!(error = %with_causes(error), failures, "the upstream session's message stream still does not open: the server's list changes and resource updates are not received until it does; trying again every 10 s at most");
+            } else {
+                tracing::debug!(error = %with_causes(error), ?wait, "the upstream session's message stream did not open; trying again");
+            }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = self.ended.cancelled() => break stream,
