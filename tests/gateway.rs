@@ -2288,6 +2288,40 @@ async fn an_answer_stream_that_ends_unanswered_says_so() {
     close(client).await;
 }
 
+/// A prompt answered with another request's id, or accepted (202) and
+/// never answered, fails at once saying so: it waited out the request
+/// timeout (rmcp matched the answer to nothing), where a call failed at
+/// once. The session serves the next request.
+#[tokio::test]
+async fn a_request_answered_wrongly_fails_at_once() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&format!(
+        "[timeouts]\nrequest = \"5m\"\n\n{}",
+        http_mount("remote", &server.url(), "")
+    ))
+    .await;
+    let client = gateway.connect().await;
+    for (prompt, said) in [
+        ("remote__wrong_id", "another id (424242)"),
+        ("remote__accepted", "without answering it (HTTP 202)"),
+    ] {
+        let answer = within(
+            prompt,
+            client.get_prompt(rmcp::model::GetPromptRequestParams::new(prompt)),
+        )
+        .await;
+        let error = format!("{answer:?}");
+        assert!(error.contains(said), "{prompt}: {error}");
+    }
+    within(
+        "prompts/get",
+        client.get_prompt(rmcp::model::GetPromptRequestParams::new("remote__whoami")),
+    )
+    .await
+    .expect("whoami");
+    close(client).await;
+}
+
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
 /// `Authorization`, on its `initialize` and every request after (a renewed

@@ -345,6 +345,36 @@ impl StreamableHttpClient for TracingHttpClient {
                     session,
                 ))
             }
+            // A JSON answer to the POST of one request is that request's:
+            // one naming another id would be matched to nothing, and the
+            // request would wait out its timeout (the direct path fails
+            // such a call at once).
+            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Response(answer), session))
+                if request_id.as_ref().is_some_and(|id| *id != answer.id) =>
+            {
+                Ok(StreamableHttpPostResponse::Json(
+                    misanswered(
+                        request_id,
+                        format!(
+                            "the upstream answered the request with another id ({})",
+                            answer.id
+                        ),
+                    ),
+                    session,
+                ))
+            }
+            // So is a request accepted without an answer (HTTP 202), which
+            // the spec does not allow: none would come.
+            Ok(StreamableHttpPostResponse::Accepted) if request_id.is_some() => {
+                Ok(StreamableHttpPostResponse::Json(
+                    misanswered(
+                        request_id,
+                        "the upstream accepted the request without answering it (HTTP 202)"
+                            .to_owned(),
+                    ),
+                    None,
+                ))
+            }
             // So is one on the request's own event stream.
             // Its text made readable where it is not valid Unicode.
             Ok(StreamableHttpPostResponse::Sse(events, session)) => {
@@ -493,6 +523,18 @@ fn as_read(
             event
         })
         .boxed()
+}
+
+/// The error that answers request `id` for a server that answered it
+/// wrongly (`why`).
+fn misanswered(
+    id: Option<rmcp::model::RequestId>,
+    why: String,
+) -> rmcp::model::ServerJsonRpcMessage {
+    JsonRpcMessage::Error(rmcp::model::JsonRpcError::new(
+        id,
+        rmcp::ErrorData::internal_error(why, None),
+    ))
 }
 
 /// Whether a `GET` that failed so may succeed later: the server said it

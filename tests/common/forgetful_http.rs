@@ -16,7 +16,8 @@
 //! answer with text that holds half of a UTF-16 surrogate pair (`\ud83d`,
 //! as `JSON.stringify` writes a JavaScript string cut inside an emoji), in
 //! JSON and on an event stream. `unanswered` (a prompt) gets an event
-//! stream of one comment that then ends, with no answer.
+//! stream of one comment that then ends, with no answer; `wrong_id` an
+//! answer with another id; `accepted` a 202 and no answer.
 
 use std::{
     collections::HashMap,
@@ -182,6 +183,13 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         )
             .into_response();
     }
+    if message["params"]["name"] == "wrong_id" {
+        let wrong = json!({"jsonrpc": "2.0", "id": 424242, "result": {"messages": []}});
+        return json_response(wrong, session.as_deref());
+    }
+    if message["params"]["name"] == "accepted" {
+        return StatusCode::ACCEPTED.into_response();
+    }
     if message["params"]["name"] == "unanswered" {
         return ([("content-type", "text/event-stream")], ": nothing\n\n").into_response();
     }
@@ -217,7 +225,8 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         }
         (Some("prompts/list"), _) => {
             json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"},
-                {"name": "refuse_resumed"}, {"name": "unanswered"}]})
+                {"name": "refuse_resumed"}, {"name": "unanswered"}, {"name": "wrong_id"},
+                {"name": "accepted"}]})
         }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
