@@ -349,14 +349,15 @@ async fn reload_touches_only_what_changed() {
     );
 
     // A change that waits for a restart is applied but for it: the file
-    // and the running config differ, and the gauge says so.
+    // and the running config differ, and the gauge says so; the warning
+    // names the key, not only its section.
     rewrite_config(
         &gateway.config_path,
         &format!("[telemetry]\nlog_level = \"info\"\n\n{}", config_after()),
     );
     wait_for_log(
         &gateway,
-        &["changes to [telemetry] take effect after a restart"],
+        &["changes to [telemetry] (log_level) take effect after a restart"],
         1,
     )
     .await;

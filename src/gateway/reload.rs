@@ -38,8 +38,22 @@ pub struct ReloadOutcome {
     /// Sections applied to every mount as they are (`timeouts`,
     /// `supervision`, `limits`) that changed.
     pub applied: Vec<&'static str>,
-    /// Sections whose changes need a restart and were not applied.
-    pub needs_restart: Vec<&'static str>,
+    /// Sections whose changes need a restart and were not applied, each
+    /// with the keys that changed (empty if none of those named here).
+    pub needs_restart: Vec<(&'static str, Vec<&'static str>)>,
+}
+
+/// The names of the `fields` whose values differ between `old` and `new`.
+macro_rules! changed_keys {
+    ($old:expr, $new:expr, $($field:ident),+ $(,)?) => {{
+        let mut keys = Vec::new();
+        $(
+            if $old.$field != $new.$field {
+                keys.push(stringify!($field));
+            }
+        )+
+        keys
+    }};
 }
 
 impl ReloadOutcome {
@@ -56,15 +70,39 @@ impl Gateway {
         let old = self.config();
         let mut outcome = ReloadOutcome::default();
         if new.server != old.server {
-            outcome.needs_restart.push("server");
+            let keys = changed_keys!(
+                old.server,
+                new.server,
+                listen,
+                path,
+                separator,
+                allowed_hosts,
+                allowed_origins,
+                session_idle_timeout,
+                session_hibernate_after,
+                shutdown_grace,
+                request_read_timeout,
+                sse_path,
+            );
+            outcome.needs_restart.push(("server", keys));
             new.server = old.server.clone();
         }
         if new.telemetry != old.telemetry {
-            outcome.needs_restart.push("telemetry");
+            let keys = changed_keys!(
+                old.telemetry,
+                new.telemetry,
+                log_format,
+                log_level,
+                otlp_endpoint,
+                otlp_json,
+                service_name,
+            );
+            outcome.needs_restart.push(("telemetry", keys));
             new.telemetry = old.telemetry.clone();
         }
         if new.admin != old.admin {
-            outcome.needs_restart.push("admin");
+            let keys = changed_keys!(old.admin, new.admin, enabled, listen);
+            outcome.needs_restart.push(("admin", keys));
             new.admin = old.admin.clone();
         }
 

@@ -227,10 +227,12 @@ async fn reload_once(
         return false;
     }
     let outcome = gateway.reload(config).await;
-    for section in &outcome.needs_restart {
+    for (section, keys) in &outcome.needs_restart {
+        let keys = keys.join(", ");
         tracing::warn!(
             section,
-            "changes to [{section}] take effect after a restart; keeping the running values"
+            keys,
+            "changes to [{section}] ({keys}) take effect after a restart; keeping the running values"
         );
     }
     let names = |list: &[crate::naming::MountName]| {
