@@ -48,6 +48,7 @@ pub mod gateway;
 pub mod http;
 pub mod naming;
 pub mod rewrite;
+pub mod said_at_most;
 pub mod signals;
 pub mod telemetry;
 pub mod tool_filter;

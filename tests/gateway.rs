@@ -2322,6 +2322,44 @@ async fn a_request_answered_wrongly_fails_at_once() {
     close(client).await;
 }
 
+/// A request that fails on the upstream's side is logged, naming the
+/// mount and the cause (operators saw only a metric), at most once per
+/// 10 s per mount: a failing upstream under load would write a line per
+/// request.
+#[tokio::test]
+async fn upstream_failures_are_logged_at_most_every_ten_seconds() {
+    let server = common::forgetful_http::ForgetfulHttpServer::start().await;
+    let gateway = Gateway::start(&http_mount("remote", &server.url(), "")).await;
+    let client = gateway.connect().await;
+    for _ in 0..3 {
+        let answer = within(
+            "prompts/get",
+            client.get_prompt(rmcp::model::GetPromptRequestParams::new(
+                "remote__unanswered",
+            )),
+        )
+        .await;
+        assert!(answer.is_err(), "{answer:?}");
+    }
+    let said = eventually("the failure logged", OP_TIMEOUT, || async {
+        let lines: Vec<String> = gateway
+            .proc
+            .stderr
+            .snapshot()
+            .into_iter()
+            .filter(|line| line.contains("a request to the upstream failed"))
+            .collect();
+        (!lines.is_empty()).then_some(lines)
+    })
+    .await;
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("remote") && said[0].contains("answer stream ended"),
+        "{said:?}"
+    );
+    close(client).await;
+}
+
 /// Per-user credentials: a `per_session` mount with `forward_headers`
 /// opens each client's upstream session with that client's own
 /// `Authorization`, on its `initialize` and every request after (a renewed

@@ -66,9 +66,30 @@ pub enum RouteError {
     SessionEnded,
 }
 
+/// How often a mount's failing requests are logged, at most.
+const FAILURES_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl RouteError {
-    /// Classifies a failed upstream request to `mount`.
+    /// Classifies a failed upstream request to `mount`. A failure on the
+    /// upstream's side or the way there (not a JSON-RPC error the
+    /// upstream answered with, nor a client's cancel) is logged, at most
+    /// every 10 s per mount: operators saw only a metric.
     pub fn upstream(mount: &Mount, error: RequestError) -> Self {
+        let cancelled = matches!(error, RequestError::Service(ServiceError::Cancelled { .. }));
+        let routed = Self::classify(mount, error);
+        if let RouteError::UpstreamFailed { cause, .. } | RouteError::TimedOut { cause, .. } =
+            &routed
+        {
+            if !cancelled {
+                if let Some(held_back) = mount.failures_said().due(FAILURES_SAID_EVERY) {
+                    tracing::warn!(mount = %mount.config.name, %cause, held_back, "a request to the upstream failed (said at most every 10 s per mount; held_back: failures not said since)");
+                }
+            }
+        }
+        routed
+    }
+
+    fn classify(mount: &Mount, error: RequestError) -> Self {
         let mount_config = &mount.config;
         if mount.is_retired() && !matches!(error, RequestError::Service(ServiceError::McpError(_)))
         {

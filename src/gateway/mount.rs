@@ -108,6 +108,8 @@ pub struct Mount {
     /// The requests sent upstream and not answered yet, which a reload
     /// that replaces the mount lets finish.
     calls: Arc<super::calls_in_flight::CallsInFlight>,
+    /// When a failed request was last logged (`RouteError::upstream`).
+    failures_said: crate::said_at_most::SaidAtMost,
     /// Cancelled when [`Mount::retire`] has finished: every upstream
     /// session opened for this mount is closed, its children have exited.
     closed: CancellationToken,
@@ -284,6 +286,7 @@ impl Mount {
             supervisors: TaskTracker::new(),
             per_session_open: Default::default(),
             calls: Default::default(),
+            failures_said: Default::default(),
             reached: watch::Sender::new(0),
             closed: CancellationToken::new(),
             predecessor_closed: Default::default(),
@@ -801,6 +804,11 @@ impl Mount {
     /// goes to the mount serving the name now.
     pub fn call_started(&self) -> Option<super::CallInFlight> {
         self.calls.start()
+    }
+
+    /// When this mount's failed requests were last logged.
+    pub fn failures_said(&self) -> &crate::said_at_most::SaidAtMost {
+        &self.failures_said
     }
 
     /// Whether a reload replaced (or removed) this mount: it serves the
