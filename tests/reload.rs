@@ -514,6 +514,69 @@ async fn a_changed_stdio_mount_starts_after_the_old_child_exits() {
     close(client).await;
 }
 
+/// A stdio mount changed twice while its first version still lets a call
+/// finish: the third version's child starts once the first's has exited,
+/// not beside it (it waited only for the second, which closed at once,
+/// and a server holding a lock failed its starts until the mount went
+/// down). So does one removed, then added back, while it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_mount_changed_twice_while_draining_starts_after_every_old_child() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lock = dir.path().join("server.lock");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/exclusive_lock.py");
+    let mount = |generation: u32| {
+        format!(
+            "[mounts.locked]\ncommand = \"python3\"\nargs = [{:?}, {:?}]\nenv = {{ GENERATION = \"{generation}\" }}\n",
+            fixture.display().to_string(),
+            lock.display().to_string(),
+        )
+    };
+    let config = |mounts: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n{}{mounts}",
+            stdio_demo_mount("keep", "")
+        )
+    };
+    let gateway = Gateway::start(&config(&mount(1))).await;
+    let client = gateway.connect().await;
+    for (edits, why) in [
+        ([mount(2), mount(3)], "changed twice"),
+        ([String::new(), mount(4)], "removed, then added back"),
+    ] {
+        let before = call_pid(&client, "locked__pid").await;
+        let reloads_before = log_lines(&gateway, &["config reloaded"]).len();
+        let progress_before = client.service().progress().len();
+        let (slept, ()) = tokio::join!(
+            call(&client, "locked__slow", json!({"seconds": 3})),
+            async {
+                eventually("the slow call in flight", RELOAD_TIMEOUT, || async {
+                    (client.service().progress().len() > progress_before).then_some(())
+                })
+                .await;
+                for (n, edit) in edits.iter().enumerate() {
+                    rewrite_config(&gateway.config_path, &config(edit));
+                    wait_for_log(&gateway, &["config reloaded"], reloads_before + n + 1).await;
+                }
+            }
+        );
+        assert_eq!(
+            ok_text(&slept),
+            "slept",
+            "{why}: the first version answered"
+        );
+        let after = call_pid(&client, "locked__pid").await;
+        assert_ne!(after, before, "{why}: a new child serves");
+        let status = status_json(&gateway).await;
+        let locked = readyz_mount(&status, "locked");
+        assert_eq!(
+            locked["restarts"], 0,
+            "{why}: a child failed to start: {locked}"
+        );
+    }
+    close(client).await;
+}
+
 /// An edit of a mount's own tuning (its timeouts, its
 /// `max_upstream_sessions`) applies to the running mount: its upstreams,
 /// their state and a call in flight go on (they were restarted, the call
@@ -855,6 +918,41 @@ async fn a_call_cut_off_by_a_reload_says_so() {
         1,
     )
     .await;
+    close(client).await;
+}
+
+/// When the grace runs out, the call fails then, not once the old
+/// server has exited: one that reads no input while it works saw its end
+/// of input only when signalled, 3 s later (6 s for one that ignores
+/// SIGTERM too), and its call waited as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_by_a_reload_fails_at_the_grace() {
+    let server = "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n";
+    let config = |mounts: &str| format!("{server}{}{mounts}", stdio_demo_mount("keep", ""));
+    let gateway = Gateway::start(&config(&python_fixture_mount(
+        "gone",
+        "busy_past_eof.py",
+        "",
+    )))
+    .await;
+    let client = gateway.connect().await;
+    let (cut, reloaded_at) = tokio::join!(call(&client, "gone__busy", Value::Null), async {
+        until_in_flight(&client).await;
+        rewrite_config(&gateway.config_path, &config(""));
+        wait_for_log(&gateway, &["config reloaded", "removed=gone"], 1).await;
+        std::time::Instant::now()
+    });
+    assert_eq!(cut.is_error, Some(true), "{cut:?}");
+    assert!(
+        text(&cut).contains("a config reload removed or changed the mount"),
+        "{cut:?}"
+    );
+    // The grace is 1 s; the server would see its end of input 3 s later.
+    let after_reload = reloaded_at.elapsed();
+    assert!(
+        after_reload < Duration::from_millis(2500),
+        "the call failed {after_reload:?} after the reload, not at the 1 s grace"
+    );
     close(client).await;
 }
 

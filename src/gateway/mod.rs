@@ -100,6 +100,10 @@ pub struct Gateway {
     /// in flight finish, then closing (see `reload.rs`); shutdown waits
     /// for them as for the running mounts.
     retiring: TaskTracker,
+    /// The `closed` tokens of the stdio mounts reloads retired, by name,
+    /// until they close: a mount a reload builds under that name starts
+    /// its children after theirs have exited (`Mount::follow`).
+    stdio_retiring: Mutex<HashMap<MountName, Vec<CancellationToken>>>,
     weak: Weak<Gateway>,
 }
 
@@ -161,6 +165,7 @@ impl Gateway {
                 became_ready: std::sync::atomic::AtomicBool::new(false),
                 reloading: tokio::sync::Mutex::new(()),
                 retiring: TaskTracker::new(),
+                stdio_retiring: Mutex::default(),
                 weak: weak.clone(),
             }
         })

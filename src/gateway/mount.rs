@@ -113,10 +113,10 @@ pub struct Mount {
     /// Cancelled when [`Mount::retire`] has finished: every upstream
     /// session opened for this mount is closed, its children have exited.
     closed: CancellationToken,
-    /// The `closed` of the stdio mount this one replaced in a reload: its
-    /// children start only once the old ones have exited (see
-    /// [`Mount::follow`]).
-    predecessor_closed: std::sync::OnceLock<CancellationToken>,
+    /// The `closed` of every stdio mount of this name still retiring when
+    /// a reload built this one: its children start only once theirs have
+    /// exited (see [`Mount::follow`]).
+    predecessors_closed: std::sync::OnceLock<Vec<CancellationToken>>,
     /// Distinguishes this mount from a later one with the same name.
     id: u64,
     /// What the shared session is subscribed to (`shared` mounts).
@@ -289,7 +289,7 @@ impl Mount {
             failures_said: Default::default(),
             reached: watch::Sender::new(0),
             closed: CancellationToken::new(),
-            predecessor_closed: Default::default(),
+            predecessors_closed: Default::default(),
             id: NEXT_MOUNT_ID.fetch_add(1, Ordering::Relaxed),
             subscriptions: Default::default(),
             inherited: std::sync::OnceLock::new(),
@@ -355,33 +355,43 @@ impl Mount {
         self.inherited_catalog(profile).is_some()
     }
 
-    /// This mount replaces `replaced` in a reload: if that one runs stdio
-    /// children, this one's start only once they have exited. A server
-    /// holding something exclusive (a fixed port, a lock file, a browser
-    /// profile) otherwise failed its first starts against the old child
-    /// still shutting down, and could go `down` for `down_retry`. Streamable
-    /// HTTP upstreams start at once: the server is the same either way.
-    /// Whether it waits so.
-    pub(super) fn follow(&self, replaced: &Mount) -> bool {
-        let stdio = matches!(replaced.config.transport, UpstreamTransport::Stdio { .. });
-        if stdio {
-            let _ = self.predecessor_closed.set(replaced.closed.clone());
+    /// This mount takes the name of stdio mounts still retiring, whose
+    /// `closed` tokens are `retiring` (the one it replaces, and any that
+    /// earlier reloads retired and that are still letting their requests
+    /// finish, or a removed one it is added back in place of): its start
+    /// waits until their children have exited. A server holding something
+    /// exclusive (a fixed port, a lock file, a browser profile) otherwise
+    /// failed its first starts against an old child still running, and
+    /// could go `down` for `down_retry`. Streamable HTTP upstreams do not
+    /// count: the server is the same either way.
+    pub(super) fn follow(&self, retiring: Vec<CancellationToken>) {
+        if !retiring.is_empty() {
+            let _ = self.predecessors_closed.set(retiring);
         }
-        stdio
     }
 
-    /// Waits (bounded) until the mount this one replaced has closed (see
-    /// [`Mount::follow`]); at once if there is none.
+    /// Whether this mount runs stdio children, which a successor waits
+    /// for (see [`Mount::follow`]).
+    pub(super) fn runs_children(&self) -> bool {
+        matches!(self.config.transport, UpstreamTransport::Stdio { .. })
+    }
+
+    /// Cancelled once this mount has retired and its children exited.
+    pub(super) fn closed_token(&self) -> CancellationToken {
+        self.closed.clone()
+    }
+
+    /// Waits (bounded) until the mounts this one follows have closed (see
+    /// [`Mount::follow`]); at once if there are none.
     pub async fn predecessor_gone(&self) {
-        let Some(closed) = self.predecessor_closed.get() else {
+        let Some(predecessors) = self.predecessors_closed.get() else {
             return;
         };
-        // The old one first lets its requests in flight finish.
+        // The old ones first let their requests in flight finish.
         let wait = self.live.load().server.shutdown_grace + PREDECESSOR_WAIT;
-        if tokio::time::timeout(wait, closed.cancelled())
-            .await
-            .is_err()
-        {
+        let all_closed =
+            futures::future::join_all(predecessors.iter().map(|closed| closed.cancelled()));
+        if tokio::time::timeout(wait, all_closed).await.is_err() {
             tracing::warn!(mount = %self.config.name, "the replaced mount's upstreams are still closing; starting the new ones anyway");
         }
     }
@@ -821,17 +831,17 @@ impl Mount {
     /// `grace`) for the requests in flight on it to be answered, before
     /// its upstreams are closed.
     pub async fn let_calls_finish(&self, grace: Duration) {
-        let (pending, finished) = self.calls.replaced_let_finish(grace).await;
+        let (pending, unanswered) = self.calls.replaced_let_finish(grace).await;
         if pending == 0 {
             return;
         }
         let mount = &self.config.name;
-        match finished {
-            true => {
+        match unanswered {
+            0 => {
                 tracing::info!(%mount, requests = pending, "the replaced mount's requests in flight were answered; closing it")
             }
-            false => {
-                tracing::warn!(%mount, requests = pending, ?grace, "the replaced mount's requests still in flight after server.shutdown_grace; closing it, which fails them")
+            _ => {
+                tracing::warn!(%mount, requests = unanswered, ?grace, "the replaced mount's requests still in flight after server.shutdown_grace; closing it, which fails them")
             }
         }
     }

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use super::{build_mount, sessions::MountNow, Gateway, Mount};
+use super::{build_mount, lock, sessions::MountNow, Gateway, Mount};
 use crate::{config::Config, naming::MountName, upstream::ListKind};
 
 /// What a reload did, for the log and for tests.
@@ -118,8 +118,7 @@ impl Gateway {
 
         let running = self.mounts();
         let mut next: Vec<Arc<Mount>> = Vec::with_capacity(new.mounts.len());
-        // With whether a successor waits for it to have closed entirely.
-        let mut retired: Vec<(Arc<Mount>, bool)> = Vec::new();
+        let mut retired: Vec<Arc<Mount>> = Vec::new();
         let mut started: Vec<Arc<Mount>> = Vec::new();
         // A running mount's `include_tools` / `exclude_tools` changed: its
         // tools list changes though its upstream does not.
@@ -145,8 +144,7 @@ impl Gateway {
                         Some(replaced) => {
                             outcome.changed.push(config.name.clone());
                             mount.inherit_catalog(replaced);
-                            let followed = mount.follow(replaced);
-                            retired.push((replaced.clone(), followed));
+                            retired.push(replaced.clone());
                         }
                         None => outcome.added.push(config.name.clone()),
                     }
@@ -162,7 +160,7 @@ impl Gateway {
                 .any(|config| config.name == mount.config.name)
             {
                 outcome.removed.push(mount.config.name.clone());
-                retired.push((mount.clone(), false));
+                retired.push(mount.clone());
             }
         }
 
@@ -220,6 +218,27 @@ impl Gateway {
                 gateway.let_go_of(rerouted.let_go);
             }
         }
+        // A new mount's children start once those of every stdio mount
+        // of its name still retiring have exited: the one it replaces,
+        // one an earlier reload retired that still lets its requests
+        // finish, one removed and now added back.
+        {
+            let mut retiring = lock(&self.stdio_retiring);
+            for mount in retired.iter().filter(|mount| mount.runs_children()) {
+                retiring
+                    .entry(mount.config.name.clone())
+                    .or_default()
+                    .push(mount.closed_token());
+            }
+            retiring.retain(|_, closed| {
+                closed.retain(|token| !token.is_cancelled());
+                !closed.is_empty()
+            });
+            for mount in &started {
+                let predecessors = retiring.get(&mount.config.name).cloned();
+                mount.follow(predecessors.unwrap_or_default());
+            }
+        }
         for mount in &started {
             mount.start();
         }
@@ -232,17 +251,13 @@ impl Gateway {
         }
         // In the background: the reload is done, and another may follow,
         // while the old mounts let their requests in flight finish (at
-        // most `shutdown_grace`) and close. A successor's children wait
-        // for the old ones (`Mount::follow`); nothing waits for a removed
-        // mount's per-session upstreams, which close on their own.
+        // most `shutdown_grace`) and close, their per-session upstreams
+        // too (bounded), which is what a successor waits for.
         let grace = self.config().server.shutdown_grace;
-        for (mount, followed) in retired {
+        for mount in retired {
             self.retiring.spawn(async move {
                 mount.let_calls_finish(grace).await;
-                match followed {
-                    true => mount.retire().await,
-                    false => mount.close().await,
-                }
+                mount.retire().await;
             });
         }
         outcome

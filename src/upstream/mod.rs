@@ -730,8 +730,12 @@ impl UpstreamSession {
     /// Ends the session: a stdio child gets EOF, then SIGTERM, then SIGKILL;
     /// an HTTP session gets its DELETE. Idempotent: a second close (a
     /// session's end racing its mount's retire) returns when the first has
-    /// finished.
+    /// finished. The session counts as ended from the start: requests
+    /// still waiting on it fail then, not once the process has exited (a
+    /// server that reads no input while it works sees its end of input
+    /// only when signalled, seconds later).
     pub async fn close(&self) {
+        self.ended.cancel();
         let _one_close_at_a_time = self.closing.lock().await;
         crate::wait_for_zero::wait_for_zero(
             &self.cancels_sending.count,
