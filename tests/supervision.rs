@@ -294,13 +294,7 @@ async fn text_that_is_not_valid_unicode_is_relayed_with_replacement_characters()
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let tools = within("tools/list", client.list_all_tools())
-        .await
-        .expect("tools/list");
-    let half = tools
-        .iter()
-        .find(|tool| tool.name == "broken__half")
-        .unwrap_or_else(|| panic!("broken__half not listed: {tools:?}"));
+    let half = listed_tool(&client, "broken__half").await;
     assert_eq!(half.description.as_deref(), Some("cut \u{fffd} here"));
     assert_eq!(
         ok_text(&call(&client, "broken__half", Value::Null).await),
@@ -322,13 +316,7 @@ async fn http_text_that_is_not_valid_unicode_is_relayed_with_replacement_charact
     let config = format!("{SERVER_TOML}{}", http_mount("remote", &server.url(), ""));
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let tools = within("tools/list", client.list_all_tools())
-        .await
-        .expect("tools/list");
-    let half = tools
-        .iter()
-        .find(|tool| tool.name == "remote__half")
-        .unwrap_or_else(|| panic!("remote__half not listed: {tools:?}"));
+    let half = listed_tool(&client, "remote__half").await;
     assert_eq!(half.description.as_deref(), Some("cut \u{fffd} here"));
     for tool in ["remote__half", "remote__half_sse"] {
         assert_eq!(
@@ -340,17 +328,26 @@ async fn http_text_that_is_not_valid_unicode_is_relayed_with_replacement_charact
     close(client).await;
 }
 
+/// A gateway mounting a `FlakyStreamServer` with `trouble` as `flaky`,
+/// and a client of it.
+async fn flaky_stream_gateway(
+    trouble: common::flaky_stream::StreamTrouble,
+) -> (common::flaky_stream::FlakyStreamServer, Gateway, Client) {
+    let server = common::flaky_stream::FlakyStreamServer::start(trouble).await;
+    let config = format!("{SERVER_TOML}{}", http_mount("flaky", &server.url(), ""));
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    (server, gateway, client)
+}
+
 /// An HTTP upstream whose message stream fails its first `GET` (a 500
 /// at the wrong moment): it is opened again, and what the server then
 /// says there (the tools list changed) reaches the gateway. rmcp gave up
 /// on the stream for the session's life after one failed first `GET`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_stream_whose_first_get_fails_is_opened_again() {
-    use common::flaky_stream::{FlakyStreamServer, StreamTrouble};
-    let server = FlakyStreamServer::start(StreamTrouble::FirstGetFails).await;
-    let config = format!("{SERVER_TOML}{}", http_mount("flaky", &server.url(), ""));
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
+    let (server, _gateway, client) =
+        flaky_stream_gateway(common::flaky_stream::StreamTrouble::FirstGetFails).await;
     eventually(
         "the stream's list change to show pong",
         Duration::from_secs(20),
@@ -372,11 +369,8 @@ async fn a_message_stream_whose_first_get_fails_is_opened_again() {
 /// machine makes fewer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_stream_saying_retry_0_is_not_reopened_in_a_busy_loop() {
-    use common::flaky_stream::{FlakyStreamServer, StreamTrouble};
-    let server = FlakyStreamServer::start(StreamTrouble::EndsAtOnceWithNoRetryWait).await;
-    let config = format!("{SERVER_TOML}{}", http_mount("flaky", &server.url(), ""));
-    let gateway = Gateway::start(&config).await;
-    let client = gateway.connect().await;
+    let (server, _gateway, client) =
+        flaky_stream_gateway(common::flaky_stream::StreamTrouble::EndsAtOnceWithNoRetryWait).await;
     eventually("a first GET", Duration::from_secs(10), || async {
         (server.gets() > 0).then_some(())
     })

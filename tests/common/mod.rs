@@ -877,6 +877,18 @@ pub fn readyz_mount<'a>(readyz: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Every tool name the server lists to `client`, sorted.
+/// The tool `name` as `client` is shown it; panics if it is not listed.
+pub async fn listed_tool(client: &Client, name: &str) -> rmcp::model::Tool {
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .unwrap_or_else(|error| panic!("tools/list failed: {error}"));
+    let names: Vec<String> = tools.iter().map(|tool| tool.name.to_string()).collect();
+    tools
+        .into_iter()
+        .find(|tool| tool.name == name)
+        .unwrap_or_else(|| panic!("{name} is not listed: {names:?}"))
+}
+
 pub async fn tool_names(client: &Client) -> Vec<String> {
     let tools = within("tools/list", client.list_all_tools())
         .await
