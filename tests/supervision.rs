@@ -363,6 +363,28 @@ async fn a_message_stream_whose_first_get_fails_is_opened_again() {
     close(client).await;
 }
 
+/// A server refusing `notifications/initialized` (HTTP 500): the mount's
+/// error says so. It said only "Transport channel closed"; the cause was
+/// in rmcp's own log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_handshake_says_how_it_was_refused() {
+    let server = common::flaky_stream::FlakyStreamServer::start(
+        common::flaky_stream::StreamTrouble::RefusesInitialized,
+    )
+    .await;
+    let config = format!(
+        "{SERVER_TOML}{QUICK_SUPERVISION}{}",
+        http_mount("flaky", &server.url(), "")
+    );
+    let gateway = Gateway::launch(&config, "toml", &[]).await;
+    let mount = wait_state(&gateway, "flaky", "down").await;
+    let error = mount["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("refused notifications/initialized") && error.contains("500"),
+        "{mount}"
+    );
+}
+
 /// A message stream that ends at once with `retry: 0` is reopened no
 /// faster than every 250 ms: it was reopened as fast as the server
 /// answered (hundreds of `GET`s a second). An upper bound only: a slow

@@ -341,6 +341,7 @@ async fn start(
             let (client, standalone) =
                 TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone(), expired);
             let client = client.with_live_headers(live);
+            let refusal = client.handshake_refusal();
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),
                 handler.relay().clone(),
@@ -348,7 +349,16 @@ async fn start(
                 raw,
             )
             .with_injected(injected);
-            let service = handler.serve(transport).await.map_err(initialize_error)?;
+            let service = handler.serve(transport).await.map_err(|error| {
+                // rmcp says only that its channel closed when the server
+                // refused `notifications/initialized`: said how, here.
+                match (refusal.get(), initialize_error(error)) {
+                    (Some(refusal), UpstreamError::Initialize(said)) => {
+                        UpstreamError::Initialize(format!("{said} ({refusal})"))
+                    }
+                    (_, other) => other,
+                }
+            })?;
             if !standalone.settled(STANDALONE_SETTLE_LIMIT).await {
                 tracing::debug!(
                     mount = %mount.name,

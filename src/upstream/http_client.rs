@@ -55,6 +55,9 @@ pub struct TracingHttpClient {
     live: Option<super::LiveHeaders>,
     /// Request streams that ended before their answer, for their resumes.
     answer_streams: Arc<AnswerStreams>,
+    /// How the server refused `notifications/initialized`, if it did:
+    /// rmcp then fails the handshake saying only that its channel closed.
+    handshake_refusal: Arc<std::sync::OnceLock<String>>,
 }
 
 /// The least wait, in milliseconds, before a stream is reopened, whatever
@@ -84,8 +87,15 @@ impl TracingHttpClient {
             stream_served: Default::default(),
             live: None,
             answer_streams: Default::default(),
+            handshake_refusal: Arc::default(),
         };
         (client, StandaloneStream(settled))
+    }
+
+    /// Where the server's refusal of `notifications/initialized` is kept
+    /// (see [`Self::handshake_refusal`]'s field).
+    pub fn handshake_refusal(&self) -> Arc<std::sync::OnceLock<String>> {
+        self.handshake_refusal.clone()
     }
 
     /// Sends `live`'s current values with every request (see
@@ -268,11 +278,12 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::InitializeRequest(_))
         );
-        if matches!(
+        let initialized = matches!(
             &message,
             JsonRpcMessage::Notification(notification)
                 if matches!(notification.notification, ClientNotification::InitializedNotification(_))
-        ) {
+        );
+        if initialized {
             // The session id and protocol version are negotiated by now.
             // The URL is parsed once here rather than on every call (a
             // URL rmcp could post to always parses; if not, calls simply
@@ -389,6 +400,22 @@ impl StreamableHttpClient for TracingHttpClient {
             }
             other => other,
         };
+        if initialized {
+            let refusal = match &response {
+                Ok(StreamableHttpPostResponse::Accepted) => None,
+                Ok(_) => Some(
+                    "it answered notifications/initialized with a body, where 202 Accepted is due"
+                        .to_owned(),
+                ),
+                Err(error) => Some(format!(
+                    "it refused notifications/initialized: {}",
+                    with_causes(error)
+                )),
+            };
+            if let Some(refusal) = refusal {
+                let _ = self.handshake_refusal.set(refusal);
+            }
+        }
         // rmcp opens the stream only for a session with an id.
         if initialize
             && !matches!(

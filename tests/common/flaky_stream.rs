@@ -1,6 +1,6 @@
-//! A Streamable HTTP server whose message stream (`GET`) misbehaves, one
-//! way or another ([`StreamTrouble`]), and that counts the `GET`s it was
-//! sent. Its one tool is `ping`; once a `GET` is served, the stream says
+//! A Streamable HTTP server whose message stream (`GET`) or handshake
+//! misbehaves, one way or another ([`StreamTrouble`]), and that counts
+//! the `GET`s it was sent. Its one tool is `ping`; once a `GET` is served, the stream says
 //! the tools list changed (and `tools/list` then lists `pong` too).
 
 use std::sync::{
@@ -27,6 +27,9 @@ pub enum StreamTrouble {
     FirstGetFails,
     /// Every `GET` gets an event with `retry: 0`, and the stream ends.
     EndsAtOnceWithNoRetryWait,
+    /// `notifications/initialized` is answered HTTP 500 (the handshake
+    /// fails).
+    RefusesInitialized,
 }
 
 struct Shared {
@@ -110,7 +113,7 @@ async fn stream(State(shared): State<Arc<Shared>>) -> Response {
             let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
             events(format!("data: {changed}\n\n"), true)
         }
-        StreamTrouble::EndsAtOnceWithNoRetryWait => {
+        StreamTrouble::EndsAtOnceWithNoRetryWait | StreamTrouble::RefusesInitialized => {
             events(format!("id: e{count}\nretry: 0\ndata: \n\n"), false)
         }
     }
@@ -119,6 +122,11 @@ async fn stream(State(shared): State<Arc<Shared>>) -> Response {
 async fn message(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let Some(id) = message.get("id").cloned() else {
+        if shared.trouble == StreamTrouble::RefusesInitialized
+            && message["method"] == "notifications/initialized"
+        {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "not today").into_response();
+        }
         return StatusCode::ACCEPTED.into_response();
     };
     let result = match message["method"].as_str() {
