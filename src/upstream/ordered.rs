@@ -211,15 +211,6 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             _ => {}
         }
         let mut message = message;
-        // An error without an id (JSON-RPC's `null`: the server could not
-        // read the request's id) matched no request, which then waited
-        // out its timeout: while only one is in flight, it is that one's,
-        // as one on a request's own HTTP stream is (`idless_errors.rs`).
-        if let Some(JsonRpcMessage::Error(error)) = &mut message {
-            if error.id.is_none() && !talks_of_the_session(&error.error) {
-                error.id = self.relay.only_request_in_flight();
-            }
-        }
         match (&mut message, self.lifecycle) {
             (Some(JsonRpcMessage::Notification(notification)), lifecycle)
                 if lifecycle != Lifecycle::Initializing =>

@@ -229,24 +229,6 @@ impl Relay {
         AwaitingClient(waiting)
     }
 
-    /// The one request in flight here, if only one is and none is being
-    /// sent: what an error without an id (a server that could not read a
-    /// request's id) most likely answers.
-    pub fn only_request_in_flight(&self) -> Option<RequestId> {
-        if self.sending.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        let inflight = lock(&self.inflight);
-        let mut ids = inflight
-            .iter()
-            .filter(|(_, entry)| entry.answer_read_at.is_none())
-            .map(|(id, _)| id);
-        match (ids.next(), ids.next()) {
-            (Some(only), None) => Some(only.clone()),
-            _ => None,
-        }
-    }
-
     /// The caller of the request that used this upstream progress token;
     /// that request's timeout starts again.
     pub fn progress(&self, token: &ProgressToken) -> Option<Caller> {
