@@ -2303,7 +2303,7 @@ async fn a_request_answered_wrongly_fails_at_once() {
     let client = gateway.connect().await;
     for (prompt, said) in [
         ("remote__wrong_id", "another id (424242)"),
-        ("remote__accepted", "without answering it (HTTP 202)"),
+        ("remote__accepted", "without answering it (HTTP 202"),
     ] {
         let answer = within(
             prompt,
@@ -2319,6 +2319,14 @@ async fn a_request_answered_wrongly_fails_at_once() {
     )
     .await
     .expect("whoami");
+    // A numeric id written back as text is the request's (rmcp takes it
+    // so): answered, not refused as another id.
+    within(
+        "prompts/get",
+        client.get_prompt(rmcp::model::GetPromptRequestParams::new("remote__text_id")),
+    )
+    .await
+    .expect("an id written as text");
     close(client).await;
 }
 

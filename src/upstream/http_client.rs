@@ -361,7 +361,9 @@ impl StreamableHttpClient for TracingHttpClient {
             // request would wait out its timeout (the direct path fails
             // such a call at once).
             Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Response(answer), session))
-                if request_id.as_ref().is_some_and(|id| *id != answer.id) =>
+                if request_id
+                    .as_ref()
+                    .is_some_and(|id| !answers_id(id, &answer.id)) =>
             {
                 Ok(StreamableHttpPostResponse::Json(
                     misanswered(
@@ -380,7 +382,7 @@ impl StreamableHttpClient for TracingHttpClient {
                 Ok(StreamableHttpPostResponse::Json(
                     misanswered(
                         request_id,
-                        "the upstream accepted the request without answering it (HTTP 202)"
+                        "the upstream accepted the request without answering it (HTTP 202 or 204)"
                             .to_owned(),
                     ),
                     None,
@@ -550,6 +552,18 @@ fn as_read(
             event
         })
         .boxed()
+}
+
+/// Whether an answer with id `answered` is request `sent`'s: the same
+/// id, or a number written as text (`"0"` for `0`), which rmcp takes too
+/// (some servers write every id so).
+fn answers_id(sent: &rmcp::model::RequestId, answered: &rmcp::model::RequestId) -> bool {
+    use rmcp::model::NumberOrString;
+    sent == answered
+        || matches!(
+            (sent, answered),
+            (NumberOrString::Number(n), NumberOrString::String(text)) if text.parse::<i64>() == Ok(*n)
+        )
 }
 
 /// The error that answers request `id` for a server that answered it

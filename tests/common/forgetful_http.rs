@@ -17,7 +17,8 @@
 //! as `JSON.stringify` writes a JavaScript string cut inside an emoji), in
 //! JSON and on an event stream. `unanswered` (a prompt) gets an event
 //! stream of one comment that then ends, with no answer; `wrong_id` an
-//! answer with another id; `accepted` a 202 and no answer.
+//! answer with another id; `text_id` its answer with its numeric id
+//! written as text; `accepted` a 202 and no answer.
 
 use std::{
     collections::HashMap,
@@ -187,6 +188,11 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         let wrong = json!({"jsonrpc": "2.0", "id": 424242, "result": {"messages": []}});
         return json_response(wrong, session.as_deref());
     }
+    if message["params"]["name"] == "text_id" {
+        let as_text = id.as_ref().map(|id| Value::String(id.to_string()));
+        let answer = json!({"jsonrpc": "2.0", "id": as_text, "result": {"messages": []}});
+        return json_response(answer, session.as_deref());
+    }
     if message["params"]["name"] == "accepted" {
         return StatusCode::ACCEPTED.into_response();
     }
@@ -226,7 +232,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         (Some("prompts/list"), _) => {
             json!({"prompts": [{"name": "whoami"}, {"name": "refuse"}, {"name": "refuse_sse"},
                 {"name": "refuse_resumed"}, {"name": "unanswered"}, {"name": "wrong_id"},
-                {"name": "accepted"}]})
+                {"name": "accepted"}, {"name": "text_id"}]})
         }
         (Some("prompts/get"), _) => json!({"messages": [{"role": "user",
             "content": {"type": "text", "text": session.as_deref().unwrap_or_default()}}]}),
