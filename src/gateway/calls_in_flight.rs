@@ -99,12 +99,15 @@ mod tests {
         let calls = Arc::new(CallsInFlight::default());
         let answered = calls.start().expect("counted");
         let _stuck = calls.start().expect("counted");
-        drop(answered);
         let started = tokio::time::Instant::now();
-        assert_eq!(
-            calls.replaced_let_finish(Duration::from_secs(3)).await,
-            (1, 1)
-        );
+        let waiting = tokio::spawn({
+            let calls = calls.clone();
+            async move { calls.replaced_let_finish(Duration::from_secs(3)).await }
+        });
+        tokio::task::yield_now().await;
+        drop(answered);
+        // Two when it began, one left when the grace ran out.
+        assert_eq!(waiting.await.unwrap(), (2, 1));
         assert_eq!(started.elapsed(), Duration::from_secs(3));
     }
 

@@ -172,6 +172,28 @@ impl Gateway {
             .map(|mount| &mount.config.name)
             .eq(next.iter().map(|mount| &mount.config.name));
 
+        // A new mount's children start once those of every stdio mount
+        // of its name still retiring have exited: the one it replaces,
+        // one an earlier reload retired that still lets its requests
+        // finish, one removed and now added back. Set before the swap: a
+        // call may open a per-session child as soon as the mount is seen.
+        {
+            let mut retiring = lock(&self.stdio_retiring);
+            for mount in retired.iter().filter(|mount| mount.runs_children()) {
+                retiring
+                    .entry(mount.config.name.clone())
+                    .or_default()
+                    .push(mount.closed_token());
+            }
+            retiring.retain(|_, closed| {
+                closed.retain(|token| !token.is_cancelled());
+                !closed.is_empty()
+            });
+            for mount in &started {
+                let predecessors = retiring.get(&mount.config.name).cloned();
+                mount.follow(predecessors.unwrap_or_default());
+            }
+        }
         // Readiness is latched by asking: asked now, a gateway whose mounts
         // have all started stays ready while the new ones start, whether
         // or not a probe asked before.
@@ -216,27 +238,6 @@ impl Gateway {
             }
             if let Some(gateway) = self.weak.upgrade() {
                 gateway.let_go_of(rerouted.let_go);
-            }
-        }
-        // A new mount's children start once those of every stdio mount
-        // of its name still retiring have exited: the one it replaces,
-        // one an earlier reload retired that still lets its requests
-        // finish, one removed and now added back.
-        {
-            let mut retiring = lock(&self.stdio_retiring);
-            for mount in retired.iter().filter(|mount| mount.runs_children()) {
-                retiring
-                    .entry(mount.config.name.clone())
-                    .or_default()
-                    .push(mount.closed_token());
-            }
-            retiring.retain(|_, closed| {
-                closed.retain(|token| !token.is_cancelled());
-                !closed.is_empty()
-            });
-            for mount in &started {
-                let predecessors = retiring.get(&mount.config.name).cloned();
-                mount.follow(predecessors.unwrap_or_default());
             }
         }
         for mount in &started {
