@@ -506,9 +506,7 @@ impl DirectCalls {
     ) -> Option<Result<ServerResult, ServiceError>> {
         // Text that is not valid Unicode, made readable (serde refuses
         // the whole message else).
-        let repaired = super::unicode_repair::may_need_repair(bytes)
-            .then(|| super::unicode_repair::repaired(bytes))
-            .flatten();
+        let repaired = super::unicode_repair::repaired(bytes);
         let bytes = repaired.as_ref().map_or(bytes, |text| text.as_bytes());
         if let Some(answer) = answer_to(id, bytes) {
             // What the upstream's `GET` stream brings from now on is not

@@ -13,8 +13,12 @@
 
 /// `message` with each byte sequence that is not UTF-8, and each `\u`
 /// escape of a surrogate that is not half of a pair, replaced by U+FFFD;
-/// `None` if there is none.
+/// `None` if there is none. Cheap for a message that needs nothing
+/// ([`may_need_repair`] first).
 pub fn repaired(message: &[u8]) -> Option<String> {
+    if !may_need_repair(message) {
+        return None;
+    }
     let text = String::from_utf8_lossy(message);
     let mut changed = matches!(text, std::borrow::Cow::Owned(_));
     let mut out = String::with_capacity(text.len());
@@ -71,11 +75,9 @@ pub fn may_need_repair(message: &[u8]) -> bool {
 
 /// `text` [`repaired`] in place where it needs it.
 pub fn repair_text(text: &mut String) {
-    if may_need_repair(text.as_bytes()) {
-        if let Some(fixed) = repaired(text.as_bytes()) {
-            tracing::debug!("an upstream message with text that is not valid Unicode: U+FFFD put in place of the broken text");
-            *text = fixed;
-        }
+    if let Some(fixed) = repaired(text.as_bytes()) {
+        tracing::debug!("an upstream message with text that is not valid Unicode: U+FFFD put in place of the broken text");
+        *text = fixed;
     }
 }
 
