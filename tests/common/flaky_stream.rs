@@ -35,6 +35,8 @@ pub enum StreamTrouble {
 struct Shared {
     trouble: StreamTrouble,
     gets: AtomicUsize,
+    /// When each `GET` came.
+    got_at: std::sync::Mutex<Vec<std::time::Instant>>,
     served: AtomicBool,
 }
 
@@ -60,6 +62,7 @@ impl FlakyStreamServer {
         let shared = Arc::new(Shared {
             trouble,
             gets: AtomicUsize::new(0),
+            got_at: Default::default(),
             served: AtomicBool::new(false),
         });
         let app = Router::new()
@@ -88,6 +91,12 @@ impl FlakyStreamServer {
     pub fn gets(&self) -> usize {
         self.shared.gets.load(Ordering::SeqCst)
     }
+
+    /// The time between each two `GET`s it was sent, in order.
+    pub fn gaps_between_gets(&self) -> Vec<std::time::Duration> {
+        let got_at = self.shared.got_at.lock().unwrap();
+        got_at.windows(2).map(|pair| pair[1] - pair[0]).collect()
+    }
 }
 
 fn events(text: String, held: bool) -> Response {
@@ -103,6 +112,11 @@ fn events(text: String, held: bool) -> Response {
 }
 
 async fn stream(State(shared): State<Arc<Shared>>) -> Response {
+    shared
+        .got_at
+        .lock()
+        .unwrap()
+        .push(std::time::Instant::now());
     let count = shared.gets.fetch_add(1, Ordering::SeqCst) + 1;
     match shared.trouble {
         StreamTrouble::FirstGetFails if count == 1 => {
