@@ -426,6 +426,29 @@ async fn tools_that_cannot_be_read_are_left_out_not_the_mount() {
     close(client).await;
 }
 
+/// A stdio server answering a call with an error whose id is null (it
+/// could not read the request's id): the only request in flight gets it
+/// at once, where it matched no request and waited out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_without_an_id_answers_the_only_request_in_flight() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("odd", "null_id_error.py", "timeouts = { request = \"5m\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let failed = call_err(&client, "odd__refused", Value::Null).await;
+    assert!(
+        failed.message.contains("could not read the request"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        ok_text(&call(&client, "odd__ok", Value::Null).await),
+        "fine"
+    );
+    close(client).await;
+}
+
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked

@@ -13,16 +13,22 @@
 //! ([`super::direct_call`]) come in through an injection channel and are
 //! passed to rmcp as if this transport had read them (already counted).
 //!
+//! Where every request passes through it (stdio, legacy SSE), it also
+//! knows which are unanswered, and gives an error without an id (a server
+//! that could not read a request's id) to the only one, which would
+//! otherwise wait out its timeout.
+//!
 //! Being the transport, it is also the first to know when the connection
 //! ends (the child exited, the HTTP session is gone, or the server answers
 //! with an error about an unknown session): it then cancels its `ended`
 //! token, which requests in flight and the session's supervisor wait on.
 
-use std::{future::Future, sync::Arc};
+use std::{collections::HashSet, future::Future, sync::Arc};
 
 use rmcp::{
     model::{
-        GetExtensions, JsonRpcMessage, ServerJsonRpcMessage, ServerNotification, ServerResult,
+        ClientNotification, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+        ServerNotification, ServerResult,
     },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
@@ -87,6 +93,21 @@ fn answer_id(message: &ServerJsonRpcMessage) -> Option<&rmcp::model::RequestId> 
     }
 }
 
+/// The one id in `unanswered`, if there is exactly one: the request an
+/// error without an id answers. With two or more, nothing tells which (nor
+/// whether it answers a notification), and a wrong guess would fail
+/// another caller's request with an error not its own. With one, an error
+/// about a notification sent meanwhile would be taken for its answer;
+/// servers answer a notification only when they cannot read it, and the
+/// gateway's are well-formed.
+fn only_one(unanswered: &HashSet<RequestId>) -> Option<RequestId> {
+    let mut ids = unanswered.iter();
+    match (ids.next(), ids.next()) {
+        (Some(only), None) => Some(only.clone()),
+        _ => None,
+    }
+}
+
 pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
@@ -104,6 +125,10 @@ pub struct OrderedTransport<T> {
     /// drops what comes before but log messages, and one counted but never
     /// handled would hold every later answer for the whole drain limit.
     lifecycle: Lifecycle,
+    /// The requests sent and not answered (nor cancelled), when every
+    /// request passes through this transport; `None` when the direct path
+    /// sends some past it.
+    unanswered: Option<HashSet<RequestId>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -132,13 +157,18 @@ impl<T> OrderedTransport<T> {
             injected: None,
             injected_from_lines: false,
             lifecycle: Lifecycle::Initializing,
+            unanswered: Some(HashSet::new()),
         }
     }
 
     /// Also passes on what `injected` brings: the direct path's messages
-    /// (HTTP), counted as it read them.
+    /// (HTTP), counted as it read them. The direct path sends requests
+    /// this transport never sees, so it no longer knows which request an
+    /// error without an id could answer (the direct path gives one on a
+    /// call's own stream to that call).
     pub fn with_injected(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
         self.injected = Some(injected);
+        self.unanswered = None;
         self
     }
 
@@ -170,10 +200,26 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         // Marked before it is sent, so the answer cannot come first.
-        if let JsonRpcMessage::Request(request) = &item {
-            if wants_raw_answer(&request.request) {
-                self.raw.want(&request.id);
+        match &item {
+            JsonRpcMessage::Request(request) => {
+                if wants_raw_answer(&request.request) {
+                    self.raw.want(&request.id);
+                }
+                if let Some(unanswered) = &mut self.unanswered {
+                    unanswered.insert(request.id.clone());
+                }
             }
+            // A cancelled request may never be answered.
+            JsonRpcMessage::Notification(notification) => {
+                if let (ClientNotification::CancelledNotification(cancel), Some(unanswered)) =
+                    (&notification.notification, &mut self.unanswered)
+                {
+                    if let Some(id) = &cancel.params.request_id {
+                        unanswered.remove(id);
+                    }
+                }
+            }
+            _ => {}
         }
         self.inner.send(item)
     }
@@ -211,6 +257,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
             _ => {}
         }
         let mut message = message;
+        if let (Some(JsonRpcMessage::Error(error)), Some(unanswered)) =
+            (&mut message, &self.unanswered)
+        {
+            if error.id.is_none() && !talks_of_the_session(&error.error) {
+                error.id = only_one(unanswered);
+                if let Some(id) = &error.id {
+                    tracing::debug!(%id, error = %error.error.message,
+                        "an error without an id taken as the answer to the only request unanswered");
+                }
+            }
+        }
         match (&mut message, self.lifecycle) {
             (Some(JsonRpcMessage::Notification(notification)), lifecycle)
                 if lifecycle != Lifecycle::Initializing =>
@@ -246,6 +303,18 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
         // What is read after an answer is not about its request.
         if let Some(id) = message.as_ref().and_then(answer_id) {
             self.relay.answer_read(id);
+            if let Some(unanswered) = &mut self.unanswered {
+                // As rmcp matches it: `"7"` answers request 7 too.
+                let numeric = match id {
+                    RequestId::String(text) => text.parse().ok().map(RequestId::Number),
+                    RequestId::Number(_) => None,
+                };
+                if !unanswered.remove(id) {
+                    if let Some(numeric) = numeric {
+                        unanswered.remove(&numeric);
+                    }
+                }
+            }
         }
         message
     }
@@ -343,5 +412,92 @@ mod tests {
             transport.receive().await,
             Some(JsonRpcMessage::Response(_))
         ));
+    }
+
+    fn sent(value: serde_json::Value) -> TxJsonRpcMessage<RoleClient> {
+        serde_json::from_value(value).expect("a client message")
+    }
+
+    fn call(id: serde_json::Value) -> TxJsonRpcMessage<RoleClient> {
+        sent(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "t"}}))
+    }
+
+    fn idless_error(message: &str) -> ServerJsonRpcMessage {
+        self::message(json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32600, "message": message}}))
+    }
+
+    /// The id an error without one is given as it is read.
+    async fn id_given(
+        transport: &mut OrderedTransport<Scripted>,
+        error: ServerJsonRpcMessage,
+    ) -> Option<rmcp::model::RequestId> {
+        transport.inner.0.push_back(error);
+        match transport.receive().await {
+            Some(JsonRpcMessage::Error(error)) => error.id,
+            other => panic!("the error, got {other:?}"),
+        }
+    }
+
+    /// An error without an id answers the one request unanswered, and no
+    /// request while two are (nor one whose cancel was sent, nor one
+    /// answered, by its id or by that id written as text).
+    #[tokio::test]
+    async fn an_error_without_an_id_answers_the_only_request_unanswered() {
+        let mut transport = OrderedTransport::new(
+            Scripted(VecDeque::new()),
+            Arc::new(Relay::default()),
+            CancellationToken::new(),
+            Arc::default(),
+        );
+        transport.send(call(json!(1))).await.unwrap();
+        let one = rmcp::model::RequestId::Number(1);
+        assert_eq!(
+            id_given(&mut transport, idless_error("bad")).await,
+            Some(one)
+        );
+        transport.send(call(json!(2))).await.unwrap();
+        transport.send(call(json!("three"))).await.unwrap();
+        assert_eq!(id_given(&mut transport, idless_error("bad")).await, None);
+        transport
+            .send(sent(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "three"}}),
+            ))
+            .await
+            .unwrap();
+        transport
+            .inner
+            .0
+            .push_back(message(json!({"jsonrpc": "2.0", "id": "2", "result": {}})));
+        transport.receive().await.expect("the answer");
+        transport.send(call(json!(4))).await.unwrap();
+        assert_eq!(
+            id_given(&mut transport, idless_error("bad")).await,
+            Some(rmcp::model::RequestId::Number(4))
+        );
+        transport.send(call(json!(5))).await.unwrap();
+        assert_eq!(
+            id_given(&mut transport, idless_error("unknown session")).await,
+            None,
+            "an error about the session is the session's end, no request's answer"
+        );
+    }
+
+    /// With the direct path sending requests past it, the transport cannot
+    /// know the only one in flight.
+    #[tokio::test]
+    async fn beside_the_direct_path_an_error_without_an_id_stays_so() {
+        let (_injected, answers) = mpsc::channel(1);
+        let mut transport = OrderedTransport::new(
+            Scripted(VecDeque::new()),
+            Arc::new(Relay::default()),
+            CancellationToken::new(),
+            Arc::default(),
+        )
+        .with_injected(answers);
+        transport.send(call(json!(1))).await.unwrap();
+        assert_eq!(id_given(&mut transport, idless_error("bad")).await, None);
     }
 }
