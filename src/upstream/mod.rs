@@ -488,6 +488,10 @@ impl UpstreamSession {
         let mut end_ends_wait = true;
         let answer = loop {
             tokio::select! {
+                // An answer that came wins over whatever else is ready:
+                // the session ends right after a child's last answer, and
+                // by then its caller may not yet have run.
+                biased;
                 answer = &mut response => break answer,
                 _ = cancel.cancelled() => {
                     return Err(RequestError::Service(ServiceError::Cancelled {

@@ -129,6 +129,9 @@ pub struct OrderedTransport<T> {
     /// request passes through this transport; `None` when the direct path
     /// sends some past it.
     unanswered: Option<HashSet<RequestId>>,
+    /// The inner transport has ended; what is left in `injected` goes
+    /// before the end.
+    input_ended: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -158,6 +161,7 @@ impl<T> OrderedTransport<T> {
             injected_from_lines: false,
             lifecycle: Lifecycle::Initializing,
             unanswered: Some(HashSet::new()),
+            input_ended: false,
         }
     }
 
@@ -182,6 +186,40 @@ impl<T> OrderedTransport<T> {
         self.injected = Some(injected);
         self.injected_from_lines = true;
         self
+    }
+}
+
+impl<T: Transport<RoleClient>> OrderedTransport<T> {
+    /// The next message, and whether the direct path read it (`true`):
+    /// the inner transport's, or one injected. Once the inner transport
+    /// has ended, what was injected before that is still passed on (the
+    /// message made for a stdio child's last line, written just before
+    /// it exited), and only then the end.
+    async fn next_message(&mut self) -> Option<(ServerJsonRpcMessage, bool)> {
+        let from_direct_path = !self.injected_from_lines;
+        if !self.input_ended {
+            let read = match &mut self.injected {
+                // Both receives are cancel-safe (channel reads: rmcp's HTTP
+                // transport is a worker behind a channel; its stdio reader
+                // keeps a partial line across a cancel).
+                Some(injected) if self.injected_from_lines => tokio::select! {
+                    biased;
+                    message = self.inner.receive() => message.map(|message| (message, false)),
+                    Some(message) = injected.recv() => Some((message, false)),
+                },
+                Some(injected) => tokio::select! {
+                    message = self.inner.receive() => message.map(|message| (message, false)),
+                    Some(message) = injected.recv() => Some((message, true)),
+                },
+                None => self.inner.receive().await.map(|message| (message, false)),
+            };
+            if read.is_some() {
+                return read;
+            }
+            self.input_ended = true;
+        }
+        let left = self.injected.as_mut()?.try_recv().ok()?;
+        Some((left, from_direct_path))
     }
 }
 
@@ -225,29 +263,19 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = match &mut self.injected {
-            // Both receives are cancel-safe (channel reads: rmcp's HTTP
-            // transport is a worker behind a channel; its stdio reader
-            // keeps a partial line across a cancel).
-            Some(injected) if self.injected_from_lines => tokio::select! {
-                biased;
-                message = self.inner.receive() => message,
-                Some(message) = injected.recv() => Some(message),
-            },
-            Some(injected) => tokio::select! {
-                message = self.inner.receive() => message,
-                Some(message) = injected.recv() => {
-                    // The direct path's notifications were counted as it
-                    // read them; an answer made for a line rmcp could not
-                    // read is read now.
-                    if let Some(id) = answer_id(&message) {
-                        self.relay.answer_read(id);
-                    }
-                    return Some(message);
-                }
-            },
-            None => self.inner.receive().await,
+        let (message, from_direct_path) = match self.next_message().await {
+            Some((message, from_direct_path)) => (Some(message), from_direct_path),
+            None => (None, false),
         };
+        if from_direct_path {
+            // The direct path's notifications were counted as it read
+            // them; an answer made for a line rmcp could not read is read
+            // now.
+            if let Some(id) = message.as_ref().and_then(answer_id) {
+                self.relay.answer_read(id);
+            }
+            return message;
+        }
         match &message {
             None => self.ended.cancel(),
             Some(JsonRpcMessage::Error(error)) if says_session_is_gone(error) => {
@@ -499,5 +527,60 @@ mod tests {
         .with_injected(answers);
         transport.send(call(json!(1))).await.unwrap();
         assert_eq!(id_given(&mut transport, idless_error("bad")).await, None);
+    }
+
+    /// A transport that hands out what it was given, then ends.
+    struct Finite(VecDeque<ServerJsonRpcMessage>);
+
+    impl Transport<RoleClient> for Finite {
+        type Error = std::io::Error;
+
+        fn send(
+            &mut self,
+            _item: TxJsonRpcMessage<RoleClient>,
+        ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+            std::future::ready(Ok(()))
+        }
+
+        async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+            self.0.pop_front()
+        }
+
+        async fn close(&mut self) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+
+    /// A message made for the last line before the input ended (a child
+    /// that wrote its answer and exited) is passed on before the end, and
+    /// the connection counts as ended only then.
+    #[tokio::test]
+    async fn what_was_injected_before_the_end_goes_before_it() {
+        let (injected, lines) = mpsc::channel(4);
+        let ended = CancellationToken::new();
+        let mut transport = OrderedTransport::new(
+            Finite(VecDeque::from([initialized()])),
+            Arc::new(Relay::default()),
+            ended.clone(),
+            Arc::default(),
+        )
+        .with_injected_lines(lines);
+        assert!(matches!(
+            transport.receive().await,
+            Some(JsonRpcMessage::Response(_))
+        ));
+        injected
+            .try_send(message(json!({"jsonrpc": "2.0", "id": 1, "result": {}})))
+            .unwrap();
+        match transport.receive().await {
+            Some(JsonRpcMessage::Response(response)) => {
+                assert_eq!(response.id, rmcp::model::RequestId::Number(1));
+            }
+            other => panic!("the last answer, got {other:?}"),
+        }
+        assert!(!ended.is_cancelled(), "not ended before its last answer");
+        assert!(transport.receive().await.is_none());
+        assert!(ended.is_cancelled());
+        assert!(transport.receive().await.is_none(), "and ended it stays");
     }
 }
