@@ -122,7 +122,7 @@ async fn a_per_session_mount_gives_each_client_its_own_stream_and_closes_it() {
 }
 
 /// An answer in an event over the 16 MiB an event may be fails its call
-/// at once, saying so, and the session goes on: it broke the session's
+/// at once, saying so (a tool error), and the session goes on: it broke the session's
 /// one event stream, which ended the session (every call in flight on it
 /// failed, and it counted as a crash).
 #[tokio::test]
@@ -131,9 +131,10 @@ async fn an_answer_too_large_fails_its_call_and_keeps_the_session() {
     let gateway = Gateway::start(&sse_mount("legacy", &server, "")).await;
     let client = gateway.connect().await;
     let before = whoami(&client).await;
-    let failed = call_err(&client, "legacy__huge", serde_json::Value::Null).await;
+    let failed = call(&client, "legacy__huge", serde_json::Value::Null).await;
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
     assert!(
-        failed.message.contains("larger than 16777216 bytes"),
+        text(&failed).contains("larger than 16777216 bytes"),
         "{failed:?}"
     );
     assert_eq!(whoami(&client).await, before, "the same session");

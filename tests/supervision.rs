@@ -256,10 +256,11 @@ async fn an_ended_shared_upstream_is_not_ready_while_it_closes() {
 }
 
 /// A stdio server whose answer is not JSON (a `NaN`, as Python's
-/// `json.dumps` writes by default): the call fails at once saying so (a
-/// JSON-RPC error, as the upstream's own errors are),
+/// `json.dumps` writes by default): the call fails at once saying so,
 /// instead of waiting out the request timeout (rmcp skips the line, and
-/// the request looked unanswered), and the session goes on.
+/// the request looked unanswered), and the session goes on. It is a tool
+/// error, as when an HTTP upstream's answer cannot be read: the exchange
+/// failed, the upstream refused nothing (it was a JSON-RPC error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     let config = format!(
@@ -268,8 +269,9 @@ async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let failed = call_err(&client, "nan__nan", Value::Null).await;
-    assert!(failed.message.contains("not valid JSON"), "{failed:?}");
+    let failed = call(&client, "nan__nan", Value::Null).await;
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
+    assert!(text(&failed).contains("not valid JSON"), "{failed:?}");
     assert_eq!(
         ok_text(&call(&client, "nan__ok", Value::Null).await),
         "fine"
@@ -458,7 +460,7 @@ async fn an_error_without_an_id_answers_the_only_request_in_flight() {
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked
-/// unanswered), and the session goes on.
+/// unanswered), and the session goes on. A tool error, as over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_too_long_to_read_fails_its_call_at_once() {
     let config = format!(
@@ -467,9 +469,10 @@ async fn an_answer_too_long_to_read_fails_its_call_at_once() {
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let failed = call_err(&client, "nan__huge", Value::Null).await;
+    let failed = call(&client, "nan__huge", Value::Null).await;
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
     assert!(
-        failed.message.contains("larger than 16777216 bytes"),
+        text(&failed).contains("larger than 16777216 bytes"),
         "{failed:?}"
     );
     assert_eq!(

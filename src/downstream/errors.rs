@@ -103,6 +103,16 @@ impl RouteError {
         }
         let mount = mount_config.name.clone();
         match error {
+            // The answer came but could not be read: the exchange failed,
+            // as when the direct path cannot read one.
+            RequestError::Service(ServiceError::McpError(error))
+                if crate::upstream::unreadable_answer::is_unreadable_answer(&error) =>
+            {
+                RouteError::UpstreamFailed {
+                    mount,
+                    cause: error.message.into_owned(),
+                }
+            }
             RequestError::Service(ServiceError::McpError(error)) => RouteError::UpstreamError {
                 mount,
                 namespace: mount_config.namespace.clone(),

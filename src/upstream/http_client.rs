@@ -366,7 +366,7 @@ impl StreamableHttpClient for TracingHttpClient {
                     .is_some_and(|id| !answers_id(id, &answer.id)) =>
             {
                 Ok(StreamableHttpPostResponse::Json(
-                    misanswered(
+                    super::unreadable_answer::unreadable_answer(
                         request_id,
                         format!(
                             "the upstream answered the request with another id ({})",
@@ -380,7 +380,7 @@ impl StreamableHttpClient for TracingHttpClient {
             // the spec does not allow: none would come.
             Ok(StreamableHttpPostResponse::Accepted) if request_id.is_some() => {
                 Ok(StreamableHttpPostResponse::Json(
-                    misanswered(
+                    super::unreadable_answer::unreadable_answer(
                         request_id,
                         "the upstream accepted the request without answering it (HTTP 202 or 204)"
                             .to_owned(),
@@ -564,18 +564,6 @@ fn answers_id(sent: &rmcp::model::RequestId, answered: &rmcp::model::RequestId) 
             (sent, answered),
             (NumberOrString::Number(n), NumberOrString::String(text)) if text.parse::<i64>() == Ok(*n)
         )
-}
-
-/// The error that answers request `id` for a server that answered it
-/// wrongly (`why`).
-fn misanswered(
-    id: Option<rmcp::model::RequestId>,
-    why: String,
-) -> rmcp::model::ServerJsonRpcMessage {
-    JsonRpcMessage::Error(rmcp::model::JsonRpcError::new(
-        id,
-        rmcp::ErrorData::internal_error(why, None),
-    ))
 }
 
 /// Whether a `GET` that failed so may succeed later: the server said it

@@ -22,7 +22,7 @@
 //! as JSON unparsed (rmcp parses it); only the others are parsed.
 
 use rmcp::model::ServerJsonRpcMessage;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::naming::MountName;
@@ -142,15 +142,10 @@ impl MalformedLines {
         );
     }
 
-    /// Answers request `id` with an internal error saying `why`, as if the
-    /// server had.
+    /// Answers request `id` with the gateway's error saying `why`
+    /// ([`super::unreadable_answer`]), as if the server had.
     fn fail(&self, id: Value, why: String) {
-        let answer = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": { "code": -32603, "message": why },
-        });
-        if let Ok(answer) = serde_json::from_value::<ServerJsonRpcMessage>(answer) {
+        if let Some(answer) = super::unreadable_answer::unreadable_answer_to(id, why) {
             // From a read of the server's stdout: never waits. A full
             // channel leaves the request to its timeout, as before.
             let _ = self.answers.try_send(answer);

@@ -34,6 +34,7 @@ mod stderr;
 #[cfg(test)]
 mod tests;
 mod unicode_repair;
+pub mod unreadable_answer;
 
 use std::{
     sync::{Arc, Mutex},
