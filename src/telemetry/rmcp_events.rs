@@ -19,7 +19,11 @@
 //! The same way, rmcp's `warn` for each error a handler answers with (an
 //! unknown tool a client called, a bad argument) is written again at
 //! `debug`: no fault of the gateway's, and one warning per client mistake
-//! buried the ones that matter. An internal error stays a warning.
+//! buried the ones that matter. An internal error stays a warning. So is
+//! rmcp's `error` for an answer it could not send because the session's
+//! transport had closed (a client that ended its session, with a `DELETE`
+//! or a disconnect, while a request ran): the client is gone, and nothing
+//! is wrong with the gateway.
 //!
 //! The events seen are only those the configured filter lets through (for
 //! rmcp, `warn` and up by default).
@@ -129,7 +133,9 @@ fn rewritten(event: &Event<'_>) -> Option<(String, Level)> {
     let names_a_session = fields.session_id.is_some() || fingerprinted.is_some();
     let line = fingerprinted.unwrap_or(written);
     let redacted = origins_only(&line);
-    let level = match answered_a_refusal(event.metadata(), &fields) {
+    let level = match answered_a_refusal(event.metadata(), &fields)
+        || answered_a_closed_session(event.metadata(), &fields)
+    {
         true => Level::DEBUG,
         false => *event.metadata().level(),
     };
@@ -148,6 +154,16 @@ fn answered_a_refusal(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
         && *metadata.level() == Level::WARN
         && fields.message == "response error"
         && error_code(&fields.others).is_some_and(|code| code != INTERNAL_ERROR)
+}
+
+/// Whether `event` is rmcp's `error` for an answer its session's
+/// transport was closed to: the client ended the session while its
+/// request ran. Kept at `debug`; a send that failed otherwise stays.
+fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
+    metadata.target() == "rmcp::service"
+        && *metadata.level() == Level::ERROR
+        && fields.message == "fail to response message"
+        && fields.others == " error=Transport closed"
 }
 
 /// The JSON-RPC error code in a recorded `ErrorData` (`ErrorCode(-32602)`).
@@ -283,6 +299,27 @@ mod tests {
         assert_eq!(seen.len(), 1, "{seen:?}");
         assert!(seen[0].contains("-32603"), "{seen:?}");
         assert_eq!(error_code(&format!(" error={refused:?}")), Some(-32602));
+    }
+
+    /// rmcp's error for an answer to a session whose transport closed (the
+    /// client ended it while its request ran) is kept from the layer (and
+    /// written again at `debug`); a send that failed otherwise is not.
+    #[test]
+    fn an_answer_to_a_session_the_client_ended_is_no_error() {
+        let seen = Seen::default();
+        let subscriber =
+            tracing_subscriber::registry().with(seen.clone().with_filter(WithoutSessionIds));
+        tracing::subscriber::with_default(subscriber, || {
+            let closed = "Transport closed";
+            let broken = "Broken pipe (os error 32)";
+            tracing::error!(target: "rmcp::service", error = %closed, "fail to response message");
+            tracing::error!(target: "rmcp::service", error = %broken, "fail to response message");
+        });
+        let seen = seen.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            ["rmcp::service: fail to response message error=Broken pipe (os error 32)"]
+        );
     }
 
     #[test]
