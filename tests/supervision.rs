@@ -457,6 +457,42 @@ async fn an_error_without_an_id_answers_the_only_request_in_flight() {
     close(client).await;
 }
 
+/// A server answering every message it has no handler for, a
+/// notification too, with -32601 and id null: that error answers no
+/// request. Taken for the only request unanswered, it failed discovery
+/// (the error for `notifications/initialized` answered `tools/list`) and
+/// the call after a cancel (the error for the cancel answered it, and its
+/// real answer was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_about_a_notification_answers_no_request() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("naive", "answers_every_message.py", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    assert_eq!(
+        ok_text(&call(&client, "naive__ok", Value::Null).await),
+        "fine"
+    );
+    let slow = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+        rmcp::model::CallToolRequestParams::new("naive__slow"),
+    ));
+    let handle = client
+        .peer()
+        .send_cancellable_request(slow, Default::default())
+        .await
+        .expect("sent");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    handle.cancel(None).await.expect("cancelled");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        ok_text(&call(&client, "naive__ok", Value::Null).await),
+        "fine"
+    );
+    close(client).await;
+}
+
 /// A stdio server whose answer is longer than a stdio message may be
 /// (16 MiB): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp drops the line unread, and the request looked

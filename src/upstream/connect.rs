@@ -268,7 +268,8 @@ async fn start(
                 tokio::spawn(super::stderr::log_lines(stderr, mount.name.clone()));
             }
             let transport = OrderedTransport::new(process, handler.relay().clone(), ended, raw)
-                .with_injected_lines(malformed_answers);
+                .with_injected_lines(malformed_answers)
+                .giving_idless_errors_an_id(timeouts.request_ceiling);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok(Started {
                 service,
@@ -300,7 +301,8 @@ async fn start(
                 UpstreamError::Initialize(format!("cannot open the event stream: {error}"))
             })?;
             let transport = OrderedTransport::new(stream, handler.relay().clone(), ended, raw)
-                .with_injected_lines(malformed_answers);
+                .with_injected_lines(malformed_answers)
+                .giving_idless_errors_an_id(timeouts.request_ceiling);
             let service = handler.serve(transport).await.map_err(initialize_error)?;
             Ok(Started {
                 service,

@@ -33,6 +33,7 @@ pub mod same_task_http;
 mod stderr;
 #[cfg(test)]
 mod tests;
+mod unanswered;
 mod unicode_repair;
 pub mod unreadable_answer;
 

@@ -23,11 +23,11 @@
 //! with an error about an unknown session): it then cancels its `ended`
 //! token, which requests in flight and the session's supervisor wait on.
 
-use std::{collections::HashSet, future::Future, sync::Arc};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use rmcp::{
     model::{
-        ClientNotification, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+        ClientNotification, GetExtensions, JsonRpcMessage, ServerJsonRpcMessage,
         ServerNotification, ServerResult,
     },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     raw::{wants_raw_answer, RawAnswers},
+    unanswered::Unanswered,
     Relay,
 };
 
@@ -93,21 +94,6 @@ fn answer_id(message: &ServerJsonRpcMessage) -> Option<&rmcp::model::RequestId> 
     }
 }
 
-/// The one id in `unanswered`, if there is exactly one: the request an
-/// error without an id answers. With two or more, nothing tells which (nor
-/// whether it answers a notification), and a wrong guess would fail
-/// another caller's request with an error not its own. With one, an error
-/// about a notification sent meanwhile would be taken for its answer;
-/// servers answer a notification only when they cannot read it, and the
-/// gateway's are well-formed.
-fn only_one(unanswered: &HashSet<RequestId>) -> Option<RequestId> {
-    let mut ids = unanswered.iter();
-    match (ids.next(), ids.next()) {
-        (Some(only), None) => Some(only.clone()),
-        _ => None,
-    }
-}
-
 pub struct OrderedTransport<T> {
     inner: T,
     relay: Arc<Relay>,
@@ -125,10 +111,10 @@ pub struct OrderedTransport<T> {
     /// drops what comes before but log messages, and one counted but never
     /// handled would hold every later answer for the whole drain limit.
     lifecycle: Lifecycle,
-    /// The requests sent and not answered (nor cancelled), when every
-    /// request passes through this transport; `None` when the direct path
-    /// sends some past it.
-    unanswered: Option<HashSet<RequestId>>,
+    /// The requests sent and not answered (nor cancelled), kept where
+    /// every request passes through this transport
+    /// ([`Self::giving_idless_errors_an_id`]).
+    unanswered: Option<Unanswered>,
     /// The inner transport has ended; what is left in `injected` goes
     /// before the end.
     input_ended: bool,
@@ -160,19 +146,25 @@ impl<T> OrderedTransport<T> {
             injected: None,
             injected_from_lines: false,
             lifecycle: Lifecycle::Initializing,
-            unanswered: Some(HashSet::new()),
+            unanswered: None,
             input_ended: false,
         }
     }
 
     /// Also passes on what `injected` brings: the direct path's messages
-    /// (HTTP), counted as it read them. The direct path sends requests
-    /// this transport never sees, so it no longer knows which request an
-    /// error without an id could answer (the direct path gives one on a
-    /// call's own stream to that call).
+    /// (HTTP), counted as it read them.
     pub fn with_injected(mut self, injected: mpsc::Receiver<ServerJsonRpcMessage>) -> Self {
         self.injected = Some(injected);
-        self.unanswered = None;
+        self
+    }
+
+    /// Also gives an error without an id to the only request unanswered
+    /// (`unanswered.rs`), none waiting longer than `ceiling`. Only for a
+    /// transport every request passes through (stdio, legacy SSE): the
+    /// direct path sends requests past this one (and gives such an error on
+    /// a call's own stream to that call).
+    pub fn giving_idless_errors_an_id(mut self, ceiling: Duration) -> Self {
+        self.unanswered = Some(Unanswered::new(ceiling));
         self
     }
 
@@ -244,16 +236,19 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
                     self.raw.want(&request.id);
                 }
                 if let Some(unanswered) = &mut self.unanswered {
-                    unanswered.insert(request.id.clone());
+                    unanswered.request_sent(&request.id);
                 }
             }
-            // A cancelled request may never be answered.
             JsonRpcMessage::Notification(notification) => {
-                if let (ClientNotification::CancelledNotification(cancel), Some(unanswered)) =
-                    (&notification.notification, &mut self.unanswered)
-                {
-                    if let Some(id) = &cancel.params.request_id {
-                        unanswered.remove(id);
+                if let Some(unanswered) = &mut self.unanswered {
+                    unanswered.notification_sent();
+                    // A cancelled request may never be answered.
+                    if let ClientNotification::CancelledNotification(cancel) =
+                        &notification.notification
+                    {
+                        if let Some(id) = &cancel.params.request_id {
+                            unanswered.settled(id);
+                        }
                     }
                 }
             }
@@ -286,10 +281,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
         }
         let mut message = message;
         if let (Some(JsonRpcMessage::Error(error)), Some(unanswered)) =
-            (&mut message, &self.unanswered)
+            (&mut message, &mut self.unanswered)
         {
             if error.id.is_none() && !talks_of_the_session(&error.error) {
-                error.id = only_one(unanswered);
+                error.id = unanswered.answered_by(&error.error);
                 if let Some(id) = &error.id {
                     tracing::debug!(%id, error = %error.error.message,
                         "an error without an id taken as the answer to the only request unanswered");
@@ -332,16 +327,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedTransport<T> {
         if let Some(id) = message.as_ref().and_then(answer_id) {
             self.relay.answer_read(id);
             if let Some(unanswered) = &mut self.unanswered {
-                // As rmcp matches it: `"7"` answers request 7 too.
-                let numeric = match id {
-                    RequestId::String(text) => text.parse().ok().map(RequestId::Number),
-                    RequestId::Number(_) => None,
-                };
-                if !unanswered.remove(id) {
-                    if let Some(numeric) = numeric {
-                        unanswered.remove(&numeric);
-                    }
-                }
+                unanswered.settled(id);
             }
         }
         message
@@ -478,7 +464,8 @@ mod tests {
             Arc::new(Relay::default()),
             CancellationToken::new(),
             Arc::default(),
-        );
+        )
+        .giving_idless_errors_an_id(Duration::from_secs(60));
         transport.send(call(json!(1))).await.unwrap();
         let one = rmcp::model::RequestId::Number(1);
         assert_eq!(
@@ -513,8 +500,8 @@ mod tests {
         );
     }
 
-    /// With the direct path sending requests past it, the transport cannot
-    /// know the only one in flight.
+    /// Beside the direct path (HTTP), which sends requests past it, the
+    /// transport is not told to give such errors an id, and does not.
     #[tokio::test]
     async fn beside_the_direct_path_an_error_without_an_id_stays_so() {
         let (_injected, answers) = mpsc::channel(1);
