@@ -2312,6 +2312,10 @@ async fn a_request_answered_wrongly_fails_at_once() {
         .await;
         let error = format!("{answer:?}");
         assert!(error.contains(said), "{prompt}: {error}");
+        assert!(
+            !error.contains("unreadable_answer"),
+            "the gateway's own mark stays inside: {error}"
+        );
     }
     within(
         "prompts/get",

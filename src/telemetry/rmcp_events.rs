@@ -157,12 +157,17 @@ fn answered_a_refusal(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
 }
 
 /// Whether `event` is rmcp's `error` for an answer its session's
-/// transport was closed to: the client ended the session while its
-/// request ran. Kept at `debug`; a send that failed otherwise stays.
+/// transport was closed to (as its loop runs, or as it drains the
+/// answers of requests still running when it stopped): the client ended
+/// the session while its request ran. Kept at `debug`; a send that failed otherwise stays.
 fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
     metadata.target() == "rmcp::service"
         && *metadata.level() == Level::ERROR
-        && fields.message == "fail to response message"
+        && [
+            "fail to response message",
+            "failed to send pending response during drain",
+        ]
+        .contains(&fields.message.as_str())
         && fields.others == " error=Transport closed"
 }
 
@@ -313,6 +318,7 @@ mod tests {
             let closed = "Transport closed";
             let broken = "Broken pipe (os error 32)";
             tracing::error!(target: "rmcp::service", error = %closed, "fail to response message");
+            tracing::error!(target: "rmcp::service", error = %closed, "failed to send pending response during drain");
             tracing::error!(target: "rmcp::service", error = %broken, "fail to response message");
         });
         let seen = seen.0.lock().unwrap().clone();

@@ -594,6 +594,23 @@ impl UpstreamSession {
         {
             return Err(RequestError::AnswerLost);
         }
+        // The session ended while the call waited, and rmcp, stopping,
+        // dropped its answer unsent: that reads as a closed transport, but
+        // it is the end the wait above would have reported, had it been
+        // seen first (the answer is taken first when both are ready).
+        if matches!(answer, Err(ServiceError::TransportClosed))
+            && !is_direct
+            && self.ended.is_cancelled()
+        {
+            cancel_guard.id = None;
+            return Err(match self.expired.is_cancelled() {
+                true => RequestError::Expired {
+                    unrun: false,
+                    unsent: None,
+                },
+                false => RequestError::Ended,
+            });
+        }
         // Progress and logs the upstream sent before answering go first.
         self.relay.drain().await;
         Ok(Exchange {

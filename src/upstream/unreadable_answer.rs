@@ -8,20 +8,27 @@
 //! `tools/call` says so as a tool error the model can read, as it does
 //! when the same answer fails to be read on the direct path. The mark in
 //! its `data` tells the two apart ([`is_unreadable_answer`]); it never
-//! reaches a client, whose error the gateway writes anew.
+//! reaches a client, whose error the gateway writes anew. The mark's
+//! value is drawn at random per process, so that an upstream cannot write
+//! it into an error of its own.
 
-use rmcp::model::{ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use std::sync::LazyLock;
+
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use serde_json::{json, Value};
 
 /// The key in `data` that marks the gateway's own error.
 const MARK: &str = "junction.unreadable_answer";
+
+/// The mark's value: this process's own.
+static MARK_VALUE: LazyLock<String> = LazyLock::new(|| uuid::Uuid::new_v4().to_string());
 
 /// The error answering request `id` whose answer could not be read, for
 /// the reason `why`.
 pub fn unreadable_answer(id: Option<RequestId>, why: String) -> ServerJsonRpcMessage {
     JsonRpcMessage::Error(rmcp::model::JsonRpcError::new(
         id,
-        ErrorData::internal_error(why, Some(json!({ MARK: true }))),
+        ErrorData::internal_error(why, Some(json!({ MARK: *MARK_VALUE }))),
     ))
 }
 
@@ -34,11 +41,13 @@ pub fn unreadable_answer_to(id: Value, why: String) -> Option<ServerJsonRpcMessa
 
 /// Whether `error` is one the gateway made for an answer it could not read.
 pub fn is_unreadable_answer(error: &ErrorData) -> bool {
-    error
-        .data
-        .as_ref()
-        .and_then(|data| data.get(MARK))
-        .is_some_and(|mark| mark == &Value::Bool(true))
+    error.code == ErrorCode::INTERNAL_ERROR
+        && error
+            .data
+            .as_ref()
+            .and_then(|data| data.get(MARK))
+            .and_then(Value::as_str)
+            .is_some_and(|mark| mark == MARK_VALUE.as_str())
 }
 
 #[cfg(test)]
@@ -56,8 +65,11 @@ mod tests {
         assert!(is_unreadable_answer(&made.error));
         assert!(!is_unreadable_answer(&ErrorData::internal_error(
             "the upstream's own",
-            Some(json!({"mark": true}))
+            Some(json!({MARK: true}))
         )));
+        let mut forged = made.error.clone();
+        forged.code = ErrorCode::INVALID_PARAMS;
+        assert!(!is_unreadable_answer(&forged));
         assert!(unreadable_answer_to(json!({"no": "id"}), String::new()).is_none());
     }
 }
