@@ -217,6 +217,37 @@ async fn a_reopened_per_session_upstream_waits_for_the_one_that_ended() {
     close(client).await;
 }
 
+/// A Streamable HTTP server that dies while nobody calls: its message
+/// stream breaks and no longer connects, and `/readyz` says the mount is
+/// not ready. It said `ready` until a client's call found out (black-box
+/// helper: 66 s and counting, `junction_mount_state` too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_http_server_is_not_ready_while_nobody_calls() {
+    let demo = DemoHttp::start().await;
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        http_mount("remote", &demo.mcp_url(), "")
+    ))
+    .await;
+    gateway.wait_ready().await;
+    kill(demo.proc.pid());
+    let mount = eventually(
+        "readyz to see the server gone",
+        Duration::from_secs(10),
+        || async {
+            let body = readyz(&gateway).await;
+            let mount = readyz_mount(&body, "remote").clone();
+            (mount["state"] != "ready").then_some(mount)
+        },
+    )
+    .await;
+    let error = mount["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("ended") || error.contains("cannot reach"),
+        "{mount}"
+    );
+}
+
 /// A shared upstream whose session ended while its process lingers
 /// (stdout closed, ten seconds to exit once its stdin closes, three of
 /// them before the gateway's SIGTERM): `/readyz` says so at once, not once

@@ -162,9 +162,21 @@ impl TracingHttpClient {
             return;
         };
         let served_before = self.stream_served.load(Ordering::Acquire);
-        if session && get_means_session_gone(error, served_before) && !self.ended.is_cancelled() {
+        if !session || self.ended.is_cancelled() {
+            return;
+        }
+        if get_means_session_gone(error, served_before) {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
             self.expired.cancel();
+            self.ended.cancel();
+        } else if served_before && get_cannot_connect(error) {
+            // The stream broke and the server no longer takes connections:
+            // it is down. Left running, the session showed the mount ready
+            // (`/readyz`, `junction_mount_state`) for as long as no client
+            // called; ended, it is reconnected with backoff as after a
+            // crash, and shows `degraded`, then `down`, until the server
+            // is back.
+            tracing::warn!(error = %with_causes(error), "the upstream cannot be reached (its message stream broke); ending the session");
             self.ended.cancel();
         }
     }
@@ -174,9 +186,8 @@ impl TracingHttpClient {
 /// the server answered that it does not know it (404, which rmcp reports
 /// for a `GET` as a plain HTTP error; 400 too if such a `GET` was
 /// `served_before`, see [`TracingHttpClient::saw_get`]). Not a refused
-/// connection: the server may be on its way back, and reconnecting before
-/// it is would only count failed starts against the mount (rmcp's next
-/// `GET` finds out once it is back).
+/// connection: the server may be on its way back with the session (see
+/// [`get_cannot_connect`] for what is done then).
 fn get_means_session_gone(
     error: &StreamableHttpError<reqwest::Error>,
     served_before: bool,
@@ -190,6 +201,12 @@ fn get_means_session_gone(
         },
         _ => false,
     }
+}
+
+/// Whether a failed `GET` did not reach the server at all (refused, no
+/// route, the connect timed out).
+fn get_cannot_connect(error: &StreamableHttpError<reqwest::Error>) -> bool {
+    matches!(error, StreamableHttpError::Client(error) if error.is_connect())
 }
 
 /// Whether an upstream session's stream for unsolicited messages is up.
