@@ -23,7 +23,11 @@
 //! rmcp's `error` for an answer it could not send because the session's
 //! transport had closed (a client that ended its session, with a `DELETE`
 //! or a disconnect, while a request ran): the client is gone, and nothing
-//! is wrong with the gateway.
+//! is wrong with the gateway. And so are rmcp's errors for an upstream
+//! server that cannot be reached (its worker's end, the failed `DELETE`
+//! of the session): the supervisor says the same at `warn` with the
+//! mount's name, and `error` once the mount is down; rmcp's said it again
+//! at `error` for every reconnect attempt.
 //!
 //! The events seen are only those the configured filter lets through (for
 //! rmcp, `warn` and up by default).
@@ -135,6 +139,7 @@ fn rewritten(event: &Event<'_>) -> Option<(String, Level)> {
     let redacted = origins_only(&line);
     let level = match answered_a_refusal(event.metadata(), &fields)
         || answered_a_closed_session(event.metadata(), &fields)
+        || server_unreachable(event.metadata(), &fields)
     {
         true => Level::DEBUG,
         false => *event.metadata().level(),
@@ -169,6 +174,18 @@ fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bo
         ]
         .contains(&fields.message.as_str())
         && fields.others == " error=Transport closed"
+}
+
+/// Whether `event` is rmcp's `error` for an upstream server it could not
+/// connect to: its client worker's end (the reqwest error's `Connect`
+/// kind), or the `DELETE` of a session whose request was never answered.
+fn server_unreachable(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
+    let message = fields.message.as_str();
+    metadata.target().starts_with("rmcp::transport")
+        && *metadata.level() == Level::ERROR
+        && ((message.starts_with("worker quit with fatal:") && message.contains("Error(Connect,"))
+            || (message.starts_with("fail to delete session:")
+                && message.contains("error sending request")))
 }
 
 /// The JSON-RPC error code in a recorded `ErrorData` (`ErrorCode(-32602)`).
@@ -325,6 +342,25 @@ mod tests {
         assert_eq!(
             seen,
             ["rmcp::service: fail to response message error=Broken pipe (os error 32)"]
+        );
+    }
+
+    /// rmcp's errors for a server that cannot be reached are kept from
+    /// the layer (and written again at `debug`); its other fatal ends stay.
+    #[test]
+    fn a_server_that_cannot_be_reached_is_said_once_by_the_supervisor() {
+        let seen = Seen::default();
+        let subscriber =
+            tracing_subscriber::registry().with(seen.clone().with_filter(WithoutSessionIds));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Transport channel closed, when Client(reqwest::Error {{ kind: Request, source: hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\")) }})");
+            tracing::error!(target: "rmcp::transport::streamable_http_client", "fail to delete session: Client error: error sending request for url (http://127.0.0.1:1/mcp)");
+            tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Unexpected content type: text/html, when receive");
+        });
+        let seen = seen.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            ["rmcp::transport::worker: worker quit with fatal: Unexpected content type: text/html, when receive"]
         );
     }
 
