@@ -315,7 +315,7 @@ async fn start(
             let custom_headers = header_map(headers)?;
             let client = http_client_for(timeouts)?;
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-            config.custom_headers = custom_headers;
+            config.custom_headers = custom_headers.clone();
             config.retry_config = Arc::new(stream_retry());
             // An expired session is the supervisor's to handle: a silent
             // re-initialization would drop the upstream's subscriptions
@@ -342,7 +342,9 @@ async fn start(
             );
             let (client, standalone) =
                 TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone(), expired);
-            let client = client.with_live_headers(live);
+            let client = client
+                .with_live_headers(live)
+                .with_configured_headers(custom_headers);
             let refusal = client.handshake_refusal();
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),

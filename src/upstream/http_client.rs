@@ -14,7 +14,7 @@
 //! or not, that request's answer ([`AnswerStreams`]). Everything else is
 //! rmcp's reqwest implementation.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{borrow::Cow, collections::HashMap, sync::Arc, time::Duration};
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -53,12 +53,18 @@ pub struct TracingHttpClient {
     stream_served: Arc<std::sync::atomic::AtomicBool>,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
+    /// The mount's configured headers, whose values an error answer that
+    /// echoes them must not show (`quoted_error.rs`).
+    configured: Arc<HashMap<HeaderName, HeaderValue>>,
     /// Request streams that ended before their answer, for their resumes.
     answer_streams: Arc<AnswerStreams>,
     /// How the server refused `notifications/initialized`, if it did:
     /// rmcp then fails the handshake saying only that its channel closed.
     handshake_refusal: Arc<std::sync::OnceLock<String>>,
 }
+
+/// The most of an error answer's body rmcp reads for its quote.
+const ERROR_BODY_READ: usize = 4096;
 
 /// The least wait, in milliseconds, before a stream is reopened, whatever
 /// a server's `retry` says.
@@ -86,6 +92,7 @@ impl TracingHttpClient {
             expired,
             stream_served: Default::default(),
             live: None,
+            configured: Arc::default(),
             answer_streams: Default::default(),
             handshake_refusal: Arc::default(),
         };
@@ -96,6 +103,13 @@ impl TracingHttpClient {
     /// (see [`Self::handshake_refusal`]'s field).
     pub fn handshake_refusal(&self) -> Arc<std::sync::OnceLock<String>> {
         self.handshake_refusal.clone()
+    }
+
+    /// Keeps `configured`'s values (the mount's headers, sent by rmcp
+    /// with every request) out of the error answers it quotes.
+    pub fn with_configured_headers(mut self, configured: HashMap<HeaderName, HeaderValue>) -> Self {
+        self.configured = Arc::new(configured);
+        self
     }
 
     /// Sends `live`'s current values with every request (see
@@ -324,6 +338,9 @@ impl StreamableHttpClient for TracingHttpClient {
             _ => None,
         };
         let headers = with_trace_headers(&message, custom_headers);
+        // Enough to find a header value echoed across the quote's end.
+        let mut limits = limits;
+        limits.max_error_response_size = limits.max_error_response_size.min(ERROR_BODY_READ);
         let response = if raw_wanted {
             let post = RawPost {
                 client: &self.client,
@@ -346,7 +363,8 @@ impl StreamableHttpClient for TracingHttpClient {
                     limits,
                 )
                 .await
-        };
+        }
+        .map_err(|error| quoting_safely(error, &self.configured, &self.live));
         // A server's refusal of a session it does not know, sent as a
         // JSON-RPC error (with a 400, which rmcp reads as a message): the
         // session is over, as a 404 says (`direct_call::refuses_unknown_session`
@@ -571,6 +589,30 @@ fn as_read(
         .boxed()
 }
 
+/// An error of rmcp's that quotes an error answer's body (`HTTP {status}:
+/// {body}`), its quote cut and without the values of the headers sent,
+/// `configured` with `live` laid over them (`quoted_error.rs`); any other
+/// error as it is.
+fn quoting_safely(
+    error: StreamableHttpError<reqwest::Error>,
+    configured: &HashMap<HeaderName, HeaderValue>,
+    live: &Option<super::LiveHeaders>,
+) -> StreamableHttpError<reqwest::Error> {
+    let StreamableHttpError::UnexpectedServerResponse(message) = &error else {
+        return error;
+    };
+    let Some((status, body)) = message
+        .strip_prefix("HTTP ")
+        .and_then(|rest| rest.split_once(": "))
+    else {
+        return error;
+    };
+    let mut sent = configured.clone();
+    super::live_headers::apply(live, &mut sent);
+    let body = super::quoted_error::quoted(body, sent.values());
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!("HTTP {status}: {body}")))
+}
+
 /// Whether an answer with id `answered` is request `sent`'s: the same
 /// id, or a number written as text (`"0"` for `0`), which rmcp takes too
 /// (some servers write every id so).
@@ -734,6 +776,43 @@ mod tests {
     use super::*;
 
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
+
+    /// An error answer's body that echoes the mount's header or a
+    /// session's forwarded one is quoted without them, and cut; rmcp's
+    /// other errors pass as they are.
+    #[test]
+    fn an_error_answer_is_quoted_without_the_headers_sent() {
+        let configured = HashMap::from([(
+            HeaderName::from_static("x-api-key"),
+            HeaderValue::from_static("MOUNT_KEY_1234"),
+        )]);
+        let live = Some(super::super::LiveHeaders::new(|| {
+            vec![(
+                HeaderName::from_static("authorization"),
+                HeaderValue::from_static("Bearer CLIENT_TOKEN_81"),
+            )]
+        }));
+        let echoed = StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
+            "HTTP 403 Forbidden: invalid credentials: Bearer CLIENT_TOKEN_81 with key MOUNT_KEY_1234 {}",
+            "x".repeat(60_000)
+        )));
+        let said = quoting_safely(echoed, &configured, &live).to_string();
+        assert!(
+            !said.contains("CLIENT_TOKEN") && !said.contains("MOUNT_KEY"),
+            "{said}"
+        );
+        assert!(
+            said.contains("HTTP 403 Forbidden: invalid credentials: *** with key ***"),
+            "{said}"
+        );
+        assert!(said.len() < 400, "cut: {} bytes", said.len());
+        let other = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(Cow::Borrowed(
+            "the upstream answered with MOUNT_KEY_1234",
+        ));
+        assert!(quoting_safely(other, &configured, &live)
+            .to_string()
+            .contains("MOUNT_KEY_1234"));
+    }
 
     /// Only a POST the upstream refused for its forgotten session is sure
     /// not to have run: a tool call that broke off later (its stream's

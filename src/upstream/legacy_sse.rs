@@ -52,8 +52,10 @@ use super::{
 };
 use crate::naming::MountName;
 
-/// The most of an error answer's body quoted in the error.
-const QUOTED_BODY: usize = 200;
+/// The most of an error answer's body read for its quote (which is
+/// shorter, `quoted_error.rs`): a header value echoed across the quote's
+/// end is found whole, and hidden.
+const ERROR_BODY_READ: usize = 4096;
 
 /// The most of a POST's answer read (servers answer `Accepted` or
 /// nothing); a longer one is dropped with its connection.
@@ -141,12 +143,16 @@ impl LegacySseTransport {
         let mut get_headers = headers.clone();
         super::live_headers::apply(&live, &mut get_headers);
         get_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let response = client.get(url.clone()).headers(get_headers).send().await?;
+        let response = client
+            .get(url.clone())
+            .headers(get_headers.clone())
+            .send()
+            .await?;
         let status = response.status();
         if !status.is_success() {
             return Err(OpenError::Refused {
                 status: status.as_u16(),
-                body: quoted_body(response).await,
+                body: quoted_body(response, &get_headers).await,
             });
         }
         let content_type = response
@@ -326,9 +332,11 @@ impl Poster {
             self.expired.cancel();
             self.over.cancel();
         }
+        let mut sent = (*self.headers).clone();
+        super::live_headers::apply(&self.live, &mut sent);
         Err(PostError::Refused {
             status: status.as_u16(),
-            body: quoted_body(response).await,
+            body: quoted_body(response, &sent).await,
         })
     }
 }
@@ -346,20 +354,23 @@ async fn read_at_most(mut response: reqwest::Response, limit: usize) -> Vec<u8> 
     body
 }
 
-/// Up to [`QUOTED_BODY`] bytes of an error answer's body, for the error
-/// (servers say why there: "unknown session", "unauthorized"); read
-/// briefly, and no further than that.
-async fn quoted_body(response: reqwest::Response) -> String {
-    let body: Bytes =
-        tokio::time::timeout(Duration::from_secs(1), read_at_most(response, QUOTED_BODY))
-            .await
-            .unwrap_or_default()
-            .into();
+/// The start of an error answer's body, for the error (servers say why
+/// there: "unknown session", "unauthorized"), without the values of the
+/// `headers` sent (`quoted_error.rs`); read briefly, and no further than
+/// [`ERROR_BODY_READ`].
+async fn quoted_body(response: reqwest::Response, headers: &HeaderMap) -> String {
+    let body: Bytes = tokio::time::timeout(
+        Duration::from_secs(1),
+        read_at_most(response, ERROR_BODY_READ),
+    )
+    .await
+    .unwrap_or_default()
+    .into();
     let text = String::from_utf8_lossy(&body);
     let text = text.trim();
     match text.is_empty() {
         true => String::new(),
-        false => format!(": {text}"),
+        false => format!(": {}", super::quoted_error::quoted(text, headers.values())),
     }
 }
 

@@ -26,6 +26,7 @@ mod overlong_line;
 mod oversized_event;
 pub mod process_group;
 pub mod profile;
+mod quoted_error;
 pub mod raw;
 mod raw_post;
 pub mod relay;
