@@ -466,7 +466,12 @@ fn a_replaced_binary_is_named_by_its_path() {
 /// toml prints under it: that line may hold a secret (an unclosed quote
 /// around a token is a typical mistake).
 fn toml_syntax_error(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message().trim_end();
+    // On one line ("invalid array; expected `]`"). toml says nothing for
+    // a value left out at the end of a line, as in a file half written.
+    let message = match error.message().trim() {
+        "" => "a value is missing here (is the file complete?)".to_owned(),
+        message => message.lines().collect::<Vec<_>>().join("; "),
+    };
     let Some(span) = error.span() else {
         return format!("invalid TOML: {message}");
     };
@@ -487,6 +492,26 @@ fn a_toml_syntax_error_does_not_show_the_line() {
         "{said}"
     );
     assert!(!said.contains("sk-live"), "{said}");
+}
+
+/// A file cut short after `key = ` (an editor's save caught half way)
+/// is said so: toml gives no message for it, and the error ended in ": ".
+/// toml's messages on two lines are said on one.
+#[cfg(test)]
+#[test]
+fn a_toml_error_always_says_what_is_wrong_on_one_line() {
+    let cut = "[server]\nlisten = ";
+    let error = toml::from_str::<Value>(cut).expect_err("no value");
+    assert_eq!(
+        toml_syntax_error(cut, &error),
+        "invalid TOML at line 2, column 10: a value is missing here (is the file complete?)"
+    );
+    let open = "a = [1,\n";
+    let error = toml::from_str::<Value>(open).expect_err("unclosed");
+    assert_eq!(
+        toml_syntax_error(open, &error),
+        "invalid TOML at line 2, column 1: invalid array; expected `]`"
+    );
 }
 
 /// Mount names in the order the document lists them.
