@@ -51,6 +51,8 @@ pub struct TracingHttpClient {
     expired: CancellationToken,
     /// Whether a `GET` of the session's stream has been served once.
     stream_served: Arc<std::sync::atomic::AtomicBool>,
+    /// How many `GET`s in a row did not connect.
+    gets_unconnected: Arc<std::sync::atomic::AtomicUsize>,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
     /// The mount's configured headers, whose values an error answer that
@@ -62,6 +64,10 @@ pub struct TracingHttpClient {
     /// rmcp then fails the handshake saying only that its channel closed.
     handshake_refusal: Arc<std::sync::OnceLock<String>>,
 }
+
+/// After this many `GET`s in a row of a stream that was served that do
+/// not connect, the session ends (see [`TracingHttpClient::saw_get`]).
+const GETS_UNCONNECTED_END: usize = 2;
 
 /// The most of an error answer's body rmcp reads for its quote.
 const ERROR_BODY_READ: usize = 4096;
@@ -91,6 +97,7 @@ impl TracingHttpClient {
             ended,
             expired,
             stream_served: Default::default(),
+            gets_unconnected: Default::default(),
             live: None,
             configured: Arc::default(),
             answer_streams: Default::default(),
@@ -173,7 +180,15 @@ impl TracingHttpClient {
         use std::sync::atomic::Ordering;
         let Err(error) = result else {
             self.stream_served.store(true, Ordering::Release);
+            self.gets_unconnected.store(0, Ordering::Relaxed);
             return;
+        };
+        let unconnected = match get_cannot_connect(error) {
+            true => self.gets_unconnected.fetch_add(1, Ordering::Relaxed) + 1,
+            false => {
+                self.gets_unconnected.store(0, Ordering::Relaxed);
+                0
+            }
         };
         let served_before = self.stream_served.load(Ordering::Acquire);
         if !session || self.ended.is_cancelled() {
@@ -183,13 +198,15 @@ impl TracingHttpClient {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
             self.expired.cancel();
             self.ended.cancel();
-        } else if served_before && get_cannot_connect(error) {
-            // The stream broke and the server no longer takes connections:
-            // it is down. Left running, the session showed the mount ready
-            // (`/readyz`, `junction_mount_state`) for as long as no client
-            // called; ended, it is reconnected with backoff as after a
-            // crash, and shows `degraded`, then `down`, until the server
-            // is back.
+        } else if served_before && unconnected >= GETS_UNCONNECTED_END {
+            // The stream broke and the server has taken no connection
+            // twice (rmcp's first try is at once, the next at least the
+            // server's `retry`, a few seconds, later): it is down. Left running, the session showed the
+            // mount ready (`/readyz`, `junction_mount_state`) for as long
+            // as no client called; ended, it is reconnected with backoff as
+            // after a crash, and shows `degraded`, then `down`, until the
+            // server is back. A server restarted in place is back before
+            // that, and its 404 ends the session without a failure counted.
             tracing::warn!(error = %with_causes(error), "the upstream cannot be reached (its message stream broke); ending the session");
             self.ended.cancel();
         }
