@@ -327,6 +327,22 @@ fn string_map(
                     issues,
                     variables,
                 );
+                // A URL under any name (`DATABASE_URL`) keeps its password
+                // out as one in the arguments does.
+                // Its variable is named after the key: `DATABASE_URL`'s
+                // password is `${DATABASE_URL_PASSWORD}`.
+                let text = match field == "env" && text.contains("://") {
+                    true => super::secrets::url_kept_out(
+                        key.strip_suffix("_URL")
+                            .or_else(|| key.strip_suffix("_url"))
+                            .unwrap_or(key),
+                        text,
+                        &value_path,
+                        issues,
+                        variables,
+                    ),
+                    false => text,
+                };
                 out.push((key.clone(), text));
             }
             None => issues.push(Issue::lost(

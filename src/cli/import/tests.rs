@@ -531,6 +531,38 @@ fn two_secrets_never_share_a_variable() {
     );
 }
 
+/// A URL with a password in `env` under a name that says nothing of
+/// secrets (`DATABASE_URL`) keeps the password out, as the same URL as
+/// an argument did (black-box helper: it was copied as written).
+#[test]
+fn a_password_in_a_url_in_env_is_not_copied() {
+    let translation = import(json!({
+        "mcpServers": {
+            "db": {
+                "command": "server-postgres",
+                "env": {
+                    "DATABASE_URL": "postgres://app:ENVPW1@db/prod",
+                    "PLAIN_URL": "https://example.com/mcp",
+                }
+            }
+        }
+    }));
+    let config = parsed(&translation);
+    let env = &config["mounts"]["db"]["env"];
+    assert_eq!(
+        env["DATABASE_URL"].as_str(),
+        Some("postgres://app:${DATABASE_URL_PASSWORD}@db/prod")
+    );
+    assert_eq!(env["PLAIN_URL"].as_str(), Some("https://example.com/mcp"));
+    let report = report(&translation);
+    assert!(
+        report.contains("mcpServers.db.env.DATABASE_URL: ")
+            && report.contains("DATABASE_URL_PASSWORD"),
+        "{report}"
+    );
+    assert_nowhere(&translation, &report, &["ENVPW1"]);
+}
+
 /// Tokens passed as arguments (black-box helper: `--api-key argkey`,
 /// `--token=…`, which `check` already masked, were copied as written)
 /// are moved to the environment as those in `env` are; a `${VAR}` and
