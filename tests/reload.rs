@@ -240,7 +240,7 @@ async fn reload_touches_only_what_changed() {
     };
     assert_eq!(
         reload_metrics(&metrics),
-        (Some(1.0), None, Some(1.0)),
+        (Some(1.0), Some(0.0), Some(1.0)),
         "{metrics}"
     );
     for mount in ["keep", "own", "changed", "added"] {

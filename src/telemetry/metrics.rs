@@ -89,6 +89,19 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every reason, each counted from 0 at start: an alert on one has a
+    /// series to watch before the first refusal.
+    const ALL: [Refusal; 8] = [
+        Refusal::Host,
+        Refusal::Origin,
+        Refusal::BodyTooLarge,
+        Refusal::BodyTooSlow,
+        Refusal::Malformed,
+        Refusal::SessionLimit,
+        Refusal::Draining,
+        Refusal::UnknownSession,
+    ];
+
     fn reason(self) -> &'static str {
         match self {
             Refusal::Host => "host",
@@ -224,6 +237,17 @@ impl Metrics {
             "Config reloads (SIGHUP, a changed file), by result: applied or rejected",
             config_reloads.clone(),
         );
+        // From 0, so that `rate()` and an alert on a rejected reload or a
+        // refusal have a series before the first (black-box helper: none
+        // was there until then).
+        for result in ["applied", "rejected"] {
+            let _ = config_reloads.get_or_create(&ResultLabels { result });
+        }
+        for refusal in Refusal::ALL {
+            let _ = refused.get_or_create(&ReasonLabels {
+                reason: refusal.reason(),
+            });
+        }
         let config_last_reload_successful = Gauge::default();
         config_last_reload_successful.set(1);
         registry.register(
@@ -314,6 +338,20 @@ pub fn metrics() -> &'static Metrics {
 #[cfg(test)]
 mod bucket_tests {
     use super::*;
+
+    /// Counters an alert watches are there from the start, at 0.
+    #[test]
+    fn reload_and_refusal_counters_start_at_zero() {
+        let rendered = Metrics::new().render(&Registry::default());
+        for series in [
+            "junction_config_reloads_total{result=\"rejected\"} 0",
+            "junction_config_reloads_total{result=\"applied\"} 0",
+            "junction_refused_requests_total{reason=\"unknown_session\"} 0",
+            "junction_refused_requests_total{reason=\"host\"} 0",
+        ] {
+            assert!(rendered.contains(series), "{series} in\n{rendered}");
+        }
+    }
 
     /// Latencies up to the default request ceiling (an hour) fall in a
     /// finite bucket but for its last few minutes.
