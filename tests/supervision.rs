@@ -476,6 +476,9 @@ async fn an_error_without_an_id_answers_the_only_request_in_flight() {
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
+    // Not within a second of the upstream session's start: an error then
+    // may be about `notifications/initialized` (`unanswered.rs`).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let failed = call_err(&client, "odd__refused", Value::Null).await;
     assert!(
         failed.message.contains("could not read the request"),

@@ -5,8 +5,11 @@
 //! id is null (JSON-RPC 2.0: a parse error or an invalid request). rmcp
 //! matches it to no request, which then waits out its whole timeout. The
 //! transport sees every request go out and every answer come in, so it
-//! knows which are unanswered; while exactly one is, and nothing was sent
-//! after it that the error could be about, the error is that one's.
+//! knows which are unanswered; while exactly one is, and nothing else was
+//! sent after it or just before it that the error could be about (a
+//! notification, an answer to a request of the server's: the server may
+//! read it after the request, as `notifications/initialized` is followed at
+//! once by the first `tools/list`), the error is that one's.
 //!
 //! Only those two codes: a hand-written server that answers every message
 //! it has no handler for (a notification included) sends `-32601` with
@@ -28,13 +31,17 @@ use rmcp::model::{ErrorCode, ErrorData, RequestId};
 #[derive(Debug)]
 pub struct Unanswered {
     sent: HashMap<RequestId, Instant>,
-    /// When a notification last went out: an error after it may be about
-    /// it rather than the request.
-    notified_at: Option<Instant>,
+    /// When a message other than a request (a notification, an answer)
+    /// last went out: an error after it may be about it rather than the
+    /// request.
+    other_sent_at: Option<Instant>,
     /// No request waits longer than this; one older was given up without
     /// a cancel.
     ceiling: Duration,
 }
+
+/// A message sent this shortly before a request may be read after it.
+const JUST_BEFORE: Duration = Duration::from_secs(1);
 
 /// Past this many unanswered, the ones older than the ceiling are
 /// forgotten as a request goes out (they are otherwise forgotten only when
@@ -45,7 +52,7 @@ impl Unanswered {
     pub fn new(ceiling: Duration) -> Self {
         Self {
             sent: HashMap::new(),
-            notified_at: None,
+            other_sent_at: None,
             ceiling,
         }
     }
@@ -59,9 +66,9 @@ impl Unanswered {
         self.sent.insert(id.clone(), now);
     }
 
-    /// A notification goes out.
-    pub fn notification_sent(&mut self) {
-        self.notified_at = Some(Instant::now());
+    /// A notification, or an answer to a request of the server's, goes out.
+    pub fn other_message_sent(&mut self) {
+        self.other_sent_at = Some(Instant::now());
     }
 
     /// Request `id` is answered or cancelled: matched as rmcp matches an
@@ -87,7 +94,10 @@ impl Unanswered {
         let (Some((id, at)), None) = (sent.next(), sent.next()) else {
             return None;
         };
-        if self.notified_at.is_some_and(|notified| notified >= *at) {
+        if self
+            .other_sent_at
+            .is_some_and(|other| other + JUST_BEFORE >= *at)
+        {
             return None;
         }
         Some(id.clone())
@@ -128,21 +138,26 @@ mod tests {
     }
 
     /// `-32601` with id null is what a server answering every message
-    /// sends for a notification; and an error after a notification may be
-    /// about it.
+    /// sends for a notification; and an error after a notification (sent
+    /// after the request, or just before it) may be about it.
     #[test]
     fn an_error_that_may_be_about_a_notification_answers_nothing() {
         let mut unanswered = Unanswered::new(Duration::from_secs(60));
         unanswered.request_sent(&RequestId::Number(1));
         let not_found = ErrorData::method_not_found::<rmcp::model::CallToolRequestMethod>();
         assert_eq!(unanswered.answered_by(&not_found), None);
-        unanswered.notification_sent();
+        unanswered.other_message_sent();
         assert_eq!(unanswered.answered_by(&invalid()), None);
         unanswered.settled(&RequestId::Number(1));
         unanswered.request_sent(&RequestId::Number(2));
+        assert_eq!(unanswered.answered_by(&invalid()), None, "just before");
+        unanswered.settled(&RequestId::Number(2));
+        unanswered.other_sent_at = Some(Instant::now() - JUST_BEFORE * 2);
+        unanswered.request_sent(&RequestId::Number(3));
         assert_eq!(
             unanswered.answered_by(&invalid()),
-            Some(RequestId::Number(2))
+            Some(RequestId::Number(3)),
+            "long before"
         );
     }
 
