@@ -344,7 +344,8 @@ async fn start(
                 TracingHttpClient::new(client, raw.clone(), direct.clone(), ended.clone(), expired);
             let client = client
                 .with_live_headers(live)
-                .with_configured_headers(custom_headers);
+                .with_configured_headers(custom_headers)
+                .for_mount(mount.name.as_str());
             let refusal = client.handshake_refusal();
             let transport = OrderedTransport::new(
                 StreamableHttpClientTransport::with_client(client, config),

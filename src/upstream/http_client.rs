@@ -52,7 +52,11 @@ pub struct TracingHttpClient {
     /// Whether a `GET` of the session's stream has been served once.
     stream_served: Arc<std::sync::atomic::AtomicBool>,
     /// How many `GET`s in a row did not connect.
-    gets_unconnected: Arc<std::sync::atomic::AtomicUsize>,
+    /// The mount's name, for the log lines of rmcp's tasks (no span
+    /// names it there).
+    mount: Arc<str>,
+    /// Since when every `GET` has failed to connect, if the last did.
+    unconnected_since: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
     /// The mount's configured headers, whose values an error answer that
@@ -65,9 +69,16 @@ pub struct TracingHttpClient {
     handshake_refusal: Arc<std::sync::OnceLock<String>>,
 }
 
-/// After this many `GET`s in a row of a stream that was served that do
-/// not connect, the session ends (see [`TracingHttpClient::saw_get`]).
-const GETS_UNCONNECTED_END: usize = 2;
+/// Once the session's `GET`s have failed to connect for this long (a
+/// stream that was served broke), the session ends (see
+/// [`TracingHttpClient::saw_get`]).
+const UNCONNECTED_ENDS_AFTER: Duration = Duration::from_secs(2);
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The most of an error answer's body rmcp reads for its quote.
 const ERROR_BODY_READ: usize = 4096;
@@ -97,7 +108,8 @@ impl TracingHttpClient {
             ended,
             expired,
             stream_served: Default::default(),
-            gets_unconnected: Default::default(),
+            unconnected_since: Default::default(),
+            mount: Arc::from(""),
             live: None,
             configured: Arc::default(),
             answer_streams: Default::default(),
@@ -110,6 +122,12 @@ impl TracingHttpClient {
     /// (see [`Self::handshake_refusal`]'s field).
     pub fn handshake_refusal(&self) -> Arc<std::sync::OnceLock<String>> {
         self.handshake_refusal.clone()
+    }
+
+    /// Names mount `mount` in what it logs.
+    pub fn for_mount(mut self, mount: &str) -> Self {
+        self.mount = Arc::from(mount);
+        self
     }
 
     /// Keeps `configured`'s values (the mount's headers, sent by rmcp
@@ -180,14 +198,17 @@ impl TracingHttpClient {
         use std::sync::atomic::Ordering;
         let Err(error) = result else {
             self.stream_served.store(true, Ordering::Release);
-            self.gets_unconnected.store(0, Ordering::Relaxed);
+            *lock(&self.unconnected_since) = None;
             return;
         };
-        let unconnected = match get_cannot_connect(error) {
-            true => self.gets_unconnected.fetch_add(1, Ordering::Relaxed) + 1,
-            false => {
-                self.gets_unconnected.store(0, Ordering::Relaxed);
-                0
+        let unconnected_for = {
+            let mut since = lock(&self.unconnected_since);
+            match get_cannot_connect(error) {
+                true => since.get_or_insert_with(std::time::Instant::now).elapsed(),
+                false => {
+                    *since = None;
+                    Duration::ZERO
+                }
             }
         };
         let served_before = self.stream_served.load(Ordering::Acquire);
@@ -198,16 +219,18 @@ impl TracingHttpClient {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
             self.expired.cancel();
             self.ended.cancel();
-        } else if served_before && unconnected >= GETS_UNCONNECTED_END {
-            // The stream broke and the server has taken no connection
-            // twice (rmcp's first try is at once, the next at least the
-            // server's `retry`, a few seconds, later): it is down. Left running, the session showed the
-            // mount ready (`/readyz`, `junction_mount_state`) for as long
-            // as no client called; ended, it is reconnected with backoff as
-            // after a crash, and shows `degraded`, then `down`, until the
-            // server is back. A server restarted in place is back before
-            // that, and its 404 ends the session without a failure counted.
-            tracing::warn!(error = %with_causes(error), "the upstream cannot be reached (its message stream broke); ending the session");
+        } else if served_before && unconnected_for >= UNCONNECTED_ENDS_AFTER {
+            // A stream broke and the server has taken no connection since,
+            // for a while: rmcp reopens every broken stream (the session's,
+            // and each call's answer stream it can resume) at once, then
+            // after the server's `retry`, a few seconds. So the server is
+            // down. Left running, the session showed the mount ready
+            // (`/readyz`, `junction_mount_state`) for as long as no client
+            // called; ended, it is reconnected with backoff as after a
+            // crash, and shows `degraded`, then `down`, until the server
+            // is back. A server restarted in place is back before that,
+            // and its 404 ends the session without a failure counted.
+            tracing::warn!(error = %with_causes(error), mount = %self.mount, "the upstream cannot be reached (its message stream broke); ending the session");
             self.ended.cancel();
         }
     }
@@ -606,10 +629,10 @@ fn as_read(
         .boxed()
 }
 
-/// An error of rmcp's that quotes an error answer's body (`HTTP {status}:
-/// {body}`), its quote cut and without the values of the headers sent,
-/// `configured` with `live` laid over them (`quoted_error.rs`); any other
-/// error as it is.
+/// An error of rmcp's that may quote an answer's body, without the values
+/// of the headers sent, `configured` with `live` laid over them, and the
+/// quote of an error answer's body (`HTTP {status}: {body}`) cut
+/// (`quoted_error.rs`); any other error as it is.
 fn quoting_safely(
     error: StreamableHttpError<reqwest::Error>,
     configured: &HashMap<HeaderName, HeaderValue>,
@@ -618,16 +641,21 @@ fn quoting_safely(
     let StreamableHttpError::UnexpectedServerResponse(message) = &error else {
         return error;
     };
-    let Some((status, body)) = message
-        .strip_prefix("HTTP ")
-        .and_then(|rest| rest.split_once(": "))
-    else {
-        return error;
-    };
     let mut sent = configured.clone();
     super::live_headers::apply(live, &mut sent);
-    let body = super::quoted_error::quoted(body, sent.values());
-    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!("HTTP {status}: {body}")))
+    let said = match message
+        .strip_prefix("HTTP ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        Some((status, body)) => {
+            let body = super::quoted_error::quoted(body, sent.values());
+            format!("HTTP {status}: {body}")
+        }
+        // rmcp quotes a body in other words too ("could not parse JSON
+        // response …: {body}"), already cut.
+        None => super::quoted_error::hidden(message, sent.values()),
+    };
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(said))
 }
 
 /// Whether an answer with id `answered` is request `sent`'s: the same
@@ -795,8 +823,8 @@ mod tests {
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
 
     /// An error answer's body that echoes the mount's header or a
-    /// session's forwarded one is quoted without them, and cut; rmcp's
-    /// other errors pass as they are.
+    /// session's forwarded one is quoted without them, and cut; a body
+    /// rmcp quotes otherwise is without them too.
     #[test]
     fn an_error_answer_is_quoted_without_the_headers_sent() {
         let configured = HashMap::from([(
@@ -824,11 +852,16 @@ mod tests {
         );
         assert!(said.len() < 400, "cut: {} bytes", said.len());
         let other = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(Cow::Borrowed(
-            "the upstream answered with MOUNT_KEY_1234",
+            "could not parse JSON response as ServerJsonRpcMessage: eof: key MOUNT_KEY_1234",
         ));
         assert!(quoting_safely(other, &configured, &live)
             .to_string()
-            .contains("MOUNT_KEY_1234"));
+            .ends_with("eof: key ***"));
+        let unquoting = StreamableHttpError::<reqwest::Error>::SessionExpired;
+        assert!(matches!(
+            quoting_safely(unquoting, &configured, &live),
+            StreamableHttpError::SessionExpired
+        ));
     }
 
     /// Only a POST the upstream refused for its forgotten session is sure

@@ -22,6 +22,12 @@ const SHORTEST_SECRET: usize = 6;
 /// `text` cut to [`QUOTED_BODY`] bytes, with each of `values` (and the
 /// credentials part of one written `Scheme credentials`) put as `***`.
 pub fn quoted<'a>(text: &str, values: impl IntoIterator<Item = &'a HeaderValue>) -> String {
+    cut(&hidden(text, values))
+}
+
+/// `text` with each of `values` (and the credentials part of one written
+/// `Scheme credentials`) put as `***`.
+pub fn hidden<'a>(text: &str, values: impl IntoIterator<Item = &'a HeaderValue>) -> String {
     let mut text: Cow<str> = Cow::Borrowed(text);
     for value in values {
         let Ok(value) = value.to_str() else { continue };
@@ -34,7 +40,7 @@ pub fn quoted<'a>(text: &str, values: impl IntoIterator<Item = &'a HeaderValue>)
             }
         }
     }
-    cut(&text)
+    text.into_owned()
 }
 
 fn cut(text: &str) -> String {
