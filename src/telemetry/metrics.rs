@@ -339,6 +339,24 @@ pub fn metrics() -> &'static Metrics {
 mod bucket_tests {
     use super::*;
 
+    /// Every refusal is in `Refusal::ALL` (a new one added to the enum
+    /// fails to compile here until it is placed).
+    #[test]
+    fn every_refusal_is_counted_from_the_start() {
+        let place = |refusal: Refusal| match refusal {
+            Refusal::Host => 0,
+            Refusal::Origin => 1,
+            Refusal::BodyTooLarge => 2,
+            Refusal::BodyTooSlow => 3,
+            Refusal::Malformed => 4,
+            Refusal::SessionLimit => 5,
+            Refusal::Draining => 6,
+            Refusal::UnknownSession => 7,
+        };
+        let places: Vec<usize> = Refusal::ALL.into_iter().map(place).collect();
+        assert_eq!(places, (0..Refusal::ALL.len()).collect::<Vec<_>>());
+    }
+
     /// Counters an alert watches are there from the start, at 0.
     #[test]
     fn reload_and_refusal_counters_start_at_zero() {

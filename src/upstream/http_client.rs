@@ -51,12 +51,12 @@ pub struct TracingHttpClient {
     expired: CancellationToken,
     /// Whether a `GET` of the session's stream has been served once.
     stream_served: Arc<std::sync::atomic::AtomicBool>,
-    /// How many `GET`s in a row did not connect.
     /// The mount's name, for the log lines of rmcp's tasks (no span
     /// names it there).
     mount: Arc<str>,
-    /// Since when every `GET` has failed to connect, if the last did.
-    unconnected_since: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Since when every `GET` has failed to reach the server, and when
+    /// the last did, if the last did.
+    unconnected: Arc<std::sync::Mutex<Option<Unconnected>>>,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
     /// The mount's configured headers, whose values an error answer that
@@ -108,7 +108,7 @@ impl TracingHttpClient {
             ended,
             expired,
             stream_served: Default::default(),
-            unconnected_since: Default::default(),
+            unconnected: Default::default(),
             mount: Arc::from(""),
             live: None,
             configured: Arc::default(),
@@ -198,15 +198,15 @@ impl TracingHttpClient {
         use std::sync::atomic::Ordering;
         let Err(error) = result else {
             self.stream_served.store(true, Ordering::Release);
-            *lock(&self.unconnected_since) = None;
+            *lock(&self.unconnected) = None;
             return;
         };
         let unconnected_for = {
-            let mut since = lock(&self.unconnected_since);
-            match get_cannot_connect(error) {
-                true => since.get_or_insert_with(std::time::Instant::now).elapsed(),
+            let mut unconnected = lock(&self.unconnected);
+            match get_unreachable(error) {
+                true => Unconnected::failed_again(&mut unconnected),
                 false => {
-                    *since = None;
+                    *unconnected = None;
                     Duration::ZERO
                 }
             }
@@ -257,10 +257,46 @@ fn get_means_session_gone(
     }
 }
 
-/// Whether a failed `GET` did not reach the server at all (refused, no
-/// route, the connect timed out).
-fn get_cannot_connect(error: &StreamableHttpError<reqwest::Error>) -> bool {
-    matches!(error, StreamableHttpError::Client(error) if error.is_connect())
+/// Whether a failed `GET` did not reach the server: not connected at all
+/// (refused, no route, the connect timed out), or a proxy in front of it
+/// said it cannot (502, 503, 504).
+fn get_unreachable(error: &StreamableHttpError<reqwest::Error>) -> bool {
+    let unreachable = |status: u16| matches!(status, 502..=504);
+    match error {
+        StreamableHttpError::Client(error) => {
+            error.is_connect() || error.status().is_some_and(|s| unreachable(s.as_u16()))
+        }
+        StreamableHttpError::HttpStatus(error) => unreachable(error.status),
+        _ => false,
+    }
+}
+
+/// A run of `GET`s that did not reach the server.
+#[derive(Clone, Copy, Debug)]
+struct Unconnected {
+    since: std::time::Instant,
+    last: std::time::Instant,
+}
+
+/// Failures further apart than rmcp's longest wait between tries belong
+/// to different runs: one of a stream dropped before its next try (a
+/// call's answer stream, its call over) says nothing of a failure hours
+/// later.
+const SAME_RUN_WITHIN: Duration = Duration::from_secs(12);
+
+impl Unconnected {
+    /// Another `GET` did not reach the server: how long the run has lasted.
+    fn failed_again(run: &mut Option<Unconnected>) -> Duration {
+        let now = std::time::Instant::now();
+        let since = match *run {
+            Some(Unconnected { since, last }) if now.duration_since(last) <= SAME_RUN_WITHIN => {
+                since
+            }
+            _ => now,
+        };
+        *run = Some(Unconnected { since, last: now });
+        now.duration_since(since)
+    }
 }
 
 /// Whether an upstream session's stream for unsolicited messages is up.
@@ -821,6 +857,32 @@ mod tests {
     use super::*;
 
     use rmcp::model::{CallToolRequest, CallToolRequestParams};
+
+    /// A run of failed `GET`s lasts from its first; one failure long
+    /// after the last starts a new run (a stream dropped between tries
+    /// left the old one behind).
+    #[test]
+    fn failed_gets_count_their_run_from_its_first() {
+        use std::time::Instant;
+        let ago = |seconds| Instant::now().checked_sub(Duration::from_secs(seconds));
+        let mut run = None;
+        assert!(Unconnected::failed_again(&mut run) < Duration::from_secs(1));
+        assert!(Unconnected::failed_again(&mut run) < Duration::from_secs(1));
+        let (three, one, twenty) = (ago(3), ago(1), ago(20));
+        let (Some(three), Some(one), Some(twenty)) = (three, one, twenty) else {
+            panic!("the monotonic clock is younger than 20 s");
+        };
+        run = Some(Unconnected {
+            since: three,
+            last: one,
+        });
+        assert!(Unconnected::failed_again(&mut run) >= Duration::from_secs(3));
+        run = Some(Unconnected {
+            since: twenty,
+            last: twenty,
+        });
+        assert!(Unconnected::failed_again(&mut run) < Duration::from_secs(1));
+    }
 
     /// An error answer's body that echoes the mount's header or a
     /// session's forwarded one is quoted without them, and cut; a body

@@ -499,12 +499,48 @@ mod tests {
             None,
             "the cancel just before may be what the server could not read"
         );
+        // Request 4 answered, the cancel long ago: 5 alone is unanswered
+        // ("2", answered as text, no longer counts).
+        transport
+            .inner
+            .0
+            .push_back(message(json!({"jsonrpc": "2.0", "id": 4, "result": {}})));
+        transport.receive().await.expect("the answer");
+        let unanswered = |transport: &mut OrderedTransport<Scripted>| {
+            transport
+                .unanswered
+                .as_mut()
+                .expect("kept")
+                .forget_other_messages();
+        };
+        unanswered(&mut transport);
         transport.send(call(json!(5))).await.unwrap();
+        assert_eq!(
+            id_given(&mut transport, idless_error("bad")).await,
+            Some(rmcp::model::RequestId::Number(5))
+        );
+        transport.send(call(json!(6))).await.unwrap();
         assert_eq!(
             id_given(&mut transport, idless_error("unknown session")).await,
             None,
             "an error about the session is the session's end, no request's answer"
         );
+        // An answer the gateway sends (to a request of the server's): an
+        // error read after it may be about it.
+        transport
+            .inner
+            .0
+            .push_back(message(json!({"jsonrpc": "2.0", "id": 6, "result": {}})));
+        transport.receive().await.expect("the answer");
+        unanswered(&mut transport);
+        transport.send(call(json!(7))).await.unwrap();
+        transport
+            .send(sent(
+                json!({"jsonrpc": "2.0", "id": 90, "result": {"roots": []}}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(id_given(&mut transport, idless_error("bad")).await, None);
     }
 
     /// Beside the direct path (HTTP), which sends requests past it, the

@@ -103,6 +103,12 @@ impl Unanswered {
         Some(id.clone())
     }
 
+    /// As if no notification or answer had gone out for long.
+    #[cfg(test)]
+    pub fn forget_other_messages(&mut self) {
+        self.other_sent_at = None;
+    }
+
     fn forget_given_up(&mut self, now: Instant) {
         let ceiling = self.ceiling;
         self.sent
@@ -152,7 +158,7 @@ mod tests {
         unanswered.request_sent(&RequestId::Number(2));
         assert_eq!(unanswered.answered_by(&invalid()), None, "just before");
         unanswered.settled(&RequestId::Number(2));
-        unanswered.other_sent_at = Some(Instant::now() - JUST_BEFORE * 2);
+        unanswered.forget_other_messages();
         unanswered.request_sent(&RequestId::Number(3));
         assert_eq!(
             unanswered.answered_by(&invalid()),
