@@ -24,8 +24,8 @@
 //! transport had closed (a client that ended its session, with a `DELETE`
 //! or a disconnect, while a request ran): the client is gone, and nothing
 //! is wrong with the gateway. And so are rmcp's errors for an upstream
-//! server that cannot be reached (its worker's end, the failed `DELETE`
-//! of the session): the supervisor says the same at `warn` with the
+//! server that cannot be reached (its worker's end): the supervisor says
+//! the same at `warn` with the
 //! mount's name, and `error` once the mount is down; rmcp's said it again
 //! at `error` for every reconnect attempt.
 //!
@@ -178,14 +178,14 @@ fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bo
 
 /// Whether `event` is rmcp's `error` for an upstream server it could not
 /// connect to: its client worker's end (the reqwest error's `Connect`
-/// kind), or the `DELETE` of a session whose request was never answered.
+/// kind). The failed `DELETE` of such a session stays an error: it is
+/// logged once, at the session's close.
 fn server_unreachable(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
     let message = fields.message.as_str();
     metadata.target().starts_with("rmcp::transport")
         && *metadata.level() == Level::ERROR
-        && ((message.starts_with("worker quit with fatal:") && message.contains("Error(Connect,"))
-            || (message.starts_with("fail to delete session:")
-                && message.contains("error sending request")))
+        && message.starts_with("worker quit with fatal:")
+        && message.contains("Error(Connect,")
 }
 
 /// The JSON-RPC error code in a recorded `ErrorData` (`ErrorCode(-32602)`).
@@ -354,7 +354,6 @@ mod tests {
             tracing_subscriber::registry().with(seen.clone().with_filter(WithoutSessionIds));
         tracing::subscriber::with_default(subscriber, || {
             tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Transport channel closed, when Client(reqwest::Error {{ kind: Request, source: hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\")) }})");
-            tracing::error!(target: "rmcp::transport::streamable_http_client", "fail to delete session: Client error: error sending request for url (http://127.0.0.1:1/mcp)");
             tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Unexpected content type: text/html, when receive");
         });
         let seen = seen.0.lock().unwrap().clone();
