@@ -1254,7 +1254,7 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
          [mounts.renamed]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
          forward_headers = { Host = \"X-Host\", Authorization = \"Cookie\", X-Trace = \"traceparent\" }\n\
          [mounts.proxied]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
-         forward_headers = [\"Proxy-Authorization\", \"Mcp-Method\"]\n\
+         forward_headers = [\"Proxy-Authorization\", \"Mcp-Method\", \"Accept-Encoding\"]\n\
          [mounts.bare]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
          forward_headers = \"Authorization\"\n",
     );
@@ -1270,6 +1270,7 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
             "mounts.renamed.forward_headers.X-Trace: \"traceparent\" is the gateway's own",
             "mounts.proxied.forward_headers.0: \"Proxy-Authorization\" is the gateway's own",
             "mounts.proxied.forward_headers.1: \"Mcp-Method\" is the gateway's own",
+            "mounts.proxied.forward_headers.2: \"Accept-Encoding\" is the gateway's own",
             "mounts.bare.forward_headers:",
         ],
     );
@@ -1279,7 +1280,7 @@ fn forwarded_headers_are_refused_where_they_would_leak_or_break() {
             .any(|problem| problem.contains("a list of header names, or a table")),
         "{found:#?}"
     );
-    assert_eq!(found.len(), 10, "{found:#?}");
+    assert_eq!(found.len(), 11, "{found:#?}");
 }
 
 #[test]

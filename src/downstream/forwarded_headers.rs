@@ -41,8 +41,11 @@ impl std::fmt::Debug for ClientHeaders {
 
 /// Takes what of `headers` (a client's request) some mount forwards (the
 /// names `each_forwarded` gives); those it does not carry keep their
-/// value. A value that is not visible text is left out, as if not sent.
-/// Without a mount that forwards, nothing is locked or allocated.
+/// value. A value that is not visible text is left out, as if not sent,
+/// and so is a header the request names in `Connection`: it was meant
+/// for the gateway's hop alone (RFC 9110, 7.6.1), and a client or a
+/// proxy in front may rely on it going no further. Without a mount that
+/// forwards, nothing is locked or allocated.
 pub(crate) fn note(
     held: &HeldClientHeaders,
     headers: &axum::http::HeaderMap,
@@ -51,7 +54,9 @@ pub(crate) fn note(
     let mut sent: Vec<(String, &str)> = Vec::new();
     each_forwarded(&mut |client_name| {
         if let Some(value) = headers.get(client_name).and_then(|v| v.to_str().ok()) {
-            sent.push((client_name.to_owned(), value));
+            if !named_in_connection(headers, client_name) {
+                sent.push((client_name.to_owned(), value));
+            }
         }
     });
     if sent.is_empty() {
@@ -63,6 +68,17 @@ pub(crate) fn note(
             held.0.insert(client_name, value.to_owned());
         }
     }
+}
+
+/// Whether a `Connection` header of `headers` lists `name` (lower case)
+/// among its options.
+fn named_in_connection(headers: &axum::http::HeaderMap, name: &str) -> bool {
+    headers
+        .get_all(axum::http::header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|option| option.trim().eq_ignore_ascii_case(name))
 }
 
 /// The headers `config` forwards, as an upstream session of it for this
@@ -222,5 +238,33 @@ mod tests {
         );
         assert_eq!(authorization(&held).as_deref(), Some("Bearer renewed"));
         assert_eq!(format!("{:?}", lock(&held)), r#"["authorization"]"#);
+    }
+
+    /// A header the request names in `Connection` stops at the gateway,
+    /// whichever `Connection` header and case names it; the value held
+    /// from an earlier request stays.
+    #[test]
+    fn a_header_named_in_connection_is_not_forwarded() {
+        let config = mount(
+            "[mounts.a]\nurl = \"http://127.0.0.1:1/mcp\"\nisolation = \"per_session\"\n\
+             forward_headers = [\"X-Token\", \"X-Team\"]\n",
+        );
+        let held = HeldClientHeaders::default();
+        let mut headers = request(&[("x-token", "hop only"), ("x-team", "t")]);
+        headers.append("connection", "keep-alive".parse().unwrap());
+        headers.append("connection", "close , X-TOKEN".parse().unwrap());
+        noted(&held, &config, &headers);
+        assert_eq!(
+            sent(&held, &config, &[]),
+            BTreeMap::from([("x-team".to_owned(), "t".to_owned())])
+        );
+        noted(&held, &config, &request(&[("x-token", "end to end")]));
+        let mut headers = request(&[("x-token", "hop only again")]);
+        headers.insert("connection", "x-token".parse().unwrap());
+        noted(&held, &config, &headers);
+        assert_eq!(
+            sent(&held, &config, &[]).remove("x-token").as_deref(),
+            Some("end to end")
+        );
     }
 }

@@ -319,11 +319,14 @@ pub(super) fn resolve_mount(
 /// Headers no mount may forward: the transport's own (a client's would
 /// break the exchange or smuggle one), the hop-by-hop ones, the trace
 /// context (the gateway sends its own), and the client's session with
-/// the gateway, which means nothing upstream. So are all `Mcp-*` (the
-/// protocol's own) and `Proxy-*` ones: a client's `Proxy-Authorization`
-/// would take the place of the gateway's own proxy credentials.
+/// the gateway, which means nothing upstream. `Accept-Encoding` is the
+/// gateway's HTTP client's to say: it decodes only what it asks for. So
+/// are all `Mcp-*` (the protocol's own) and `Proxy-*` ones: a client's
+/// `Proxy-Authorization` would take the place of the gateway's own proxy
+/// credentials.
 pub(super) const NOT_FORWARDED: &[&str] = &[
     "accept",
+    "accept-encoding",
     "connection",
     "content-encoding",
     "content-length",
