@@ -310,6 +310,32 @@ async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     close(client).await;
 }
 
+/// A stdio server whose answer nests deeper than serde_json reads (128
+/// levels): the call fails at once saying so, instead of waiting out the
+/// request timeout (rmcp skipped the line), and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_nested_too_deep_fails_its_call_at_once() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("nan", "nan_answer.py", "timeouts = { request = \"5m\" }")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let failed = tokio::time::timeout(
+        Duration::from_secs(30),
+        call(&client, "nan__deep", Value::Null),
+    )
+    .await
+    .expect("answered before the request timeout");
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
+    assert!(text(&failed).contains("128 levels deep"), "{failed:?}");
+    assert_eq!(
+        ok_text(&call(&client, "nan__ok", Value::Null).await),
+        "fine"
+    );
+    close(client).await;
+}
+
 /// A stdio server whose text is not valid Unicode (half of a surrogate
 /// pair, bytes that are not UTF-8), which the SDKs' own parsers take: the
 /// tool is listed and the calls answered, with U+FFFD in place of the

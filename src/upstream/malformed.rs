@@ -16,6 +16,9 @@
 //! of a UTF-16 surrogate pair, bytes that are not UTF-8) is relayed with
 //! U+FFFD in place of the broken text instead (`unicode_repair.rs`).
 //!
+//! An answer nested too deep to read fails its request at once too
+//! (`deep_nesting.rs`).
+//!
 //! Every line passes here, so the check is cheap for the lines that are
 //! fine: one framed as a JSON object (or batch) without `NaN` or
 //! `Infinity` anywhere, nor a surrogate escape, and valid UTF-8, is taken
@@ -71,6 +74,13 @@ impl MalformedLines {
         let non_finite = bare_word_in(line, b"NaN") || bare_word_in(line, b"Infinity");
         let broken_text = super::unicode_repair::may_need_repair(line);
         if framed && !non_finite && !broken_text {
+            if let Some(id) = super::deep_nesting::too_deep_answer_id(line) {
+                tracing::warn!(mount = %self.mount, %id, "the upstream's answer nests deeper than the gateway can read; its request fails");
+                self.fail(
+                    id,
+                    "the upstream's answer nests objects and arrays 128 levels deep or more, deeper than the gateway reads".to_owned(),
+                );
+            }
             return;
         }
         if broken_text && self.relay_repaired(line) {

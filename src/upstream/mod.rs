@@ -9,6 +9,7 @@
 mod bounded_map;
 pub mod child;
 pub mod connect;
+mod deep_nesting;
 mod detached;
 pub mod direct_call;
 pub mod discovery;
