@@ -22,10 +22,13 @@ pub trait SecretRewrite {
 /// `words` with each likely secret replaced by `rewrite`: the value of a
 /// flag whose name says secret (`--api-key=sk-…`, `--token tok-…`), of a
 /// header or `NAME=value` setting whose name does, and the secrets of a
-/// URL ([`looks_like_url`]).
+/// URL ([`looks_like_url`]); and, whatever names it, a value shaped like
+/// a secret (a provider's token, a connection string with a password:
+/// `import::secrets::value_looks_secret`).
 pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<String> {
     let looks_secret =
         |name: &str| super::import::secrets::looks_secret(name) && !names_where_it_is(name);
+    let value_looks_secret = super::import::secrets::value_looks_secret;
     // `--no-auth` says there is none: what follows is another argument.
     let names_secret = |flag: &str| {
         let name = flag.trim_start_matches('-');
@@ -46,7 +49,10 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
     // the name says secret.
     let setting = |word: &str| {
         let (name, value) = word.split_once('=')?;
-        (plain_name(name) && looks_secret(name)).then(|| (name.to_owned(), value.to_owned()))
+        (plain_name(name)
+            && !name.starts_with('-')
+            && (looks_secret(name) || value_looks_secret(value)))
+        .then(|| (name.to_owned(), value.to_owned()))
     };
     let mut rewritten = Vec::with_capacity(words.len());
     let mut value_of_secret_flag: Option<&str> = None;
@@ -64,10 +70,14 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
             continue;
         }
         let replaced = match word.split_once('=') {
-            Some((flag, value)) if names_secret(flag) => {
+            Some((flag, value))
+                if names_secret(flag) || (flag.starts_with('-') && value_looks_secret(value)) =>
+            {
                 let name = flag.trim_start_matches('-');
                 format!("{flag}={}", rewrite.value(index, name, value))
             }
+            // A connection string (`Server=db;Password=…`) whole.
+            Some(_) if value_looks_secret(word) => rewrite.value(index, "connection_string", word),
             Some((flag, value)) if flag.starts_with('-') && header(value).is_some() => {
                 let (name, secret) = header(value).unwrap_or_default();
                 format!("{flag}={name}: {}", rewrite.value(index, &name, &secret))
@@ -81,6 +91,17 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
                 format!("{name}={}", rewrite.value(index, &name, &secret))
             }
             Some(_) => url_rewritten(index, word, rewrite),
+            // A provider's token, named after the flag before it, if any.
+            None if value_looks_secret(word) => {
+                let before = index.checked_sub(1).map(|before| words[before]);
+                let name = match before {
+                    Some(flag) if flag.starts_with('-') && !flag.contains('=') => {
+                        flag.trim_start_matches('-')
+                    }
+                    _ => "token",
+                };
+                rewrite.value(index, name, word)
+            }
             None => {
                 value_of_secret_flag = names_secret(word).then_some(word);
                 url_rewritten(index, word, rewrite)
@@ -161,6 +182,16 @@ mod tests {
             "/home/me/.token",
             "--api-key-env=OPENAI_API_KEY",
             "GITHUB_TOKEN_PATH=/run/secret",
+            "--bearer",
+            "b-7",
+            "--model",
+            "sk-ant-api03-AAAAAAAAAAAAAAAA",
+            "--model=sk-ant-api03-BBBBBBBBBBBBBBBB",
+            "ghp_CCCCCCCCCCCCCCCCCCCCCCCC",
+            "CONFIG=xoxb-1234567890-DDDDDDDDDD",
+            "Server=db;User Id=sa;Password=pw-8;",
+            "--skip",
+            "sk-short",
         ];
         assert_eq!(
             rewrite_secrets(&words, &mut Marked),
@@ -187,6 +218,16 @@ mod tests {
                 "/home/me/.token",
                 "--api-key-env=OPENAI_API_KEY",
                 "GITHUB_TOKEN_PATH=/run/secret",
+                "--bearer",
+                "<23 bearer b-7>",
+                "--model",
+                "<25 model sk-ant-api03-AAAAAAAAAAAAAAAA>",
+                "--model=<26 model sk-ant-api03-BBBBBBBBBBBBBBBB>",
+                "<27 token ghp_CCCCCCCCCCCCCCCCCCCCCCCC>",
+                "CONFIG=<28 CONFIG xoxb-1234567890-DDDDDDDDDD>",
+                "<29 connection_string Server=db;User Id=sa;Password=pw-8;>",
+                "--skip",
+                "sk-short",
             ]
         );
     }

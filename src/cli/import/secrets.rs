@@ -12,20 +12,26 @@
 use super::{vars::env_name, Issue};
 
 /// Words (between `_`, `-` or case changes) that make an `env` or header
-/// name a secret's.
-const SECRET_WORDS: [&str; 12] = [
+/// name, a flag or a query parameter a secret's (`--bearer`, `--jwt`,
+/// `--pass`, `?sig=`, `X-Amz-Signature`).
+const SECRET_WORDS: [&str; 17] = [
     "TOKEN",
     "SECRET",
     "PASSWORD",
     "PASSWD",
+    "PASS",
     "KEY",
     "APIKEY",
     "CREDENTIAL",
     "CREDENTIALS",
     "AUTH",
     "AUTHORIZATION",
+    "BEARER",
     "COOKIE",
     "PAT",
+    "JWT",
+    "SIG",
+    "SIGNATURE",
 ];
 
 /// Whether `name` (an env variable's or a header's) names a secret.
@@ -33,6 +39,60 @@ pub fn looks_secret(name: &str) -> bool {
     env_name(name)
         .split('_')
         .any(|word| SECRET_WORDS.contains(&word))
+}
+
+/// How the tokens of well-known providers begin: such a value is a
+/// secret under any name, or none (`--model sk-ant-…`, a bare argument).
+const TOKEN_PREFIXES: [&str; 23] = [
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xapp-",
+    "hf_",
+    "npm_",
+    "pypi-",
+    "shpat_",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "eyJ",
+];
+
+/// Whether `value` is shaped like a secret, whatever it is called: a
+/// well-known provider's token ([`TOKEN_PREFIXES`], 20 characters or
+/// more of a token's alphabet; a JWT, `eyJ…`, with its three parts), or
+/// a connection string with a password in it
+/// (`Server=db;User Id=sa;Password=…`, `…;Pwd=…`).
+pub fn value_looks_secret(value: &str) -> bool {
+    let token_alphabet = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '=' | '/' | '+'));
+    let provider_token = value.len() >= 20
+        && token_alphabet
+        && TOKEN_PREFIXES
+            .iter()
+            .any(|prefix| value.starts_with(prefix))
+        && (!value.starts_with("eyJ") || value.matches('.').count() == 2);
+    let connection_password = value.contains(';')
+        && value.split(';').any(|pair| {
+            pair.split_once('=').is_some_and(|(name, secret)| {
+                let name = name.trim();
+                !secret.trim().is_empty()
+                    && (name.eq_ignore_ascii_case("pwd") || looks_secret(name))
+            })
+        });
+    provider_token || connection_password
 }
 
 /// The variables an import has named for secrets it moved out, so that
@@ -87,7 +147,10 @@ pub fn kept_out(
     issues: &mut Vec<Issue>,
     variables: &mut Variables,
 ) -> String {
-    if value.is_empty() || value.contains("${") || !looks_secret(name) {
+    if value.is_empty()
+        || value.contains("${")
+        || !(looks_secret(name) || value_looks_secret(&value))
+    {
         return value;
     }
     // An env variable keeps its name (two servers' `GITHUB_TOKEN` are

@@ -683,3 +683,73 @@ fn an_argument_secret_steps_around_a_later_servers_env_name() {
         Some("${GITHUB_TOKEN}")
     );
 }
+
+/// Secrets the first cut copied as written (security helper): the values
+/// of `--bearer`, `--jwt` and `--pass`; a provider's token or a connection
+/// string's password under a name that says nothing of secrets; the query
+/// parameters `sig`, `jwt` and `X-Amz-Signature`. A URL's password and an
+/// `env` key of the same name never share a variable.
+#[test]
+fn secrets_known_by_their_flag_shape_or_query_name_are_not_copied() {
+    let translation = import(json!({
+        "mcpServers": {
+            "tool": {
+                "command": "x",
+                "args": ["--bearer", "BEARER1", "--jwt=JWT2", "--pass", "PASS3",
+                         "--model", "sk-ant-api03-SHAPE4AAAAAAAAAAAA", "--port", "8080"],
+                "env": {
+                    "MODEL_CONFIG": "xoxb-1234567890-SHAPE5BBBBBB",
+                    "DB": "Server=db;User Id=sa;Password=CONN6;",
+                    "DATABASE_URL": "postgres://app:URLPW7@db/prod",
+                    "DATABASE_URL_PASSWORD": "ENVPW8",
+                    "REGION": "eu-west-1"
+                }
+            },
+            "remote": {
+                "url": "https://h/mcp?sig=SIG9&jwt=JWT10&X-Amz-Signature=AMZ11&region=eu"
+            }
+        }
+    }));
+    let config = parsed(&translation);
+    let tool = &config["mounts"]["tool"];
+    assert_eq!(
+        args_of(tool),
+        [
+            "--bearer",
+            "${TOOL_BEARER}",
+            "--jwt=${TOOL_JWT}",
+            "--pass",
+            "${TOOL_PASS}",
+            "--model",
+            "${TOOL_MODEL}",
+            "--port",
+            "8080"
+        ]
+    );
+    let env = &tool["env"];
+    assert_eq!(env["MODEL_CONFIG"].as_str(), Some("${MODEL_CONFIG}"));
+    assert_eq!(env["DB"].as_str(), Some("${DB}"));
+    assert_eq!(env["REGION"].as_str(), Some("eu-west-1"));
+    assert_eq!(
+        env["DATABASE_URL_PASSWORD"].as_str(),
+        Some("${DATABASE_URL_PASSWORD}")
+    );
+    assert_eq!(
+        env["DATABASE_URL"].as_str(),
+        Some("postgres://app:${DATABASE_URL_PASSWORD_2}@db/prod")
+    );
+    let url = config["mounts"]["remote"]["url"].as_str().unwrap();
+    assert_eq!(
+        url,
+        "https://h/mcp?sig=${REMOTE_SIG}&jwt=${REMOTE_JWT}&X-Amz-Signature=${REMOTE_X_AMZ_SIGNATURE}&region=eu"
+    );
+    let report = report(&translation);
+    assert_nowhere(
+        &translation,
+        &report,
+        &[
+            "BEARER1", "JWT2", "PASS3", "SHAPE4", "SHAPE5", "CONN6", "URLPW7", "ENVPW8", "SIG9",
+            "JWT10", "AMZ11",
+        ],
+    );
+}
