@@ -976,8 +976,10 @@ async fn sighup_while_the_file_keeps_changing_applies_nothing() {
 }
 
 /// A config file that can no longer be read (deleted) is said once, not
-/// silently ignored; the running config keeps serving, and the file is
-/// taken again once it is back.
+/// silently ignored, and counted as a failed reload (the gauge says 0,
+/// as after a SIGHUP then: ops helper); the running config keeps
+/// serving, and the file is taken again once it is back, even as it was,
+/// setting the gauge back to 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_file_that_cannot_be_read_is_said() {
     let config = |max: u32| {
@@ -987,14 +989,36 @@ async fn a_config_file_that_cannot_be_read_is_said() {
         )
     };
     let gateway = Gateway::start(&config(50)).await;
+    let metric = |metrics: &str, name: &str| metric_value(metrics, name);
     std::fs::remove_file(&gateway.config_path).unwrap();
     wait_for_log(&gateway, &["the config file cannot be read"], 1).await;
+    let metrics = metrics_text(&gateway).await;
+    assert_eq!(
+        metric(&metrics, "junction_config_last_reload_successful"),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "junction_config_reloads_total{result=\"rejected\"}"
+        ),
+        Some(1.0)
+    );
     let client = gateway.connect().await;
     let echoed = call(&client, "a__echo", json!({"message": "on"})).await;
     assert_eq!(ok_text(&echoed), "on");
+    rewrite_config(&gateway.config_path, &config(50));
+    wait_for_log(&gateway, &["config reloaded"], 1).await;
+    eventually("the gauge to say 1 again", RELOAD_TIMEOUT, || async {
+        let metrics = metrics_text(&gateway).await;
+        (metric(&metrics, "junction_config_last_reload_successful") == Some(1.0)).then_some(())
+    })
+    .await;
+    std::fs::remove_file(&gateway.config_path).unwrap();
+    wait_for_log(&gateway, &["the config file cannot be read"], 2).await;
     rewrite_config(&gateway.config_path, &config(40));
     wait_for_log(&gateway, &["config reloaded", "applied=limits"], 1).await;
-    assert_eq!(log_lines(&gateway, &["cannot be read"]).len(), 1);
+    assert_eq!(log_lines(&gateway, &["cannot be read"]).len(), 2);
     close(client).await;
 }
 

@@ -122,15 +122,21 @@ pub async fn watch(
             _ = poll.tick() => {
                 // A file that cannot be read (mid-replace) is not a change;
                 // one that stays so (deleted, its permissions changed) is
-                // said once, or edits would be lost without a word.
+                // said once, or edits would be lost without a word. It
+                // counts as a failed reload, as on SIGHUP: an alert on
+                // the gauge sees that the file no longer says what runs,
+                // and the file, once readable again, is taken even if it
+                // is what was seen, setting the gauge back.
                 let current = source.snapshot();
                 if current.is_none() && matches!(source, ConfigSource::File(_)) {
                     unreadable_polls += 1;
                     if unreadable_polls == UNREADABLE_POLLS_TOLD {
-                        tracing::warn!(
+                        tracing::error!(
                             config = %source.describe(),
-                            "the config file cannot be read; the running config keeps serving, and the file is taken again once it can be"
+                            "the config file cannot be read (counted as a failed reload); the running config keeps serving, and the file is taken again once it can be"
                         );
+                        metrics().count_reload(false, false);
+                        seen = None;
                     }
                     continue;
                 }
