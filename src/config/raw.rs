@@ -16,7 +16,7 @@ pub struct RawServer {
     pub listen: Option<String>,
     pub path: Option<String>,
     pub separator: Option<String>,
-    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<Text>>,
     pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,
     pub session_hibernate_after: Option<String>,
@@ -46,8 +46,8 @@ pub struct RawMount {
     pub isolation: Option<String>,
     pub timeouts: Option<RawMountTimeouts>,
     pub max_upstream_sessions: Option<usize>,
-    pub include_tools: Option<Vec<String>>,
-    pub exclude_tools: Option<Vec<String>>,
+    pub include_tools: Option<Vec<Text>>,
+    pub exclude_tools: Option<Vec<Text>>,
     pub forward_headers: Option<RawForwardHeaders>,
 }
 
@@ -60,12 +60,13 @@ pub struct RawMount {
     expecting = "a list of header names, or a table of upstream header name = client header name"
 )]
 pub enum RawForwardHeaders {
-    Same(Vec<String>),
-    Renamed(BTreeMap<String, String>),
+    Same(Vec<Text>),
+    Renamed(BTreeMap<String, Text>),
 }
 
-/// A command-line argument, an environment value or a header value: text,
-/// whatever it looks like. YAML reads `args: [--port, 8080]` and `PORT:
+/// A command-line argument, an environment value, a header value, or a
+/// name (a host, a tool pattern, a header, the service): text, whatever
+/// it looks like. YAML reads `args: [--port, 8080]` and `PORT:
 /// 8080` as numbers, TOML `DEBUG = true` as a boolean; integers and
 /// booleans are taken as the text they are written as. A number with a
 /// fraction is refused (`3.10` would be read as 3.1), and no error here
@@ -177,7 +178,7 @@ pub struct RawTelemetry {
     pub log_level: Option<String>,
     pub otlp_endpoint: Option<String>,
     pub otlp_protocol: Option<String>,
-    pub service_name: Option<String>,
+    pub service_name: Option<Text>,
 }
 
 /// The `[admin]` table.

@@ -318,6 +318,33 @@ fn file_numbers_where_text_is_taken() {
     assert_eq!(args, &["--port", "8080", "--verbose", "true"]);
     assert_eq!(env["PORT"], "8080");
     assert_eq!(cwd.as_deref(), Some(std::path::Path::new("2024")));
+    // Names too (ops helper: these were refused as "expected a string"):
+    // a host, tool patterns, forwarded headers, the service name.
+    let config = parse(
+        "junction.yaml",
+        "server:\n  allowed_hosts: [localhost, 1234]\ntelemetry:\n  service_name: 2024\n\
+         mounts:\n  web:\n    url: http://h/mcp\n    isolation: per_session\n\
+         \x20   include_tools: [7, search]\n    exclude_tools: [8]\n\
+         \x20   forward_headers: {X-Upstream: 42}\n  both:\n    url: http://h/mcp\n\
+         \x20   isolation: per_session\n    forward_headers: [101]\n",
+    )
+    .unwrap();
+    assert_eq!(config.server.allowed_hosts, ["localhost", "1234"]);
+    assert_eq!(config.telemetry.service_name, "2024");
+    let web = config
+        .mounts
+        .iter()
+        .find(|m| m.name.as_str() == "web")
+        .unwrap();
+    assert!(web.tools.offers("7") && web.tools.offers("search"));
+    assert!(!web.tools.offers("8") && !web.tools.offers("other"));
+    assert_eq!(web.forward_headers["x-upstream"], "42");
+    let both = config
+        .mounts
+        .iter()
+        .find(|m| m.name.as_str() == "both")
+        .unwrap();
+    assert_eq!(both.forward_headers["101"], "101");
     let found = problems(
         "junction.toml",
         "[mounts.web]\nurl = \"http://h/mcp\"\nheaders = { X = 1234.5678 }\n",
@@ -398,7 +425,7 @@ fn every_bad_entry_of_a_list_or_table_is_reported() {
         "junction.toml",
         r#"
         [server]
-        allowed_hosts = [1, "a", [2]]
+        allowed_hosts = [1.5, "a", [2]]
         [mounts.m]
         command = "x"
         args = ["ok", [1], {}]
@@ -1171,7 +1198,7 @@ fn bad_tool_patterns_are_reported_with_their_place() {
         "junction.toml",
         "[mounts.a]\ncommand = \"x\"\ninclude_tools = [\"ok\", \"\"]\nexclude_tools = [\"\"]\nisolation = \"sometimes\"\n\
          [mounts.b]\ncommand = \"x\"\ninclude_tools = \"get_*\"\n\
-         [mounts.c]\ncommand = \"x\"\nexclude_tools = [\"a\", 3]\n",
+         [mounts.c]\ncommand = \"x\"\nexclude_tools = [\"a\", [3]]\n",
     );
     assert_reported(
         &found,

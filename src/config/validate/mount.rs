@@ -119,7 +119,12 @@ pub(super) fn resolve_mount(
         (None, None) => None,
     };
     let timeouts = resolve_mount_timeouts(&path, raw.timeouts, problems, &mut ok);
-    let tools = resolve_tool_filter(&path, raw.include_tools, raw.exclude_tools, problems);
+    let tools = resolve_tool_filter(
+        &path,
+        raw.include_tools.map(texts),
+        raw.exclude_tools.map(texts),
+        problems,
+    );
     let forward_headers = raw.forward_headers.map(|forward| {
         let http = raw.url.is_some() && raw.command.is_none();
         let per_session = raw.isolation.as_deref() == Some("per_session");
@@ -374,11 +379,11 @@ pub(super) fn resolve_forward_headers(
         RawForwardHeaders::Same(names) => names
             .into_iter()
             .enumerate()
-            .map(|(index, name)| (format!("{key}.{index}"), name.clone(), name))
+            .map(|(index, name)| (format!("{key}.{index}"), name.0.clone(), name.0))
             .collect(),
         RawForwardHeaders::Renamed(table) => table
             .into_iter()
-            .map(|(upstream, client)| (format!("{key}.{upstream}"), upstream, client))
+            .map(|(upstream, client)| (format!("{key}.{upstream}"), upstream, client.0))
             .collect(),
     };
     let mut forwarded = BTreeMap::new();

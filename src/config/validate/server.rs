@@ -75,7 +75,7 @@ pub(super) fn resolve_telemetry(
         otlp_json,
         service_name: raw
             .service_name
-            .unwrap_or_else(|| defaults::SERVICE_NAME.to_owned()),
+            .map_or_else(|| defaults::SERVICE_NAME.to_owned(), |name| name.0),
     })
 }
 
@@ -123,7 +123,7 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
             None
         }
     };
-    let allowed_hosts = match raw.allowed_hosts {
+    let allowed_hosts = match raw.allowed_hosts.map(crate::config::raw::texts) {
         None => defaults::ALLOWED_HOSTS.map(str::to_owned).to_vec(),
         Some(hosts) if hosts.is_empty() => {
             problems.push(
