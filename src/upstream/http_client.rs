@@ -409,6 +409,9 @@ impl StreamableHttpClient for TracingHttpClient {
             JsonRpcMessage::Request(request) if self.raw.is_wanted(&request.id)
         );
         let session_known = session_id.is_some();
+        // Quoted errors hide these too: an upstream session id lets whoever
+        // reaches the server act in the session.
+        let not_quoted = [session_id.clone(), auth_header.as_deref().map(Arc::from)];
         let request_id = match &message {
             JsonRpcMessage::Request(request) => Some(request.id.clone()),
             _ => None,
@@ -440,7 +443,7 @@ impl StreamableHttpClient for TracingHttpClient {
                 )
                 .await
         }
-        .map_err(|error| quoting_safely(error, &self.configured, &self.live));
+        .map_err(|error| quoting_safely(error, &self.configured, &self.live, &not_quoted));
         // A server's refusal of a session it does not know, sent as a
         // JSON-RPC error (with a 400, which rmcp reads as a message): the
         // session is over, as a 404 says (`direct_call::refuses_unknown_session`
@@ -666,30 +669,40 @@ fn as_read(
 }
 
 /// An error of rmcp's that may quote an answer's body, without the values
-/// of the headers sent, `configured` with `live` laid over them, and the
-/// quote of an error answer's body (`HTTP {status}: {body}`) cut
-/// (`quoted_error.rs`); any other error as it is.
+/// of the headers sent (`configured` with `live` laid over them, and
+/// `also`: the session id, rmcp's own bearer token), and the quote of an
+/// error answer's body (`HTTP {status}: {body}`) cut (`quoted_error.rs`);
+/// any other error as it is.
 fn quoting_safely(
     error: StreamableHttpError<reqwest::Error>,
     configured: &HashMap<HeaderName, HeaderValue>,
     live: &Option<super::LiveHeaders>,
+    also: &[Option<Arc<str>>],
 ) -> StreamableHttpError<reqwest::Error> {
     let StreamableHttpError::UnexpectedServerResponse(message) = &error else {
         return error;
     };
-    let mut sent = configured.clone();
-    super::live_headers::apply(live, &mut sent);
+    let mut sent: Vec<HeaderValue> = {
+        let mut sent = configured.clone();
+        super::live_headers::apply(live, &mut sent);
+        sent.into_values().collect()
+    };
+    sent.extend(
+        also.iter()
+            .flatten()
+            .filter_map(|value| HeaderValue::from_str(value).ok()),
+    );
     let said = match message
         .strip_prefix("HTTP ")
         .and_then(|rest| rest.split_once(": "))
     {
         Some((status, body)) => {
-            let body = super::quoted_error::quoted(body, sent.values());
+            let body = super::quoted_error::quoted(body, &sent);
             format!("HTTP {status}: {body}")
         }
         // rmcp quotes a body in other words too ("could not parse JSON
         // response …: {body}"), already cut.
-        None => super::quoted_error::hidden(message, sent.values()),
+        None => super::quoted_error::hidden(message, &sent),
     };
     StreamableHttpError::UnexpectedServerResponse(Cow::Owned(said))
 }
@@ -903,7 +916,8 @@ mod tests {
             "HTTP 403 Forbidden: invalid credentials: Bearer CLIENT_TOKEN_81 with key MOUNT_KEY_1234 {}",
             "x".repeat(60_000)
         )));
-        let said = quoting_safely(echoed, &configured, &live).to_string();
+        let session: [Option<Arc<str>>; 2] = [Some(Arc::from("SESSION-ID-5150")), None];
+        let said = quoting_safely(echoed, &configured, &live, &session).to_string();
         assert!(
             !said.contains("CLIENT_TOKEN") && !said.contains("MOUNT_KEY"),
             "{said}"
@@ -912,16 +926,23 @@ mod tests {
             said.contains("HTTP 403 Forbidden: invalid credentials: *** with key ***"),
             "{said}"
         );
+        let unknown = StreamableHttpError::UnexpectedServerResponse(Cow::Borrowed(
+            "HTTP 404 Not Found: no session SESSION-ID-5150",
+        ));
+        assert_eq!(
+            quoting_safely(unknown, &configured, &live, &session).to_string(),
+            "unexpected server response: HTTP 404 Not Found: no session ***"
+        );
         assert!(said.len() < 400, "cut: {} bytes", said.len());
         let other = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(Cow::Borrowed(
             "could not parse JSON response as ServerJsonRpcMessage: eof: key MOUNT_KEY_1234",
         ));
-        assert!(quoting_safely(other, &configured, &live)
+        assert!(quoting_safely(other, &configured, &live, &[])
             .to_string()
             .ends_with("eof: key ***"));
         let unquoting = StreamableHttpError::<reqwest::Error>::SessionExpired;
         assert!(matches!(
-            quoting_safely(unquoting, &configured, &live),
+            quoting_safely(unquoting, &configured, &live, &[]),
             StreamableHttpError::SessionExpired
         ));
     }
