@@ -177,15 +177,19 @@ fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bo
 }
 
 /// Whether `event` is rmcp's `error` for an upstream server it could not
-/// connect to: its client worker's end (the reqwest error's `Connect`
-/// kind). The failed `DELETE` of such a session stays an error: it is
-/// logged once, at the session's close.
+/// reach: its client worker's end (the reqwest error's `Connect` kind),
+/// or the failed `GET` of its message stream (a request that could not
+/// be sent). The session's own watch ends such a session and the
+/// supervisor says so, naming the mount; rmcp's lines, on every attempt,
+/// name none. The failed `DELETE` of such a session stays an error: it
+/// is logged once, at the session's close.
 fn server_unreachable(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
     let message = fields.message.as_str();
     metadata.target().starts_with("rmcp::transport")
         && *metadata.level() == Level::ERROR
-        && message.starts_with("worker quit with fatal:")
-        && message.contains("Error(Connect,")
+        && ((message.starts_with("worker quit with fatal:") && message.contains("Error(Connect,"))
+            || message
+                .starts_with("fail to get common stream: Client error: error sending request"))
 }
 
 /// The JSON-RPC error code in a recorded `ErrorData` (`ErrorCode(-32602)`).
@@ -355,11 +359,16 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Transport channel closed, when Client(reqwest::Error {{ kind: Request, source: hyper_util::client::legacy::Error(Connect, ConnectError(\"tcp connect error\")) }})");
             tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Unexpected content type: text/html, when receive");
+            tracing::error!(target: "rmcp::transport::streamable_http_client", "fail to get common stream: Client error: error sending request for url (http://127.0.0.1:9/mcp)");
+            tracing::error!(target: "rmcp::transport::streamable_http_client", "fail to get common stream: unexpected server response: HTTP 500");
         });
         let seen = seen.0.lock().unwrap().clone();
         assert_eq!(
             seen,
-            ["rmcp::transport::worker: worker quit with fatal: Unexpected content type: text/html, when receive"]
+            [
+                "rmcp::transport::worker: worker quit with fatal: Unexpected content type: text/html, when receive",
+                "rmcp::transport::streamable_http_client: fail to get common stream: unexpected server response: HTTP 500",
+            ]
         );
     }
 
