@@ -248,6 +248,52 @@ async fn a_dead_http_server_is_not_ready_while_nobody_calls() {
     );
 }
 
+/// A client's own (per-session) upstream session outlives a blip of the
+/// network longer than the 2 s that end the mount's own sessions: its
+/// server, up all along, still holds the client's state once the network
+/// is back (review: the session ended, and the state was lost with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_session_upstream_outlives_a_network_blip() {
+    let demo = DemoHttp::start().await;
+    let mut proxy = pausable_proxy::PausableProxy::start(demo.addr).await;
+    let gateway = Gateway::start(&format!(
+        "{SERVER_TOML}{}",
+        http_mount(
+            "mine",
+            &format!("http://{}/mcp", proxy.addr),
+            "isolation = \"per_session\""
+        )
+    ))
+    .await;
+    gateway.wait_ready().await;
+    let client = gateway.connect().await;
+    let upstream_session = |result: rmcp::model::CallToolResult| {
+        let shown: Value = serde_json::from_str(ok_text(&result)).expect("meta's JSON");
+        shown["http:mcp-session-id"]
+            .as_str()
+            .expect("the upstream session id")
+            .to_owned()
+    };
+    let before = upstream_session(call(&client, "mine__meta", Value::Null).await);
+    proxy.cut_off();
+    // Past the 2 s, and past rmcp's next attempt after the server's
+    // `retry` (3 s), so that a mount's own session would have ended.
+    eventually(
+        "the mount's own session to end",
+        Duration::from_secs(15),
+        || async {
+            let body = readyz(&gateway).await;
+            (readyz_mount(&body, "mine")["state"] != "ready").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.restore().await;
+    let after = upstream_session(call(&client, "mine__meta", Value::Null).await);
+    assert_eq!(before, after, "the client's upstream session was replaced");
+    close(client).await;
+}
+
 /// A shared upstream whose session ended while its process lingers
 /// (stdout closed, ten seconds to exit once its stdin closes, three of
 /// them before the gateway's SIGTERM): `/readyz` says so at once, not once

@@ -28,6 +28,11 @@ impl PerSessionEvents {
 }
 
 impl UpstreamEvents for PerSessionEvents {
+    /// A network's blip must not lose the client's upstream state.
+    fn ends_when_unreachable(&self) -> bool {
+        false
+    }
+
     /// This session's upstream now lists something else than the shared
     /// view: read its lists into the session's overlay, then tell the client.
     fn list_changed(&self, kind: ListKind) {

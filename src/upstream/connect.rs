@@ -345,6 +345,7 @@ async fn start(
             let client = client
                 .with_live_headers(live)
                 .with_configured_headers(custom_headers)
+                .ending_when_unreachable(handler.ends_when_unreachable())
                 .for_mount(mount.name.as_str());
             let refusal = client.handshake_refusal();
             let transport = OrderedTransport::new(

@@ -57,6 +57,9 @@ pub struct TracingHttpClient {
     /// Since when every `GET` has failed to reach the server, and when
     /// the last did, if the last did.
     unconnected: Arc<std::sync::Mutex<Option<Unconnected>>>,
+    /// Whether the session ends once its server has been unreachable for
+    /// [`UNCONNECTED_ENDS_AFTER`] (see [`Self::saw_get`]).
+    ends_when_unreachable: bool,
     /// Laid over the configured headers of every request.
     live: Option<super::LiveHeaders>,
     /// The mount's configured headers, whose values an error answer that
@@ -109,6 +112,7 @@ impl TracingHttpClient {
             expired,
             stream_served: Default::default(),
             unconnected: Default::default(),
+            ends_when_unreachable: true,
             mount: Arc::from(""),
             live: None,
             configured: Arc::default(),
@@ -122,6 +126,15 @@ impl TracingHttpClient {
     /// (see [`Self::handshake_refusal`]'s field).
     pub fn handshake_refusal(&self) -> Arc<std::sync::OnceLock<String>> {
         self.handshake_refusal.clone()
+    }
+
+    /// Keeps the session open however long its server cannot be reached
+    /// (`false`): a client's own session, whose server may hold its state
+    /// through a network's blip, rather than one the supervisor watches
+    /// (see [`Self::saw_get`]).
+    pub fn ending_when_unreachable(mut self, ends: bool) -> Self {
+        self.ends_when_unreachable = ends;
+        self
     }
 
     /// Names mount `mount` in what it logs.
@@ -219,7 +232,10 @@ impl TracingHttpClient {
             tracing::warn!(error = %with_causes(error), "upstream session gone (its message stream)");
             self.expired.cancel();
             self.ended.cancel();
-        } else if served_before && unconnected_for >= UNCONNECTED_ENDS_AFTER {
+        } else if self.ends_when_unreachable
+            && served_before
+            && unconnected_for >= UNCONNECTED_ENDS_AFTER
+        {
             // A stream broke and the server has taken no connection since,
             // for a while: rmcp reopens every broken stream (the session's,
             // and each call's answer stream it can resume) at once, then
@@ -229,7 +245,11 @@ impl TracingHttpClient {
             // called; ended, it is reconnected with backoff as after a
             // crash, and shows `degraded`, then `down`, until the server
             // is back. A server restarted in place is back before that,
-            // and its 404 ends the session without a failure counted.
+            // and its 404 ends the session without a failure counted. A
+            // client's own (per-session) session is not ended so: it shows
+            // no mount's state, and its server may still hold its state
+            // once the network is back; a call meanwhile fails, and a
+            // server that forgot the session says so with a 404.
             tracing::warn!(error = %with_causes(error), mount = %self.mount, "the upstream cannot be reached (its message stream broke); ending the session");
             self.ended.cancel();
         }

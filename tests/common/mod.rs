@@ -42,6 +42,7 @@ use serde_json::Value;
 pub mod flaky_stream;
 pub mod forgetful_http;
 pub mod legacy_sse;
+pub mod pausable_proxy;
 pub mod raw;
 
 /// The binary under test.

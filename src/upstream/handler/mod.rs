@@ -57,6 +57,13 @@ pub trait UpstreamEvents: Send + Sync + 'static {
     /// request of it waits for (an elicitation's completion): sent now, or
     /// when the session wakes if it sleeps.
     fn tell_session(&self, session: u64, notification: ServerNotification);
+    /// Whether the session ends once its HTTP server has been unreachable
+    /// for a while (`http_client`'s `saw_get`): yes for the mount's own
+    /// sessions, so that the supervisor reconnects and the mount shows
+    /// `degraded`; a client's own session says no.
+    fn ends_when_unreachable(&self) -> bool {
+        true
+    }
 }
 
 /// Bound on an upstream session's requests (sampling, elicitation, roots)
@@ -130,6 +137,11 @@ impl UpstreamHandler {
             relay,
             client_requests: Default::default(),
         }
+    }
+
+    /// See [`UpstreamEvents::ends_when_unreachable`].
+    pub fn ends_when_unreachable(&self) -> bool {
+        self.events.ends_when_unreachable()
     }
 
     pub fn relay(&self) -> &Arc<Relay> {
