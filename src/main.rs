@@ -31,7 +31,7 @@ struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Listen address, overriding `server.listen` (port 0 picks a free port).
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, global = true, value_name = "ADDR", value_parser = |text: &str| junction::config::listen_address(text, 8080))]
     listen: Option<SocketAddr>,
     /// Log line format on stderr, overriding `telemetry.log_format`.
     #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
@@ -44,7 +44,7 @@ struct Cli {
 enum Command {
     /// Serve the gateway (the default).
     #[command(
-        after_help = "Examples:\n  junction serve --config junction.toml --listen 0.0.0.0:8080\n  junction serve --log-format json\n\nExit codes: 0 stopped by SIGTERM or Ctrl-C; 1 could not serve (e.g. the\naddress is in use); 2 invalid config or command line."
+        after_help = "Examples:\n  junction serve --config junction.toml --listen 0.0.0.0:8080\n  junction serve --log-format json\n\nExit codes: 0 stopped by SIGTERM or Ctrl-C; 1 could not serve (e.g. the\naddress is in use); 2 invalid config or command line; 130 or 143 stopped\nat once by a second Ctrl-C or SIGTERM during the graceful stop."
     )]
     Serve,
     /// Run Junction's small demo MCP server on stdin/stdout.
@@ -53,7 +53,7 @@ enum Command {
     )]
     DemoServer {
         /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = |text: &str| junction::config::listen_address(text, 9000))]
         http: Option<SocketAddr>,
         /// With --http: answer an unknown session id with 400 and a
         /// JSON-RPC error, as many TypeScript servers do, instead of 404

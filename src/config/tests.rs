@@ -1446,3 +1446,25 @@ fn a_urls_user_and_password_become_the_mounts_authorization() {
         "{found:?}"
     );
 }
+
+/// A host name where an IP address belongs (`localhost:8080`, as in many
+/// other tools' flags) is refused with the addresses to write instead
+/// (ops helper: it was only "not a socket address").
+#[test]
+fn a_listen_address_with_a_host_name_says_what_to_write() {
+    let found = problems(
+        "junction.toml",
+        "[server]\nlisten = \"localhost:8080\"\n[admin]\nlisten = \"gateway.internal:9090\"\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "admin.listen: \"gateway.internal:9090\" names a host; write an IP address and a port: 127.0.0.1:9090 for this machine alone, 0.0.0.0:9090 for every interface",
+            "server.listen: \"localhost:8080\" names a host; write an IP address and a port: 127.0.0.1:8080 for this machine alone, 0.0.0.0:8080 for every interface",
+        ]
+    );
+    assert_eq!(
+        crate::config::listen_address("[::1]:0", 8080).map(|address| address.port()),
+        Ok(0)
+    );
+}

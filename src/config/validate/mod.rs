@@ -29,6 +29,7 @@ use bounds::{check_ceiling, resolve_limits, resolve_supervision, resolve_timeout
 use mount::resolve_mount;
 pub use namespaces::namespace_problems;
 use namespaces::{check_namespaces, namespace_of};
+pub use server::listen_address;
 use server::{admin_listen_problem, resolve_admin, resolve_server, resolve_telemetry};
 
 /// Turns the merged, expanded tree into a [`Config`]. `problems` may already

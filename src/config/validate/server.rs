@@ -79,16 +79,32 @@ pub(super) fn resolve_telemetry(
     })
 }
 
+/// A listen address: an IP address and a port. A host name
+/// (`localhost:8080`) is refused with the addresses to write instead: a
+/// name can resolve to several addresses, and the gateway binds one.
+pub fn listen_address(text: &str, example_port: u16) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let named_port = text
+        .rsplit_once(':')
+        .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        .map(|(_, port)| port);
+    Err(match named_port {
+        Some(port) => format!(
+            "{text:?} names a host; write an IP address and a port: 127.0.0.1:{port} for this machine alone, 0.0.0.0:{port} for every interface"
+        ),
+        None => format!("{text:?} is not a socket address like 127.0.0.1:{example_port}"),
+    })
+}
+
 pub(super) fn resolve_admin(raw: RawAdmin, problems: &mut Problems) -> Option<AdminConfig> {
     let listen = match raw.listen.filter(|listen| !listen.is_empty()) {
         None => None,
-        Some(text) => match text.parse::<SocketAddr>() {
+        Some(text) => match listen_address(&text, 9090) {
             Ok(listen) => Some(listen),
-            Err(_) => {
-                problems.push(
-                    "admin.listen",
-                    format!("{text:?} is not a socket address like 127.0.0.1:9090"),
-                );
+            Err(problem) => {
+                problems.push("admin.listen", problem);
                 return None;
             }
         },
@@ -102,13 +118,10 @@ pub(super) fn resolve_admin(raw: RawAdmin, problems: &mut Problems) -> Option<Ad
 pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<ServerConfig> {
     let before = problems.len();
     let listen_text = raw.listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
-    let listen = match listen_text.parse::<SocketAddr>() {
+    let listen = match listen_address(&listen_text, 8080) {
         Ok(listen) => Some(listen),
-        Err(_) => {
-            problems.push(
-                "server.listen",
-                format!("{listen_text:?} is not a socket address like 127.0.0.1:8080"),
-            );
+        Err(problem) => {
+            problems.push("server.listen", problem);
             None
         }
     };
