@@ -430,7 +430,8 @@ async fn a_second_signal_stops_at_once(name: &str, code: i32) {
 }
 
 /// A config edit while draining is not applied: it started the new mounts'
-/// processes only for the shutdown to stop them.
+/// processes only for the shutdown to stop them. A SIGHUP then is said to
+/// do nothing (ops helper: it was taken without a word).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_reload_while_draining() {
     let server = "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace = \"8s\"\n\n";
@@ -445,6 +446,11 @@ async fn no_reload_while_draining() {
     .await;
     let added = format!("{config}{}", stdio_demo_mount("added", ""));
     rewrite_config(&gateway.config_path, &added);
+    signal(gateway.proc.pid(), "HUP");
+    gateway
+        .proc
+        .wait_for_line("SIGHUP ignored: the gateway is shutting down", OP_TIMEOUT)
+        .await;
     let _ = within("the call in flight", in_flight).await;
     gateway.proc.wait_exit(Duration::from_secs(20)).await;
     gateway.proc.stderr.drained().await;

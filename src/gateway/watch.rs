@@ -87,7 +87,7 @@ pub async fn watch(
         #[cfg(not(unix))]
         let hangup_received = std::future::pending::<()>();
         let (trigger, content) = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = hangup_received => {
                 // Asked for, so taken even when unchanged; but as the
                 // poll takes it, once two reads agree: a SIGHUP sent
@@ -156,6 +156,16 @@ pub async fn watch(
             }
         };
         reload_once(&gateway, &source, &adjust, trigger, content).await;
+    }
+    // Stopped for the shutdown: a SIGHUP from now on is said to do
+    // nothing, rather than taken without a word, until the process ends.
+    #[cfg(unix)]
+    if let Some(mut hangup) = hangup {
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                tracing::warn!("SIGHUP ignored: the gateway is shutting down, and no config is reloaded once draining has begun");
+            }
+        });
     }
 }
 
