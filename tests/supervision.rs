@@ -356,6 +356,31 @@ async fn an_answer_that_is_not_json_fails_its_call_at_once() {
     close(client).await;
 }
 
+/// A content block of a kind rmcp cannot read (one a later spec adds)
+/// is relayed as a text block holding it, marked with its kind, between
+/// the blocks around it: the whole output failed for it (D10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_block_of_an_unknown_kind_is_relayed_as_text() {
+    let config = format!(
+        "{SERVER_TOML}{}",
+        python_fixture_mount("nan", "nan_answer.py", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let result = call(&client, "nan__future", Value::Null).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let content = serde_json::to_value(&result.content).unwrap();
+    assert_eq!(content[0]["text"], "before", "{content}");
+    assert_eq!(content[2]["text"], "after", "{content}");
+    assert_eq!(
+        content[1]["_meta"]["junction/unreadable-content-type"], "video",
+        "{content}"
+    );
+    let video: Value = serde_json::from_str(content[1]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(video["uri"], "https://example.com/v.mp4");
+    close(client).await;
+}
+
 /// A stdio server whose answer nests deeper than serde_json reads (128
 /// levels): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp skipped the line), and the session goes on.

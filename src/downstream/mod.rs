@@ -12,6 +12,7 @@ mod errors;
 mod forwarded_headers;
 mod handler;
 pub mod hibernation;
+mod lenient_result;
 mod observe;
 mod per_session;
 pub(crate) mod prebuilt;

@@ -231,6 +231,21 @@ impl Upstream<'_> {
                     rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
                     Ok(result)
                 }
+                // Read whole, it failed: a block rmcp cannot read is
+                // relayed as text rather than losing the whole output.
+                ServerResult::CustomResult(written) => {
+                    match super::lenient_result::read_leniently(&written.0) {
+                        Some((mut result, replaced)) => {
+                            tracing::debug!(mount = %mount.config.name, replaced, "content blocks of a tool result the gateway cannot read are relayed as text");
+                            rewrite::qualify_tool_result(&mount.config.namespace, &mut result);
+                            Ok(result)
+                        }
+                        None => Err(unexpected::<CallToolResult>(
+                            &mount,
+                            &ServerResult::CustomResult(written),
+                        )),
+                    }
+                }
                 other => Err(unexpected::<CallToolResult>(&mount, &other)),
             }
         }
