@@ -6,8 +6,9 @@
 //! timeout; discovery stalled the same way on such a list. Such a line is
 //! told apart cheaply: it has at least [`DEEP`] brackets, which a `memchr`
 //! scan counts for every line and stops at; only then is the nesting
-//! measured, and only a line nested at least that deep is read as rmcp
-//! reads it, to be sure it fails for that reason. Its id is read without
+//! measured (strings skipped by `memchr`, stopping where it is that
+//! deep), and only a line nested at least that deep is read as rmcp reads
+//! it, to be sure it fails for that reason. Its id is read without
 //! descending into the rest (serde's `IgnoredAny` walks a value without
 //! recursion), so the request can be failed at once.
 
@@ -24,7 +25,7 @@ const DEEP: usize = 100;
 /// because it nests too deep, the id it answers.
 pub fn too_deep_answer_id(line: &[u8]) -> Option<Value> {
     if memchr::memchr2_iter(b'{', b'[', line).take(DEEP).count() < DEEP
-        || nesting_depth(line) < DEEP
+        || !nests_at_least(line, DEEP)
     {
         return None;
     }
@@ -37,32 +38,44 @@ pub fn too_deep_answer_id(line: &[u8]) -> Option<Value> {
     ((envelope.result.0 || envelope.error.0) && (id.is_string() || id.is_number())).then_some(id)
 }
 
-/// The deepest nesting of objects and arrays in `line`, brackets inside
-/// strings aside.
-fn nesting_depth(line: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &byte in line {
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
+/// Whether objects and arrays nest `deep` levels or more anywhere in
+/// `line`, brackets inside strings aside. Strings, most of a large
+/// message (text, base64), are skipped by `memchr`; the scan stops at the
+/// first place that deep.
+fn nests_at_least(line: &[u8], deep: usize) -> bool {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < line.len() {
+        match line[at] {
+            b'"' => {
+                // To the closing quote: past each escape's next byte.
+                at += 1;
+                loop {
+                    let Some(rest) = line.get(at..) else {
+                        return false;
+                    };
+                    match memchr::memchr2(b'"', b'\\', rest) {
+                        None => return false,
+                        Some(found) if line[at + found] == b'\\' => at += found + 2,
+                        Some(found) => {
+                            at += found;
+                            break;
+                        }
+                    }
+                }
             }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
             b'{' | b'[' => {
                 depth += 1;
-                deepest = deepest.max(depth);
+                if depth >= deep {
+                    return true;
+                }
             }
             b'}' | b']' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        at += 1;
     }
-    deepest
+    false
 }
 
 /// A message's top level: what it answers, and whether it is an answer,
@@ -135,6 +148,20 @@ mod tests {
         );
         assert!(serde_json::from_str::<ServerJsonRpcMessage>(&in_a_string).is_ok());
         assert_eq!(too_deep_answer_id(in_a_string.as_bytes()), None);
+    }
+
+    /// Brackets in strings, escaped quotes and backslashes, and a line
+    /// cut inside a string or an escape are measured right.
+    #[test]
+    fn nesting_is_measured_outside_strings() {
+        assert!(nests_at_least(b"[[[1]]]", 3));
+        assert!(!nests_at_least(b"[[[1]]]", 4));
+        assert!(!nests_at_least(br#"[["[[[[", "\"[[[["]]"#, 3));
+        assert!(nests_at_least(br#"["\\", [[1]]]"#, 3));
+        assert!(!nests_at_least(br#"[[1]] [[1]]"#, 3));
+        assert!(!nests_at_least(b"[[\"cut \\", 3));
+        assert!(!nests_at_least(br#"[["cut"#, 3));
+        assert!(!nests_at_least(b"", 1));
     }
 
     /// A deep message that answers nothing (a notification, a request of
