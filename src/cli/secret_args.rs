@@ -40,10 +40,12 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
-    // `Name: value` (a header), if the name says secret.
+    // `Name: value` (a header), if the name says secret or the value is
+    // shaped like one.
     let header = |word: &str| {
         let (name, value) = word.split_once(':')?;
-        (plain_name(name) && looks_secret(name)).then(|| (name.to_owned(), value.trim().to_owned()))
+        (plain_name(name) && (looks_secret(name) || value_looks_secret(value.trim())))
+            .then(|| (name.to_owned(), value.trim().to_owned()))
     };
     // `NAME=value` (an environment setting: `docker run -e`, `env`), if
     // the name says secret.
@@ -185,13 +187,21 @@ mod tests {
             "--bearer",
             "b-7",
             "--model",
-            "sk-ant-api03-AAAAAAAAAAAAAAAA",
-            "--model=sk-ant-api03-BBBBBBBBBBBBBBBB",
-            "ghp_CCCCCCCCCCCCCCCCCCCCCCCC",
+            "sk-ant-api03-A1b2C3d4E5f6G7h8",
+            "--model=sk-ant-api03-B1b2C3d4E5f6G7h8",
+            "ghp_C1c2D3d4E5e6F7f8G9g0H1h2I3i4J5j6K7k8",
             "CONFIG=xoxb-1234567890-DDDDDDDDDD",
             "Server=db;User Id=sa;Password=pw-8;",
+            "--header",
+            "X-Custom: glpat-9a8B7c6D5e4F3g2H1i0J",
             "--skip",
             "sk-short",
+            "--pass-environment",
+            "pypi-query-mcp-server",
+            "--sig-figs",
+            "3",
+            "--filter=name=x;order=asc",
+            "cd /srv; AUTH_MODE=oauth node index.js",
         ];
         assert_eq!(
             rewrite_secrets(&words, &mut Marked),
@@ -221,13 +231,21 @@ mod tests {
                 "--bearer",
                 "<23 bearer b-7>",
                 "--model",
-                "<25 model sk-ant-api03-AAAAAAAAAAAAAAAA>",
-                "--model=<26 model sk-ant-api03-BBBBBBBBBBBBBBBB>",
-                "<27 token ghp_CCCCCCCCCCCCCCCCCCCCCCCC>",
+                "<25 model sk-ant-api03-A1b2C3d4E5f6G7h8>",
+                "--model=<26 model sk-ant-api03-B1b2C3d4E5f6G7h8>",
+                "<27 token ghp_C1c2D3d4E5e6F7f8G9g0H1h2I3i4J5j6K7k8>",
                 "CONFIG=<28 CONFIG xoxb-1234567890-DDDDDDDDDD>",
                 "<29 connection_string Server=db;User Id=sa;Password=pw-8;>",
+                "--header",
+                "X-Custom: <31 X-Custom glpat-9a8B7c6D5e4F3g2H1i0J>",
                 "--skip",
                 "sk-short",
+                "--pass-environment",
+                "pypi-query-mcp-server",
+                "--sig-figs",
+                "3",
+                "--filter=name=x;order=asc",
+                "cd /srv; AUTH_MODE=oauth node index.js",
             ]
         );
     }

@@ -12,14 +12,12 @@
 use super::{vars::env_name, Issue};
 
 /// Words (between `_`, `-` or case changes) that make an `env` or header
-/// name, a flag or a query parameter a secret's (`--bearer`, `--jwt`,
-/// `--pass`, `?sig=`, `X-Amz-Signature`).
-const SECRET_WORDS: [&str; 17] = [
+/// name, a flag or a query parameter a secret's.
+const SECRET_WORDS: [&str; 14] = [
     "TOKEN",
     "SECRET",
     "PASSWORD",
     "PASSWD",
-    "PASS",
     "KEY",
     "APIKEY",
     "CREDENTIAL",
@@ -29,70 +27,92 @@ const SECRET_WORDS: [&str; 17] = [
     "BEARER",
     "COOKIE",
     "PAT",
-    "JWT",
-    "SIG",
     "SIGNATURE",
 ];
 
+/// Names that are a secret's only whole (`--pass`, `--jwt`, `?sig=`):
+/// as words they name other things too (`--pass-environment`,
+/// `JWT_ISSUER`, `--sig-figs`).
+const SECRET_NAMES: [&str; 3] = ["PASS", "JWT", "SIG"];
+
 /// Whether `name` (an env variable's or a header's) names a secret.
 pub fn looks_secret(name: &str) -> bool {
-    env_name(name)
-        .split('_')
-        .any(|word| SECRET_WORDS.contains(&word))
+    let name = env_name(name);
+    SECRET_NAMES.contains(&name.as_str())
+        || name.split('_').any(|word| SECRET_WORDS.contains(&word))
 }
 
-/// How the tokens of well-known providers begin: such a value is a
-/// secret under any name, or none (`--model sk-ant-…`, a bare argument).
-const TOKEN_PREFIXES: [&str; 23] = [
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "glpat-",
-    "sk-",
-    "sk_live_",
-    "sk_test_",
-    "rk_live_",
-    "xoxb-",
-    "xoxp-",
-    "xoxa-",
-    "xapp-",
-    "hf_",
-    "npm_",
-    "pypi-",
-    "shpat_",
-    "AKIA",
-    "ASIA",
-    "AIza",
-    "eyJ",
+/// How the tokens of well-known providers begin, and how many characters
+/// of a token's alphabet follow at least: such a value is a secret under
+/// any name, or none (`--model sk-ant-…`, a bare argument).
+const TOKEN_PREFIXES: [(&str, usize); 20] = [
+    ("ghp_", 30),
+    ("gho_", 30),
+    ("ghu_", 30),
+    ("ghs_", 30),
+    ("ghr_", 30),
+    ("github_pat_", 40),
+    ("glpat-", 20),
+    ("sk-", 20),
+    ("sk_live_", 20),
+    ("sk_test_", 20),
+    ("rk_live_", 20),
+    ("xoxb-", 20),
+    ("xoxp-", 20),
+    ("xoxa-", 20),
+    ("xapp-", 20),
+    ("hf_", 30),
+    ("npm_", 30),
+    ("pypi-", 50),
+    ("shpat_", 30),
+    ("AIza", 30),
 ];
 
 /// Whether `value` is shaped like a secret, whatever it is called: a
-/// well-known provider's token ([`TOKEN_PREFIXES`], 20 characters or
-/// more of a token's alphabet; a JWT, `eyJ…`, with its three parts), or
-/// a connection string with a password in it
-/// (`Server=db;User Id=sa;Password=…`, `…;Pwd=…`).
+/// well-known provider's token ([`TOKEN_PREFIXES`], the prefix followed
+/// by a long enough run of a token's alphabet with digits and letters
+/// mixed in, as a random string has them and a name such as
+/// `pypi-query-mcp-server` does not; an AWS key id, `AKIA` and 16
+/// capitals or digits; a JWT, `eyJ…` in three parts), or a connection
+/// string with a password in it (`Server=db;User Id=sa;Password=…`: a
+/// `Password`, `Pwd`, `AccountKey` or `SharedAccessSignature` entry).
 pub fn value_looks_secret(value: &str) -> bool {
-    let token_alphabet = value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '=' | '/' | '+'));
-    let provider_token = value.len() >= 20
-        && token_alphabet
-        && TOKEN_PREFIXES
-            .iter()
-            .any(|prefix| value.starts_with(prefix))
-        && (!value.starts_with("eyJ") || value.matches('.').count() == 2);
+    let token_alphabet = |text: &str| {
+        text.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '=' | '/' | '+'))
+    };
+    let random = |rest: &str, least: usize| {
+        let digits = rest.chars().filter(char::is_ascii_digit).count();
+        let letters = rest.chars().filter(char::is_ascii_alphabetic).count();
+        rest.len() >= least && token_alphabet(rest) && digits >= 3 && letters >= 3
+    };
+    let provider_token = TOKEN_PREFIXES.iter().any(|(prefix, least)| {
+        value
+            .strip_prefix(prefix)
+            .is_some_and(|rest| random(rest, *least))
+    });
+    let aws_key_id = ["AKIA", "ASIA"].iter().any(|prefix| {
+        value.strip_prefix(prefix).is_some_and(|rest| {
+            rest.len() == 16
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        })
+    });
+    let jwt = value.starts_with("eyJ")
+        && token_alphabet(value)
+        && value.split('.').count() == 3
+        && value.split('.').all(|part| part.len() >= 10);
+    const CONNECTION_SECRETS: [&str; 4] =
+        ["password", "pwd", "accountkey", "sharedaccesssignature"];
     let connection_password = value.contains(';')
         && value.split(';').any(|pair| {
             pair.split_once('=').is_some_and(|(name, secret)| {
-                let name = name.trim();
-                !secret.trim().is_empty()
-                    && (name.eq_ignore_ascii_case("pwd") || looks_secret(name))
+                let name = name.trim().to_ascii_lowercase();
+                !secret.trim().is_empty() && CONNECTION_SECRETS.contains(&name.as_str())
             })
         });
-    provider_token || connection_password
+    provider_token || aws_key_id || jwt || connection_password
 }
 
 /// The variables an import has named for secrets it moved out, so that
@@ -213,7 +233,9 @@ pub fn url_kept_out(
             .split('&')
             .map(|pair| match pair.split_once('=') {
                 Some((name, value))
-                    if !value.is_empty() && !value.contains("${") && looks_secret(name) =>
+                    if !value.is_empty()
+                        && !value.contains("${")
+                        && (looks_secret(name) || value_looks_secret(value)) =>
                 {
                     format!("{name}={}", variable_for(name))
                 }
@@ -301,8 +323,47 @@ mod tests {
             "LOG_LEVEL",
             "KEYBOARD_LAYOUT",
             "GIT_AUTHOR_NAME",
+            "pass-environment",
+            "JWT_ISSUER",
+            "sig-figs",
         ] {
             assert!(!looks_secret(plain), "{plain}");
+        }
+        for exact in ["pass", "jwt", "sig", "X-Amz-Signature", "bearer"] {
+            assert!(looks_secret(exact), "{exact}");
+        }
+    }
+
+    /// Provider tokens and connection strings with a password are found
+    /// by their shape; names, paths and scripts that share a prefix or a
+    /// `;` are not (review: `pypi-query-mcp-server`, `hf_cache_…`, a
+    /// shell script with `NAME=…;`).
+    #[test]
+    fn secret_values_are_told_from_others_by_their_shape() {
+        for secret in [
+            "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+            "sk-ant-api03-AbC123dEf456GhI789jKl012",
+            "sk-proj-9fK2mQ7xL4pR8tW1zY6vB3nH5jD0",
+            "xoxb-1234567890-0987654321-AbCdEfGhIjKl",
+            "AKIAIOSFODNN7EXAMPLE",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "Server=db;User Id=sa;Password=hunter2;",
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=k1;",
+        ] {
+            assert!(value_looks_secret(secret), "{secret}");
+        }
+        for plain in [
+            "pypi-query-mcp-server",
+            "hf_cache_directory_for_models",
+            "npm_config_cache",
+            "ASIA_PACIFIC_SOUTHEAST_1",
+            "sk-short",
+            "export GITHUB_TOKEN=$(cat /run/secrets/gh); exec server",
+            "cd /srv; AUTH_MODE=oauth node index.js",
+            "key=name;order=asc",
+            "eyJ-not-a-jwt",
+        ] {
+            assert!(!value_looks_secret(plain), "{plain}");
         }
     }
 

@@ -706,7 +706,7 @@ fn secrets_known_by_their_flag_shape_or_query_name_are_not_copied() {
                 }
             },
             "remote": {
-                "url": "https://h/mcp?sig=SIG9&jwt=JWT10&X-Amz-Signature=AMZ11&region=eu"
+                "url": "https://h/mcp?sig=SIG9&jwt=JWT10&X-Amz-Signature=AMZ11&region=eu&access=ghp_SHAPE12a1B2c3D4e5F6g7H8i9J0k1L2m3"
             }
         }
     }));
@@ -741,7 +741,7 @@ fn secrets_known_by_their_flag_shape_or_query_name_are_not_copied() {
     let url = config["mounts"]["remote"]["url"].as_str().unwrap();
     assert_eq!(
         url,
-        "https://h/mcp?sig=${REMOTE_SIG}&jwt=${REMOTE_JWT}&X-Amz-Signature=${REMOTE_X_AMZ_SIGNATURE}&region=eu"
+        "https://h/mcp?sig=${REMOTE_SIG}&jwt=${REMOTE_JWT}&X-Amz-Signature=${REMOTE_X_AMZ_SIGNATURE}&region=eu&access=${REMOTE_ACCESS}"
     );
     let report = report(&translation);
     assert_nowhere(
@@ -749,7 +749,50 @@ fn secrets_known_by_their_flag_shape_or_query_name_are_not_copied() {
         &report,
         &[
             "BEARER1", "JWT2", "PASS3", "SHAPE4", "SHAPE5", "CONN6", "URLPW7", "ENVPW8", "SIG9",
-            "JWT10", "AMZ11",
+            "JWT10", "AMZ11", "SHAPE12",
         ],
     );
+}
+
+/// What only looks like a secret's name or a token's beginning is copied
+/// as written (review: each of these was made a variable).
+#[test]
+fn names_and_values_that_only_resemble_secrets_are_copied() {
+    let translation = import(json!({
+        "mcpServers": {
+            "fetch": {
+                "command": "mcp-proxy",
+                "args": ["--pass-environment", "uvx", "mcp-server-fetch"],
+                "env": {
+                    "JWT_ISSUER": "https://issuer.example.com",
+                    "JWT_ALGORITHM": "RS256",
+                    "HF_HOME": "hf_cache_directory_for_models"
+                }
+            },
+            "pypi": {"command": "uvx", "args": ["pypi-query-mcp-server"]},
+            "script": {"command": "bash", "args": ["-c", "cd /srv; AUTH_MODE=oauth node index.js"]}
+        }
+    }));
+    let config = parsed(&translation);
+    let mounts = &config["mounts"];
+    assert_eq!(
+        args_of(&mounts["fetch"]),
+        ["--pass-environment", "uvx", "mcp-server-fetch"]
+    );
+    let env = &mounts["fetch"]["env"];
+    assert_eq!(
+        env["JWT_ISSUER"].as_str(),
+        Some("https://issuer.example.com")
+    );
+    assert_eq!(env["JWT_ALGORITHM"].as_str(), Some("RS256"));
+    assert_eq!(
+        env["HF_HOME"].as_str(),
+        Some("hf_cache_directory_for_models")
+    );
+    assert_eq!(args_of(&mounts["pypi"]), ["pypi-query-mcp-server"]);
+    assert_eq!(
+        args_of(&mounts["script"]),
+        ["-c", "cd /srv; AUTH_MODE=oauth node index.js"]
+    );
+    assert_eq!(lost(&translation), 0, "{}", report(&translation));
 }
