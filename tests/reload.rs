@@ -1095,6 +1095,17 @@ async fn a_file_back_after_a_failed_sighup_is_taken_again() {
         (successful(metrics_text(&gateway).await) == Some(0.0)).then_some(())
     })
     .await;
+    // Counted once (review): the poll that finds the file unreadable for
+    // 3 s does not count it again. Only a wait can show a count that
+    // does not come: past those 3 s, and one poll more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        metric_value(
+            &metrics_text(&gateway).await,
+            "junction_config_reloads_total{result=\"rejected\"}"
+        ),
+        Some(1.0)
+    );
     rewrite_config(&gateway.config_path, &config);
     eventually("the file to be taken again", RELOAD_TIMEOUT, || async {
         (successful(metrics_text(&gateway).await) == Some(1.0)).then_some(())

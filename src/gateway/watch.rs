@@ -87,6 +87,8 @@ pub async fn watch(
         #[cfg(not(unix))]
         let hangup_received = std::future::pending::<()>();
         let (trigger, content) = tokio::select! {
+            // The stop first: a SIGHUP pending with it must not reload.
+            biased;
             _ = stop.cancelled() => break,
             _ = hangup_received => {
                 // Asked for, so taken even when unchanged; but as the
@@ -106,6 +108,8 @@ pub async fn watch(
                     // running config is the file's again.
                     None if source.snapshot().is_none() => {
                         seen = None;
+                        // Counted here: the poll does not count it again.
+                        unreadable_polls = UNREADABLE_POLLS_TOLD;
                         ("SIGHUP", None)
                     }
                     // Still being written: the poll takes it once it
@@ -155,6 +159,11 @@ pub async fn watch(
                 ("config file changed", Some(current))
             }
         };
+        // A SIGHUP's file is read for a while (until it settles): the
+        // stop may have come meanwhile.
+        if stop.is_cancelled() {
+            break;
+        }
         reload_once(&gateway, &source, &adjust, trigger, content).await;
     }
     // Stopped for the shutdown: a SIGHUP from now on is said to do
