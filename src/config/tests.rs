@@ -1467,4 +1467,13 @@ fn a_listen_address_with_a_host_name_says_what_to_write() {
         crate::config::listen_address("[::1]:0", 8080).map(|address| address.port()),
         Ok(0)
     );
+    // Review: these are no host names.
+    assert_eq!(
+        crate::config::listen_address("::1:8080", 8080),
+        Err("\"::1:8080\": an IPv6 address takes brackets before its port: [::1]:8080".to_owned())
+    );
+    assert_eq!(
+        crate::config::listen_address("300.1.1.1:80", 8080),
+        Err("\"300.1.1.1:80\" is not a socket address like 127.0.0.1:8080".to_owned())
+    );
 }

@@ -179,9 +179,10 @@ fn answered_a_closed_session(metadata: &Metadata<'_>, fields: &RmcpFields) -> bo
 /// Whether `event` is rmcp's `error` for an upstream server it could not
 /// reach: its client worker's end (the reqwest error's `Connect` kind),
 /// or the failed `GET` of its message stream (a request that could not
-/// be sent). The session's own watch ends such a session and the
-/// supervisor says so, naming the mount; rmcp's lines, on every attempt,
-/// name none. The failed `DELETE` of such a session stays an error: it
+/// be sent). rmcp's lines come on every attempt and name no mount. For
+/// the mount's own sessions the session's watch ends such a session and
+/// the supervisor says so, naming the mount; a client's (per-session)
+/// session stays open through the gap, and its calls fail saying why. The failed `DELETE` of such a session stays an error: it
 /// is logged once, at the session's close.
 fn server_unreachable(metadata: &Metadata<'_>, fields: &RmcpFields) -> bool {
     let message = fields.message.as_str();

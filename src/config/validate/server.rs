@@ -86,15 +86,18 @@ pub fn listen_address(text: &str, example_port: u16) -> Result<SocketAddr, Strin
     if let Ok(address) = text.parse::<SocketAddr>() {
         return Ok(address);
     }
-    let named_port = text
+    let with_port = text
         .rsplit_once(':')
-        .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-        .map(|(_, port)| port);
-    Err(match named_port {
-        Some(port) => format!(
+        .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    Err(match with_port {
+        // `::1:8080`: the address's own colons need the brackets.
+        Some((host, port)) if host.parse::<std::net::Ipv6Addr>().is_ok() => {
+            format!("{text:?}: an IPv6 address takes brackets before its port: [{host}]:{port}")
+        }
+        Some((host, port)) if !host.chars().all(|c| c.is_ascii_digit() || c == '.') => format!(
             "{text:?} names a host; write an IP address and a port: 127.0.0.1:{port} for this machine alone, 0.0.0.0:{port} for every interface"
         ),
-        None => format!("{text:?} is not a socket address like 127.0.0.1:{example_port}"),
+        _ => format!("{text:?} is not a socket address like 127.0.0.1:{example_port}"),
     })
 }
 
