@@ -214,7 +214,7 @@ fn secret_flags_are_masked() {
             "Authorization: ***",
             "--header",
             "Accept: text/plain",
-            "--secret=***",
+            "--secret=sk-${SUFFIX}",
             "https://h/mcp",
             "--header=X-Api-Key: ***",
             "-e",

@@ -9,6 +9,8 @@
 //! `${…}` in it) becomes a reference to an environment variable, and the
 //! report says which one to set; the value itself is printed nowhere.
 
+use serde_json::Value;
+
 use super::{vars::env_name, Issue};
 
 /// Words (between `_`, `-` or case changes) that make an `env` or header
@@ -30,16 +32,101 @@ const SECRET_WORDS: [&str; 14] = [
     "SIGNATURE",
 ];
 
-/// Names that are a secret's only whole (`--pass`, `--jwt`, `?sig=`):
-/// as words they name other things too (`--pass-environment`,
-/// `JWT_ISSUER`, `--sig-figs`).
-const SECRET_NAMES: [&str; 3] = ["PASS", "JWT", "SIG"];
+/// Names that are a secret's whole (`--pass`, `--jwt`, `?sig=`,
+/// `PGPASSWORD`).
+const SECRET_NAMES: [&str; 4] = ["PASS", "JWT", "SIG", "PGPASSWORD"];
 
-/// Whether `name` (an env variable's or a header's) names a secret.
+/// Words that make a name a secret's only as its last (`MYSQL_PASS`,
+/// `EMAIL_PWD`, `SUPABASE_JWT`): elsewhere they name other things
+/// (`--pass-environment`, `JWT_ISSUER`, `--sig-figs`), and `PWD` alone is
+/// the working directory.
+const SECRET_LAST_WORDS: [&str; 4] = ["PASS", "PWD", "JWT", "SIG"];
+
+/// Whether `name` (an env variable's or a header's, a flag's, a query
+/// parameter's) has a secret's words in it. See [`names_a_secret`].
 pub fn looks_secret(name: &str) -> bool {
     let name = env_name(name);
+    let words: Vec<&str> = name.split('_').collect();
     SECRET_NAMES.contains(&name.as_str())
-        || name.split('_').any(|word| SECRET_WORDS.contains(&word))
+        || words.iter().any(|word| SECRET_WORDS.contains(word))
+        || (words.len() > 1
+            && words
+                .last()
+                .is_some_and(|last| SECRET_LAST_WORDS.contains(last)))
+}
+
+/// Whether `name` names a secret: it [`looks_secret`], and does not name
+/// where the secret is or of what kind ([`names_where_it_is`]).
+pub fn names_a_secret(name: &str) -> bool {
+    looks_secret(name) && !names_where_it_is(name)
+}
+
+/// Whether `name` names where a secret is, or of what kind or how it is
+/// used, rather than the secret itself: `--token-file ~/.t`,
+/// `--api-key-env OPENAI_API_KEY`, `--auth-type bearer`,
+/// `GITHUB_TOKEN_PATH=…`, `AZURE_AUTH_METHOD`, `KEY_VAULT_NAME`,
+/// `?authSource=admin`, `--auth-timeout 60`, `TOKEN_ENDPOINT`.
+pub fn names_where_it_is(name: &str) -> bool {
+    const PLACES: [&str; 24] = [
+        "file",
+        "path",
+        "dir",
+        "env",
+        "var",
+        "type",
+        "mode",
+        "method",
+        "mechanism",
+        "source",
+        "url",
+        "uri",
+        "endpoint",
+        "timeout",
+        "ttl",
+        "prefix",
+        "name",
+        "id",
+        "sock",
+        "store",
+        "issuer",
+        "audience",
+        "algorithm",
+        "scope",
+    ];
+    let last = env_name(name);
+    let last = last.rsplit('_').next().unwrap_or_default();
+    PLACES.iter().any(|place| last.eq_ignore_ascii_case(place))
+}
+
+/// Whether `value` is a file's path (`/…`, `~/…`, `./…`, `C:\…`), which a
+/// secret's name may hold (`GOOGLE_APPLICATION_CREDENTIALS`, `--key
+/// ~/.ssh/id_ed25519`) and which is no secret itself.
+pub fn looks_like_path(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    value.starts_with('/')
+        || value.starts_with("~/")
+        || value.starts_with("./")
+        || value.starts_with("../")
+        || (bytes.len() > 2 && bytes[0].is_ascii_alphabetic() && &bytes[1..3] == b":\\")
+}
+
+/// Whether `value` holds a `${NAME}` reference (the import's own, or the
+/// source's translated), rather than a `$` that is part of the text.
+pub fn has_reference(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        let escaped = rest[..at].ends_with('$');
+        let after = &rest[at + 2..];
+        let name_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let named = name_end > 0 && !after.starts_with(|c: char| c.is_ascii_digit());
+        if !escaped && named && after[name_end..].starts_with(['}', ':']) {
+            return true;
+        }
+        rest = &rest[at + 2..];
+    }
+    false
 }
 
 /// How the tokens of well-known providers begin, and how many characters
@@ -112,14 +199,42 @@ pub fn value_looks_secret(value: &str) -> bool {
                 !secret.trim().is_empty() && CONNECTION_SECRETS.contains(&name.as_str())
             })
         });
-    provider_token || aws_key_id || jwt || connection_password
+    provider_token || aws_key_id || jwt || connection_password || json_with_secret(value)
+}
+
+/// Whether `value` is a JSON object (a server's settings or headers passed
+/// as one string: `{"Authorization": "Bearer …"}`, `{"braveApiKey": …}`)
+/// with a secret in it: a text under a secret's name, or shaped like one.
+fn json_with_secret(value: &str) -> bool {
+    fn holds(value: &Value) -> bool {
+        match value {
+            Value::Object(members) => members.iter().any(|(name, member)| match member {
+                Value::String(text) => {
+                    (!text.is_empty()
+                        && !has_reference(text)
+                        && names_a_secret(name)
+                        && !looks_like_path(text))
+                        || value_looks_secret(text)
+                }
+                other => holds(other),
+            }),
+            Value::Array(items) => items.iter().any(holds),
+            _ => false,
+        }
+    }
+    value.trim_start().starts_with('{')
+        && serde_json::from_str::<Value>(value).is_ok_and(|parsed| holds(&parsed))
 }
 
 /// The variables an import has named for secrets it moved out, so that
 /// two different secrets never share one (`?apiKey=` and `?api_key=` of
 /// one URL, a URL's key and a header of the same name).
 #[derive(Default)]
-pub struct Variables(std::collections::HashSet<String>);
+pub struct Variables(
+    std::collections::HashSet<String>,
+    /// The value each `env` secret's variable stands for, by variable.
+    std::collections::HashMap<String, String>,
+);
 
 impl Variables {
     /// `wanted`, or `wanted_2`, `wanted_3`… if that is named already.
@@ -142,6 +257,23 @@ impl Variables {
     /// around it.
     fn claim(&mut self, name: &str) {
         self.0.insert(name.to_owned());
+    }
+
+    /// The variable for `env` secret `name` of server `server`: its own
+    /// name, shared by the servers whose secret of that name is the same
+    /// value; one after the server for a different value (two servers'
+    /// `API_KEY`s are often two keys).
+    fn for_env_secret(&mut self, server: &str, name: &str, value: &str) -> String {
+        let variable = env_name(name);
+        self.claim(&variable);
+        match self.1.get(&variable) {
+            None => {
+                self.1.insert(variable.clone(), value.to_owned());
+                variable
+            }
+            Some(held) if held == value => variable,
+            Some(_) => self.unique(env_name(&format!("{server}_{name}"))),
+        }
     }
 
     fn unique(&mut self, wanted: String) -> String {
@@ -167,20 +299,15 @@ pub fn kept_out(
     issues: &mut Vec<Issue>,
     variables: &mut Variables,
 ) -> String {
-    if value.is_empty()
-        || value.contains("${")
-        || !(looks_secret(name) || value_looks_secret(&value))
-    {
+    let by_name = names_a_secret(name) && !looks_like_path(&value);
+    if value.is_empty() || has_reference(&value) || !(by_name || value_looks_secret(&value)) {
         return value;
     }
     // An env variable keeps its name (two servers' `GITHUB_TOKEN` are
-    // likely the one token); a header gets one after its server.
+    // likely the one token), unless another server's of that name holds
+    // another value; a header gets one after its server.
     let variable = match field {
-        "env" => {
-            let variable = env_name(name);
-            variables.claim(&variable);
-            variable
-        }
+        "env" => variables.for_env_secret(server, name, &value),
         _ => variables.unique(env_name(&format!("{server}_{name}"))),
     };
     issues.push(Issue::lost(
@@ -218,12 +345,14 @@ pub fn url_kept_out(
     let user_info = parts
         .user_info
         .map(|user_info| match user_info.split_once(':') {
-            Some((user, password)) if !password.is_empty() && !password.contains("${") => {
+            Some((user, password)) if !password.is_empty() && !has_reference(password) => {
                 format!("{user}:{}", variable_for("url_password"))
             }
             // A user alone is often a token (`https://TOKEN@host`), not
-            // in a connection string (`postgresql://postgres@db`).
-            None if !user_info.is_empty() && !user_info.contains("${") && is_http(&url) => {
+            // in a connection string (`postgresql://postgres@db`), nor a
+            // name (`https://contoso@dev.azure.com`): one shaped like a
+            // token, or long with letters and digits mixed.
+            None if is_http(&url) && !has_reference(user_info) && token_like(user_info) => {
                 variable_for("url_user")
             }
             _ => user_info.to_owned(),
@@ -234,8 +363,8 @@ pub fn url_kept_out(
             .map(|pair| match pair.split_once('=') {
                 Some((name, value))
                     if !value.is_empty()
-                        && !value.contains("${")
-                        && (looks_secret(name) || value_looks_secret(value)) =>
+                        && !has_reference(value)
+                        && (names_a_secret(name) || value_looks_secret(value)) =>
                 {
                     format!("{name}={}", variable_for(name))
                 }
@@ -255,6 +384,14 @@ pub fn url_kept_out(
         ),
     ));
     parts.with(user_info.as_deref(), parts.path, query.as_deref())
+}
+
+/// Whether `text` (a URL's lone user) is likely a token: shaped like a
+/// provider's, or 16 characters or more with 3 digits and 3 letters.
+fn token_like(text: &str) -> bool {
+    let digits = text.chars().filter(char::is_ascii_digit).count();
+    let letters = text.chars().filter(char::is_ascii_alphabetic).count();
+    value_looks_secret(text) || (text.len() >= 16 && digits >= 3 && letters >= 3)
 }
 
 /// Whether `url` is an `http` or `https` URL (as written).

@@ -159,9 +159,10 @@ fn stdio(
         }
         Some(other) => return Err(format!("`args` must be an array, found {}", kind_of(other))),
     };
-    // Env variables keep their names (no server's in them), which the
-    // arguments' variables step around.
-    let env = string_map(fields, "env", ("", path), inputs, issues, variables)?;
+    // Env variables keep their names (no server's in them, unless another
+    // server's of that name holds another value), which the arguments'
+    // variables step around.
+    let env = string_map(fields, "env", (server, path), inputs, issues, variables)?;
     // A token passed as an argument (`--api-key sk-…`) is moved out as
     // one in `env` is.
     let words: Vec<&str> = args.iter().map(String::as_str).collect();

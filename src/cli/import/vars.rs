@@ -113,12 +113,12 @@ fn reference(body: &str, inputs: &Inputs, path: &str, issues: &mut Vec<Issue>) -
     if is_variable_name(body) {
         return original;
     }
-    if let Some((name, default)) = body.split_once(":-") {
+    if let Some((name, _default)) = body.split_once(":-") {
         if is_variable_name(name) {
             issues.push(Issue::lost(
                 path,
                 format!(
-                    "{original}: Junction has no defaults for variables, so {name} must be set (the default {default:?} was dropped)"
+                    "${{{name}:-…}}: Junction has no defaults for variables, so {name} must be set (its default was dropped; not shown here, as it may be a secret)"
                 ),
             ));
             return format!("${{{name}}}");
