@@ -304,6 +304,10 @@ fn url_secrets_are_masked_as_written_or_parsed() {
             "postgresql://app:***@db/prod",
         ),
         ("https://app:pa?ss@h/mcp", "https://app:***@h/mcp"),
+        (
+            "postgresql://app:Ab3/vG+x@db/prod",
+            "postgresql://app:***@db/prod",
+        ),
         ("https://h?key=abc", "https://h?key=***"),
         (
             "https://server.smithery.ai/@smithery-ai/server-sequential-thinking/mcp",

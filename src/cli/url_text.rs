@@ -30,7 +30,8 @@ impl<'a> UrlText<'a> {
             .map_or(url.len(), |at| authority_start + at);
         let user_info_end = url[authority_start..before_path]
             .rfind('@')
-            .map(|at| authority_start + at);
+            .map(|at| authority_start + at)
+            .or_else(|| password_with_slash(url, authority_start, before_path));
         let host_start = user_info_end.map_or(authority_start, |at| at + 1);
         let authority_end = url[host_start..]
             .find(['/', '?', '#'])
@@ -76,6 +77,23 @@ impl<'a> UrlText<'a> {
     }
 }
 
+/// Where the user info ends (its `@`) in `url` whose password holds a
+/// `/` as written (`postgresql://app:Ab3/x+y@db/app`), which would
+/// otherwise start the path inside the password and leave it shown:
+/// what comes before the first `/` is `user:` and more, no `host:port`
+/// (a port is digits) nor an IPv6 host, and an `@` follows before any
+/// `?` or `#`.
+fn password_with_slash(url: &str, authority_start: usize, before_path: usize) -> Option<usize> {
+    let authority = &url[authority_start..before_path];
+    let (_, after_colon) = authority.rsplit_once(':')?;
+    if authority.starts_with('[') || after_colon.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let rest = &url[before_path..];
+    let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    rest.find('@').map(|at| before_path + at)
+}
+
 /// Whether `value` is one `${VAR}` reference and nothing else.
 pub fn is_variable(value: &str) -> bool {
     value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
@@ -89,6 +107,9 @@ fn a_url_splits_where_secrets_travel_and_joins_again() {
         "https://h/mcp",
         "${BASE}/mcp?key=${KEY}",
         "https://h/a@b:c/mcp?k=v#top",
+        "postgresql://app:Ab3/vG+x@db:5432/app",
+        "https://h:8080/a@b",
+        "http://[::1]/a@b",
     ] {
         let parts = UrlText::split(url);
         assert_eq!(parts.with(parts.user_info, parts.path, parts.query), url);
@@ -100,4 +121,15 @@ fn a_url_splits_where_secrets_travel_and_joins_again() {
         ("h:8", "/a/b", Some("k=v&x"))
     );
     assert_eq!(parts.fragment, Some("top"));
+    // A password holding a `/` (black-box helper: it was shown).
+    let parts = UrlText::split("postgresql://app:Ab3/vG+x@db:5432/app");
+    assert_eq!(parts.user_info, Some("app:Ab3/vG+x"));
+    assert_eq!((parts.host, parts.path), ("db:5432", "/app"));
+    for (url, host) in [
+        ("https://h:8080/a@b", "h:8080"),
+        ("http://[::1]/a@b", "[::1]"),
+    ] {
+        let parts = UrlText::split(url);
+        assert_eq!((parts.user_info, parts.host), (None, host), "{url}");
+    }
 }
