@@ -408,11 +408,23 @@ pub struct ArgsKeptOut<'a> {
     pub path: &'a str,
     pub issues: &'a mut Vec<Issue>,
     pub variables: &'a mut Variables,
+    /// Whether the words are the `command` (one word) rather than `args`.
+    pub command: bool,
+}
+
+impl ArgsKeptOut<'_> {
+    /// Where word `index` is, for the report.
+    fn at(&self, index: usize) -> String {
+        match self.command {
+            true => format!("{}.command", self.path),
+            false => format!("{}.args.{index}", self.path),
+        }
+    }
 }
 
 impl crate::cli::secret_args::SecretRewrite for ArgsKeptOut<'_> {
     fn value(&mut self, index: usize, name: &str, value: &str) -> String {
-        let path = format!("{}.args.{index}", self.path);
+        let path = self.at(index);
         kept_out(
             self.server,
             "args",
@@ -425,7 +437,7 @@ impl crate::cli::secret_args::SecretRewrite for ArgsKeptOut<'_> {
     }
 
     fn url(&mut self, index: usize, url: &str) -> String {
-        let path = format!("{}.args.{index}", self.path);
+        let path = self.at(index);
         url_kept_out(
             self.server,
             url.to_owned(),

@@ -171,8 +171,15 @@ fn stdio(
         path,
         issues,
         variables,
+        command: false,
     };
     let args = crate::cli::secret_args::rewrite_secrets(&words, &mut kept_out);
+    // A command written with settings before it (`TOKEN=… npx`, which
+    // only a shell runs) keeps its secrets out too.
+    kept_out.command = true;
+    let command = crate::cli::secret_args::rewrite_secrets(&[&command], &mut kept_out)
+        .pop()
+        .unwrap_or(command);
     let cwd = match fields.get("cwd") {
         None | Some(Value::Null) => None,
         Some(Value::String(cwd)) => {

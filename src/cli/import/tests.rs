@@ -835,7 +835,8 @@ fn real_configs_keep_their_commands_and_lose_their_secrets() {
                 "KEY_VAULT_NAME": "contoso-kv", "REDIS_KEY_PREFIX": "mcp:cache:",
                 "TOKEN_ENDPOINT": "https://login.example.com/token"
             }},
-            "other": {"command": "y", "env": {"API_KEY": "KEYTWO11"}}
+            "other": {"command": "y", "env": {"API_KEY": "KEYTWO11"}},
+            "cmd": {"command": "GITHUB_TOKEN=ghp_COMMAND12a1B2c3D4e5F6g7H8i9J0k1L2m3N4 npx", "args": ["-y", "server"]}
         }
     }));
     let config = parsed(&translation);
@@ -905,8 +906,23 @@ fn real_configs_keep_their_commands_and_lose_their_secrets() {
         &translation,
         &report,
         &[
-            "SCRIPT1", "SCRIPT2", "BSAJSON3", "PGPW4", "MYPW5", "SMTP6", "EPW7", "DOLLAR8",
-            "KEYONE9", "JSON10", "KEYTWO11",
+            "SCRIPT1",
+            "SCRIPT2",
+            "BSAJSON3",
+            "PGPW4",
+            "MYPW5",
+            "SMTP6",
+            "EPW7",
+            "DOLLAR8",
+            "KEYONE9",
+            "JSON10",
+            "KEYTWO11",
+            "COMMAND12",
         ],
     );
+    assert_eq!(
+        mounts["cmd"]["command"].as_str(),
+        Some("GITHUB_TOKEN=${CMD_GITHUB_TOKEN} npx")
+    );
+    assert!(report.contains("mcpServers.cmd.command: "), "{report}");
 }
