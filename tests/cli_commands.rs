@@ -961,9 +961,7 @@ async fn import_claude_code() {
     assert_reported(
         &run,
         "claude_code.mcp.json",
-        &[
-            "mcpServers.db.args.1: not translated: ${DATABASE_URL:-…}: Junction has no defaults",
-        ],
+        &["mcpServers.db.args.1: not translated: ${DATABASE_URL:-…}: Junction has no defaults"],
     );
     assert!(run
         .stderr

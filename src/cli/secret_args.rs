@@ -52,7 +52,15 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
             Some((flag, value)) if flag.starts_with('-') && is_header_flag(flag) => {
                 header_rewritten(index, value, rewrite).map(|header| format!("{flag}={header}"))
             }
-            _ if before.is_some_and(is_header_flag) || word.contains(": ") => {
+            _ if before.is_some_and(is_header_flag) => header_rewritten(index, word, rewrite),
+            // Written with its space, a header's name says it is one
+            // (`X-Api-Key`, `Authorization`), not any `Token: …` text.
+            Some(_) | None
+                if word.contains(": ")
+                    && word
+                        .split_once(':')
+                        .is_some_and(|(name, _)| header_like(name)) =>
+            {
                 header_rewritten(index, word, rewrite)
             }
             _ => None,
@@ -64,6 +72,17 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
         // A connection string (`Server=db;User Id=sa;Password=…`) whole.
         if word.contains(';') && value_looks_secret(word) {
             rewritten.push(rewrite.value(index, "connection_string", word));
+            continue;
+        }
+        // JSON settings holding a secret (`--config '{"apiKey": …}'`) whole.
+        if word.trim_start().starts_with('{') && value_looks_secret(word) {
+            let name = match before {
+                Some(flag) if flag.starts_with('-') && !flag.contains('=') => {
+                    flag.trim_start_matches('-')
+                }
+                _ => "json",
+            };
+            rewritten.push(rewrite.value(index, name, word));
             continue;
         }
         if word.contains(char::is_whitespace) {
@@ -130,44 +149,77 @@ fn token_rewritten<'a>(
 }
 
 /// A script (`bash -c "…"`, any word with whitespace in it): each of its
-/// words is taken as [`token_rewritten`] takes a word of its own, with
-/// the quotes and the shell's `;`, `&`, `|` and parentheses around it left
-/// where they are, so that a secret in it does not take the rest of the
-/// script with it.
+/// words is taken as [`token_rewritten`] takes a word of its own. A word
+/// ends at whitespace or the shell's `;`, `&` and `|` outside quotes (a
+/// quoted value with spaces is one word); the quotes and parentheses
+/// around a word stay where they are. So a secret in a script does not
+/// take the rest of the script with it.
 fn script_rewritten(index: usize, script: &str, rewrite: &mut dyn SecretRewrite) -> String {
-    const AROUND: [char; 7] = [';', '&', '|', '(', ')', '"', '\''];
+    const AROUND: [char; 4] = ['(', ')', '"', '\''];
     let mut out = String::with_capacity(script.len());
     let mut before: Option<&str> = None;
     let mut secret_flag: Option<&str> = None;
-    let mut rest = script;
-    while !rest.is_empty() {
-        let blank = rest.len() - rest.trim_start().len();
-        out.push_str(&rest[..blank]);
-        rest = &rest[blank..];
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        let (word, after) = rest.split_at(end);
-        rest = after;
+    for (word, separator) in shell_words(script) {
         let core_end = word.trim_end_matches(AROUND).len();
         let core_start = core_end - word[..core_end].trim_start_matches(AROUND).len();
         let core = &word[core_start..core_end];
         out.push_str(&word[..core_start]);
         if core.is_empty() {
         } else if let Some(flag) = secret_flag.take().filter(|_| !core.starts_with('-')) {
-            out.push_str(&secret_value(
-                index,
-                flag.trim_start_matches('-'),
-                core,
-                rewrite,
-            ));
+            let name = flag.trim_start_matches('-');
+            out.push_str(&secret_value(index, name, core, rewrite));
+        } else if before.is_some_and(is_header_flag) && core.contains(':') {
+            out.push_str(
+                &header_rewritten(index, core, rewrite).unwrap_or_else(|| core.to_owned()),
+            );
+        } else if core_start > 0 && core.contains(char::is_whitespace) {
+            // A quoted script in the script (`sh -c 'curl …'`).
+            out.push_str(&script_rewritten(index, core, rewrite));
         } else {
             let (replaced, flag) = token_rewritten(index, core, before, rewrite);
             secret_flag = flag;
             out.push_str(&replaced);
         }
         out.push_str(&word[core_end..]);
+        out.push_str(separator);
         before = Some(core);
     }
     out
+}
+
+/// `script` cut into its words, each with the separator after it
+/// (whitespace, `;`, `&`, `|`), quotes respected: together they are the
+/// script again.
+fn shell_words(script: &str) -> Vec<(&str, &str)> {
+    let is_separator = |c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|');
+    let mut words = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut word_start = 0;
+    let mut chars = script.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match quote {
+            Some(open) if c == open => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if is_separator(c) => {
+                let mut end = at + c.len_utf8();
+                while let Some(&(next_at, next)) = chars.peek() {
+                    if !is_separator(next) {
+                        break;
+                    }
+                    end = next_at + next.len_utf8();
+                    chars.next();
+                }
+                words.push((&script[word_start..at], &script[at..end]));
+                word_start = end;
+            }
+            None => {}
+        }
+    }
+    if word_start < script.len() {
+        words.push((&script[word_start..], ""));
+    }
+    words
 }
 
 /// `Name: value` (a header) with its value replaced if the name says
@@ -188,15 +240,34 @@ fn header_rewritten(index: usize, word: &str, rewrite: &mut dyn SecretRewrite) -
 /// a reference already (`--key ~/.ssh/id`, `TOKEN=${TOKEN}`). A quote
 /// opening it (`TOKEN="…` in a script) stays.
 fn secret_value(index: usize, name: &str, value: &str, rewrite: &mut dyn SecretRewrite) -> String {
-    let quote = value.len() - value.trim_start_matches(['"', '\'']).len();
-    let (quote, value) = value.split_at(quote);
+    let opening = value.len() - value.trim_start_matches(['"', '\'']).len();
+    let (opening, value) = value.split_at(opening);
+    let closing = value.len() - value.trim_end_matches(['"', '\'']).len();
+    let (value, closing) = value.split_at(value.len() - closing);
+    // `$NAME`, `$(…)`: the shell's (or the program's) to fill in.
+    let shells = value.starts_with("$(")
+        || value.strip_prefix('$').is_some_and(|name| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
     if value.is_empty()
+        || shells
         || has_reference(value)
         || (looks_like_path(value) && !value_looks_secret(value))
     {
-        return format!("{quote}{value}");
+        return format!("{opening}{value}{closing}");
     }
-    format!("{quote}{}", rewrite.value(index, name, value))
+    format!("{opening}{}{closing}", rewrite.value(index, name, value))
+}
+
+/// Whether `name` is a header's, as written beside its value: with a
+/// `-` in it (`X-Api-Key`), or one of the few without.
+fn header_like(name: &str) -> bool {
+    const SINGLE_WORD: [&str; 3] = ["authorization", "cookie", "apikey"];
+    plain_name(name)
+        && (name.contains('-')
+            || SINGLE_WORD
+                .iter()
+                .any(|known| name.eq_ignore_ascii_case(known)))
 }
 
 /// Whether `flag` passes a header (`--header`, `-H`, `--headers`).
@@ -247,7 +318,18 @@ fn url_rewritten(index: usize, word: &str, rewrite: &mut dyn SecretRewrite) -> S
 
 /// Whether `word` is a URL, whole.
 fn looks_like_url(word: &str) -> bool {
-    word.contains("://") && !word.contains(char::is_whitespace) && url::Url::parse(word).is_ok()
+    // A password holding a `/` makes no URL to `url`, and is still one's.
+    let scheme = word.split_once("://").map_or("", |(scheme, _)| scheme);
+    let scheme_like = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'));
+    scheme_like
+        && !word.contains(char::is_whitespace)
+        && (url::Url::parse(word).is_ok()
+            || super::url_text::UrlText::split(word)
+                .user_info
+                .is_some_and(|user_info| user_info.contains(':')))
 }
 
 #[cfg(test)]
@@ -352,6 +434,51 @@ mod tests {
                 "3",
                 "--filter=name=x;order=asc",
                 "cd /srv; AUTH_MODE=oauth node index.js",
+            ]
+        );
+    }
+
+    /// Scripts and shell forms a second black-box pass tried: operators
+    /// glued to a value, `$(…)` and `$NAME`, a quoted value with spaces, a
+    /// header in a script, JSON with spaces, text that only resembles a
+    /// header, a password with `/` in a URL, a secret starting with `/`.
+    #[test]
+    fn shell_forms_keep_their_shape_and_lose_their_secrets() {
+        let words = [
+            "TOKEN=ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9;npx srv",
+            "export API_KEY=abcDEF123ghiJKL456mno&&npx srv",
+            "GITHUB_PERSONAL_ACCESS_TOKEN=$(gh auth token) npx -y x",
+            "sentry --access-token $(cat ~/.sentry-token) run",
+            "OPENAI_API_KEY=$MY_OPENAI_KEY",
+            "DB_PASSWORD='p@ss w0rd 9x' node x",
+            "curl -s -H 'X-Api-Key: 9f8e7d6c5b4a39281706f5e4d3c2b1a0' https://h | sh && npx srv",
+            "--config",
+            r#"{"apiKey": "ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9", "region": "eu"}"#,
+            "--system-prompt",
+            "Token: count words before answering",
+            "postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app",
+            "AWS_SECRET_ACCESS_KEY=/nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7",
+            "--password",
+            "/Zq8pLm3Nx7RtKw",
+        ];
+        assert_eq!(
+            rewrite_secrets(&words, &mut Marked),
+            [
+                "TOKEN=<0 TOKEN ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9>;npx srv",
+                "export API_KEY=<1 API_KEY abcDEF123ghiJKL456mno>&&npx srv",
+                "GITHUB_PERSONAL_ACCESS_TOKEN=$(gh auth token) npx -y x",
+                "sentry --access-token $(cat ~/.sentry-token) run",
+                "OPENAI_API_KEY=$MY_OPENAI_KEY",
+                "DB_PASSWORD='<5 DB_PASSWORD p@ss w0rd 9x>' node x",
+                "curl -s -H 'X-Api-Key: <6 X-Api-Key 9f8e7d6c5b4a39281706f5e4d3c2b1a0>' <6 url https://h> | sh && npx srv",
+                "--config",
+                "<8 config {\"apiKey\": \"ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9\", \"region\": \"eu\"}>",
+                "--system-prompt",
+                "Token: count words before answering",
+                "<11 url postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app>",
+                "AWS_SECRET_ACCESS_KEY=<12 AWS_SECRET_ACCESS_KEY /nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7>",
+                "--password",
+                "<14 password /Zq8pLm3Nx7RtKw>",
             ]
         );
     }

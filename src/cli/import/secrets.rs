@@ -67,7 +67,11 @@ pub fn names_a_secret(name: &str) -> bool {
 /// `GITHUB_TOKEN_PATH=…`, `AZURE_AUTH_METHOD`, `KEY_VAULT_NAME`,
 /// `?authSource=admin`, `--auth-timeout 60`, `TOKEN_ENDPOINT`.
 pub fn names_where_it_is(name: &str) -> bool {
-    const PLACES: [&str; 24] = [
+    const PLACES: [&str; 28] = [
+        "limit",
+        "count",
+        "size",
+        "length",
         "file",
         "path",
         "dir",
@@ -98,12 +102,18 @@ pub fn names_where_it_is(name: &str) -> bool {
     PLACES.iter().any(|place| last.eq_ignore_ascii_case(place))
 }
 
-/// Whether `value` is a file's path (`/…`, `~/…`, `./…`, `C:\…`), which a
-/// secret's name may hold (`GOOGLE_APPLICATION_CREDENTIALS`, `--key
-/// ~/.ssh/id_ed25519`) and which is no secret itself.
+/// Whether `value` is a file's path, which a secret's name may hold
+/// (`GOOGLE_APPLICATION_CREDENTIALS`, `--key ~/.ssh/id_ed25519`) and
+/// which is no secret itself: `~/…`, `./…`, `../…`, `C:\…`, or `/…` with
+/// two `/` or more and a `.`, `-` or `_` in it, which no base64 secret
+/// has (an AWS secret key may begin with `/`).
 pub fn looks_like_path(value: &str) -> bool {
     let bytes = value.as_bytes();
-    value.starts_with('/')
+    let absolute = value.starts_with('/')
+        && value.matches('/').count() >= 2
+        && value.contains(['.', '-', '_'])
+        && !value.contains(['+', '=']);
+    absolute
         || value.starts_with("~/")
         || value.starts_with("./")
         || value.starts_with("../")
@@ -202,6 +212,17 @@ pub fn value_looks_secret(value: &str) -> bool {
     provider_token || aws_key_id || jwt || connection_password || json_with_secret(value)
 }
 
+/// Whether `text`, under a secret's name in JSON, is no secret: empty, a
+/// reference, a path, a number, or a word for none (`{"auth": "none"}`).
+fn ordinary(text: &str) -> bool {
+    const NONE: [&str; 6] = ["none", "true", "false", "null", "off", "disabled"];
+    text.is_empty()
+        || has_reference(text)
+        || looks_like_path(text)
+        || text.parse::<f64>().is_ok()
+        || NONE.iter().any(|word| text.eq_ignore_ascii_case(word))
+}
+
 /// Whether `value` is a JSON object (a server's settings or headers passed
 /// as one string: `{"Authorization": "Bearer …"}`, `{"braveApiKey": …}`)
 /// with a secret in it: a text under a secret's name, or shaped like one.
@@ -210,11 +231,7 @@ fn json_with_secret(value: &str) -> bool {
         match value {
             Value::Object(members) => members.iter().any(|(name, member)| match member {
                 Value::String(text) => {
-                    (!text.is_empty()
-                        && !has_reference(text)
-                        && names_a_secret(name)
-                        && !looks_like_path(text))
-                        || value_looks_secret(text)
+                    (names_a_secret(name) && !ordinary(text)) || value_looks_secret(text)
                 }
                 other => holds(other),
             }),
@@ -272,8 +289,28 @@ impl Variables {
                 variable
             }
             Some(held) if held == value => variable,
-            Some(_) => self.unique(env_name(&format!("{server}_{name}"))),
+            Some(_) => self.for_value(env_name(&format!("{server}_{name}")), value),
         }
+    }
+
+    /// `wanted`, or `wanted_2`, `wanted_3`… if that is named already for
+    /// another value: the same secret written twice (an `env` entry and
+    /// the same token in an argument) is one variable.
+    fn for_value(&mut self, wanted: String, value: &str) -> String {
+        let candidates =
+            std::iter::once(wanted.clone()).chain((2..).map(|n| format!("{wanted}_{n}")));
+        for name in candidates {
+            match self.1.get(&name) {
+                Some(held) if held == value => return name,
+                Some(_) => continue,
+                None if self.0.insert(name.clone()) => {
+                    self.1.insert(name.clone(), value.to_owned());
+                    return name;
+                }
+                None => continue,
+            }
+        }
+        unreachable!("an unused suffix")
     }
 
     fn unique(&mut self, wanted: String) -> String {
@@ -308,7 +345,7 @@ pub fn kept_out(
     // another value; a header gets one after its server.
     let variable = match field {
         "env" => variables.for_env_secret(server, name, &value),
-        _ => variables.unique(env_name(&format!("{server}_{name}"))),
+        _ => variables.for_value(env_name(&format!("{server}_{name}")), &value),
     };
     issues.push(Issue::lost(
         path,
@@ -511,9 +548,17 @@ mod tests {
             "cd /srv; AUTH_MODE=oauth node index.js",
             "key=name;order=asc",
             "eyJ-not-a-jwt",
+            r#"{"token_limit": "4096", "model": "m"}"#,
+            r#"{"auth": "none", "retries": 3}"#,
         ] {
             assert!(!value_looks_secret(plain), "{plain}");
         }
+        assert!(value_looks_secret(
+            r#"{"headers": {"Authorization": "Bearer abc123def"}}"#
+        ));
+        assert!(looks_like_path("/run/ssh.sock") && looks_like_path("~/.ssh/id"));
+        assert!(!looks_like_path("/nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7"));
+        assert!(!looks_like_path("/Zq8pLm3Nx7RtKw"));
     }
 
     #[test]
