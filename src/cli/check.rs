@@ -229,7 +229,7 @@ fn secret_flags_are_masked() {
 /// what is likely a secret masked: the password of its user info, every
 /// query value (API keys often travel there) that is not a `${VAR}`
 /// already, which names the secret without showing it, and each path
-/// segment that looks like a key ([`looks_like_a_key`]: hosted servers
+/// segment that looks like a key ([`super::url_text::looks_like_a_key`]: hosted servers
 /// take theirs in the path, `/s/<key>/mcp`).
 pub(crate) fn masked_url(url: &str) -> String {
     use super::url_text::{is_variable, UrlText};
@@ -246,7 +246,7 @@ pub(crate) fn masked_url(url: &str) -> String {
     let path: Vec<&str> = parts
         .path
         .split('/')
-        .map(|segment| match looks_like_a_key(segment) {
+        .map(|segment| match super::url_text::looks_like_a_key(segment) {
             true => "***",
             false => segment,
         })
@@ -316,20 +316,6 @@ fn url_secrets_are_masked_as_written_or_parsed() {
     ] {
         assert_eq!(masked_url(url), shown, "{url}");
     }
-}
-
-/// Whether a URL path segment looks like a key rather than a name: long
-/// enough and mixing letters with several digits (`mcp`, `v1`, `sse`,
-/// `server-sequential-thinking` and `2025-11-25` stay; `a1b2c3d4e5f6`, a
-/// UUID, a random token go). A `${VAR}` names the secret without showing
-/// it and stays.
-fn looks_like_a_key(segment: &str) -> bool {
-    if segment.starts_with("${") {
-        return false;
-    }
-    let letters = segment.chars().any(|c| c.is_ascii_alphabetic());
-    let digits = segment.chars().filter(|c| c.is_ascii_digit()).count();
-    segment.len() >= 12 && letters && digits >= 3
 }
 
 /// `word` as a shell would need it, so the printed command can be pasted.

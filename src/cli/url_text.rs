@@ -94,6 +94,20 @@ fn password_with_slash(url: &str, authority_start: usize, before_path: usize) ->
     rest.find('@').map(|at| before_path + at)
 }
 
+/// Whether a URL path segment looks like a key rather than a name: long
+/// enough and mixing letters with several digits (`mcp`, `v1`, `sse`,
+/// `server-sequential-thinking` and `2025-11-25` stay; `a1b2c3d4e5f6`, a
+/// UUID, a random token go). A `${VAR}` names the secret without showing
+/// it and stays.
+pub fn looks_like_a_key(segment: &str) -> bool {
+    if segment.starts_with("${") {
+        return false;
+    }
+    let letters = segment.chars().any(|c| c.is_ascii_alphabetic());
+    let digits = segment.chars().filter(|c| c.is_ascii_digit()).count();
+    segment.len() >= 12 && letters && digits >= 3
+}
+
 /// Whether `value` is one `${VAR}` reference and nothing else.
 pub fn is_variable(value: &str) -> bool {
     value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1

@@ -357,13 +357,13 @@ pub fn kept_out(
 }
 
 /// `url` of server `server` at `path` (its `url`, or an argument), with a
-/// secret written in it as is
-/// moved to the environment: the password of its user info (the mount's
-/// `Authorization`, from `${SERVER_URL_PASSWORD}`), a user alone (often a
-/// token: `${SERVER_URL_USER}`) and each query value
-/// under a secret-looking name (`?api_key=…`), reported in `issues`. A
-/// path segment that may be a key is left (nothing names it a secret):
-/// `junction check` masks it when it shows the URL.
+/// secret written in it as is moved to the environment: the password of
+/// its user info (the mount's `Authorization`, from
+/// `${SERVER_URL_PASSWORD}`), a user alone that looks like a token
+/// (`${SERVER_URL_USER}`), each query value under a secret-looking name
+/// (`?api_key=…`) or shaped like a secret, and each path segment that
+/// looks like a key (`/s/<key>/mcp`, as `check` masks it), reported in
+/// `issues`.
 pub fn url_kept_out(
     server: &str,
     url: String,
@@ -410,6 +410,19 @@ pub fn url_kept_out(
             .collect();
         pairs.join("&")
     });
+    // A segment of the path that looks like a key (hosted servers take
+    // theirs there: `/s/<key>/mcp`), as `check` masks it.
+    let segments: Vec<String> = parts
+        .path
+        .split('/')
+        .map(
+            |segment| match crate::cli::url_text::looks_like_a_key(segment) {
+                true => variable_for("url_path_key"),
+                false => segment.to_owned(),
+            },
+        )
+        .collect();
+    let url_path = segments.join("/");
     if moved.is_empty() {
         return url;
     }
@@ -420,7 +433,7 @@ pub fn url_kept_out(
             moved.join(", ")
         ),
     ));
-    parts.with(user_info.as_deref(), parts.path, query.as_deref())
+    parts.with(user_info.as_deref(), &url_path, query.as_deref())
 }
 
 /// Whether `text` (a URL's lone user) is likely a token: shaped like a

@@ -836,7 +836,8 @@ fn real_configs_keep_their_commands_and_lose_their_secrets() {
                 "TOKEN_ENDPOINT": "https://login.example.com/token"
             }},
             "other": {"command": "y", "env": {"API_KEY": "KEYTWO11"}},
-            "cmd": {"command": "GITHUB_TOKEN=ghp_COMMAND12a1B2c3D4e5F6g7H8i9J0k1L2m3N4 npx", "args": ["-y", "server"]}
+            "cmd": {"command": "GITHUB_TOKEN=ghp_COMMAND12a1B2c3D4e5F6g7H8i9J0k1L2m3N4 npx", "args": ["-y", "server"]},
+            "zap": {"url": "https://actions.zapier.com/mcp/sk-ak-PATH13a1B2c3D4e5F6/sse"}
         }
     }));
     let config = parsed(&translation);
@@ -918,6 +919,7 @@ fn real_configs_keep_their_commands_and_lose_their_secrets() {
             "JSON10",
             "KEYTWO11",
             "COMMAND12",
+            "PATH13",
         ],
     );
     assert_eq!(
@@ -925,4 +927,8 @@ fn real_configs_keep_their_commands_and_lose_their_secrets() {
         Some("GITHUB_TOKEN=${CMD_GITHUB_TOKEN} npx")
     );
     assert!(report.contains("mcpServers.cmd.command: "), "{report}");
+    assert_eq!(
+        mounts["zap"]["url"].as_str(),
+        Some("https://actions.zapier.com/mcp/${ZAP_URL_PATH_KEY}/sse")
+    );
 }
