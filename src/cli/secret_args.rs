@@ -76,13 +76,7 @@ pub fn rewrite_secrets(words: &[&str], rewrite: &mut dyn SecretRewrite) -> Vec<S
         }
         // JSON settings holding a secret (`--config '{"apiKey": …}'`) whole.
         if word.trim_start().starts_with('{') && value_looks_secret(word) {
-            let name = match before {
-                Some(flag) if flag.starts_with('-') && !flag.contains('=') => {
-                    flag.trim_start_matches('-')
-                }
-                _ => "json",
-            };
-            rewritten.push(rewrite.value(index, name, word));
+            rewritten.push(rewrite.value(index, named_by(before, "json"), word));
             continue;
         }
         if word.contains(char::is_whitespace) {
@@ -130,16 +124,8 @@ fn token_rewritten<'a>(
             format!("{name}={}", secret_value(index, name, secret, rewrite))
         }
         Some(_) => url_rewritten(index, word, rewrite),
-        // A provider's token, named after the flag before it, if any.
-        None if value_looks_secret(word) => {
-            let name = match before {
-                Some(flag) if flag.starts_with('-') && !flag.contains('=') => {
-                    flag.trim_start_matches('-')
-                }
-                _ => "token",
-            };
-            rewrite.value(index, name, word)
-        }
+        // A provider's token.
+        None if value_looks_secret(word) => rewrite.value(index, named_by(before, "token"), word),
         None => {
             let flag = names_secret(word).then_some(word);
             return (url_rewritten(index, word, rewrite), flag);
@@ -220,6 +206,15 @@ fn shell_words(script: &str) -> Vec<(&str, &str)> {
         words.push((&script[word_start..], ""));
     }
     words
+}
+
+/// What a secret found by its shape is called: after the flag before it
+/// (`--config {…}`), if it is one, else `otherwise`.
+fn named_by<'a>(before: Option<&'a str>, otherwise: &'a str) -> &'a str {
+    match before {
+        Some(flag) if flag.starts_with('-') && !flag.contains('=') => flag.trim_start_matches('-'),
+        _ => otherwise,
+    }
 }
 
 /// `Name: value` (a header) with its value replaced if the name says

@@ -14,7 +14,7 @@ mod validate;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use expand::is_variable_name;
+pub use expand::{expand_str, is_variable_name};
 pub use load::{
     load, load_content, log_format_asked, override_listen, ConfigSource, EMBEDDED_DEFAULT,
 };

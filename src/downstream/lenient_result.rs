@@ -11,6 +11,7 @@
 //! know are left out, as everywhere on rmcp's typed path).
 
 use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The `_meta` key of a text block that stands for a block the gateway
@@ -25,7 +26,7 @@ pub fn read_leniently(written: &Value) -> Option<(CallToolResult, usize)> {
     let blocks = result.get_mut("content")?.as_array_mut()?;
     let mut replaced = 0;
     for block in blocks.iter_mut() {
-        if serde_json::from_value::<ContentBlock>(block.clone()).is_err() {
+        if ContentBlock::deserialize(&*block).is_err() {
             *block = as_text(block);
             replaced += 1;
         }

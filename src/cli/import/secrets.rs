@@ -68,10 +68,6 @@ pub fn names_a_secret(name: &str) -> bool {
 /// `?authSource=admin`, `--auth-timeout 60`, `TOKEN_ENDPOINT`.
 pub fn names_where_it_is(name: &str) -> bool {
     const PLACES: [&str; 28] = [
-        "limit",
-        "count",
-        "size",
-        "length",
         "file",
         "path",
         "dir",
@@ -96,6 +92,10 @@ pub fn names_where_it_is(name: &str) -> bool {
         "audience",
         "algorithm",
         "scope",
+        "limit",
+        "count",
+        "size",
+        "length",
     ];
     let last = env_name(name);
     let last = last.rsplit('_').next().unwrap_or_default();
@@ -120,23 +120,16 @@ pub fn looks_like_path(value: &str) -> bool {
         || (bytes.len() > 2 && bytes[0].is_ascii_alphabetic() && &bytes[1..3] == b":\\")
 }
 
-/// Whether `value` holds a `${NAME}` reference (the import's own, or the
-/// source's translated), rather than a `$` that is part of the text.
+/// Whether `value` holds a `${NAME}` reference, as the config's own
+/// expansion reads it (`$${…}` is literal text), rather than a `$` that
+/// is part of the text.
 pub fn has_reference(value: &str) -> bool {
-    let mut rest = value;
-    while let Some(at) = rest.find("${") {
-        let escaped = rest[..at].ends_with('$');
-        let after = &rest[at + 2..];
-        let name_end = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(after.len());
-        let named = name_end > 0 && !after.starts_with(|c: char| c.is_ascii_digit());
-        if !escaped && named && after[name_end..].starts_with(['}', ':']) {
-            return true;
-        }
-        rest = &rest[at + 2..];
-    }
-    false
+    let referred = std::cell::Cell::new(false);
+    let _ = crate::config::expand_str(value, &|_| {
+        referred.set(true);
+        Some(String::new())
+    });
+    referred.get()
 }
 
 /// How the tokens of well-known providers begin, and how many characters
@@ -388,8 +381,12 @@ pub fn url_kept_out(
             // A user alone is often a token (`https://TOKEN@host`), not
             // in a connection string (`postgresql://postgres@db`), nor a
             // name (`https://contoso@dev.azure.com`): one shaped like a
-            // token, or long with letters and digits mixed.
-            None if is_http(&url) && !has_reference(user_info) && token_like(user_info) => {
+            // token, or like a key as a path segment would be.
+            None if is_http(&url)
+                && !has_reference(user_info)
+                && (value_looks_secret(user_info)
+                    || crate::cli::url_text::looks_like_a_key(user_info)) =>
+            {
                 variable_for("url_user")
             }
             _ => user_info.to_owned(),
@@ -434,14 +431,6 @@ pub fn url_kept_out(
         ),
     ));
     parts.with(user_info.as_deref(), &url_path, query.as_deref())
-}
-
-/// Whether `text` (a URL's lone user) is likely a token: shaped like a
-/// provider's, or 16 characters or more with 3 digits and 3 letters.
-fn token_like(text: &str) -> bool {
-    let digits = text.chars().filter(char::is_ascii_digit).count();
-    let letters = text.chars().filter(char::is_ascii_alphabetic).count();
-    value_looks_secret(text) || (text.len() >= 16 && digits >= 3 && letters >= 3)
 }
 
 /// Whether `url` is an `http` or `https` URL (as written).
