@@ -331,6 +331,19 @@ fn looks_like_url(word: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// `cases`, each word with what it becomes, rewritten together (the
+    /// words before a word count: a flag names the secret after it).
+    fn assert_rewritten(cases: &[(&str, &str)]) {
+        let words: Vec<&str> = cases.iter().map(|(word, _)| *word).collect();
+        let expected: Vec<&str> = cases.iter().map(|(_, becomes)| *becomes).collect();
+        assert_eq!(rewrite_secrets(&words, &mut Marked), expected);
+    }
+
+    /// A word that stays as it is.
+    fn kept(word: &str) -> (&str, &str) {
+        (word, word)
+    }
+
     /// Marks what it is given, to show what was found where.
     struct Marked;
     impl SecretRewrite for Marked {
@@ -344,93 +357,75 @@ mod tests {
 
     #[test]
     fn every_kind_of_secret_is_found_with_its_name_and_place() {
-        let words = [
-            "server",
-            "--api-key=sk-1",
-            "--token",
-            "tok-2",
-            "--verbose",
-            "--auth-token",
-            "--port",
-            "8080",
-            "--header",
-            "Authorization: Bearer sk-3",
-            "--header=X-Api-Key: k-4",
-            "-e",
-            "GITHUB_TOKEN=ghp_5",
-            "--env=API_KEY=sk-6",
-            "MODE=fast",
-            "--url=https://u:pw@h/mcp",
-            "https://h/mcp",
-            "sh -c 'curl https://h'",
-            "--token-file",
-            "/home/me/.token",
-            "--api-key-env=OPENAI_API_KEY",
-            "GITHUB_TOKEN_PATH=/run/secret",
-            "--bearer",
-            "b-7",
-            "--model",
-            "sk-ant-api03-A1b2C3d4E5f6G7h8",
-            "--model=sk-ant-api03-B1b2C3d4E5f6G7h8",
-            "ghp_C1c2D3d4E5e6F7f8G9g0H1h2I3i4J5j6K7k8",
-            "CONFIG=xoxb-1234567890-DDDDDDDDDD",
-            "Server=db;User Id=sa;Password=pw-8;",
-            "--header",
-            "X-Custom: glpat-9a8B7c6D5e4F3g2H1i0J",
-            "--skip",
-            "sk-short",
-            "--pass-environment",
-            "pypi-query-mcp-server",
-            "--sig-figs",
-            "3",
-            "--filter=name=x;order=asc",
-            "cd /srv; AUTH_MODE=oauth node index.js",
-        ];
-        assert_eq!(
-            rewrite_secrets(&words, &mut Marked),
-            [
-                "server",
-                "--api-key=<1 api-key sk-1>",
-                "--token",
-                "<3 token tok-2>",
-                "--verbose",
-                "--auth-token",
-                "--port",
-                "8080",
-                "--header",
+        assert_rewritten(&[
+            kept("server"),
+            ("--api-key=sk-1", "--api-key=<1 api-key sk-1>"),
+            kept("--token"),
+            ("tok-2", "<3 token tok-2>"),
+            kept("--verbose"),
+            kept("--auth-token"),
+            kept("--port"),
+            kept("8080"),
+            kept("--header"),
+            (
+                "Authorization: Bearer sk-3",
                 "Authorization: <9 Authorization Bearer sk-3>",
+            ),
+            (
+                "--header=X-Api-Key: k-4",
                 "--header=X-Api-Key: <10 X-Api-Key k-4>",
-                "-e",
-                "GITHUB_TOKEN=<12 GITHUB_TOKEN ghp_5>",
-                "--env=API_KEY=<13 API_KEY sk-6>",
-                "MODE=fast",
+            ),
+            kept("-e"),
+            ("GITHUB_TOKEN=ghp_5", "GITHUB_TOKEN=<12 GITHUB_TOKEN ghp_5>"),
+            ("--env=API_KEY=sk-6", "--env=API_KEY=<13 API_KEY sk-6>"),
+            kept("MODE=fast"),
+            (
+                "--url=https://u:pw@h/mcp",
                 "--url=<15 url https://u:pw@h/mcp>",
-                "<16 url https://h/mcp>",
-                "sh -c 'curl <17 url https://h>'",
-                "--token-file",
-                "/home/me/.token",
-                "--api-key-env=OPENAI_API_KEY",
-                "GITHUB_TOKEN_PATH=/run/secret",
-                "--bearer",
-                "<23 bearer b-7>",
-                "--model",
+            ),
+            ("https://h/mcp", "<16 url https://h/mcp>"),
+            ("sh -c 'curl https://h'", "sh -c 'curl <17 url https://h>'"),
+            kept("--token-file"),
+            kept("/home/me/.token"),
+            kept("--api-key-env=OPENAI_API_KEY"),
+            kept("GITHUB_TOKEN_PATH=/run/secret"),
+            kept("--bearer"),
+            ("b-7", "<23 bearer b-7>"),
+            kept("--model"),
+            (
+                "sk-ant-api03-A1b2C3d4E5f6G7h8",
                 "<25 model sk-ant-api03-A1b2C3d4E5f6G7h8>",
+            ),
+            (
+                "--model=sk-ant-api03-B1b2C3d4E5f6G7h8",
                 "--model=<26 model sk-ant-api03-B1b2C3d4E5f6G7h8>",
+            ),
+            (
+                "ghp_C1c2D3d4E5e6F7f8G9g0H1h2I3i4J5j6K7k8",
                 "<27 token ghp_C1c2D3d4E5e6F7f8G9g0H1h2I3i4J5j6K7k8>",
+            ),
+            (
+                "CONFIG=xoxb-1234567890-DDDDDDDDDD",
                 "CONFIG=<28 CONFIG xoxb-1234567890-DDDDDDDDDD>",
+            ),
+            (
+                "Server=db;User Id=sa;Password=pw-8;",
                 "<29 connection_string Server=db;User Id=sa;Password=pw-8;>",
-                "--header",
+            ),
+            kept("--header"),
+            (
+                "X-Custom: glpat-9a8B7c6D5e4F3g2H1i0J",
                 "X-Custom: <31 X-Custom glpat-9a8B7c6D5e4F3g2H1i0J>",
-                "--skip",
-                "sk-short",
-                "--pass-environment",
-                "pypi-query-mcp-server",
-                "--sig-figs",
-                "3",
-                "--filter=name=x;order=asc",
-                "cd /srv; AUTH_MODE=oauth node index.js",
-            ]
-        );
+            ),
+            kept("--skip"),
+            kept("sk-short"),
+            kept("--pass-environment"),
+            kept("pypi-query-mcp-server"),
+            kept("--sig-figs"),
+            kept("3"),
+            kept("--filter=name=x;order=asc"),
+            kept("cd /srv; AUTH_MODE=oauth node index.js"),
+        ]);
     }
 
     /// Scripts and shell forms a second black-box pass tried: operators
@@ -439,42 +434,22 @@ mod tests {
     /// header, a password with `/` in a URL, a secret starting with `/`.
     #[test]
     fn shell_forms_keep_their_shape_and_lose_their_secrets() {
-        let words = [
-            "TOKEN=ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9;npx srv",
-            "export API_KEY=abcDEF123ghiJKL456mno&&npx srv",
-            "GITHUB_PERSONAL_ACCESS_TOKEN=$(gh auth token) npx -y x",
-            "sentry --access-token $(cat ~/.sentry-token) run",
-            "OPENAI_API_KEY=$MY_OPENAI_KEY",
-            "DB_PASSWORD='p@ss w0rd 9x' node x",
-            "curl -s -H 'X-Api-Key: 9f8e7d6c5b4a39281706f5e4d3c2b1a0' https://h | sh && npx srv",
-            "--config",
-            r#"{"apiKey": "ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9", "region": "eu"}"#,
-            "--system-prompt",
-            "Token: count words before answering",
-            "postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app",
-            "AWS_SECRET_ACCESS_KEY=/nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7",
-            "--password",
-            "/Zq8pLm3Nx7RtKw",
-        ];
-        assert_eq!(
-            rewrite_secrets(&words, &mut Marked),
-            [
-                "TOKEN=<0 TOKEN ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9>;npx srv",
-                "export API_KEY=<1 API_KEY abcDEF123ghiJKL456mno>&&npx srv",
-                "GITHUB_PERSONAL_ACCESS_TOKEN=$(gh auth token) npx -y x",
-                "sentry --access-token $(cat ~/.sentry-token) run",
-                "OPENAI_API_KEY=$MY_OPENAI_KEY",
-                "DB_PASSWORD='<5 DB_PASSWORD p@ss w0rd 9x>' node x",
-                "curl -s -H 'X-Api-Key: <6 X-Api-Key 9f8e7d6c5b4a39281706f5e4d3c2b1a0>' <6 url https://h> | sh && npx srv",
-                "--config",
-                "<8 config {\"apiKey\": \"ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9\", \"region\": \"eu\"}>",
-                "--system-prompt",
-                "Token: count words before answering",
-                "<11 url postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app>",
-                "AWS_SECRET_ACCESS_KEY=<12 AWS_SECRET_ACCESS_KEY /nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7>",
-                "--password",
-                "<14 password /Zq8pLm3Nx7RtKw>",
-            ]
-        );
+        assert_rewritten(&[
+            ("TOKEN=ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9;npx srv", "TOKEN=<0 TOKEN ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9>;npx srv"),
+            ("export API_KEY=abcDEF123ghiJKL456mno&&npx srv", "export API_KEY=<1 API_KEY abcDEF123ghiJKL456mno>&&npx srv"),
+            kept("GITHUB_PERSONAL_ACCESS_TOKEN=$(gh auth token) npx -y x"),
+            kept("sentry --access-token $(cat ~/.sentry-token) run"),
+            kept("OPENAI_API_KEY=$MY_OPENAI_KEY"),
+            ("DB_PASSWORD='p@ss w0rd 9x' node x", "DB_PASSWORD='<5 DB_PASSWORD p@ss w0rd 9x>' node x"),
+            ("curl -s -H 'X-Api-Key: 9f8e7d6c5b4a39281706f5e4d3c2b1a0' https://h | sh && npx srv", "curl -s -H 'X-Api-Key: <6 X-Api-Key 9f8e7d6c5b4a39281706f5e4d3c2b1a0>' <6 url https://h> | sh && npx srv"),
+            kept("--config"),
+            (r#"{"apiKey": "ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9", "region": "eu"}"#, "<8 config {\"apiKey\": \"ghp_Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8L9\", \"region\": \"eu\"}>"),
+            kept("--system-prompt"),
+            kept("Token: count words before answering"),
+            ("postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app", "<11 url postgresql://app:Ab3/vGr3GwnPFYhv+x@db:5432/app>"),
+            ("AWS_SECRET_ACCESS_KEY=/nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7", "AWS_SECRET_ACCESS_KEY=<12 AWS_SECRET_ACCESS_KEY /nhFyJfm5di4PzJ59FHz5r1pY4OjE2jBMptUsGr7>"),
+            kept("--password"),
+            ("/Zq8pLm3Nx7RtKw", "<14 password /Zq8pLm3Nx7RtKw>"),
+        ]);
     }
 }
