@@ -255,7 +255,7 @@ async fn a_dead_http_server_is_not_ready_while_nobody_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_session_upstream_outlives_a_network_blip() {
     let demo = DemoHttp::start().await;
-    let mut proxy = pausable_proxy::PausableProxy::start(demo.addr).await;
+    let proxy = pausable_proxy::PausableProxy::start(demo.addr).await;
     let gateway = Gateway::start(&format!(
         "{SERVER_TOML}{}",
         http_mount(
@@ -276,8 +276,8 @@ async fn a_per_session_upstream_outlives_a_network_blip() {
     };
     let before = upstream_session(call(&client, "mine__meta", Value::Null).await);
     proxy.cut_off();
-    // Past the 2 s, and past rmcp's next attempt after the server's
-    // `retry` (3 s), so that a mount's own session would have ended.
+    // The mount's own session ends: its server has not been reached for
+    // 2 s.
     eventually(
         "the mount's own session to end",
         Duration::from_secs(15),
@@ -287,8 +287,22 @@ async fn a_per_session_upstream_outlives_a_network_blip() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    proxy.restore().await;
+    // The client's session has tried its server and failed for longer
+    // than that too, so a session that ends so would have ended.
+    eventually(
+        "the client's session to fail to reach its server for 2.5 s",
+        Duration::from_secs(20),
+        || async {
+            let refused = proxy.refused_for(&before);
+            let lasted = match (refused.first(), refused.last()) {
+                (Some(first), Some(last)) => last.duration_since(*first),
+                _ => Duration::ZERO,
+            };
+            (lasted >= Duration::from_millis(2500)).then_some(())
+        },
+    )
+    .await;
+    proxy.restore();
     let after = upstream_session(call(&client, "mine__meta", Value::Null).await);
     assert_eq!(before, after, "the client's upstream session was replaced");
     close(client).await;
