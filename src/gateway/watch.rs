@@ -68,6 +68,10 @@ pub async fn watch(
 ) {
     let mut seen = loaded;
     let mut unreadable_polls = 0;
+    // Whether the file's being unreadable now was counted as a failed
+    // reload already (by a SIGHUP, or the poll), so that it is counted
+    // once.
+    let mut unreadable_counted = false;
     #[cfg(unix)]
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|error| tracing::warn!(%error, "cannot listen for SIGHUP"))
@@ -108,8 +112,7 @@ pub async fn watch(
                     // running config is the file's again.
                     None if source.snapshot().is_none() => {
                         seen = None;
-                        // Counted here: the poll does not count it again.
-                        unreadable_polls = UNREADABLE_POLLS_TOLD;
+                        unreadable_counted = true;
                         ("SIGHUP", None)
                     }
                     // Still being written: the poll takes it once it
@@ -134,7 +137,8 @@ pub async fn watch(
                 let current = source.snapshot();
                 if current.is_none() && matches!(source, ConfigSource::File(_)) {
                     unreadable_polls += 1;
-                    if unreadable_polls == UNREADABLE_POLLS_TOLD {
+                    if unreadable_polls >= UNREADABLE_POLLS_TOLD && !unreadable_counted {
+                        unreadable_counted = true;
                         tracing::error!(
                             config = %source.describe(),
                             "the config file cannot be read (counted as a failed reload); the running config keeps serving, and the file is taken again once it can be"
@@ -145,6 +149,7 @@ pub async fn watch(
                     continue;
                 }
                 unreadable_polls = 0;
+                unreadable_counted = false;
                 if current == seen {
                     continue;
                 }
