@@ -396,7 +396,8 @@ async fn a_content_block_of_an_unknown_kind_is_relayed_as_text() {
 }
 
 /// A stdio server whose answer nests deeper than serde_json reads (128
-/// levels): the call fails at once saying so, instead of waiting out the
+/// levels), with or without half of a surrogate pair in its text (which
+/// sends the line through the Unicode repair): the call fails at once saying so, instead of waiting out the
 /// request timeout (rmcp skipped the line), and the session goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_nested_too_deep_fails_its_call_at_once() {
@@ -406,14 +407,17 @@ async fn an_answer_nested_too_deep_fails_its_call_at_once() {
     );
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
-    let failed = tokio::time::timeout(
-        Duration::from_secs(30),
-        call(&client, "nan__deep", Value::Null),
-    )
-    .await
-    .expect("answered before the request timeout");
-    assert_eq!(failed.is_error, Some(true), "{failed:?}");
-    assert!(text(&failed).contains("128 levels deep"), "{failed:?}");
+    for tool in ["nan__deep", "nan__deep_broken"] {
+        let failed =
+            tokio::time::timeout(Duration::from_secs(30), call(&client, tool, Value::Null))
+                .await
+                .expect("answered before the request timeout");
+        assert_eq!(failed.is_error, Some(true), "{tool}: {failed:?}");
+        assert!(
+            text(&failed).contains("128 levels deep"),
+            "{tool}: {failed:?}"
+        );
+    }
     assert_eq!(
         ok_text(&call(&client, "nan__ok", Value::Null).await),
         "fine"

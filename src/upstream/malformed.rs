@@ -74,13 +74,7 @@ impl MalformedLines {
         let non_finite = bare_word_in(line, b"NaN") || bare_word_in(line, b"Infinity");
         let broken_text = super::unicode_repair::may_need_repair(line);
         if framed && !non_finite && !broken_text {
-            if let Some(id) = super::deep_nesting::too_deep_answer_id(line) {
-                tracing::warn!(mount = %self.mount, %id, "the upstream's answer nests deeper than the gateway can read; its request fails");
-                self.fail(
-                    id,
-                    "the upstream's answer nests objects and arrays 128 levels deep or more, deeper than the gateway reads".to_owned(),
-                );
-            }
+            self.fail_if_too_deep(line);
             return;
         }
         if broken_text && self.relay_repaired(line) {
@@ -106,15 +100,19 @@ impl MalformedLines {
     /// A message rmcp drops for text that is not valid Unicode, relayed
     /// with U+FFFD in place of the broken text (`unicode_repair.rs`), as
     /// if the server had sent that. Whether there is nothing left to do:
-    /// rmcp reads the line as it is, or it was relayed so.
+    /// rmcp reads the line as it is, or it was relayed so, or, repaired,
+    /// it nests too deep and its request was failed.
     fn relay_repaired(&self, line: &[u8]) -> bool {
         if serde_json::from_slice::<ServerJsonRpcMessage>(line).is_ok() {
             return true;
         }
-        let Some(message) = super::unicode_repair::repaired(line)
-            .and_then(|repaired| serde_json::from_str::<ServerJsonRpcMessage>(&repaired).ok())
-        else {
+        let Some(repaired) = super::unicode_repair::repaired(line) else {
             return false;
+        };
+        let message = match serde_json::from_str::<ServerJsonRpcMessage>(&repaired) {
+            Ok(message) => message,
+            // Repaired, it may still be unreadable for its depth.
+            Err(_) => return self.fail_if_too_deep(repaired.as_bytes()),
         };
         // From a read of the server's stdout: never waits. A full channel
         // leaves the message lost, as it was before.
@@ -133,6 +131,20 @@ impl MalformedLines {
                 tracing::warn!(mount = %self.mount, "the upstream wrote text that is not valid Unicode; lost, too many such messages at once")
             }
         }
+        true
+    }
+
+    /// If `line` is an answer nested too deep to read
+    /// (`deep_nesting.rs`), fails its request at once. Whether it did.
+    fn fail_if_too_deep(&self, line: &[u8]) -> bool {
+        let Some(id) = super::deep_nesting::too_deep_answer_id(line) else {
+            return false;
+        };
+        tracing::warn!(mount = %self.mount, %id, "the upstream's answer nests deeper than the gateway can read; its request fails");
+        self.fail(
+            id,
+            "the upstream's answer nests objects and arrays 128 levels deep or more, deeper than the gateway reads".to_owned(),
+        );
         true
     }
 
