@@ -529,6 +529,11 @@ async fn metrics_count_exactly_the_traffic_sent() {
             r#"junction_upstream_request_duration_seconds_count{mount="shared",method="tools/call"}"#,
             3.0,
         ),
+        // From 0, before any restart or relayed message and before
+        // `/status` (which reads the restarts) was ever asked for.
+        (r#"junction_upstream_restarts_total{mount="shared"}"#, 0.0),
+        (r#"junction_upstream_restarts_total{mount="private"}"#, 0.0),
+        (r#"junction_relayed_messages_total{kind="progress"}"#, 0.0),
     ];
     for (series, value) in expect {
         assert_eq!(

@@ -500,7 +500,7 @@ impl SessionRegistry {
             })
             .collect();
         for (key, outbox) in outboxes {
-            crate::telemetry::metrics().count_relayed("list_changed");
+            crate::telemetry::metrics().count_relayed(crate::telemetry::Relayed::ListChanged);
             outbox.send(key, list_changed(kind));
         }
     }
@@ -542,7 +542,7 @@ impl SessionRegistry {
         }
         drop(sessions);
         for (key, outbox, uri) in peers {
-            crate::telemetry::metrics().count_relayed("resource_updated");
+            crate::telemetry::metrics().count_relayed(crate::telemetry::Relayed::ResourceUpdated);
             let mut params = ResourceUpdatedNotificationParam::new(uri.to_string());
             params.meta = meta.clone();
             outbox.send(

@@ -60,6 +60,7 @@ pub async fn supervise(mount: Arc<Mount>, profile_session: Arc<ProfileSession>) 
     // client's call, past its backoff and `down_retry`.
     let mut reached = mount.reached();
     let mut may_wake_early = true;
+    metrics().mount_supervised(&mount.labels());
     loop {
         attempt += 1;
         // Only what happens from this attempt on counts.

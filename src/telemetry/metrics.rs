@@ -116,6 +116,49 @@ impl Refusal {
     }
 }
 
+/// What a relayed message was (`relayed_messages_total{kind}`).
+#[derive(Clone, Copy, Debug)]
+pub enum Relayed {
+    Sampling,
+    Elicitation,
+    ElicitationComplete,
+    Roots,
+    Progress,
+    Log,
+    TaskStatus,
+    ListChanged,
+    ResourceUpdated,
+}
+
+impl Relayed {
+    /// Every kind, each counted from 0 at start, as refusals are.
+    const ALL: [Relayed; 9] = [
+        Relayed::Sampling,
+        Relayed::Elicitation,
+        Relayed::ElicitationComplete,
+        Relayed::Roots,
+        Relayed::Progress,
+        Relayed::Log,
+        Relayed::TaskStatus,
+        Relayed::ListChanged,
+        Relayed::ResourceUpdated,
+    ];
+
+    fn kind(self) -> &'static str {
+        match self {
+            Relayed::Sampling => "sampling",
+            Relayed::Elicitation => "elicitation",
+            Relayed::ElicitationComplete => "elicitation_complete",
+            Relayed::Roots => "roots",
+            Relayed::Progress => "progress",
+            Relayed::Log => "log",
+            Relayed::TaskStatus => "task_status",
+            Relayed::ListChanged => "list_changed",
+            Relayed::ResourceUpdated => "resource_updated",
+        }
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -243,6 +286,11 @@ impl Metrics {
         for result in ["applied", "rejected"] {
             let _ = config_reloads.get_or_create(&ResultLabels { result });
         }
+        for relayed_kind in Relayed::ALL {
+            let _ = relayed.get_or_create(&KindLabels {
+                kind: relayed_kind.kind(),
+            });
+        }
         for refusal in Refusal::ALL {
             let _ = refused.get_or_create(&ReasonLabels {
                 reason: refusal.reason(),
@@ -307,8 +355,21 @@ impl Metrics {
             .inc();
     }
 
-    pub fn count_relayed(&self, kind: &'static str) {
-        self.relayed.get_or_create(&KindLabels { kind }).inc();
+    pub fn count_relayed(&self, relayed: Relayed) {
+        self.relayed
+            .get_or_create(&KindLabels {
+                kind: relayed.kind(),
+            })
+            .inc();
+    }
+
+    /// A mount's counters, from 0 once it is supervised: the first
+    /// restart of a mount is then an increase of its series, which
+    /// `increase()` and `rate()` see, rather than a series appearing at 1,
+    /// which they do not.
+    pub fn mount_supervised(&self, labels: &MountLabels) {
+        let _ = self.upstream_restarts.get_or_create(labels);
+        let _ = self.cache_refreshes.get_or_create(labels);
     }
 
     pub fn upstream_session_opened(&self, mount: &str) {
@@ -357,6 +418,24 @@ mod bucket_tests {
         assert_eq!(places, (0..Refusal::ALL.len()).collect::<Vec<_>>());
     }
 
+    /// Every relayed kind is in `Relayed::ALL`, as refusals are.
+    #[test]
+    fn every_relayed_kind_is_counted_from_the_start() {
+        let place = |relayed: Relayed| match relayed {
+            Relayed::Sampling => 0,
+            Relayed::Elicitation => 1,
+            Relayed::ElicitationComplete => 2,
+            Relayed::Roots => 3,
+            Relayed::Progress => 4,
+            Relayed::Log => 5,
+            Relayed::TaskStatus => 6,
+            Relayed::ListChanged => 7,
+            Relayed::ResourceUpdated => 8,
+        };
+        let places: Vec<usize> = Relayed::ALL.into_iter().map(place).collect();
+        assert_eq!(places, (0..Relayed::ALL.len()).collect::<Vec<_>>());
+    }
+
     /// Counters an alert watches are there from the start, at 0.
     #[test]
     fn reload_and_refusal_counters_start_at_zero() {
@@ -366,6 +445,8 @@ mod bucket_tests {
             "junction_config_reloads_total{result=\"applied\"} 0",
             "junction_refused_requests_total{reason=\"unknown_session\"} 0",
             "junction_refused_requests_total{reason=\"host\"} 0",
+            "junction_relayed_messages_total{kind=\"progress\"} 0",
+            "junction_relayed_messages_total{kind=\"resource_updated\"} 0",
         ] {
             assert!(rendered.contains(series), "{series} in\n{rendered}");
         }

@@ -24,7 +24,7 @@ use tracing_subscriber::{
     filter::FilterExt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
 };
 
-pub use metrics::metrics;
+pub use metrics::{metrics, Relayed};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -94,7 +94,7 @@ impl UpstreamHandler {
         if !caller.profile.sampling {
             return Err(missing_capability("sampling"));
         }
-        metrics().count_relayed("sampling");
+        metrics().count_relayed(crate::telemetry::Relayed::Sampling);
         tracing::debug!("relaying a sampling request rmcp could not read, as written");
         let mut relayed = CustomRequest::new("sampling/createMessage", request.params);
         if let Some(meta) = self.passed_meta(context) {
