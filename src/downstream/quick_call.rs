@@ -481,12 +481,6 @@ pub(crate) async fn offer(
     let why = tokio::select! {
         answer = waiting.work() => {
             waiting.answered();
-            // Cancelled because the session ended (deleted, expired): not
-            // the mount's failure the cancelled upstream request makes of it.
-            let answer = match state.quick_calls_ended() {
-                true => Err(ErrorData::invalid_request("the session has ended", None)),
-                false => answer,
-            };
             return Quick::Answered(vec![json_rpc_answer(&request.id, answer)]);
         }
         _ = tokio::time::sleep_until(deadline) => "not answered by the deadline",
