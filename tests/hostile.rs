@@ -54,10 +54,22 @@ impl Hostile {
         Hostile::start_with("").await
     }
 
+    /// Like [`Hostile::start`], the gateway logging junction's debug lines.
+    async fn start_logged() -> Hostile {
+        let config = format!("{SERVER_TOML}\n{}", stdio_demo_mount("demo", ""));
+        let gateway =
+            Gateway::launch(&config, "toml", &[("RUST_LOG", "info,junction=debug")]).await;
+        gateway.wait_ready().await;
+        Hostile::with_gateway(gateway).await
+    }
+
     /// `tables` goes between `[server]` and the mount (e.g. `[limits]`).
     async fn start_with(tables: &str) -> Hostile {
         let config = format!("{SERVER_TOML}{tables}\n{}", stdio_demo_mount("demo", ""));
-        let gateway = Gateway::start(&config).await;
+        Hostile::with_gateway(Gateway::start(&config).await).await
+    }
+
+    async fn with_gateway(gateway: Gateway) -> Hostile {
         let http = reqwest::Client::new();
         let session = open_session(&http, &gateway.mcp_url()).await;
         Hostile {
@@ -1672,43 +1684,77 @@ async fn an_id_in_use_from_the_start_is_refused() {
 /// on, and holds its id meanwhile: a client retrying the request with
 /// the same id (its connection dropped) is refused, not run twice. The
 /// id was given back with the connection.
+///
+/// The client must leave after the gateway started the call: a request
+/// the gateway reads only once its client has gone is dropped by hyper
+/// unstarted (nothing runs, nothing holds the id). Only the gateway's
+/// debug line says which happened, so each attempt has an id of its own
+/// and one whose call never started is tried again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_client_left_holds_its_id_until_it_ends() {
-    let mut hostile = Hostile::start().await;
-    let slow = json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
-                      "params": {"name": "demo__slow", "arguments": {"steps": 3, "delay_ms": 300}}})
-    .to_string();
-    let mut gone = connect_to(&hostile).await;
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\nmcp-protocol-version: {VERSION}\r\n\
-         content-length: {length}\r\n\r\n{slow}",
-        addr = hostile.gateway.addr,
-        session = hostile.session,
-        length = slow.len(),
-    );
-    gone.write_all(request.as_bytes())
-        .await
-        .expect("write the call");
-    tokio::time::sleep(Duration::from_millis(3)).await;
-    drop(gone);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let counter = |id: u32| {
+    let mut hostile = Hostile::start_logged().await;
+    // Calls take the quick path only once the session layer knows the
+    // session (after rmcp handled `initialized`).
+    let mcp = hostile.gateway.mcp_url();
+    wait_until_calls_are_quick(&hostile.http, &mcp, &hostile.session, "demo__echo").await;
+    let counter = |id: u64| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                "params": {"name": "demo__counter", "arguments": {}}})
         .to_string()
     };
-    let retried = hostile.send(counter(11)).await;
-    rpc_error(&retried, INVALID_REQUEST);
-    // Once the first has ended, the id is free; the refused one never ran.
-    let counted = eventually("the first call to end", OP_TIMEOUT, || async {
-        let answer = hostile.send(counter(11)).await;
-        answer.body.get("result").is_some().then_some(answer)
-    })
-    .await;
-    assert_eq!(
-        counted.body["result"]["content"][0]["text"], "1",
-        "a refused call ran: {counted:?}"
-    );
-    hostile.assert_unharmed().await;
+    for attempt in 0..10u64 {
+        let id = 11 + attempt;
+        let slow = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "demo__slow", "arguments": {"steps": 3, "delay_ms": 300}}})
+        .to_string();
+        let mut gone = connect_to(&hostile).await;
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\nmcp-protocol-version: {VERSION}\r\n\
+             content-length: {length}\r\n\r\n{slow}",
+            addr = hostile.gateway.addr,
+            session = hostile.session,
+            length = slow.len(),
+        );
+        gone.write_all(request.as_bytes())
+            .await
+            .expect("write the call");
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        drop(gone);
+        let walked_away = format!("id=Number({id})");
+        let left = poll_until(Duration::from_secs(2), || async {
+            hostile
+                .gateway
+                .proc
+                .stderr
+                .snapshot()
+                .iter()
+                .any(|line| {
+                    line.contains("the client went away before a quick answer")
+                        && line.contains(&walked_away)
+                })
+                .then_some(())
+        })
+        .await
+        .is_some();
+        if !left {
+            eprintln!("attempt {attempt}: the call never started before its client left");
+            continue;
+        }
+        let retried = hostile.send(counter(id)).await;
+        rpc_error(&retried, INVALID_REQUEST);
+        // Once the first has ended, the id is free; the refused one never ran.
+        let counted = eventually("the first call to end", OP_TIMEOUT, || async {
+            let answer = hostile.send(counter(id)).await;
+            answer.body.get("result").is_some().then_some(answer)
+        })
+        .await;
+        assert_eq!(
+            counted.body["result"]["content"][0]["text"], "1",
+            "a refused call ran: {counted:?}"
+        );
+        hostile.assert_unharmed().await;
+        return;
+    }
+    panic!("the client never left a started call in 10 tries");
 }
