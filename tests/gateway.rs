@@ -2040,18 +2040,7 @@ async fn a_quick_call_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
         let posted = {
             let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
             tokio::spawn(async move {
-                let mut request = http
-                    .post(&mcp)
-                    .header("mcp-session-id", &session)
-                    .header("mcp-protocol-version", raw::VERSION)
-                    .body(call.to_string());
-                for (name, value) in raw::JSON_POST {
-                    request = request.header(*name, *value);
-                }
-                let response = within("the call", request.send()).await.expect("the call");
-                within("its answer", response.text())
-                    .await
-                    .unwrap_or_default()
+                raw::post_reading_what_arrives(&http, &mcp, &session, call.to_string()).await
             })
         };
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -2753,18 +2742,7 @@ async fn a_handed_over_call_cut_short_by_its_sessions_end_does_not_blame_the_mou
         let posted = {
             let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
             tokio::spawn(async move {
-                let mut request = http
-                    .post(&mcp)
-                    .header("mcp-session-id", &session)
-                    .header("mcp-protocol-version", raw::VERSION)
-                    .body(call.to_string());
-                for (name, value) in raw::JSON_POST {
-                    request = request.header(*name, *value);
-                }
-                let response = within("the call", request.send()).await.expect("the call");
-                within("its answer", response.text())
-                    .await
-                    .unwrap_or_default()
+                raw::post_reading_what_arrives(&http, &mcp, &session, call.to_string()).await
             })
         };
         // Well past the quick window (`HOLD`, 20 ms): the call is rmcp's.

@@ -79,6 +79,18 @@ impl Hostile {
         }
     }
 
+    /// The head of a POST on the session, written by hand (to cut it
+    /// short, or leave before the answer), for a body of `length` bytes.
+    fn post_head(&self, length: usize) -> String {
+        format!(
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\n\
+             mcp-protocol-version: {VERSION}\r\ncontent-length: {length}\r\n\r\n",
+            addr = self.gateway.addr,
+            session = self.session,
+        )
+    }
+
     /// [`post`] to this gateway's MCP endpoint.
     async fn post(
         &self,
@@ -1344,14 +1356,7 @@ async fn a_body_sent_too_slowly_is_a_request_timeout() {
     let mut hostile = slow_client_gateway().await;
     let mut slow = connect_to(&hostile).await;
     let body = echo_request("7", "slowly");
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\n\
-         mcp-protocol-version: {VERSION}\r\ncontent-length: {length}\r\n\r\n",
-        addr = hostile.gateway.addr,
-        session = hostile.session,
-        length = body.len(),
-    );
+    let head = hostile.post_head(body.len());
     slow.write_all(head.as_bytes())
         .await
         .expect("write the head");
@@ -1710,14 +1715,7 @@ async fn a_call_whose_client_left_holds_its_id_until_it_ends() {
                           "params": {"name": "demo__slow", "arguments": {"steps": 3, "delay_ms": 300}}})
         .to_string();
         let mut gone = connect_to(&hostile).await;
-        let request = format!(
-            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-             accept: {ACCEPT_BOTH}\r\nmcp-session-id: {session}\r\nmcp-protocol-version: {VERSION}\r\n\
-             content-length: {length}\r\n\r\n{slow}",
-            addr = hostile.gateway.addr,
-            session = hostile.session,
-            length = slow.len(),
-        );
+        let request = format!("{}{slow}", hostile.post_head(slow.len()));
         gone.write_all(request.as_bytes())
             .await
             .expect("write the call");

@@ -64,6 +64,31 @@ impl Answer {
     }
 }
 
+/// POSTs `body` as [`post`] does, and returns whatever text arrived,
+/// empty if the stream was cut before its end (a session ended under the
+/// request): for tests about what may or may not reach the client.
+pub async fn post_reading_what_arrives(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    body: impl Into<Vec<u8>>,
+) -> String {
+    let mut request = http
+        .post(url)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", VERSION)
+        .body(body.into());
+    for (name, value) in JSON_POST {
+        request = request.header(*name, *value);
+    }
+    let response = within("POST", request.send())
+        .await
+        .unwrap_or_else(|error| panic!("POST failed: {error:?}"));
+    within("reading the answer", response.text())
+        .await
+        .unwrap_or_default()
+}
+
 /// POSTs `body` to `url` with exactly `headers` (reqwest adds `accept: */*`
 /// when none is given) plus, with a session, its id and protocol version.
 pub async fn post(
