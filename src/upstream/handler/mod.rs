@@ -28,7 +28,7 @@ use rmcp::{
 use super::relay::{
     related_task, set_related_task, Arrival, Caller, Relay, TaskOwner, Unattributed,
 };
-use crate::telemetry::metrics;
+use crate::telemetry::{metrics, Relayed};
 
 mod as_written;
 use as_written::{sampling_request, unreadable};
@@ -347,7 +347,7 @@ impl ClientHandler for UpstreamHandler {
         if !caller.profile.sampling {
             return Err(missing_capability("sampling"));
         }
-        metrics().count_relayed(crate::telemetry::Relayed::Sampling);
+        metrics().count_relayed(Relayed::Sampling);
         params.meta = self.passed_meta(&context);
         let request = sampling_request(params)?;
         match self.forward(&caller, request, &context).await? {
@@ -374,7 +374,7 @@ impl ClientHandler for UpstreamHandler {
         if let Some(id) = url_id {
             self.relay.remember_elicitation(id, caller.session);
         }
-        metrics().count_relayed(crate::telemetry::Relayed::Elicitation);
+        metrics().count_relayed(Relayed::Elicitation);
         set_elicit_meta(&mut params, self.passed_meta(&context));
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
         match self.forward(&caller, request, &context).await? {
@@ -404,7 +404,7 @@ impl ClientHandler for UpstreamHandler {
         if !caller.profile.roots {
             return Err(missing_capability("roots"));
         }
-        metrics().count_relayed(crate::telemetry::Relayed::Roots);
+        metrics().count_relayed(Relayed::Roots);
         let mut request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
         if let Some(meta) = self.passed_meta(&context) {
             *request.get_meta_mut() = meta;
@@ -477,7 +477,7 @@ impl ClientHandler for UpstreamHandler {
             return;
         };
         params.progress_token = token;
-        metrics().count_relayed(crate::telemetry::Relayed::Progress);
+        metrics().count_relayed(Relayed::Progress);
         caller.on_its_stream().await;
         relayed.my_turn().await;
         let mut message = ServerNotification::ProgressNotification(Notification::new(params));
@@ -507,7 +507,7 @@ impl ClientHandler for UpstreamHandler {
                 tracing::debug!(level = ?params.level, "log message below the client's level");
             }
             Ok(caller) => {
-                metrics().count_relayed(crate::telemetry::Relayed::Log);
+                metrics().count_relayed(Relayed::Log);
                 // On the stream of the request it came with, if that is
                 // still open; else on the session's `GET` stream.
                 caller.on_its_stream().await;
@@ -559,7 +559,7 @@ impl ClientHandler for UpstreamHandler {
                 tracing::debug!("elicitation/complete for an unknown elicitation");
                 return;
             };
-            metrics().count_relayed(crate::telemetry::Relayed::ElicitationComplete);
+            metrics().count_relayed(Relayed::ElicitationComplete);
             // To the session, not the peer of the request that got the
             // elicitation: the client may take minutes in its browser, and
             // the session may sleep and wake with a new peer meanwhile.
@@ -720,7 +720,7 @@ pub async fn send_task_status(
     if meta.is_empty() {
         notification.extensions.remove::<NotificationMetaObject>();
     }
-    metrics().count_relayed(crate::telemetry::Relayed::TaskStatus);
+    metrics().count_relayed(Relayed::TaskStatus);
     let relayed = ServerNotification::CustomNotification(notification);
     if let Err(error) = owner.caller.peer.send_notification(relayed).await {
         tracing::debug!(%error, "could not relay a task status");
