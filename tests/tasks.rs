@@ -266,6 +266,66 @@ async fn a_deleted_sessions_waiting_request_is_cancelled_as_its_session_ended() 
     waiting.abort();
 }
 
+/// A `tasks/result` cut short by its session's end tells its client that
+/// the session ended, never that the mount failed ("mount never failed:
+/// task cancelled"): the mount did nothing wrong, as for a `tools/call`
+/// (`gateway::a_handed_over_call_cut_short_…`). The session's end may
+/// close the stream before the answer is written, so a few sessions are
+/// tried (up to 8, until two answers came) and at least one answer must
+/// arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_request_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told");
+    let mount = python_fixture_mount_with_args(
+        "never",
+        "task_result_never_ready.py",
+        &[told.to_str().expect("a UTF-8 path")],
+        "",
+    );
+    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let http = reqwest::Client::new();
+    let mcp = gateway.mcp_url();
+    let results_told = || {
+        let text = std::fs::read_to_string(&told).unwrap_or_default();
+        text.lines().filter(|line| *line == "result").count()
+    };
+    let mut answers = Vec::new();
+    for attempt in 0..8 {
+        if answers.len() == 2 {
+            break;
+        }
+        let session = open_session(&http, &mcp).await;
+        let task_id = start_task(&http, &gateway, &session, "never__work").await;
+        let result = json!({
+            "jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {"taskId": task_id},
+        });
+        let waiting = {
+            let (http, mcp, session) = (http.clone(), mcp.clone(), session.clone());
+            tokio::spawn(async move {
+                post_reading_what_arrives(&http, &mcp, &session, result.to_string()).await
+            })
+        };
+        eventually("tasks/result to reach the upstream", OP_TIMEOUT, || async {
+            (results_told() > attempt).then_some(())
+        })
+        .await;
+        let deleted = delete_session(&http, &mcp, &session).await;
+        assert!(deleted.is_success(), "DELETE: {deleted}");
+        let answer = waiting.await.expect("the tasks/result");
+        if answer.contains("\"id\":3") {
+            answers.push(answer);
+        }
+    }
+    assert!(!answers.is_empty(), "no answer ever reached its client");
+    for answer in &answers {
+        assert!(
+            answer.contains("the session has ended") && !answer.contains("mount never"),
+            "{answer}"
+        );
+    }
+}
+
 /// A task-augmented call to a mount that cannot be reached is answered as
 /// a plain call to it is: a tool result with `isError` naming the mount
 /// (it was a JSON-RPC error, which a model never reads), and no task.

@@ -16,6 +16,7 @@ use rmcp::{
 };
 use serde_json::json;
 
+use super::SessionState;
 use crate::{
     config::Isolation,
     gateway::Mount,
@@ -87,6 +88,24 @@ impl RouteError {
             }
         }
         routed
+    }
+
+    /// What a failed upstream request of `state`'s session tells its
+    /// client. One cancelled because the session ended (a DELETE, its
+    /// expiry) is not the mount's failure ("mount … failed: task
+    /// cancelled", a tool error counted against it): the session ended,
+    /// whichever way (the quick path, rmcp's handler, the task methods)
+    /// the request came.
+    pub(crate) fn of_sessions_request(
+        state: &SessionState,
+        mount: &Mount,
+        error: RequestError,
+    ) -> Self {
+        let cancelled = matches!(error, RequestError::Service(ServiceError::Cancelled { .. }));
+        match cancelled && state.quick_calls_ended() {
+            true => RouteError::SessionEnded,
+            false => Self::upstream(mount, error),
+        }
     }
 
     fn classify(mount: &Mount, error: RequestError) -> Self {

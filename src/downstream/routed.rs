@@ -122,23 +122,7 @@ impl Again<'_> {
         upstream
             .request(request, caller, self.cancel, mount.request_limit(tool))
             .await
-            .map_err(|error| failure(self.state, &mount, error))
-    }
-}
-
-/// What a failed upstream request of `state`'s session tells its client.
-/// One cancelled because the session ended (a DELETE, its expiry) is not
-/// the mount's failure ("mount … failed: task cancelled", a tool error
-/// counted against it): the session ended, whichever way (the quick path
-/// or rmcp's handler) the request came.
-fn failure(state: &SessionState, mount: &Mount, error: RequestError) -> RouteError {
-    let cancelled = matches!(
-        error,
-        RequestError::Service(rmcp::service::ServiceError::Cancelled { .. })
-    );
-    match cancelled && state.quick_calls_ended() {
-        true => RouteError::SessionEnded,
-        false => RouteError::upstream(mount, error),
+            .map_err(|error| RouteError::of_sessions_request(self.state, &mount, error))
     }
 }
 
@@ -202,11 +186,14 @@ impl Upstream<'_> {
                             unrun,
                             unsent: None,
                         };
-                        return Err(failure(self.state, mount, error));
+                        return Err(RouteError::of_sessions_request(self.state, mount, error));
                     }
                 }
             }
-            (answer, _) => return answer.map_err(|error| failure(self.state, mount, error)),
+            (answer, _) => {
+                return answer
+                    .map_err(|error| RouteError::of_sessions_request(self.state, mount, error))
+            }
         };
         tracing::info!(mount = %mount.config.name, "the upstream no longer knew the session; sending the request again on a new one");
         // Boxed: inline, this rare path's futures (a connect, a second

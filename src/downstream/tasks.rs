@@ -447,7 +447,9 @@ impl DownstreamSession {
                         limit,
                     )
                     .await
-                    .map_err(|error| RouteError::upstream(&mount, error))?;
+                    .map_err(|error| {
+                        RouteError::of_sessions_request(&self.state(), &mount, error)
+                    })?;
                 let upstream_id = result
                     .pointer("/task/taskId")
                     .and_then(Value::as_str)
@@ -570,7 +572,7 @@ impl DownstreamSession {
                 let mut result = upstream
                     .request_raw(method, upstream_params, self.caller(&context), &context.ct, limit)
                     .await
-                    .map_err(|error| RouteError::upstream(&mount, error))?
+                    .map_err(|error| RouteError::of_sessions_request(&self.state(), &mount, error))?
                     .result;
                 match method {
                     // The task's payload: what the original `tools/call`
@@ -722,7 +724,7 @@ impl DownstreamSession {
                 }
             };
             let result = answer
-                .map_err(|error| RouteError::upstream(&mount, error))?
+                .map_err(|error| RouteError::of_sessions_request(&self.state(), &mount, error))?
                 .result;
             if let Some(listed) = result.get("tasks").and_then(Value::as_array) {
                 tasks.extend(listed.iter().cloned());
