@@ -44,6 +44,19 @@ async fn start_task(
         .to_owned()
 }
 
+/// A gateway with mount `never` on `task_result_never_ready.py`, and the
+/// file in `dir` the fixture writes what it was told to.
+async fn never_ready_gateway(dir: &tempfile::TempDir) -> (Gateway, std::path::PathBuf) {
+    let told = dir.path().join("told");
+    let mount = python_fixture_mount_with_args(
+        "never",
+        "task_result_never_ready.py",
+        &[told.to_str().expect("a UTF-8 path")],
+        "",
+    );
+    (Gateway::start(&format!("{SERVER_TOML}{mount}")).await, told)
+}
+
 fn initialize(version: &str) -> String {
     json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -223,14 +236,7 @@ async fn an_ended_sessions_tasks_are_let_go() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_sessions_waiting_request_is_cancelled_as_its_session_ended() {
     let dir = tempfile::tempdir().unwrap();
-    let told = dir.path().join("told");
-    let mount = python_fixture_mount_with_args(
-        "never",
-        "task_result_never_ready.py",
-        &[told.to_str().expect("a UTF-8 path")],
-        "",
-    );
-    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let (gateway, told) = never_ready_gateway(&dir).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &gateway.mcp_url()).await;
     let task_id = start_task(&http, &gateway, &session, "never__work").await;
@@ -276,14 +282,7 @@ async fn a_deleted_sessions_waiting_request_is_cancelled_as_its_session_ended() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_request_cut_short_by_its_sessions_end_does_not_blame_the_mount() {
     let dir = tempfile::tempdir().unwrap();
-    let told = dir.path().join("told");
-    let mount = python_fixture_mount_with_args(
-        "never",
-        "task_result_never_ready.py",
-        &[told.to_str().expect("a UTF-8 path")],
-        "",
-    );
-    let gateway = Gateway::start(&format!("{SERVER_TOML}{mount}")).await;
+    let (gateway, told) = never_ready_gateway(&dir).await;
     let http = reqwest::Client::new();
     let mcp = gateway.mcp_url();
     let results_told = || {
