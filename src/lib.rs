@@ -6,6 +6,8 @@
 //!   into a resolved [`config::Config`] with every problem reported at once.
 //! - [`naming`]: the reversible rewrite of tool/prompt names and resource
 //!   URIs between a mount's own names and the names clients see.
+//! - [`tool_name_rule`]: the tool-name rule clients enforce, and names
+//!   fitted to it.
 //! - [`tool_filter`]: which of an upstream's tools a mount offers
 //!   (`include_tools`, `exclude_tools`).
 //! - [`rewrite`]: applies that rewrite inside results (resource links,
@@ -52,5 +54,6 @@ pub mod said_at_most;
 pub mod signals;
 pub mod telemetry;
 pub mod tool_filter;
+pub mod tool_name_rule;
 pub mod upstream;
 pub mod wait_for_zero;

@@ -86,6 +86,37 @@ impl Default for Separator {
     }
 }
 
+/// How the tool and prompt names clients see are made: namespace,
+/// separator and the upstream's name, and for tools, when
+/// `[server] fit_tool_names` asks, fitted to the rule clients enforce
+/// ([`crate::tool_name_rule::fit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Naming {
+    pub separator: Separator,
+    /// The length tool names are fitted to; `None`: served as qualified.
+    pub fit_tool_names_to: Option<usize>,
+}
+
+impl Naming {
+    /// The name clients see for `namespace`'s tool `name`.
+    pub fn tool_name(&self, namespace: &Namespace, name: &str) -> String {
+        let qualified = namespace.qualify_name(&self.separator, name);
+        match self.fit_tool_names_to {
+            Some(limit) => match crate::tool_name_rule::fit(&qualified, limit) {
+                Cow::Borrowed(_) => qualified,
+                Cow::Owned(fitted) => fitted,
+            },
+            None => qualified,
+        }
+    }
+
+    /// The name clients see for `namespace`'s prompt `name` (prompts are
+    /// not offered to a model as functions: no rule to fit).
+    pub fn prompt_name(&self, namespace: &Namespace, name: &str) -> String {
+        namespace.qualify_name(&self.separator, name)
+    }
+}
+
 /// A mount's namespace: a valid mount name, or empty for pass-through.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Namespace(Arc<str>);

@@ -521,6 +521,39 @@ async fn check_connect_tells_hidden_tools_apart() {
     );
 }
 
+/// `check --connect` warns of tool names clients would refuse and says
+/// how to have them fitted; with `fit_tool_names` it shows the names
+/// served, which pass, and warns of none.
+#[tokio::test]
+async fn check_connect_warns_of_names_clients_refuse_unless_they_are_fitted() {
+    let mount = python_fixture_mount("odd", "rule_breaking_tool_names.py", "");
+    let (_dir, path) = config_file(&format!("{SERVER_TOML}{mount}"));
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(0);
+    let line = run.stdout_line("  tool    odd__get.weather");
+    assert!(line.contains("warning: contains '.'"), "{line:?}");
+    let summary = run.stdout_line("1 of 1 mount ready");
+    assert!(
+        summary
+            .contains("; 2 tool names many clients would reject ([server] fit_tool_names = true"),
+        "{summary:?}"
+    );
+
+    let fitted = format!("[server]\nlisten = \"127.0.0.1:0\"\nfit_tool_names = true\n\n{mount}");
+    let (_dir, path) = config_file(&fitted);
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains(", tool names fitted to 64 characters)"),
+        "{}",
+        run.stdout
+    );
+    let line = run.stdout_line("  tool    odd__get_weather_");
+    assert!(!line.contains("warning"), "{line:?}");
+    assert!(!run.stdout.contains("warning"), "{}", run.stdout);
+    assert!(!run.stdout.contains("would reject"), "{}", run.stdout);
+}
+
 #[tokio::test]
 async fn check_connect_names_a_mount_that_fails_and_exits_1() {
     let marker = unique_marker();

@@ -272,6 +272,63 @@ async fn streamable_http_upstream() {
     );
 }
 
+/// With `fit_tool_names`, an upstream's tool names that LLM clients refuse
+/// (a `.`, over 64 characters once namespaced) are listed as names that
+/// fit their rule, and a call under the listed name reaches the tool under
+/// its own name; so does one under the name as qualified, for a script
+/// written before. Without it, the names are listed as qualified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_names_clients_refuse_are_fitted_when_asked_and_still_reach_their_tools() {
+    let long = format!("export_{}report", "quarterly_".repeat(6));
+    let mount = python_fixture_mount("odd", "rule_breaking_tool_names.py", "");
+    let config = format!("[server]\nlisten = \"127.0.0.1:0\"\nfit_tool_names = true\n\n{mount}");
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let names = tool_names(&client).await;
+    assert_eq!(names.len(), 3, "{names:?}");
+    for name in &names {
+        let fits = name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        assert!(fits, "{name} breaks the rule in {names:?}");
+    }
+    assert!(names.contains(&"odd__fine".to_owned()), "{names:?}");
+    // Each refused character is `_`, a long name cut to 55, and either way
+    // `_` and 8 hex characters of a hash added.
+    let cut = format!("odd__{long}")[..55].to_owned();
+    for (original, prefix) in [("get.weather", "odd__get_weather"), (long.as_str(), &cut)] {
+        let listed = names
+            .iter()
+            .find(|name| {
+                name.strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_prefix('_'))
+                    .is_some_and(|hash| {
+                        hash.len() == 8 && hash.chars().all(|c| c.is_ascii_hexdigit())
+                    })
+            })
+            .unwrap_or_else(|| panic!("no name fitted from {original} in {names:?}"));
+        let called = call(&client, listed, json!({})).await;
+        assert_eq!(text(&called), format!("called {original}"));
+        let qualified = format!("odd__{original}");
+        let called = call(&client, &qualified, json!({})).await;
+        assert_eq!(text(&called), format!("called {original}"));
+    }
+
+    let config = format!("{SERVER_TOML}{mount}");
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    let mut names = tool_names(&client).await;
+    names.sort();
+    let mut expected = vec![
+        format!("odd__{long}"),
+        "odd__fine".to_owned(),
+        "odd__get.weather".to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(names, expected);
+}
+
 /// Test 4: names, URIs and results as clients see them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn naming_and_rewrites() {

@@ -29,7 +29,7 @@ pub use page::{page, PageError, PAGE_SIZE};
 pub use route::{Claimed, Route};
 
 use crate::{
-    naming::{MountName, Namespace, Separator},
+    naming::{MountName, Namespace, Naming},
     tool_filter::ToolFilter,
 };
 
@@ -81,7 +81,7 @@ pub struct MergedCatalog {
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
-    separator: Separator,
+    naming: Naming,
     /// Mounts in config order, for routing names not in the lists.
     namespaces: Vec<(Namespace, MountName)>,
     /// The mounts that hide some tools, with their filters: a name such a
@@ -133,14 +133,10 @@ impl Listing {
 
 impl MergedCatalog {
     /// Merges `views` (in config order) into one catalog.
-    pub fn build(
-        generation: u64,
-        separator: &Separator,
-        views: &[MountView],
-    ) -> (Self, Vec<Collision>) {
+    pub fn build(generation: u64, naming: &Naming, views: &[MountView]) -> (Self, Vec<Collision>) {
         let mut merged = MergedCatalog {
             generation,
-            separator: separator.clone(),
+            naming: naming.clone(),
             namespaces: views
                 .iter()
                 .map(|view| (view.namespace.clone(), view.mount.clone()))
@@ -158,7 +154,7 @@ impl MergedCatalog {
                 if !view.tools.offers(&tool.name) {
                     continue;
                 }
-                let name = view.namespace.qualify_name(separator, &tool.name);
+                let name = naming.tool_name(&view.namespace, &tool.name);
                 if let Some(kept) = claim(&mut merged.tool_routes, &name, view, &tool.name) {
                     collisions.push(collision("tool", name, kept, view));
                     continue;
@@ -176,7 +172,7 @@ impl MergedCatalog {
                 merged.tools.push(tool);
             }
             for prompt in &view.catalog.prompts {
-                let name = view.namespace.qualify_name(separator, &prompt.name);
+                let name = naming.prompt_name(&view.namespace, &prompt.name);
                 if let Some(kept) = claim(&mut merged.prompt_routes, &name, view, &prompt.name) {
                     collisions.push(collision("prompt", name, kept, view));
                     continue;
@@ -225,8 +221,9 @@ impl MergedCatalog {
         (merged, collisions)
     }
 
-    pub fn separator(&self) -> &Separator {
-        &self.separator
+    /// How its names were made.
+    pub fn naming(&self) -> &Naming {
+        &self.naming
     }
 
     /// The page of `tools` that starts at `cursor` (the first without one).

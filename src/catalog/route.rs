@@ -156,7 +156,7 @@ impl MergedCatalog {
                 return None;
             }
             namespace
-                .unqualify_name(&self.separator, name)
+                .unqualify_name(&self.naming.separator, name)
                 .map(|original| Route {
                     mount: mount.clone(),
                     original: original.into(),

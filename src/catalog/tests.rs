@@ -30,7 +30,7 @@ fn view(mount: &str, namespace: &str, tools: &[&str], uris: &[&str]) -> MountVie
 }
 
 fn merge(views: &[MountView]) -> (MergedCatalog, Vec<Collision>) {
-    MergedCatalog::build(1, &Separator::default(), views)
+    MergedCatalog::build(1, &Naming::default(), views)
 }
 
 fn tool_names(merged: &MergedCatalog) -> Vec<&str> {
@@ -255,7 +255,7 @@ fn a_cursor_outlives_rebuilds_that_leave_its_list_as_it_was() {
     let build = |generation, tools: &[&str], uris: &[&str]| {
         MergedCatalog::build(
             generation,
-            &Separator::default(),
+            &Naming::default(),
             &[view("m", "m", tools, uris)],
         )
         .0
@@ -280,4 +280,44 @@ fn a_cursor_outlives_rebuilds_that_leave_its_list_as_it_was() {
     // Not another list's cursor, though at the same offset.
     let prompt_cursor = first.prompts_page(None).unwrap().next_cursor.unwrap();
     assert!(first.tools_page(Some(&prompt_cursor)).is_err());
+}
+
+/// With `fit_tool_names`, a tool name clients would refuse is listed as
+/// one that fits, routes back to the upstream's own name, and a name that
+/// already fits is left alone; prompts keep their qualified names.
+#[test]
+fn fitted_tool_names_are_listed_and_route_back_to_the_upstreams_names() {
+    let long = format!("export_{}", "quarterly_".repeat(6));
+    let naming = Naming {
+        fit_tool_names_to: Some(64),
+        ..Naming::default()
+    };
+    let (merged, collisions) = MergedCatalog::build(
+        1,
+        &naming,
+        &[view(
+            "m",
+            "m",
+            &["get.weather", "get_weather", &long, "echo"],
+            &[],
+        )],
+    );
+    assert!(collisions.is_empty(), "{collisions:?}");
+    let listed = tool_names(&merged);
+    assert_eq!(listed.len(), 4, "{listed:?}");
+    for name in &listed {
+        let problems = crate::tool_name_rule::tool_name_problems(name, 64);
+        assert!(problems.is_empty(), "{name}: {problems:?}");
+    }
+    assert!(listed.contains(&"m__get_weather") && listed.contains(&"m__echo"));
+    for original in ["get.weather", long.as_str()] {
+        let fitted = crate::tool_name_rule::fit(&format!("m__{original}"), 64).into_owned();
+        assert!(listed.contains(&fitted.as_str()), "{fitted} in {listed:?}");
+        assert_eq!(merged.resolve_tool(&fitted), route("m", original));
+    }
+    let prompts: Vec<&str> = merged.prompts.iter().map(|p| p.name.as_str()).collect();
+    assert!(prompts.contains(&"m__get.weather"), "{prompts:?}");
+    // Unfitted, the names are as qualified.
+    let (plain, _) = merge(&[view("m", "m", &["get.weather"], &[])]);
+    assert_eq!(tool_names(&plain), ["m__get.weather"]);
 }

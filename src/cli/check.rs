@@ -10,9 +10,7 @@
 use std::time::Duration;
 
 use super::{
-    columns,
-    names::tool_name_problems,
-    print_stdout,
+    columns, print_stdout,
     probe::{probe, MountOutcome, Probe},
     Outcome,
 };
@@ -20,6 +18,7 @@ use crate::{
     catalog::MountCatalog,
     config::{self, Config, ConfigSource, MountConfig, UpstreamTransport},
     tool_filter::ToolFilter,
+    tool_name_rule::tool_name_problems,
 };
 
 /// Shown under `junction check --help`.
@@ -79,8 +78,15 @@ pub fn summary(origin: &str, config: &Config) -> String {
         .as_ref()
         .map(|sse_path| format!(", HTTP+SSE at http://{}{sse_path}", server.listen))
         .unwrap_or_default();
+    let fitted = match server.fit_tool_names {
+        true => format!(
+            ", tool names fitted to {} characters",
+            server.tool_name_max_chars
+        ),
+        false => String::new(),
+    };
     let mut out = format!(
-        "{origin}: valid; {} served at http://{}{}{older_transport} (separator {:?})\n",
+        "{origin}: valid; {} served at http://{}{}{older_transport} (separator {:?}{fitted})\n",
         plural(config.mounts.len(), "mount", "mounts"),
         server.listen,
         server.path,
@@ -369,7 +375,7 @@ pub fn connect_report(probe: &Probe) -> (String, Outcome) {
     }
     if rejected_names > 0 {
         out.push_str(&format!(
-            "; {} many clients would reject",
+            "; {} many clients would reject ([server] fit_tool_names = true serves names that fit)",
             plural(rejected_names, "tool name", "tool names")
         ));
     }
@@ -412,9 +418,9 @@ fn counts(catalog: &MountCatalog, filter: &ToolFilter) -> String {
 fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (String, usize) {
     let mut rows = Vec::new();
     let mut rejected = 0;
-    let separator = &probe.separator;
+    let naming = probe.catalog.naming();
     for tool in &catalog.tools {
-        let name = mount.namespace.qualify_name(separator, &tool.name);
+        let name = naming.tool_name(&mount.namespace, &tool.name);
         if !mount.tools.offers(&tool.name) {
             // No client sees it: no client rule to break, no name lost.
             let note = "hidden by include_tools / exclude_tools".to_owned();
@@ -422,7 +428,7 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
             continue;
         }
         let mut notes: Vec<String> = Vec::new();
-        let problems = tool_name_problems(&name);
+        let problems = tool_name_problems(&name, probe.tool_name_max_chars);
         if !problems.is_empty() {
             rejected += 1;
             for problem in problems {
@@ -440,7 +446,7 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
         rows.push(vec![kind("tool"), name, notes.join("; ")]);
     }
     for prompt in &catalog.prompts {
-        let name = mount.namespace.qualify_name(separator, &prompt.name);
+        let name = naming.prompt_name(&mount.namespace, &prompt.name);
         let mut note = String::new();
         if let Some(route) = probe.catalog.resolve_prompt(&name) {
             if route.mount != mount.name {

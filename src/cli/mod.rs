@@ -10,7 +10,6 @@
 
 pub mod check;
 pub mod import;
-pub mod names;
 pub mod probe;
 mod secret_args;
 pub mod tools;

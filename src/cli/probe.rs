@@ -21,7 +21,6 @@ use crate::{
     catalog::{MergedCatalog, MountCatalog},
     config::{Config, MountConfig},
     gateway::{Gateway, MountPhase},
-    naming::Separator,
     upstream::ClientProfile,
 };
 
@@ -61,7 +60,8 @@ pub struct Probe {
     /// What clients with every capability would be listed, names qualified
     /// and collisions dropped.
     pub catalog: Arc<MergedCatalog>,
-    pub separator: Separator,
+    /// The longest tool name clients take (`[server] tool_name_max_chars`).
+    pub tool_name_max_chars: usize,
     /// How long the probe waited at most.
     pub waited: Duration,
     gateway: Arc<Gateway>,
@@ -88,7 +88,7 @@ impl Probe {
 /// Starts every mount of `config`, waits up to `wait` for their first
 /// discovery and records what they offer. Call [`Probe::stop`] next.
 pub async fn probe(config: Config, wait: Duration) -> Probe {
-    let separator = config.server.separator.clone();
+    let tool_name_max_chars = config.server.tool_name_max_chars;
     let gateway = Gateway::new(config);
     let started = Instant::now();
     gateway.start();
@@ -120,7 +120,7 @@ pub async fn probe(config: Config, wait: Duration) -> Probe {
     Probe {
         mounts,
         catalog,
-        separator,
+        tool_name_max_chars,
         waited: wait,
         gateway,
     }

@@ -397,6 +397,8 @@ fn takes_data(path: &[&str]) -> bool {
                 | "max_body_size"
                 | "max_upstream_sessions"
                 | "enabled"
+                | "fit_tool_names"
+                | "tool_name_max_chars"
         ),
         _ => false,
     }

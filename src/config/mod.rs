@@ -65,6 +65,12 @@ pub struct ServerConfig {
     pub path: String,
     /// Between namespace and tool/prompt name in the names clients see.
     pub separator: Separator,
+    /// Whether a tool name clients would refuse is served as one that fits
+    /// their rule ([`crate::tool_name_rule::fit`]).
+    pub fit_tool_names: bool,
+    /// The longest tool name clients take: `check` warns past it, and
+    /// `fit_tool_names` fits to it.
+    pub tool_name_max_chars: usize,
     /// `Host` header allow-list (DNS-rebinding protection); empty = no check.
     pub allowed_hosts: Vec<String>,
     /// `Origin` header allow-list for requests that carry one (browsers);
@@ -308,6 +314,16 @@ impl UpstreamTransport {
         match self {
             UpstreamTransport::Stdio { .. } => "pipe",
             UpstreamTransport::StreamableHttp { .. } | UpstreamTransport::Sse { .. } => "tcp",
+        }
+    }
+}
+
+impl ServerConfig {
+    /// How the names clients see are made.
+    pub fn naming(&self) -> crate::naming::Naming {
+        crate::naming::Naming {
+            separator: self.separator.clone(),
+            fit_tool_names_to: self.fit_tool_names.then_some(self.tool_name_max_chars),
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct RawServer {
     pub listen: Option<String>,
     pub path: Option<String>,
     pub separator: Option<String>,
+    pub fit_tool_names: Option<bool>,
+    pub tool_name_max_chars: Option<usize>,
     pub allowed_hosts: Option<Vec<Text>>,
     pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,

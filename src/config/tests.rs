@@ -1477,3 +1477,39 @@ fn a_listen_address_with_a_host_name_says_what_to_write() {
         Err("\"300.1.1.1:80\" is not a socket address like 127.0.0.1:8080".to_owned())
     );
 }
+
+/// `fit_tool_names` is off unless asked for, by the file or the
+/// environment; `tool_name_max_chars` must leave a fitted name room for
+/// its hash, and no more than the spec's 128, and a wrong one is reported
+/// with the separator's problem, not after it.
+#[test]
+fn tool_names_are_fitted_only_when_asked_within_sane_lengths() {
+    let plain = load_file("junction.toml", "", &[]).unwrap();
+    assert_eq!(plain.server.naming().fit_tool_names_to, None);
+    let fitted = load_file(
+        "junction.toml",
+        "[server]\nfit_tool_names = true\ntool_name_max_chars = 45\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(fitted.server.naming().fit_tool_names_to, Some(45));
+    let by_env = load_file(
+        "junction.toml",
+        "",
+        &[("JUNCTION_SERVER__FIT_TOOL_NAMES", "true")],
+    )
+    .unwrap();
+    assert_eq!(by_env.server.naming().fit_tool_names_to, Some(64));
+    for (limit, problem) in [
+        ("15", "server.tool_name_max_chars: 15 is not between 16 and 128 (the spec's longest tool name)"),
+        ("129", "server.tool_name_max_chars: 129 is not between 16 and 128 (the spec's longest tool name)"),
+    ] {
+        let found = problems(
+            "junction.toml",
+            &format!("[server]\nseparator = \"x\"\ntool_name_max_chars = {limit}\n"),
+        );
+        assert_reported(&found, &[problem, "server.separator:"]);
+    }
+    let found = problems("junction.toml", "[server]\nfit_tool_names = \"yes\"\n");
+    assert_reported(&found, &["server.fit_tool_names:"]);
+}

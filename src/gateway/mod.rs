@@ -389,7 +389,7 @@ impl Gateway {
             })
             .collect();
         let (merged, collisions) =
-            MergedCatalog::build(generation, &self.config().server.separator, &views);
+            MergedCatalog::build(generation, &self.config().server.naming(), &views);
         for collision in collisions {
             tracing::warn!(
                 kind = collision.kind,

@@ -76,6 +76,8 @@ impl Gateway {
                 listen,
                 path,
                 separator,
+                fit_tool_names,
+                tool_name_max_chars,
                 allowed_hosts,
                 allowed_origins,
                 session_idle_timeout,

@@ -139,6 +139,20 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
             None
         }
     };
+    let tool_name_max_chars = raw
+        .tool_name_max_chars
+        .unwrap_or(crate::tool_name_rule::MAX_TOOL_NAME_CHARS);
+    let limits = crate::tool_name_rule::MIN_FITTED_CHARS..=MAX_SPEC_TOOL_NAME_CHARS;
+    if !limits.contains(&tool_name_max_chars) {
+        problems.push(
+            "server.tool_name_max_chars",
+            format!(
+                "{tool_name_max_chars} is not between {} and {} (the spec's longest tool name)",
+                limits.start(),
+                limits.end()
+            ),
+        );
+    }
     let allowed_hosts = match raw.allowed_hosts.map(crate::config::raw::texts) {
         None => defaults::ALLOWED_HOSTS.map(str::to_owned).to_vec(),
         Some(hosts) if hosts.is_empty() => {
@@ -217,6 +231,8 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         path,
         sse_path,
         separator: separator?,
+        fit_tool_names: raw.fit_tool_names.unwrap_or(false),
+        tool_name_max_chars,
         allowed_hosts,
         allowed_origins,
         session_idle_timeout: session_idle_timeout?,
@@ -225,6 +241,10 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         request_read_timeout: request_read_timeout?,
     })
 }
+
+/// The spec's longest tool name (2025-11-25: "SHOULD be between 1 and 128
+/// characters").
+const MAX_SPEC_TOOL_NAME_CHARS: usize = 128;
 
 /// The paths the gateway serves besides the MCP endpoint (`/metrics` and
 /// the status pages are reserved even when `[admin]` is off or listens
