@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 use junction::{
     catalog::{MergedCatalog, MountView},
-    naming::{MountName, Namespace, Separator},
+    naming::{MountName, Namespace, Naming},
     telemetry::context,
 };
 use junction_fuzz::{check_route, view, Kind};
@@ -63,7 +63,7 @@ fn catalog() -> &'static (MergedCatalog, Vec<MountView>) {
                 &names(&["echo", "plain://x", "files+file:///b"]),
             ),
         ];
-        let (merged, _collisions) = MergedCatalog::build(1, &Separator::default(), &views);
+        let (merged, _collisions) = MergedCatalog::build(1, &Naming::default(), &views);
         (merged, views)
     })
 }

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 
 use junction::{
     catalog::{MergedCatalog, MountView},
-    naming::{MountName, Namespace, Separator},
+    naming::{MountName, Namespace, Naming, Separator},
     rewrite,
 };
 use junction_fuzz::{check_route, namespaces_accepted, view, Kind};
@@ -347,7 +347,13 @@ fuzz_target!(|data: &[u8]| {
             view(mount.clone(), namespace.clone(), &names)
         })
         .collect();
-    let (merged, _collisions) = MergedCatalog::build(7, &separator, &views);
+    // Names as qualified, not fitted: every route must qualify back to the
+    // name sent (`tool_name_rule`'s own tests cover fitted names).
+    let naming = Naming {
+        separator: separator.clone(),
+        fit_tool_names_to: None,
+    };
+    let (merged, _collisions) = MergedCatalog::build(7, &naming, &views);
     for tool in &merged.tools {
         assert!(check_route(&merged, &views, Kind::Tool, &tool.name).is_some());
     }

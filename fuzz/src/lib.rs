@@ -68,7 +68,7 @@ pub fn check_route(
     let back = match kind {
         Kind::Tool | Kind::Prompt => view
             .namespace
-            .qualify_name(merged.separator(), &route.original),
+            .qualify_name(&merged.naming().separator, &route.original),
         Kind::Uri => view.namespace.qualify_uri(&route.original),
     };
     assert_eq!(

@@ -7,7 +7,9 @@ Each test runs twice: mount isolation `per_session` and `shared`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -242,6 +244,33 @@ async def test_tool_patterns_choose_what_the_mount_offers(start_gateway, isolati
                     await c.call_tool(f"{TOOL_PREFIX}{hidden}", {})
                 assert refused.value.error.code == types.INVALID_PARAMS, refused.value.error
                 assert "unknown tool" in refused.value.error.message, refused.value.error
+
+
+async def test_fitted_tool_names_pass_the_client_rule_and_reach_the_real_server(start_gateway) -> None:
+    """With a `.` separator every name breaks the rule LLM clients enforce
+    (`^[A-Za-z0-9_-]{1,64}$`); `fit_tool_names` serves each as the README
+    says: `.` as `_`, then `_` and the first 8 hex characters of the
+    qualified name's SHA-256, which this test computes on its own. The
+    real server answers under the fitted names."""
+    config = everything_config("shared").replace(
+        'listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\nseparator = "."\nfit_tool_names = true\n'
+    )
+    gateway = start_gateway(config)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with connect(upstream_params(), **ALL_CAPABILITIES) as direct:
+            upstream = [t.name for t in await list_all_tools(direct)]
+        async with connect(gateway.mcp_url) as c:
+            names = sorted(t.name for t in await list_all_tools(c))
+
+            def fitted(name: str) -> str:
+                qualified = f"{MOUNT}.{name}"
+                digest = hashlib.sha256(qualified.encode()).hexdigest()[:8]
+                return qualified.replace(".", "_")[:55] + "_" + digest
+
+            assert names == sorted(fitted(n) for n in upstream), names
+            assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", n) for n in names), names
+            result = await c.call_tool(fitted("get-sum"), {"a": 2, "b": 3})
+            assert any("5" in t for t in texts(result)), dump(result)
 
 
 async def test_two_sessions_in_a_row(everything_gateway: Gateway) -> None:
