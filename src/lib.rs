@@ -5,7 +5,8 @@
 //! - [`config`]: what the user wrote (raw), loaded with figment, validated
 //!   into a resolved [`config::Config`] with every problem reported at once.
 //! - [`naming`]: the reversible rewrite of tool/prompt names and resource
-//!   URIs between a mount's own names and the names clients see.
+//!   URIs between a mount's own names and the names clients see (tool
+//!   names fitted to clients' rule, if asked, route back by the lists).
 //! - [`tool_name_rule`]: the tool-name rule clients enforce, and names
 //!   fitted to it.
 //! - [`tool_filter`]: which of an upstream's tools a mount offers

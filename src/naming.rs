@@ -1,6 +1,8 @@
 //! The names clients see, and the way back to an upstream's own names.
 //!
-//! Tools and prompts become `{namespace}{separator}{name}`; resource and
+//! Tools and prompts become `{namespace}{separator}{name}` (a tool name
+//! that breaks the rule LLM clients enforce fitted to it, when the config
+//! asks: [`Naming`]); resource and
 //! template URIs become `{namespace}+{uri}`, which is still a valid URI (the
 //! namespace reads as a URI scheme prefix), except MCP Apps' `ui://` URIs,
 //! which hosts render only with that scheme: `ui://{namespace}/{rest}`. An

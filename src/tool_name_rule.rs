@@ -12,13 +12,25 @@
 
 use std::{borrow::Cow, fmt};
 
+use sha2::Digest;
+
 /// Longest tool name the rule accepts, in characters, unless the config
 /// says otherwise (`[server] tool_name_max_chars`: a client that adds its
 /// own prefix leaves less).
 pub const MAX_TOOL_NAME_CHARS: usize = 64;
 
-/// What [`fit`] appends to a name it changed: `_` and 8 hex characters.
-const FITTED_SUFFIX_CHARS: usize = 9;
+/// The spec's longest tool name (2025-11-25: "SHOULD be between 1 and 128
+/// characters"): the most `tool_name_max_chars` may be.
+pub const MAX_SPEC_TOOL_NAME_CHARS: usize = 128;
+
+/// How much of the name's SHA-256 [`fit`] appends, in bytes. 32 bits keep
+/// a server's names apart (two alike would need a one-in-four-billion
+/// draw, and the catalog still reports a collision, keeping the first);
+/// every byte more is two characters less of the name.
+const HASH_BYTES: usize = 4;
+
+/// What [`fit`] appends to a name it changed: `_` and the hash in hex.
+const FITTED_SUFFIX_CHARS: usize = 1 + 2 * HASH_BYTES;
 
 /// The fewest characters a fitted name may be cut to: the suffix and a
 /// few of the name, so that it still reads as the tool it is.
@@ -96,7 +108,6 @@ pub fn fit(name: &str, limit: usize) -> Cow<'_, str> {
     if chars != 0 && chars <= limit && name.chars().all(allowed) {
         return Cow::Borrowed(name);
     }
-    use sha2::Digest;
     let digest = sha2::Sha256::digest(name.as_bytes());
     let kept = limit.max(MIN_FITTED_CHARS) - FITTED_SUFFIX_CHARS;
     let mut fitted: String = name
@@ -105,10 +116,21 @@ pub fn fit(name: &str, limit: usize) -> Cow<'_, str> {
         .map(|c| if allowed(c) { c } else { '_' })
         .collect();
     fitted.push('_');
-    for byte in &digest[..4] {
+    for byte in &digest[..HASH_BYTES] {
         fitted.push_str(&format!("{byte:02x}"));
     }
     Cow::Owned(fitted)
+}
+
+/// Whether `name` ends as [`fit`] ends the names it makes: `_` and the
+/// hash in lowercase hex. An upstream's own name may end so too.
+pub fn looks_fitted(name: &str) -> bool {
+    let hex = 2 * HASH_BYTES;
+    name.len() > hex
+        && name.as_bytes()[name.len() - hex - 1] == b'_'
+        && name.as_bytes()[name.len() - hex..]
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 #[cfg(test)]
@@ -219,6 +241,24 @@ mod tests {
         assert_ne!(fit("demo__get.weather", 64), fit("demo__get:weather", 64));
         assert_ne!(fit(&format!("{long}a"), 64), fit(&format!("{long}b"), 64));
         assert_eq!(fit("demo__get.weather", 64), fit("demo__get.weather", 64));
+    }
+
+    #[test]
+    fn fitted_names_look_fitted() {
+        let long = "x".repeat(80);
+        for name in ["demo__get.weather", "", long.as_str(), "naïve"] {
+            assert!(looks_fitted(&fit(name, 64)), "{name:?}");
+        }
+        for name in [
+            "demo__echo",
+            "_12345678",
+            "a_1234567",
+            "a_1234567G",
+            "a-12345678",
+            "a_ABCDEF12",
+        ] {
+            assert_eq!(looks_fitted(name), name == "_12345678", "{name:?}");
+        }
     }
 
     #[test]

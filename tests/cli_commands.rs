@@ -549,6 +549,7 @@ async fn check_connect_warns_of_names_clients_refuse_unless_they_are_fitted() {
         run.stdout
     );
     let line = run.stdout_line("  tool    odd__get_weather_");
+    assert!(line.contains("fitted from odd__get.weather"), "{line:?}");
     assert!(!line.contains("warning"), "{line:?}");
     assert!(!run.stdout.contains("warning"), "{}", run.stdout);
     assert!(!run.stdout.contains("would reject"), "{}", run.stdout);

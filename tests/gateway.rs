@@ -284,6 +284,14 @@ async fn tool_names_clients_refuse_are_fitted_when_asked_and_still_reach_their_t
     let config = format!("[server]\nlisten = \"127.0.0.1:0\"\nfit_tool_names = true\n\n{mount}");
     let gateway = Gateway::start(&config).await;
     let client = gateway.connect().await;
+    let info = client.peer_info().expect("server info");
+    let instructions = info.instructions.as_deref().unwrap_or_default();
+    assert!(
+        instructions.contains(
+            "odd (tools and prompts odd__<name> (a tool name clients would refuse shortened, with a hash at its end)"
+        ),
+        "{instructions}"
+    );
     let names = tool_names(&client).await;
     assert_eq!(names.len(), 3, "{names:?}");
     for name in &names {

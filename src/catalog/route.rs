@@ -39,7 +39,17 @@ impl MergedCatalog {
     /// namespace merely claims). A tool its mount hides has none.
     pub fn resolve_tool_listed(&self, name: &str) -> Option<(Route, bool)> {
         self.resolve_listed(&self.tool_routes, name)
+            .filter(|(_, listed)| *listed || !self.may_be_fitted(name))
             .filter(|(route, _)| self.offers_tool(route))
+    }
+
+    /// Whether `name` may be a fitted name ([`crate::tool_name_rule::fit`]):
+    /// one of those routes only through the lists. Claimed by its
+    /// namespace, it would reach the upstream under its own text (the
+    /// hash in it), a tool the client never called; unlisted (the
+    /// mount's discovery not done yet), it is an unknown tool.
+    fn may_be_fitted(&self, name: &str) -> bool {
+        self.naming.fit_tool_names_to.is_some() && crate::tool_name_rule::looks_fitted(name)
     }
 
     /// Whether `route`'s mount offers its tool (a listed one always is).

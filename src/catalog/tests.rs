@@ -317,7 +317,17 @@ fn fitted_tool_names_are_listed_and_route_back_to_the_upstreams_names() {
     }
     let prompts: Vec<&str> = merged.prompts.iter().map(|p| p.name.as_str()).collect();
     assert!(prompts.contains(&"m__get.weather"), "{prompts:?}");
+    // Not listed (the mount's discovery not done, or another's list), a
+    // name that looks fitted is no tool: claimed by its namespace, it
+    // would reach the upstream as `get_weather_0123abcd`. One as
+    // qualified still routes by its namespace.
+    assert_eq!(merged.resolve_tool("m__get_weather_0123abcd"), None);
+    assert_eq!(merged.resolve_tool("m__later"), route("m", "later"));
     // Unfitted, the names are as qualified.
     let (plain, _) = merge(&[view("m", "m", &["get.weather"], &[])]);
     assert_eq!(tool_names(&plain), ["m__get.weather"]);
+    assert_eq!(
+        plain.resolve_tool("m__get_weather_0123abcd"),
+        route("m", "get_weather_0123abcd")
+    );
 }

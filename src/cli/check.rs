@@ -428,6 +428,10 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
             continue;
         }
         let mut notes: Vec<String> = Vec::new();
+        let qualified = mount.namespace.qualify_name(&naming.separator, &tool.name);
+        if name != qualified {
+            notes.push(format!("fitted from {qualified}"));
+        }
         let problems = tool_name_problems(&name, probe.tool_name_max_chars);
         if !problems.is_empty() {
             rejected += 1;

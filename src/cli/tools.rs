@@ -2,7 +2,8 @@
 //! it, by starting the config's mounts once ([`super::probe`]) without
 //! serving HTTP.
 //!
-//! Text output is one tool per line, qualified name then description;
+//! Text output is one tool per line, the name clients see (qualified, or
+//! fitted: `[server] fit_tool_names`) then description;
 //! `--json` prints the tool objects a `tools/list` answer would carry (all
 //! pages, in order). Mounts that failed are reported on stderr and make the
 //! exit code 1, with whatever the other mounts offered still printed.

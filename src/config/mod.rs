@@ -340,6 +340,9 @@ pub mod defaults {
     pub const PATH: &str = "/mcp";
     pub const SSE_PATH: &str = "/sse";
     pub const SEPARATOR: &str = "__";
+    /// Off: names are a contract scripts rely on; fitting changes some.
+    pub const FIT_TOOL_NAMES: bool = false;
+    pub const TOOL_NAME_MAX_CHARS: usize = crate::tool_name_rule::MAX_TOOL_NAME_CHARS;
     pub const ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
     /// Pages served from this machine may call the gateway; a page from any
     /// other origin (a DNS-rebinding attack) gets 403.

@@ -48,6 +48,10 @@ impl DownstreamSession {
     fn instructions(&self) -> String {
         let config = self.gateway.config();
         let separator = config.server.separator.as_str();
+        let fitted = match config.server.fit_tool_names {
+            true => " (a tool name clients would refuse shortened, with a hash at its end)",
+            false => "",
+        };
         let mut text = String::from("Junction MCP gateway. Mounted servers:");
         for mount in self.gateway.mounts().iter() {
             let namespace = mount.config.namespace.as_str();
@@ -55,7 +59,7 @@ impl DownstreamSession {
                 "names unchanged".to_owned()
             } else {
                 format!(
-                    "tools and prompts {namespace}{separator}<name>, resources {namespace}+<uri>"
+                    "tools and prompts {namespace}{separator}<name>{fitted}, resources {namespace}+<uri>"
                 )
             };
             text.push_str(&format!("\n- {} ({naming})", mount.config.name));

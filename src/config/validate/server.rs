@@ -141,8 +141,9 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
     };
     let tool_name_max_chars = raw
         .tool_name_max_chars
-        .unwrap_or(crate::tool_name_rule::MAX_TOOL_NAME_CHARS);
-    let limits = crate::tool_name_rule::MIN_FITTED_CHARS..=MAX_SPEC_TOOL_NAME_CHARS;
+        .unwrap_or(defaults::TOOL_NAME_MAX_CHARS);
+    let limits =
+        crate::tool_name_rule::MIN_FITTED_CHARS..=crate::tool_name_rule::MAX_SPEC_TOOL_NAME_CHARS;
     if !limits.contains(&tool_name_max_chars) {
         problems.push(
             "server.tool_name_max_chars",
@@ -231,7 +232,7 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         path,
         sse_path,
         separator: separator?,
-        fit_tool_names: raw.fit_tool_names.unwrap_or(false),
+        fit_tool_names: raw.fit_tool_names.unwrap_or(defaults::FIT_TOOL_NAMES),
         tool_name_max_chars,
         allowed_hosts,
         allowed_origins,
@@ -241,10 +242,6 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         request_read_timeout: request_read_timeout?,
     })
 }
-
-/// The spec's longest tool name (2025-11-25: "SHOULD be between 1 and 128
-/// characters").
-const MAX_SPEC_TOOL_NAME_CHARS: usize = 128;
 
 /// The paths the gateway serves besides the MCP endpoint (`/metrics` and
 /// the status pages are reserved even when `[admin]` is off or listens
