@@ -553,6 +553,31 @@ async fn check_connect_warns_of_names_clients_refuse_unless_they_are_fitted() {
     assert!(!line.contains("warning"), "{line:?}");
     assert!(!run.stdout.contains("warning"), "{}", run.stdout);
     assert!(!run.stdout.contains("would reject"), "{}", run.stdout);
+
+    // A tool of the mount already named as `get.weather` is fitted keeps
+    // the name, and the fitted one says why it is not listed.
+    let twin = python_fixture_mount_with_args(
+        "odd",
+        "rule_breaking_tool_names.py",
+        &["--with-fitted-twin"],
+        "",
+    );
+    let with_twin = format!("[server]\nlisten = \"127.0.0.1:0\"\nfit_tool_names = true\n\n{twin}");
+    let (_dir, path) = config_file(&with_twin);
+    let run = junction(&["check", "--config", &path, "--connect"], &[]).await;
+    run.expect_code(0);
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|line| line.starts_with("  tool    odd__get_weather_9bd2ad39"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines.iter().any(|line| line.contains(
+            "fitted from odd__get.weather; not listed: the mount's own \"get_weather_9bd2ad39\" has this name as it is"
+        )),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]

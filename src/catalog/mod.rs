@@ -60,8 +60,27 @@ pub struct MountView {
 pub struct Collision {
     pub kind: &'static str,
     pub name: String,
-    pub kept: MountName,
-    pub dropped: MountName,
+    /// The mount and own name of what is served under `name`.
+    pub kept: Route,
+    /// The mount and own name of what is not.
+    pub dropped: Route,
+}
+
+impl std::fmt::Display for Collision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kept, dropped) = (&self.kept, &self.dropped);
+        write!(
+            f,
+            "{} {:?} is served by mount {} (its {:?}) and mount {} (its {:?}); keeping mount {}'s",
+            self.kind,
+            self.name,
+            kept.mount,
+            kept.original,
+            dropped.mount,
+            dropped.original,
+            kept.mount
+        )
+    }
 }
 
 /// Every mount's lists merged, qualified and indexed.
@@ -150,13 +169,53 @@ impl MergedCatalog {
         };
         let mut collisions = Vec::new();
         for view in views {
-            for tool in &view.catalog.tools {
-                if !view.tools.offers(&tool.name) {
+            // Each offered tool, the name clients see, and whether it was
+            // fitted to the client rule (not as qualified).
+            let named: Vec<(&Tool, String, bool)> = view
+                .catalog
+                .tools
+                .iter()
+                .filter(|tool| view.tools.offers(&tool.name))
+                .map(|tool| {
+                    let name = naming.tool_name(&view.namespace, &tool.name);
+                    let fitted = name != view.namespace.qualify_name(&naming.separator, &tool.name);
+                    (tool, name, fitted)
+                })
+                .collect();
+            // A fitted name may be one of the mount's own names that
+            // already fit (`get.weather` fitted as `get_weather_9bd2ad39`,
+            // and a tool of that name): the one that fits as it is keeps
+            // it, whichever the upstream lists first, or what a name
+            // reaches would change with the upstream's order.
+            let fit_as_they_are: HashMap<&str, &str> = named
+                .iter()
+                .filter(|(_, _, fitted)| !fitted)
+                .map(|(tool, name, _)| (name.as_str(), tool.name.as_ref()))
+                .collect();
+            for (tool, name, fitted) in &named {
+                let name = name.clone();
+                if let (true, Some(own)) = (fitted, fit_as_they_are.get(name.as_str())) {
+                    let kept = merged
+                        .tool_routes
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| Route {
+                            mount: view.mount.clone(),
+                            original: Arc::from(*own),
+                        });
+                    collisions.push(Collision {
+                        kind: "tool",
+                        name,
+                        kept,
+                        dropped: Route {
+                            mount: view.mount.clone(),
+                            original: Arc::from(tool.name.as_ref()),
+                        },
+                    });
                     continue;
                 }
-                let name = naming.tool_name(&view.namespace, &tool.name);
                 if let Some(kept) = claim(&mut merged.tool_routes, &name, view, &tool.name) {
-                    collisions.push(collision("tool", name, kept, view));
+                    collisions.push(collision("tool", name, kept, view, &tool.name));
                     continue;
                 }
                 if let Some(execution) = view.catalog.tool_execution.get(tool.name.as_ref()) {
@@ -164,7 +223,7 @@ impl MergedCatalog {
                         .tool_execution
                         .insert(name.clone(), execution.clone());
                 }
-                let mut tool = tool.clone();
+                let mut tool = Tool::clone(tool);
                 tool.name = name.into();
                 if let Some(meta) = tool.meta.as_mut() {
                     crate::rewrite::qualify_ui_meta(&view.namespace, meta);
@@ -174,7 +233,7 @@ impl MergedCatalog {
             for prompt in &view.catalog.prompts {
                 let name = naming.prompt_name(&view.namespace, &prompt.name);
                 if let Some(kept) = claim(&mut merged.prompt_routes, &name, view, &prompt.name) {
-                    collisions.push(collision("prompt", name, kept, view));
+                    collisions.push(collision("prompt", name, kept, view, &prompt.name));
                     continue;
                 }
                 let mut prompt = prompt.clone();
@@ -184,7 +243,7 @@ impl MergedCatalog {
             for resource in &view.catalog.resources {
                 let uri = view.namespace.qualify_uri(&resource.uri);
                 if let Some(kept) = claim(&mut merged.resource_routes, &uri, view, &resource.uri) {
-                    collisions.push(collision("resource", uri, kept, view));
+                    collisions.push(collision("resource", uri, kept, view, &resource.uri));
                     continue;
                 }
                 let mut resource = resource.clone();
@@ -195,7 +254,7 @@ impl MergedCatalog {
                 let uri = view.namespace.qualify_uri(&template.uri_template);
                 let original = &template.uri_template;
                 if let Some(kept) = claim(&mut merged.template_routes, &uri, view, original) {
-                    collisions.push(collision("resource template", uri, kept, view));
+                    collisions.push(collision("resource template", uri, kept, view, original));
                     continue;
                 }
                 let mut template = template.clone();
@@ -316,9 +375,9 @@ fn claim(
     name: &str,
     view: &MountView,
     original: &str,
-) -> Option<MountName> {
+) -> Option<Route> {
     if let Some(existing) = routes.get(name) {
-        return Some(existing.mount.clone());
+        return Some(existing.clone());
     }
     routes.insert(
         name.to_owned(),
@@ -330,12 +389,22 @@ fn claim(
     None
 }
 
-fn collision(kind: &'static str, name: String, kept: MountName, view: &MountView) -> Collision {
+/// `view`'s `original`, named `name` as `kept` is, is not served.
+fn collision(
+    kind: &'static str,
+    name: String,
+    kept: Route,
+    view: &MountView,
+    original: &str,
+) -> Collision {
     Collision {
         kind,
         name,
         kept,
-        dropped: view.mount.clone(),
+        dropped: Route {
+            mount: view.mount.clone(),
+            original: Arc::from(original),
+        },
     }
 }
 

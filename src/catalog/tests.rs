@@ -153,7 +153,10 @@ fn pass_through_collisions_keep_the_first_mount() {
     );
     let kinds: Vec<_> = collisions
         .iter()
-        .map(|c| (c.kind, c.name.as_str(), c.kept.as_str(), c.dropped.as_str()))
+        .map(|c| {
+            let (kept, dropped) = (c.kept.mount.as_str(), c.dropped.mount.as_str());
+            (c.kind, c.name.as_str(), kept, dropped)
+        })
         .collect();
     assert_eq!(
         kinds,
@@ -197,7 +200,11 @@ fn a_pass_through_name_can_collide_with_a_qualified_one() {
     ]);
     assert_eq!(tool_names(&merged), ["a__x", "y"]);
     assert_eq!(merged.resolve_tool("a__x"), route("a", "x"));
-    assert_eq!(collisions[0].dropped.as_str(), "raw");
+    assert_eq!(collisions[0].dropped, route("raw", "a__x").unwrap());
+    assert_eq!(
+        collisions[0].to_string(),
+        "tool \"a__x\" is served by mount a (its \"x\") and mount raw (its \"a__x\"); keeping mount a's"
+    );
 }
 
 /// Each prebuilt first page is the typed first page as rmcp's handler
@@ -330,4 +337,35 @@ fn fitted_tool_names_are_listed_and_route_back_to_the_upstreams_names() {
         plain.resolve_tool("m__get_weather_0123abcd"),
         route("m", "get_weather_0123abcd")
     );
+}
+
+/// A name fitted to the client rule that is also one of the mount's own
+/// names as they are goes to the tool of that name, whichever the
+/// upstream lists first; the fitted one is reported, not served.
+#[test]
+fn a_name_that_fits_as_it_is_keeps_it_from_a_fitted_one_in_either_order() {
+    let naming = Naming {
+        fit_tool_names_to: Some(64),
+        ..Naming::default()
+    };
+    let fitted = crate::tool_name_rule::fit("m__get.weather", 64).into_owned();
+    let own = fitted.strip_prefix("m__").expect("namespaced").to_owned();
+    for order in [["get.weather", own.as_str()], [own.as_str(), "get.weather"]] {
+        let (merged, collisions) = MergedCatalog::build(1, &naming, &[view("m", "m", &order, &[])]);
+        assert_eq!(tool_names(&merged), [fitted.as_str()], "{order:?}");
+        assert_eq!(merged.resolve_tool(&fitted), route("m", &own), "{order:?}");
+        // The fitted one is still reached under its qualified name.
+        assert_eq!(
+            merged.resolve_tool("m__get.weather"),
+            route("m", "get.weather")
+        );
+        let tools: Vec<&Collision> = collisions.iter().filter(|c| c.kind == "tool").collect();
+        assert_eq!(tools.len(), 1, "{collisions:?}");
+        assert_eq!(tools[0].kept, route("m", &own).unwrap(), "{order:?}");
+        assert_eq!(
+            tools[0].dropped,
+            route("m", "get.weather").unwrap(),
+            "{order:?}"
+        );
+    }
 }

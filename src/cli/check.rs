@@ -274,6 +274,15 @@ pub(crate) fn masked_url(url: &str) -> String {
 
 #[cfg(test)]
 #[test]
+fn names_that_would_break_a_row_are_quoted_and_escaped() {
+    assert_eq!(shown("odd__get.weather"), "odd__get.weather");
+    assert_eq!(shown("naïve tool"), "naïve tool");
+    assert_eq!(shown("tab\tnl\n"), "\"tab\\tnl\\n\"");
+    assert_eq!(shown(""), "\"\"");
+}
+
+#[cfg(test)]
+#[test]
 fn url_secrets_are_masked_as_written_or_parsed() {
     for (url, shown) in [
         ("https://h/mcp", "https://h/mcp"),
@@ -424,13 +433,13 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
         if !mount.tools.offers(&tool.name) {
             // No client sees it: no client rule to break, no name lost.
             let note = "hidden by include_tools / exclude_tools".to_owned();
-            rows.push(vec![kind("tool"), name, note]);
+            rows.push(vec![kind("tool"), shown(&name), note]);
             continue;
         }
         let mut notes: Vec<String> = Vec::new();
         let qualified = mount.namespace.qualify_name(&naming.separator, &tool.name);
         if name != qualified {
-            notes.push(format!("fitted from {qualified}"));
+            notes.push(format!("fitted from {}", shown(&qualified)));
         }
         let problems = tool_name_problems(&name, probe.tool_name_max_chars);
         if !problems.is_empty() {
@@ -445,9 +454,14 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
                     "not listed: mount {} offers the same name and comes first in config order",
                     route.mount
                 ));
+            } else if *route.original != *tool.name {
+                notes.push(format!(
+                    "not listed: the mount's own {:?} has this name as it is",
+                    route.original
+                ));
             }
         }
-        rows.push(vec![kind("tool"), name, notes.join("; ")]);
+        rows.push(vec![kind("tool"), shown(&name), notes.join("; ")]);
     }
     for prompt in &catalog.prompts {
         let name = naming.prompt_name(&mount.namespace, &prompt.name);
@@ -460,9 +474,19 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
                 );
             }
         }
-        rows.push(vec![kind("prompt"), name, note]);
+        rows.push(vec![kind("prompt"), shown(&name), note]);
     }
     (columns(&rows), rejected)
+}
+
+/// `name` for a line of the table: as it is, or, if it is empty or holds
+/// a control character (a tab or newline would break the row), in quotes
+/// with each escaped as Rust writes it (`"a\tb"`).
+fn shown(name: &str) -> String {
+    match name.is_empty() || name.chars().any(char::is_control) {
+        true => format!("{name:?}"),
+        false => name.to_owned(),
+    }
 }
 
 /// The indented kind column, one width for every mount so the names line

@@ -394,14 +394,9 @@ impl Gateway {
             tracing::warn!(
                 kind = collision.kind,
                 name = %collision.name,
-                kept = %collision.kept,
-                dropped = %collision.dropped,
-                "name collision: {} {:?} is served by mounts {} and {}; keeping {}",
-                collision.kind,
-                collision.name,
-                collision.kept,
-                collision.dropped,
-                collision.kept
+                kept = %collision.kept.mount,
+                dropped = %collision.dropped.mount,
+                "name collision: {collision}"
             );
         }
         merged
