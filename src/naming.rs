@@ -102,13 +102,19 @@ pub struct Naming {
 impl Naming {
     /// The name clients see for `namespace`'s tool `name`.
     pub fn tool_name(&self, namespace: &Namespace, name: &str) -> String {
+        self.served_tool_name(namespace, name).0
+    }
+
+    /// [`Self::tool_name`], and whether it was fitted (is not the name as
+    /// qualified).
+    pub fn served_tool_name(&self, namespace: &Namespace, name: &str) -> (String, bool) {
         let qualified = namespace.qualify_name(&self.separator, name);
-        match self.fit_tool_names_to {
-            Some(limit) => match crate::tool_name_rule::fit(&qualified, limit) {
-                Cow::Borrowed(_) => qualified,
-                Cow::Owned(fitted) => fitted,
-            },
-            None => qualified,
+        let fitted = self
+            .fit_tool_names_to
+            .map(|limit| crate::tool_name_rule::fit(&qualified, limit));
+        match fitted {
+            Some(Cow::Owned(fitted)) => (fitted, true),
+            Some(Cow::Borrowed(_)) | None => (qualified, false),
         }
     }
 

@@ -177,8 +177,7 @@ impl MergedCatalog {
                 .iter()
                 .filter(|tool| view.tools.offers(&tool.name))
                 .map(|tool| {
-                    let name = naming.tool_name(&view.namespace, &tool.name);
-                    let fitted = name != view.namespace.qualify_name(&naming.separator, &tool.name);
+                    let (name, fitted) = naming.served_tool_name(&view.namespace, &tool.name);
                     (tool, name, fitted)
                 })
                 .collect();
@@ -187,11 +186,15 @@ impl MergedCatalog {
             // and a tool of that name): the one that fits as it is keeps
             // it, whichever the upstream lists first, or what a name
             // reaches would change with the upstream's order.
-            let fit_as_they_are: HashMap<&str, &str> = named
-                .iter()
-                .filter(|(_, _, fitted)| !fitted)
-                .map(|(tool, name, _)| (name.as_str(), tool.name.as_ref()))
-                .collect();
+            let fit_as_they_are: HashMap<&str, &str> =
+                match named.iter().any(|(_, _, fitted)| *fitted) {
+                    true => named
+                        .iter()
+                        .filter(|(_, _, fitted)| !fitted)
+                        .map(|(tool, name, _)| (name.as_str(), tool.name.as_ref()))
+                        .collect(),
+                    false => HashMap::new(),
+                };
             for (tool, name, fitted) in &named {
                 let name = name.clone();
                 if let (true, Some(own)) = (fitted, fit_as_they_are.get(name.as_str())) {

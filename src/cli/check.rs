@@ -429,7 +429,7 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
     let mut rejected = 0;
     let naming = probe.catalog.naming();
     for tool in &catalog.tools {
-        let name = naming.tool_name(&mount.namespace, &tool.name);
+        let (name, fitted) = naming.served_tool_name(&mount.namespace, &tool.name);
         if !mount.tools.offers(&tool.name) {
             // No client sees it: no client rule to break, no name lost.
             let note = "hidden by include_tools / exclude_tools".to_owned();
@@ -437,8 +437,8 @@ fn name_lines(probe: &Probe, mount: &MountConfig, catalog: &MountCatalog) -> (St
             continue;
         }
         let mut notes: Vec<String> = Vec::new();
-        let qualified = mount.namespace.qualify_name(&naming.separator, &tool.name);
-        if name != qualified {
+        if fitted {
+            let qualified = mount.namespace.qualify_name(&naming.separator, &tool.name);
             notes.push(format!("fitted from {}", shown(&qualified)));
         }
         let problems = tool_name_problems(&name, probe.tool_name_max_chars);
