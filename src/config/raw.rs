@@ -17,7 +17,7 @@ pub struct RawServer {
     pub path: Option<String>,
     pub separator: Option<String>,
     pub fit_tool_names: Option<bool>,
-    pub tool_name_max_chars: Option<usize>,
+    pub tool_name_max_chars: Option<Count>,
     pub allowed_hosts: Option<Vec<Text>>,
     pub allowed_origins: Option<Vec<String>>,
     pub session_idle_timeout: Option<String>,
@@ -47,7 +47,7 @@ pub struct RawMount {
     pub namespace: Option<String>,
     pub isolation: Option<String>,
     pub timeouts: Option<RawMountTimeouts>,
-    pub max_upstream_sessions: Option<usize>,
+    pub max_upstream_sessions: Option<Count>,
     pub include_tools: Option<Vec<Text>>,
     pub exclude_tools: Option<Vec<Text>>,
     pub forward_headers: Option<RawForwardHeaders>,
@@ -109,6 +109,56 @@ impl<'de> Deserialize<'de> for Text {
     }
 }
 
+/// A count or a length: a whole number, 0 or more. Its errors say so
+/// in words ("expected a whole number"), where serde's integer types say
+/// `expected usize`. A count past what the setting's type holds is taken
+/// as the most it holds ([`Self::usize`], [`Self::u32`]): a limit that
+/// high is no limit either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count(pub u64);
+
+impl Count {
+    pub fn usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+
+    pub fn u32(self) -> u32 {
+        u32::try_from(self.0).unwrap_or(u32::MAX)
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        impl serde::de::Visitor<'_> for CountVisitor {
+            type Value = Count;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a whole number")
+            }
+            fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<Count, E> {
+                Ok(Count(number))
+            }
+            fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<Count, E> {
+                u64::try_from(number)
+                    .map(Count)
+                    .map_err(|_| E::custom(format!("{number} is below 0")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<Count, E> {
+                // YAML reads `1e3` as a float: a whole one is that count.
+                match number {
+                    _ if number.fract() != 0.0 || !number.is_finite() => {
+                        Err(E::custom(format!("{number} is not a whole number")))
+                    }
+                    _ if number < 0.0 => Err(E::custom(format!("{number} is below 0"))),
+                    // `as` saturates past u64::MAX: no limit either way.
+                    _ => Ok(Count(number as u64)),
+                }
+            }
+        }
+        deserializer.deserialize_any(CountVisitor)
+    }
+}
+
 /// The text of each of `values`.
 pub fn texts(values: Vec<Text>) -> Vec<String> {
     values.into_iter().map(|text| text.0).collect()
@@ -147,7 +197,7 @@ pub struct RawMountTimeouts {
 pub struct RawSupervision {
     pub restart_backoff: Option<String>,
     pub restart_backoff_max: Option<String>,
-    pub crash_loop_restarts: Option<u32>,
+    pub crash_loop_restarts: Option<Count>,
     pub down_retry: Option<String>,
 }
 
@@ -155,10 +205,10 @@ pub struct RawSupervision {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table of limits")]
 pub struct RawLimits {
-    pub max_sessions: Option<usize>,
-    pub max_concurrent_requests: Option<usize>,
+    pub max_sessions: Option<Count>,
+    pub max_concurrent_requests: Option<Count>,
     pub max_body_size: Option<RawSize>,
-    pub max_upstream_sessions: Option<usize>,
+    pub max_upstream_sessions: Option<Count>,
 }
 
 /// A size in bytes: a number, or a string such as `"4MiB"`.

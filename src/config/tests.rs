@@ -1513,3 +1513,37 @@ fn tool_names_are_fitted_only_when_asked_within_sane_lengths() {
     let found = problems("junction.toml", "[server]\nfit_tool_names = \"yes\"\n");
     assert_reported(&found, &["server.fit_tool_names:"]);
 }
+
+/// A count that is not one is told so in words, not as Rust's integer
+/// types (`expected usize`), and a whole number written as a float (YAML
+/// reads `1e3` so) is that count.
+#[test]
+fn counts_are_told_wrong_in_words_and_whole_floats_count() {
+    for (written, problem) in [
+        (
+            "[limits]\nmax_sessions = \"many\"\n",
+            "limits.max_sessions: invalid type: text, expected a whole number",
+        ),
+        (
+            "[limits]\nmax_sessions = -1\n",
+            "limits.max_sessions: -1 is below 0",
+        ),
+        (
+            "[supervision]\ncrash_loop_restarts = 2.5\n",
+            "supervision.crash_loop_restarts: 2.5 is not a whole number",
+        ),
+        (
+            "[server]\ntool_name_max_chars = \"wide\"\n",
+            "server.tool_name_max_chars: invalid type: text, expected a whole number",
+        ),
+        (
+            "[mounts.a]\ncommand = \"x\"\nmax_upstream_sessions = -3\n",
+            "mounts.a.max_upstream_sessions: -3 is below 0",
+        ),
+    ] {
+        let found = problems("junction.toml", written);
+        assert_eq!(found, [problem.to_owned()], "{written}");
+    }
+    let yaml = load_file("junction.yaml", "limits:\n  max_sessions: 1e3\n", &[]).unwrap();
+    assert_eq!(yaml.limits.max_sessions, 1000);
+}

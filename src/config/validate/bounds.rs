@@ -7,7 +7,7 @@ use super::values::{byte_size, duration_or, optional_duration};
 use crate::config::{
     defaults,
     problems::Problems,
-    raw::{RawLimits, RawMountTimeouts, RawSupervision, RawTimeouts},
+    raw::{Count, RawLimits, RawMountTimeouts, RawSupervision, RawTimeouts},
     Limits, MountTimeouts, Supervision, Timeouts,
 };
 
@@ -155,7 +155,7 @@ pub(super) fn resolve_supervision(
     );
     let crash_loop_restarts = raw
         .crash_loop_restarts
-        .unwrap_or(defaults::CRASH_LOOP_RESTARTS);
+        .map_or(defaults::CRASH_LOOP_RESTARTS, Count::u32);
     let mut ok = true;
     if crash_loop_restarts == 0 {
         problems.push("supervision.crash_loop_restarts", "must be at least 1");
@@ -184,7 +184,8 @@ pub(super) fn resolve_supervision(
 
 pub(super) fn resolve_limits(raw: RawLimits, problems: &mut Problems) -> Option<Limits> {
     let mut ok = true;
-    let mut count = |name: &str, value: Option<usize>, default: usize| match value {
+    let mut count = |name: &str, value: Option<Count>, default: usize| match value.map(Count::usize)
+    {
         Some(0) => {
             problems.push(format!("limits.{name}"), "must be at least 1");
             ok = false;

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, path::PathBuf};
 use super::bounds::resolve_mount_timeouts;
 use crate::config::{
     problems::Problems,
-    raw::{text_map, texts, RawForwardHeaders, RawMount, Text},
+    raw::{text_map, texts, Count, RawForwardHeaders, RawMount, Text},
     Isolation, MountConfig, UpstreamTransport,
 };
 use crate::naming::{MountName, Namespace};
@@ -130,7 +130,7 @@ pub(super) fn resolve_mount(
         let per_session = raw.isolation.as_deref() == Some("per_session");
         resolve_forward_headers(&path, forward, http, per_session, problems)
     });
-    if raw.max_upstream_sessions == Some(0) {
+    if raw.max_upstream_sessions == Some(Count(0)) {
         problems.push(
             format!("{path}.max_upstream_sessions"),
             "must be at least 1",
@@ -313,7 +313,7 @@ pub(super) fn resolve_mount(
         isolation,
         transport: transport?,
         timeouts,
-        max_upstream_sessions: raw.max_upstream_sessions,
+        max_upstream_sessions: raw.max_upstream_sessions.map(Count::usize),
         tools: tools?,
         forward_headers: forward_headers.unwrap_or(Some(BTreeMap::new()))?,
         // Set by `load` once substitution is known.

@@ -139,9 +139,10 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
             None
         }
     };
-    let tool_name_max_chars = raw
-        .tool_name_max_chars
-        .unwrap_or(defaults::TOOL_NAME_MAX_CHARS);
+    let tool_name_max_chars = raw.tool_name_max_chars.map_or(
+        defaults::TOOL_NAME_MAX_CHARS,
+        crate::config::raw::Count::usize,
+    );
     let limits =
         crate::tool_name_rule::MIN_FITTED_CHARS..=crate::tool_name_rule::MAX_SPEC_TOOL_NAME_CHARS;
     if !limits.contains(&tool_name_max_chars) {
