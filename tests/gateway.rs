@@ -337,6 +337,38 @@ async fn tool_names_clients_refuse_are_fitted_when_asked_and_still_reach_their_t
     assert_eq!(names, expected);
 }
 
+/// With `fit_tool_names`, a name that looks fitted for a mount whose
+/// tools are not listed (down: a client kept the name from an earlier
+/// run) says that mount is unavailable, as a name as qualified does; it
+/// was an unknown tool. On a mount that listed its tools, such a name it
+/// does not list is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fitted_name_of_a_mount_that_is_down_says_the_mount_is_unavailable() {
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nfit_tool_names = true\n\n\
+         [supervision]\ncrash_loop_restarts = 1\ndown_retry = \"1h\"\n\n\
+         [mounts.dead]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\n\n{}",
+        stdio_demo_mount("demo", "")
+    );
+    let gateway = Gateway::start(&config).await;
+    let client = gateway.connect().await;
+    for name in ["dead__get_weather_9bd2ad39", "dead__get.weather"] {
+        let result = call(&client, name, json!({})).await;
+        assert_eq!(result.is_error, Some(true), "{name}: {result:?}");
+        assert!(
+            text(&result).contains("mount dead is unavailable"),
+            "{name}: {result:?}"
+        );
+    }
+    let error = call_err(&client, "demo__nothing_0123abcd", json!({})).await;
+    assert_eq!(
+        error.code,
+        rmcp::model::ErrorCode::INVALID_PARAMS,
+        "{error:?}"
+    );
+    assert!(error.message.contains("unknown tool"), "{error:?}");
+}
+
 /// Test 4: names, URIs and results as clients see them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn naming_and_rewrites() {

@@ -43,12 +43,17 @@ impl MergedCatalog {
             .filter(|(route, _)| self.offers_tool(route))
     }
 
+    /// The mount whose namespace prefixes tool `name`, listed or not.
+    pub fn namespace_claiming_tool(&self, name: &str) -> Option<MountName> {
+        self.resolve_by_name_prefix(name).map(|route| route.mount)
+    }
+
     /// Whether `name` may be a fitted name ([`crate::tool_name_rule::fit`]):
     /// one of those routes only through the lists. Claimed by its
     /// namespace, it would reach the upstream under its own text (the
     /// hash in it), a tool the client never called; unlisted (the
     /// mount's discovery not done yet), it is an unknown tool.
-    fn may_be_fitted(&self, name: &str) -> bool {
+    pub fn may_be_fitted(&self, name: &str) -> bool {
         self.naming.fit_tool_names_to.is_some() && crate::tool_name_rule::looks_fitted(name)
     }
 

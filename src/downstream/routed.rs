@@ -28,7 +28,7 @@ use super::{
 };
 use crate::{
     catalog::MergedCatalog,
-    gateway::{Gateway, Mount},
+    gateway::{Gateway, Mount, MountPhase},
     naming::MountName,
     rewrite,
     upstream::{Caller, RequestError, UpstreamSession},
@@ -126,6 +126,31 @@ impl Again<'_> {
     }
 }
 
+/// Why tool `name`, in none of `catalog`'s lists, is no tool. A fitted
+/// name routes only by the lists; one kept from an earlier run, whose
+/// mount has not listed its tools yet (down, or still starting), is
+/// that mount's being unavailable, as a name as qualified would be, not
+/// an unknown tool.
+pub(super) fn unlisted_tool(gateway: &Gateway, catalog: &MergedCatalog, name: &str) -> RouteError {
+    let unready = catalog
+        .may_be_fitted(name)
+        .then(|| catalog.namespace_claiming_tool(name))
+        .flatten()
+        .and_then(|mount| gateway.mount(&mount))
+        .map(|mount| (mount.config.name.clone(), mount.status()))
+        .filter(|(_, status)| status.phase != MountPhase::Ready);
+    match unready {
+        Some((mount, status)) => RouteError::MountUnavailable {
+            mount,
+            cause: format!(
+                "its tools are not listed yet ({})",
+                status.last_error.as_deref().unwrap_or("starting")
+            ),
+        },
+        None => RouteError::UnknownTool(name.to_owned()),
+    }
+}
+
 /// Everything a routed request needs on its way upstream.
 struct Upstream<'a> {
     gateway: &'a Arc<Gateway>,
@@ -217,7 +242,9 @@ impl Upstream<'_> {
             let (route, listed) = self
                 .route(|catalog| catalog.resolve_tool_listed(&name))
                 .await
-                .ok_or_else(|| RouteError::UnknownTool(name.clone()))?;
+                .ok_or_else(|| {
+                    unlisted_tool(self.gateway, &self.state.catalog(self.gateway), &name)
+                })?;
             if listed {
                 super::observe::names_listed(super::observe::Target::Tool, &name);
             }

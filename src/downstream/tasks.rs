@@ -422,11 +422,10 @@ impl DownstreamSession {
             .to_owned();
         self.handle("tools/call", &context, async {
             let answer = async {
-                let (route, listed) = self
-                    .catalog()
-                    .await
-                    .resolve_tool_listed(&tool_name)
-                    .ok_or_else(|| RouteError::UnknownTool(tool_name.clone()))?;
+                let catalog = self.catalog().await;
+                let (route, listed) = catalog.resolve_tool_listed(&tool_name).ok_or_else(|| {
+                    super::routed::unlisted_tool(&self.gateway, &catalog, &tool_name)
+                })?;
                 if listed {
                     super::observe::names_listed(super::observe::Target::Tool, &tool_name);
                 }
