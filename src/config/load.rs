@@ -187,6 +187,15 @@ fn load_read(
     keep_override_text(&mut tree, &overrides);
 
     let mut problems = Problems::default();
+    if let Ok(as_read) = figment.extract::<figment::value::Value>() {
+        // An override where text is taken is that text (`inf` too).
+        let texts: Vec<String> = overrides
+            .iter()
+            .map(|(key, _)| key.as_str().to_owned())
+            .filter(|key| !takes_data(&key.split('.').collect::<Vec<_>>()))
+            .collect();
+        report_non_finite_numbers(&as_read, &mut Vec::new(), &texts, &mut problems);
+    }
     let mut written = Vec::new();
     expand_tree(
         &mut tree,
@@ -374,6 +383,45 @@ fn keep_override_text(tree: &mut Value, overrides: &Env) {
         if let Some(place) = place {
             *place = Value::String(text);
         }
+    }
+}
+
+/// Reports each number in `value` that is no finite number (YAML's `.inf`,
+/// `.nan`), with its path, but at the paths in `texts`: on its way to
+/// JSON it became `null`, which every setting reads as unset, so the
+/// default would be used without a word.
+fn report_non_finite_numbers(
+    value: &figment::value::Value,
+    path: &mut Vec<String>,
+    texts: &[String],
+    problems: &mut Problems,
+) {
+    use figment::value::Value as Read;
+    match value {
+        Read::Dict(_, fields) => {
+            for (key, field) in fields {
+                path.push(key.clone());
+                report_non_finite_numbers(field, path, texts, problems);
+                path.pop();
+            }
+        }
+        Read::Array(_, items) => {
+            for (index, item) in items.iter().enumerate() {
+                path.push(index.to_string());
+                report_non_finite_numbers(item, path, texts, problems);
+                path.pop();
+            }
+        }
+        Read::Num(_, number) => {
+            let at = path.join(".");
+            match number.to_f64() {
+                Some(float) if !float.is_finite() && !texts.contains(&at) => {
+                    problems.push(at, format!("{float} is not a finite number"));
+                }
+                _ => {}
+            }
+        }
+        _ => {}
     }
 }
 

@@ -1516,7 +1516,8 @@ fn tool_names_are_fitted_only_when_asked_within_sane_lengths() {
 
 /// A count that is not one is told so in words, not as Rust's integer
 /// types (`expected usize`), and a whole number written as a float (YAML
-/// reads `1e3` so) is that count.
+/// reads `1e3` so) is that count; a number that is not finite is
+/// reported, wherever it is.
 #[test]
 fn counts_are_told_wrong_in_words_and_whole_floats_count() {
     for (written, problem) in [
@@ -1546,4 +1547,29 @@ fn counts_are_told_wrong_in_words_and_whole_floats_count() {
     }
     let yaml = load_file("junction.yaml", "limits:\n  max_sessions: 1e3\n", &[]).unwrap();
     assert_eq!(yaml.limits.max_sessions, 1000);
+    // YAML's `.inf` and `.nan` were `null` once in JSON: unset, silently.
+    let found = load_file(
+        "junction.yaml",
+        "limits:\n  max_sessions: .inf\nsupervision:\n  crash_loop_restarts: .nan\n",
+        &[],
+    )
+    .expect_err("not finite");
+    assert_reported(
+        &found,
+        &[
+            "limits.max_sessions: inf is not a finite number",
+            "supervision.crash_loop_restarts: NaN is not a finite number",
+        ],
+    );
+    // Where text is taken, an override is that text.
+    let text = load_file(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\n",
+        &[("JUNCTION_MOUNTS__A__ENV__LIMIT", "inf")],
+    )
+    .unwrap();
+    let UpstreamTransport::Stdio { env, .. } = &text.mounts[0].transport else {
+        panic!("a stdio mount");
+    };
+    assert_eq!(env["LIMIT"], "inf");
 }
