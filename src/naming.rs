@@ -100,13 +100,8 @@ pub struct Naming {
 }
 
 impl Naming {
-    /// The name clients see for `namespace`'s tool `name`.
-    pub fn tool_name(&self, namespace: &Namespace, name: &str) -> String {
-        self.served_tool_name(namespace, name).0
-    }
-
-    /// [`Self::tool_name`], and whether it was fitted (is not the name as
-    /// qualified).
+    /// The name clients see for `namespace`'s tool `name`, and whether it
+    /// was fitted (is not the name as qualified).
     pub fn served_tool_name(&self, namespace: &Namespace, name: &str) -> (String, bool) {
         let qualified = namespace.qualify_name(&self.separator, name);
         let fitted = self

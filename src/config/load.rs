@@ -188,13 +188,7 @@ fn load_read(
 
     let mut problems = Problems::default();
     if let Ok(as_read) = figment.extract::<figment::value::Value>() {
-        // An override where text is taken is that text (`inf` too).
-        let texts: Vec<String> = overrides
-            .iter()
-            .map(|(key, _)| key.as_str().to_owned())
-            .filter(|key| !takes_data(&key.split('.').collect::<Vec<_>>()))
-            .collect();
-        report_non_finite_numbers(&as_read, &mut Vec::new(), &texts, &mut problems);
+        report_non_finite_numbers(&as_read, &mut Vec::new(), &mut problems);
     }
     let mut written = Vec::new();
     expand_tree(
@@ -387,13 +381,13 @@ fn keep_override_text(tree: &mut Value, overrides: &Env) {
 }
 
 /// Reports each number in `value` that is no finite number (YAML's `.inf`,
-/// `.nan`), with its path, but at the paths in `texts`: on its way to
-/// JSON it became `null`, which every setting reads as unset, so the
-/// default would be used without a word.
+/// `.nan`), with its path: on its way to JSON it became `null`, which
+/// every setting reads as unset, so the default would be used without a
+/// word. Only a file writes one: figment reads an environment value such
+/// as `inf` or `1e999` as text.
 fn report_non_finite_numbers(
     value: &figment::value::Value,
     path: &mut Vec<String>,
-    texts: &[String],
     problems: &mut Problems,
 ) {
     use figment::value::Value as Read;
@@ -401,24 +395,20 @@ fn report_non_finite_numbers(
         Read::Dict(_, fields) => {
             for (key, field) in fields {
                 path.push(key.clone());
-                report_non_finite_numbers(field, path, texts, problems);
+                report_non_finite_numbers(field, path, problems);
                 path.pop();
             }
         }
         Read::Array(_, items) => {
             for (index, item) in items.iter().enumerate() {
                 path.push(index.to_string());
-                report_non_finite_numbers(item, path, texts, problems);
+                report_non_finite_numbers(item, path, problems);
                 path.pop();
             }
         }
         Read::Num(_, number) => {
-            let at = path.join(".");
-            match number.to_f64() {
-                Some(float) if !float.is_finite() && !texts.contains(&at) => {
-                    problems.push(at, format!("{float} is not a finite number"));
-                }
-                _ => {}
+            if let Some(float) = number.to_f64().filter(|float| !float.is_finite()) {
+                problems.push(path.join("."), format!("{float} is not a finite number"));
             }
         }
         _ => {}

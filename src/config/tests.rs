@@ -1561,7 +1561,7 @@ fn counts_are_told_wrong_in_words_and_whole_floats_count() {
             "supervision.crash_loop_restarts: NaN is not a finite number",
         ],
     );
-    // Where text is taken, an override is that text.
+    // An override is never such a number: figment reads `inf` as text.
     let text = load_file(
         "junction.toml",
         "[mounts.a]\ncommand = \"x\"\n",
