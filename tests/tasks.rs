@@ -411,10 +411,10 @@ async fn a_task_of_an_ended_per_session_upstream_is_unknown_without_a_restart() 
 
 /// A reload that removes a mount takes the tasks on it with it: its
 /// sessions are told the task is gone (not that the mount is unavailable,
-/// as if asking again might help), and forget it, by `tasks/get` or by
-/// `tasks/list`, which no longer lists it.
+/// as if asking again might help), the same way each time they ask, and
+/// `tasks/list` no longer lists it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_of_a_mount_a_reload_removed_are_gone_and_forgotten() {
+async fn tasks_of_a_mount_a_reload_removed_are_gone_and_no_longer_listed() {
     let kept = stdio_demo_mount("demo", "");
     let removed = python_fixture_mount("gone", "endless_task_pages.py", "");
     let gateway = Gateway::start(&format!("{SERVER_TOML}{kept}{removed}")).await;
@@ -450,21 +450,27 @@ async fn tasks_of_a_mount_a_reload_removed_are_gone_and_forgotten() {
     let message = answer.body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("is gone"), "says why: {answer:?}");
     assert_eq!(answer.body["error"]["data"]["mount"], "gone", "{answer:?}");
-    let again = send(&http, &gateway, session, get(task_id)).await;
-    assert_eq!(again.body["error"]["code"], -32602, "{again:?}");
-    let message = again.body["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("unknown task"), "forgotten: {again:?}");
+    for method in ["tasks/get", "tasks/result"] {
+        let mut again = get(task_id);
+        again["method"] = json!(method);
+        let again = send(&http, &gateway, session, again).await;
+        assert_eq!(
+            again.body["error"], answer.body["error"],
+            "{method}: the same answer"
+        );
+    }
 
     let (session, task_id) = &sessions[1];
     let list = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list", "params": {}});
-    let listed = send(&http, &gateway, session, list).await;
+    let listed = send(&http, &gateway, session, list.clone()).await;
     assert_eq!(listed.body["result"]["tasks"], json!([]), "{listed:?}");
     let answer = send(&http, &gateway, session, get(task_id)).await;
+    assert_eq!(answer.body["error"]["code"], -32602, "{answer:?}");
     let message = answer.body["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.starts_with("unknown task"),
-        "forgotten by tasks/list: {answer:?}"
-    );
+    assert!(message.contains("is gone"), "after tasks/list: {answer:?}");
+    assert_eq!(answer.body["error"]["data"]["mount"], "gone", "{answer:?}");
+    let listed = send(&http, &gateway, session, list).await;
+    assert_eq!(listed.body["result"]["tasks"], json!([]), "{listed:?}");
 }
 
 /// A `task` that is not a `TaskMetadata` is refused -32602, and the tool

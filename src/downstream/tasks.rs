@@ -229,7 +229,7 @@ pub(crate) fn with_execution(
 }
 
 /// Where one of this session's tasks lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct TaskHome {
     mount: MountName,
     upstream_id: String,
@@ -241,6 +241,12 @@ struct TaskHome {
     /// When its TTL, as the upstream declared it, runs out (`None`:
     /// unlimited). Past it the upstream may have deleted the task.
     expires: Option<Instant>,
+    /// Once the task is known to be gone (its upstream no longer knows
+    /// it, or the upstream session that ran it has ended): the answer
+    /// that said so, given again to every later request for it. A client
+    /// polling `tasks/get` then reads one reason, not "gone" once and
+    /// "unknown task" after.
+    gone: Option<ErrorData>,
 }
 
 impl TaskHome {
@@ -289,7 +295,8 @@ impl TaskTable {
         lives: impl Fn(&MountName, u64) -> bool,
     ) -> bool {
         lock(&self.0).by_id.values().all(|home| {
-            home.expires.is_some_and(|expires| expires <= now)
+            home.gone.is_some()
+                || home.expires.is_some_and(|expires| expires <= now)
                 || !lives(&home.mount, home.upstream_session)
         })
     }
@@ -321,6 +328,7 @@ impl TaskTable {
             upstream_id: upstream_id.to_owned(),
             upstream_session,
             expires: ttl.and_then(|ttl| Instant::now().checked_add(ttl)),
+            gone: None,
         };
         if homes.by_id.insert(id.clone(), home).is_none() {
             homes.order.push_back(id.clone());
@@ -337,19 +345,23 @@ impl TaskTable {
         lock(&self.0).by_id.get(id).cloned()
     }
 
-    fn forget(&self, id: &str) {
-        let mut homes = lock(&self.0);
-        if homes.by_id.remove(id).is_some() {
-            homes.order.retain(|kept| kept != id);
+    /// Marks task `id` gone, `answer` being what its requests are told
+    /// from now on. It stays among the session's remembered tasks (and
+    /// their bound) but is no longer listed, and keeps no session awake.
+    fn mark_gone(&self, id: &str, answer: ErrorData) {
+        if let Some(home) = lock(&self.0).by_id.get_mut(id) {
+            home.gone.get_or_insert(answer);
         }
     }
 
     /// This session's tasks on each mount (upstream id → home and gateway
     /// id), by mount name: `tasks/list` pages need the same order every
-    /// time.
+    /// time. Tasks known to be gone are left out.
     fn by_mount(&self) -> BTreeMap<String, (MountName, MountTasks)> {
         let mut mounts: BTreeMap<String, (MountName, MountTasks)> = BTreeMap::new();
-        for (id, home) in lock(&self.0).by_id.iter() {
+        let homes = lock(&self.0);
+        let live = homes.by_id.iter().filter(|(_, home)| home.gone.is_none());
+        for (id, home) in live {
             mounts
                 .entry(home.mount.as_str().to_owned())
                 .or_insert_with(|| (home.mount.clone(), HashMap::new()))
@@ -387,6 +399,15 @@ fn rename_related_task(result: &mut Value, id: &str) {
 
 fn unknown_task(id: &str) -> ErrorData {
     RouteError::UnknownTask(id.to_owned()).into_mcp_error()
+}
+
+/// The answer for task `id`, on `mount`, whose upstream session has ended.
+fn gone_task(id: &str, mount: &MountName) -> ErrorData {
+    RouteError::TaskGone {
+        id: id.to_owned(),
+        mount: mount.clone(),
+    }
+    .into_mcp_error()
 }
 
 fn task_id_param(params: &Option<Value>) -> Result<String, ErrorData> {
@@ -544,6 +565,9 @@ impl DownstreamSession {
         self.handle(method, &context, async {
             let id = task_id_param(&params)?;
             let home = self.state().tasks.get(&id).ok_or_else(|| unknown_task(&id))?;
+            if let Some(gone) = home.gone {
+                return Err(gone);
+            }
             let answer = async {
                 let gone = || RouteError::TaskGone {
                     id: id.clone(),
@@ -584,19 +608,20 @@ impl DownstreamSession {
             }
             .await;
             answer.map_err(|error| {
+                let ended = matches!(error, RouteError::TaskGone { .. });
                 let unknown_upstream = matches!(
                     &error,
                     RouteError::UpstreamError { error, .. } if error.code == ErrorCode::INVALID_PARAMS
-                ) || matches!(
-                    error,
-                    RouteError::UnknownTask(_) | RouteError::TaskGone { .. }
                 );
-                if unknown_upstream && method == "tasks/get" {
-                    // The upstream no longer knows it (its TTL ran out, or
-                    // it restarted): neither does this session from now on.
-                    self.state().tasks.forget(&id);
+                let error = error.into_mcp_error();
+                // Its upstream session has ended, or (asked by `tasks/get`:
+                // a `tasks/cancel` of a finished task is refused -32602
+                // too) the upstream no longer knows it (its TTL ran out):
+                // every later request for it is told the same.
+                if ended || (unknown_upstream && method == "tasks/get") {
+                    self.state().tasks.mark_gone(&id, error.clone());
                 }
-                error.into_mcp_error()
+                error
             })
         })
         .await
@@ -626,8 +651,9 @@ impl DownstreamSession {
                         // Their upstream session has ended (or their mount
                         // is gone), and they with it: as `tasks/get` would
                         // find, they are forgotten.
-                        ids.values()
-                            .for_each(|(_, id)| self.state().tasks.forget(id));
+                        for (home, id) in ids.values() {
+                            self.state().tasks.mark_gone(id, gone_task(id, &home.mount));
+                        }
                         continue;
                     }
                     Err(error) => {
@@ -639,7 +665,7 @@ impl DownstreamSession {
                 // restarted, or a reload replaced it) are gone too.
                 for (home, id) in ids.values() {
                     if !home.lives_on(upstream.id()) {
-                        self.state().tasks.forget(id);
+                        self.state().tasks.mark_gone(id, gone_task(id, &home.mount));
                     }
                 }
                 for mut task in listed {
@@ -839,8 +865,38 @@ mod tests {
         assert_eq!(by_mount[0].0, one, "in mount-name order");
         assert_eq!(by_mount[0].1.get("1").map(|(_, id)| id), Some(&first));
         assert_eq!(by_mount[1].1.get("1").map(|(_, id)| id), Some(&second));
-        a.forget(&first);
-        assert!(a.get(&first).is_none());
+    }
+
+    /// A task known to be gone keeps its answer for every later request,
+    /// is no longer listed, and keeps its session awake no more.
+    #[test]
+    fn a_gone_task_keeps_the_answer_that_said_so() {
+        let table = TaskTable::default();
+        let mount = MountName::new("m").unwrap();
+        let first = table.add(&mount, "1", 7, None);
+        let second = table.add(&mount, "2", 7, None);
+        let now = Instant::now();
+        assert!(!table.all_expired(now, |_, _| true), "unlimited, alive");
+        let answer = gone_task(&first, &mount);
+        table.mark_gone(&first, answer.clone());
+        table.mark_gone(&first, unknown_task(&first));
+        assert_eq!(
+            table.get(&first).unwrap().gone,
+            Some(answer),
+            "the first answer stays"
+        );
+        assert_eq!(table.get(&second).unwrap().gone, None);
+        let listed: Vec<String> = table
+            .by_mount()
+            .into_values()
+            .flat_map(|(_, tasks)| tasks.into_values().map(|(_, id)| id))
+            .collect();
+        assert_eq!(listed, vec![second.clone()]);
+        table.mark_gone(&second, gone_task(&second, &mount));
+        assert!(table.all_expired(now, |_, _| true), "only gone ones left");
+        // A new task the upstream gives the same id takes it over, alive.
+        table.add(&mount, "1", 8, None);
+        assert_eq!(table.get(&first).unwrap().gone, None);
     }
 
     /// A task belongs to the upstream session that created it: after a
