@@ -585,6 +585,18 @@ async fn pass_through_mounts_first_wins() {
         let readme = read(&client, "demo://readme").await.unwrap();
         assert_eq!(content_uri(&readme.contents[0]), "demo://readme");
         close(client).await;
+
+        // The status counts what clients are listed of each mount: the
+        // second one's names all went to the first.
+        let status = status_json(gateway).await;
+        let (zeta, alpha) = (&status["mounts"][0], &status["mounts"][1]);
+        assert_eq!(zeta["tools"], upstream_tools.len(), "{status}");
+        assert_eq!(zeta["tools_shadowed"], 0, "{status}");
+        assert_eq!(zeta["resources"], 1, "{status}");
+        assert_eq!(alpha["tools"], 0, "{status}");
+        assert_eq!(alpha["tools_shadowed"], upstream_tools.len(), "{status}");
+        assert_eq!(alpha["resources"], 0, "{status}");
+        assert_eq!(alpha["prompts"], 0, "{status}");
     }
 }
 

@@ -83,6 +83,15 @@ impl std::fmt::Display for Collision {
     }
 }
 
+/// How many of each kind one mount has in the merged lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListedCounts {
+    pub tools: usize,
+    pub prompts: usize,
+    pub resources: usize,
+    pub resource_templates: usize,
+}
+
 /// Every mount's lists merged, qualified and indexed.
 #[derive(Debug, Default)]
 pub struct MergedCatalog {
@@ -286,6 +295,25 @@ impl MergedCatalog {
     /// How its names were made.
     pub fn naming(&self) -> &Naming {
         &self.naming
+    }
+
+    /// What `mount` has in these lists: a name it shares with an earlier
+    /// mount (or a fitted twin, see `naming.rs`) is served by the other,
+    /// so its own catalog may hold more. For the status page, not a
+    /// request's path: it walks every route.
+    pub fn listed_of(&self, mount: &MountName) -> ListedCounts {
+        let count = |routes: &HashMap<String, Route>| {
+            routes
+                .values()
+                .filter(|route| route.mount == *mount)
+                .count()
+        };
+        ListedCounts {
+            tools: count(&self.tool_routes),
+            prompts: count(&self.prompt_routes),
+            resources: count(&self.resource_routes),
+            resource_templates: count(&self.template_routes),
+        }
     }
 
     /// The page of `tools` that starts at `cursor` (the first without one).

@@ -106,10 +106,16 @@ pub struct MountReport {
     pub last_error: Option<String>,
     pub restarts: u64,
     pub upstream_sessions: i64,
-    /// The tools the mount offers clients.
+    /// The mount's tools clients are listed.
     pub tools: usize,
     /// The upstream's tools its `include_tools` / `exclude_tools` hide.
     pub tools_hidden: usize,
+    /// Tools the mount offers whose client-visible name an earlier mount
+    /// (or, fitted, one of its own tools) took: the log's "name
+    /// collision" warning says which.
+    pub tools_shadowed: usize,
+    /// Prompts, resources and templates clients are listed (names another
+    /// mount took, as for tools, left out).
     pub prompts: usize,
     pub resources: usize,
     pub resource_templates: usize,
@@ -120,6 +126,7 @@ pub struct MountReport {
 
 pub fn status(gateway: &Gateway) -> Status {
     let metrics = metrics();
+    let merged = gateway.catalog(ClientProfile::FULL);
     let mounts = gateway
         .mounts()
         .iter()
@@ -129,6 +136,7 @@ pub fn status(gateway: &Gateway) -> Status {
             let hidden = mount
                 .tool_filter()
                 .hides_of(catalog.tools.iter().map(|tool| tool.name.as_ref()));
+            let listed = merged.listed_of(&mount.config.name);
             let labels = MountLabels {
                 mount: mount.config.name.as_str().to_owned(),
             };
@@ -141,11 +149,12 @@ pub fn status(gateway: &Gateway) -> Status {
                 last_error: status.last_error,
                 restarts: metrics.upstream_restarts.get_or_create(&labels).get(),
                 upstream_sessions: metrics.upstream_sessions.get_or_create(&labels).get(),
-                tools: catalog.tools.len() - hidden,
+                tools: listed.tools,
                 tools_hidden: hidden,
-                prompts: catalog.prompts.len(),
-                resources: catalog.resources.len(),
-                resource_templates: catalog.templates.len(),
+                tools_shadowed: (catalog.tools.len() - hidden).saturating_sub(listed.tools),
+                prompts: listed.prompts,
+                resources: listed.resources,
+                resource_templates: listed.resource_templates,
                 tasks: mount
                     .live_shared_session()
                     .map_or(0, |session| session.relay().tasks_remembered()),

@@ -49,7 +49,7 @@ pub fn render(status: &Status) -> String {
             "<tr><td><b>{name}</b><div class=\"dim\">ns {ns}</div></td>\
              <td>{transport}<div class=\"dim\">{isolation}</div></td>\
              <td><span class=\"pill {class}\">{label}</span>{error}</td>\
-             <td>{tools} / {prompts} / {resources}</td>\
+             <td>{tools} / {prompts} / {resources}{shadowed}</td>\
              <td>{sessions}</td><td>{restarts}</td></tr>",
             name = escape(&mount.name),
             ns = if mount.namespace.is_empty() {
@@ -60,6 +60,10 @@ pub fn render(status: &Status) -> String {
             transport = mount.transport,
             isolation = mount.isolation,
             tools = mount.tools,
+            shadowed = match mount.tools_shadowed {
+                0 => String::new(),
+                n => format!("<div class=\"dim\">{n} tools shadowed by a name collision</div>"),
+            },
             prompts = mount.prompts,
             resources = mount.resources + mount.resource_templates,
             sessions = mount.upstream_sessions,
@@ -121,6 +125,7 @@ mod tests {
                 upstream_sessions: 1,
                 tools: 5,
                 tools_hidden: 0,
+                tools_shadowed: 2,
                 prompts: 1,
                 resources: 2,
                 resource_templates: 1,
@@ -134,5 +139,6 @@ mod tests {
         assert!(html.contains(">down<"));
         assert!(html.contains("1h 2m"));
         assert!(html.contains("5 / 1 / 3"));
+        assert!(html.contains("2 tools shadowed"));
     }
 }
