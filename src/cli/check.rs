@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     catalog::MountCatalog,
-    config::{self, Config, ConfigSource, MountConfig, UpstreamTransport},
+    config::{self, endpoint_path, Config, ConfigSource, MountConfig, UpstreamTransport},
     tool_filter::ToolFilter,
     tool_name_rule::tool_name_problems,
 };
@@ -92,6 +92,20 @@ pub fn summary(origin: &str, config: &Config) -> String {
         server.path,
         server.separator.as_str()
     );
+    for endpoint in &config.endpoints {
+        let mounts: Vec<&str> = endpoint.mounts.iter().map(|mount| mount.as_str()).collect();
+        let older = server
+            .sse_path
+            .as_ref()
+            .map(|sse_path| format!(" (HTTP+SSE {})", endpoint_path(sse_path, &endpoint.name)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "endpoint {} at {}{older} serves {}\n",
+            endpoint.name,
+            endpoint_path(&server.path, &endpoint.name),
+            mounts.join(", ")
+        ));
+    }
     for (setting, variable) in &config.overridden {
         out.push_str(&format!(
             "{setting}: set by environment variable {variable}; the file's value is not used\n"
@@ -531,6 +545,18 @@ mod tests {
         assert_eq!(&cells[..4], ["demo", "stdio", "shared", "demo"]);
         assert!(demo.ends_with(" demo-server"), "{demo}");
         assert!(text.contains("per_session"), "{text}");
+        assert!(!text.contains("endpoint "), "none configured: {text}");
+
+        let mut config = config;
+        config.endpoints.push(config::EndpointConfig {
+            name: "ide".into(),
+            mounts: vec![crate::naming::MountName::new("private").unwrap()],
+        });
+        let text = summary("embedded", &config);
+        assert!(
+            text.contains("\nendpoint ide at /mcp/ide (HTTP+SSE /sse/ide) serves private\n"),
+            "{text}"
+        );
     }
 
     /// The summary goes to stdout, often into CI logs: keys in a URL's

@@ -338,6 +338,7 @@ fn is_override_key(key: &str) -> bool {
     [
         "server__",
         "mounts__",
+        "endpoints__",
         "timeouts__",
         "supervision__",
         "limits__",
@@ -420,7 +421,8 @@ fn report_non_finite_numbers(
 fn takes_data(path: &[&str]) -> bool {
     match path {
         // A whole section, a whole mount.
-        [_] | ["mounts", _] => true,
+        [_] | ["mounts" | "endpoints", _] => true,
+        ["endpoints", _, "mounts"] => true,
         ["mounts", _, "max_upstream_sessions" | "args" | "env" | "headers" | "timeouts"] => true,
         ["mounts", _, "include_tools" | "exclude_tools" | "forward_headers"] => true,
         ["mounts", _, "timeouts", "tools"] => true,
@@ -444,8 +446,8 @@ fn takes_data(path: &[&str]) -> bool {
 
 /// The config path an environment override names: `__` separates the
 /// levels and names are lowercase (`SERVER__LISTEN` → `server.listen`),
-/// a mount name's `_` is its `-` (no mount name has `_`, no variable name
-/// `-`: `MOUNTS__MY_SERVER__URL` → `mounts.my-server.url`), and the keys a
+/// a mount's or an endpoint's name's `_` is its `-` (no such name has `_`,
+/// no variable name `-`: `MOUNTS__MY_SERVER__URL` → `mounts.my-server.url`), and the keys a
 /// mount chooses keep their case: a child's `env` variable, a header, a
 /// tool's timeout (`MOUNTS__A__ENV__API_KEY` → `mounts.a.env.API_KEY`).
 pub(super) fn env_key_path(key: &str) -> String {
@@ -458,13 +460,18 @@ pub(super) fn env_key_path(key: &str) -> String {
     let is_mounts = levels
         .first()
         .is_some_and(|section| section.eq_ignore_ascii_case("mounts"));
+    // Endpoint names are written as mount names are.
+    let names_a_table = is_mounts
+        || levels
+            .first()
+            .is_some_and(|section| section.eq_ignore_ascii_case("endpoints"));
     levels
         .iter()
         .enumerate()
         .map(|(at, level)| {
             if keeps_case(at) && is_mounts {
                 (*level).to_owned()
-            } else if at == 1 && is_mounts {
+            } else if at == 1 && names_a_table {
                 level.to_ascii_lowercase().replace('_', "-")
             } else {
                 level.to_ascii_lowercase()

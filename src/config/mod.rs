@@ -12,7 +12,7 @@ mod problems;
 mod raw;
 mod validate;
 
-use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 pub use expand::{expand_str, is_variable_name};
 pub use load::{
@@ -37,6 +37,8 @@ pub struct Config {
     pub limits: Limits,
     /// Mounts in config order: on a name collision the earlier one wins.
     pub mounts: Vec<MountConfig>,
+    /// Further MCP endpoints, each serving some of the mounts, by name.
+    pub endpoints: Vec<EndpointConfig>,
     /// The strings `${VAR}` substitution changed, as written, by path
     /// (`mounts.web.url`): what came from the environment is usually a
     /// secret, and is shown as the variable it came from (`junction
@@ -54,6 +56,39 @@ impl Config {
     pub fn shown<'a>(&'a self, path: &str, value: &'a str) -> &'a str {
         self.as_written.get(path).map_or(value, String::as_str)
     }
+
+    /// The endpoint named `name`, if configured.
+    pub fn endpoint(&self, name: &str) -> Option<&EndpointConfig> {
+        self.endpoints
+            .iter()
+            .find(|endpoint| endpoint.name.as_ref() == name)
+    }
+}
+
+/// One `[endpoints.NAME]` table: an MCP endpoint of its own, at
+/// `{server.path}/NAME`, serving only `mounts`. A client with too many
+/// tools for it (IDE agents cap them) connects there instead. Not an
+/// access boundary: every endpoint is open to every client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Checked as a mount name is (`^[a-z][a-z0-9-]{0,31}$`): a path
+    /// segment as it is.
+    pub name: Arc<str>,
+    /// The mounts it serves, in the order written (the config's mount
+    /// order still decides name collisions).
+    pub mounts: Vec<MountName>,
+}
+
+impl EndpointConfig {
+    /// Whether it serves mount `mount`.
+    pub fn serves(&self, mount: &MountName) -> bool {
+        self.mounts.contains(mount)
+    }
+}
+
+/// The HTTP path of endpoint `name` under the MCP endpoint's `base`.
+pub fn endpoint_path(base: &str, name: &str) -> String {
+    format!("{}/{name}", base.trim_end_matches('/'))
 }
 
 /// The `[server]` table.

@@ -53,6 +53,16 @@ pub struct RawMount {
     pub forward_headers: Option<RawForwardHeaders>,
 }
 
+/// One `[endpoints.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an endpoint table (`mounts`, the mounts it serves)"
+)]
+pub struct RawEndpoint {
+    pub mounts: Option<Vec<Text>>,
+}
+
 /// A mount's `forward_headers`: client header names, each sent upstream
 /// under its own name (`["Authorization"]`), or a table of upstream header
 /// name = client header name (`{ Authorization = "X-Tiny-Token" }`).

@@ -479,6 +479,97 @@ fn a_stdio_mount_that_cannot_be_spawned_is_reported_at_each_field() {
     );
 }
 
+/// `[endpoints.NAME]` serves some of the mounts at `{server.path}/NAME`;
+/// an environment variable names one as it names a mount.
+#[test]
+fn endpoints_name_the_mounts_they_serve() {
+    let config = load_file(
+        "junction.toml",
+        r#"
+        [mounts.alpha]
+        command = "x"
+        [mounts.beta-two]
+        command = "x"
+        [endpoints.web]
+        mounts = ["beta-two", "alpha"]
+        "#,
+        &[("JUNCTION_ENDPOINTS__ONLY_ALPHA__MOUNTS", r#"["alpha"]"#)],
+    )
+    .unwrap();
+    let served: Vec<(&str, Vec<&str>)> = config
+        .endpoints
+        .iter()
+        .map(|endpoint| {
+            let mounts = endpoint.mounts.iter().map(MountName::as_str).collect();
+            (endpoint.name.as_ref(), mounts)
+        })
+        .collect();
+    assert_eq!(
+        served,
+        [
+            ("only-alpha", vec!["alpha"]),
+            ("web", vec!["beta-two", "alpha"])
+        ]
+    );
+    let web = config.endpoint("web").expect("configured");
+    assert!(web.serves(&MountName::new("alpha").unwrap()));
+    assert!(config.endpoint("nope").is_none());
+    assert_eq!(endpoint_path("/mcp", "web"), "/mcp/web");
+    assert_eq!(endpoint_path("/v1/mcp/", "web"), "/v1/mcp/web");
+}
+
+#[test]
+fn every_endpoint_problem_is_reported_with_its_path() {
+    let found = problems(
+        "junction.toml",
+        r#"
+        [server]
+        sse_path = "/mcp/sse"
+        [mounts.a]
+        command = "x"
+        [mounts.Bad_Mount]
+        command = "x"
+        [endpoints.Web]
+        mounts = ["a"]
+        [endpoints.typo]
+        mount = ["a"]
+        [endpoints.none]
+        mounts = []
+        [endpoints.unsaid]
+        [endpoints.wrong]
+        mounts = ["a", "b", "a", 3]
+        [endpoints.sse]
+        mounts = ["a"]
+        [endpoints.bad-mount]
+        mounts = ["Bad_Mount"]
+        "#,
+    );
+    let expected = [
+        "mounts.Bad_Mount: mount name \"Bad_Mount\" must match",
+        "endpoints.Web: endpoint name \"Web\" must match ^[a-z][a-z0-9-]{0,31}$ (it is a path segment of the URL)",
+        "endpoints.typo.mount: unknown field `mount`, expected `mounts`",
+        "endpoints.none.mounts: empty: an endpoint serves at least one mount",
+        "endpoints.unsaid.mounts: missing: the mounts this endpoint serves",
+        "endpoints.wrong.mounts[1]: no mount named \"b\" (mounts: a, Bad_Mount)",
+        "endpoints.wrong.mounts[2]: \"a\" is listed twice",
+        "endpoints.wrong.mounts[3]: no mount named \"3\"",
+        "endpoints.sse: its path \"/mcp/sse\" is server.sse_path's; name the endpoint otherwise",
+    ];
+    assert_reported(&found, &expected);
+    // The mount's own problem is said once, where the mount is.
+    assert!(
+        !found
+            .iter()
+            .any(|problem| problem.starts_with("endpoints.bad-mount")),
+        "{found:#?}"
+    );
+    let table = problems("junction.toml", "endpoints = 3\n");
+    assert_eq!(
+        table,
+        ["endpoints: expected a table of endpoints, found a number"]
+    );
+}
+
 #[test]
 fn env_keys_become_config_paths() {
     for (key, path) in [
@@ -537,7 +628,7 @@ fn every_problem_is_reported_at_once_with_its_path() {
         "server.path: \"mcp\" must start with `/`",
         "server.separator: separator \"x\" must be 1 to 4 characters from `_`, `-`, `.`, `:`",
         "server.session_idle_timeout: \"soon\" is not a duration like \"30m\"",
-        "bogus: unknown key (expected `server`, `mounts`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
+        "bogus: unknown key (expected `server`, `mounts`, `endpoints`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
         "mounts.Bad_Name: mount name \"Bad_Name\" must match ^[a-z][a-z0-9-]{0,31}$",
         "mounts.tiny.url: relative URL without a base",
         "mounts.both: set either `command` (stdio upstream) or `url` (Streamable HTTP or SSE upstream), not both",

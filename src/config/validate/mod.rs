@@ -20,12 +20,14 @@ use super::{
 use crate::naming::Separator;
 
 mod bounds;
+mod endpoints;
 mod mount;
 mod namespaces;
 mod server;
 mod values;
 
 use bounds::{check_ceiling, resolve_limits, resolve_supervision, resolve_timeouts};
+use endpoints::{check_endpoint_paths, resolve_endpoints};
 use mount::resolve_mount;
 pub use namespaces::namespace_problems;
 use namespaces::{check_namespaces, namespace_of};
@@ -63,10 +65,11 @@ pub fn resolve(
     let timeouts_value = section("timeouts");
     let supervision_value = section("supervision");
     let limits_value = section("limits");
+    let endpoints_value = section("endpoints");
     for key in root.keys() {
         problems.push(
             key.as_str(),
-            "unknown key (expected `server`, `mounts`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
+            "unknown key (expected `server`, `mounts`, `endpoints`, `timeouts`, `supervision`, `limits`, `telemetry` or `admin`)",
         );
     }
     let raw_timeouts: RawTimeouts = match timeouts_value {
@@ -134,6 +137,8 @@ pub fn resolve(
     let mut remaining: Vec<(String, Value)> = raw_mounts.into_iter().collect();
     remaining.sort_by(|a, b| a.0.cmp(&b.0));
     ordered.extend(remaining);
+    let mount_names: Vec<String> = ordered.iter().map(|(name, _)| name.clone()).collect();
+    let endpoints = resolve_endpoints(endpoints_value, &mount_names, &mut problems);
 
     let mut mounts = Vec::new();
     // Every mount's namespace, also of a mount with other problems: a
@@ -164,6 +169,10 @@ pub fn resolve(
     let named = namespaces.iter().map(|(name, namespace)| (name, namespace));
     check_namespaces(named, separator.as_ref(), &mut problems);
 
+    if let Some(server) = &server {
+        check_endpoint_paths(&endpoints, server, &mut problems);
+    }
+
     match (server, telemetry, admin, timeouts, supervision, limits) {
         (
             Some(server),
@@ -180,6 +189,7 @@ pub fn resolve(
             supervision,
             limits,
             mounts,
+            endpoints,
             as_written: Default::default(),
             overridden: Default::default(),
         }),
