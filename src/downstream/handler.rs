@@ -53,7 +53,12 @@ impl DownstreamSession {
             false => "",
         };
         let mut text = String::from("Junction MCP gateway. Mounted servers:");
-        for mount in self.gateway.mounts().iter() {
+        let state = self.state();
+        let mounts = self.gateway.mounts();
+        let seen = mounts
+            .iter()
+            .filter(|mount| state.sees_mount(&self.gateway, &mount.config.name));
+        for mount in seen {
             let namespace = mount.config.namespace.as_str();
             let naming = if namespace.is_empty() {
                 "names unchanged".to_owned()
@@ -406,6 +411,9 @@ impl ServerHandler for DownstreamSession {
                 state.note_client_headers(&self.gateway, headers);
             }
             let _ = state.profile.set(ClientProfile::of(&request.capabilities));
+            // A session woken keeps the endpoint it was opened on (set
+            // from its sleeper), whatever path wakes it.
+            let _ = state.endpoint.set(super::served_endpoint(&context));
             *super::lock(&state.peer) = Some(context.peer.clone());
             // Known to the registry from here, not from
             // `notifications/initialized`: rmcp serves requests before it
@@ -759,7 +767,11 @@ impl ServerHandler for DownstreamSession {
             // upstream that never answers holds neither the client nor
             // the mounts after it.
             let mounts = self.gateway.mounts();
-            let tell = mounts.iter().map(|mount| async move {
+            let state = self.state();
+            let seen = mounts
+                .iter()
+                .filter(|mount| state.sees_mount(&self.gateway, &mount.config.name));
+            let tell = seen.map(|mount| async move {
                 let upstream = match mount.config.isolation {
                     // Not waited for: one still starting is told the level
                     // when it starts (`session_started`).

@@ -60,13 +60,21 @@ pub struct Hibernation {
     closed: AtomicBool,
 }
 
+/// What a session asleep keeps of its state, besides its `initialize`.
+#[derive(Default)]
+pub(crate) struct Kept {
+    pub log_level: Option<LoggingLevel>,
+    /// The client's values of the headers mounts forward, if it sent any.
+    pub client_headers: Option<HeldClientHeaders>,
+    /// The endpoint it was opened on (`None`: the main one).
+    pub endpoint: Option<Arc<str>>,
+}
+
 /// A session asleep: what waking it needs.
 pub(crate) struct Sleeper {
     key: SessionKey,
     ticket: Option<SessionTicket>,
-    log_level: Option<LoggingLevel>,
-    /// The client's values of the headers mounts forward, if it sent any.
-    client_headers: Option<HeldClientHeaders>,
+    kept: Kept,
     /// The client's `initialize` params as JSON: one allocation rather
     /// than one per string in them.
     initialize: Box<str>,
@@ -84,8 +92,7 @@ impl Sleeper {
         gateway: &Arc<Gateway>,
         key: SessionKey,
         ticket: SessionTicket,
-        log_level: Option<LoggingLevel>,
-        client_headers: Option<HeldClientHeaders>,
+        kept: Kept,
         initialize: &InitializeRequestParams,
         ends_at: Instant,
     ) -> Result<Self, SessionTicket> {
@@ -96,8 +103,7 @@ impl Sleeper {
         Ok(Self {
             key,
             ticket: Some(ticket),
-            log_level,
-            client_headers,
+            kept,
             initialize: initialize.into_boxed_str(),
             ends_at,
             gateway: Arc::downgrade(gateway),
@@ -106,16 +112,9 @@ impl Sleeper {
 
     /// Its key, place under `max_sessions`, log level and forwarded
     /// headers, as it wakes.
-    pub(crate) fn into_parts(
-        mut self,
-    ) -> (
-        SessionKey,
-        SessionTicket,
-        Option<LoggingLevel>,
-        Option<HeldClientHeaders>,
-    ) {
+    pub(crate) fn into_parts(mut self) -> (SessionKey, SessionTicket, Kept) {
         let ticket = self.ticket.take().expect("a sleeper holds its ticket");
-        (self.key, ticket, self.log_level, self.client_headers.take())
+        (self.key, ticket, std::mem::take(&mut self.kept))
     }
 }
 
@@ -285,7 +284,7 @@ mod tests {
         let ticket = gateway.sessions().reserve(1).expect("a place");
         let initialize = InitializeRequestParams::default();
         let due = Instant::now();
-        let sleeper = Sleeper::new(&gateway, 7, ticket, None, None, &initialize, due)
+        let sleeper = Sleeper::new(&gateway, 7, ticket, Kept::default(), &initialize, due)
             .unwrap_or_else(|_| panic!("a sleeper"));
         lock(&hibernation.asleep).insert(Arc::from("s"), sleeper);
         assert!(hibernation.initialize_of("s").is_some(), "its wake begins");

@@ -58,6 +58,22 @@ pub(crate) fn http_headers(
         .map(|parts| &parts.headers)
 }
 
+/// The endpoint (`[endpoints.NAME]`) an HTTP request came to, put in its
+/// extensions by the route (`http/mod.rs`); absent for the main endpoint.
+#[derive(Debug, Clone)]
+pub struct ServedEndpoint(pub Arc<str>);
+
+/// The endpoint `context`'s request came to (`None`: the main one).
+pub(crate) fn served_endpoint(
+    context: &rmcp::service::RequestContext<RoleServer>,
+) -> Option<Arc<str>> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    parts
+        .extensions
+        .get::<ServedEndpoint>()
+        .map(|served| served.0.clone())
+}
+
 /// The `Mcp-Session-Id` the client sent with `context`'s request.
 pub(crate) fn http_session_id(context: &rmcp::service::RequestContext<RoleServer>) -> Option<&str> {
     http_headers(context)?
@@ -152,6 +168,10 @@ pub(crate) struct SessionState {
     client_headers: forwarded_headers::HeldClientHeaders,
     /// Derived from `client_capabilities` at initialize.
     profile: OnceLock<ClientProfile>,
+    /// The endpoint (`[endpoints.NAME]`) the session was opened on, set at
+    /// initialize from the request's path; `None`: the main one. It
+    /// decides which mounts the session sees, for its whole life.
+    endpoint: OnceLock<Option<Arc<str>>>,
     /// What the client asked for with `logging/setLevel`.
     pub(crate) log_level: LogLevelSetting,
     /// Per-session upstream sessions by mount, opened on first use.
@@ -195,6 +215,7 @@ impl SessionState {
             client_capabilities: OnceLock::new(),
             client_headers,
             profile: OnceLock::new(),
+            endpoint: OnceLock::new(),
             log_level: LogLevelSetting::new(),
             upstreams: Mutex::new(HashMap::new()),
             overlays: Mutex::new(Overlays::default()),
@@ -243,15 +264,18 @@ impl SessionState {
 
     /// The state of a session waking up, as it was when it fell asleep.
     fn woken(gateway: &Arc<Gateway>, sleeper: hibernation::Sleeper) -> Arc<Self> {
-        let (key, ticket, log_level, client_headers) = sleeper.into_parts();
+        let (key, ticket, kept) = sleeper.into_parts();
         // The forwarded headers too: a woken session's first request
         // need not carry them (a client sends its token once, or a stack
         // leaves it off), and without them its per-session upstreams
         // would open with the mount's own credential.
-        let state = Self::new(gateway, key, ticket, client_headers.unwrap_or_default());
-        if let Some(level) = log_level {
+        let headers = kept.client_headers.unwrap_or_default();
+        let state = Self::new(gateway, key, ticket, headers);
+        if let Some(level) = kept.log_level {
             state.log_level.set(level);
         }
+        // Its endpoint as it was opened, whatever path wakes it.
+        let _ = state.endpoint.set(kept.endpoint);
         state
     }
 
@@ -299,8 +323,11 @@ impl SessionState {
             &gateway,
             self.key,
             ticket,
-            self.log_level.get(),
-            forwarded_headers::kept(&self.client_headers),
+            hibernation::Kept {
+                log_level: self.log_level.get(),
+                client_headers: forwarded_headers::kept(&self.client_headers),
+                endpoint: self.endpoint.get().cloned().flatten(),
+            },
             initialize,
             ends_at,
         ) {
@@ -348,6 +375,16 @@ impl SessionState {
         self.profile.get().copied().unwrap_or_default()
     }
 
+    /// The endpoint the session was opened on (`None`: the main one).
+    pub(crate) fn endpoint(&self) -> Option<&str> {
+        self.endpoint.get().and_then(Option::as_deref)
+    }
+
+    /// Whether the session sees mount `mount` (its endpoint serves it).
+    pub(crate) fn sees_mount(&self, gateway: &Gateway, mount: &MountName) -> bool {
+        gateway.endpoint_serves(self.endpoint(), mount)
+    }
+
     /// The session's catalog for listing `listing`: once every change to
     /// it its upstreams announced so far has been read (bounded, see
     /// `Gateway::lists_settled`), and the per-session mounts know their
@@ -370,7 +407,7 @@ impl SessionState {
     /// [`Self::catalog`], once the per-session mounts know their lists for
     /// this session's profile: what a request routes and lists by.
     pub(crate) async fn ready_catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
-        gateway.prepare(self.profile()).await;
+        gateway.prepare(self.profile(), self.endpoint()).await;
         self.catalog(gateway)
     }
 
@@ -378,7 +415,8 @@ impl SessionState {
     /// its profile, unless its own per-session upstreams announced lists.
     pub(crate) fn catalog(&self, gateway: &Gateway) -> Arc<MergedCatalog> {
         let profile = self.profile();
-        let shared = gateway.catalog(profile);
+        let endpoint = self.endpoint.get().and_then(Option::as_ref);
+        let shared = gateway.endpoint_catalog(profile, endpoint);
         // Every request reads the catalog: look before anything else.
         let mut overlays = lock(&self.overlays);
         if overlays.by_mount.is_empty() {
@@ -409,7 +447,7 @@ impl SessionState {
             .iter()
             .map(|(name, overlay)| (name.clone(), overlay.catalog.clone()))
             .collect();
-        let catalog = Arc::new(gateway.catalog_with(profile, &overrides));
+        let catalog = Arc::new(gateway.catalog_with(profile, endpoint, &overrides));
         overlays.merged = Some((shared.generation, catalog.clone()));
         catalog
     }

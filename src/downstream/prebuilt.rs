@@ -61,7 +61,7 @@ pub(crate) async fn list(
     // it is the handler's (`SessionState::listing_catalog`).
     if params.is_some_and(|params| params.cursor.is_some())
         || state.is_asleep()
-        || !gateway.is_prepared(state.profile())
+        || !gateway.is_prepared(state.profile(), state.endpoint())
         || gateway.lists_behind(super::announced_as(listing), state)
     {
         return None;

@@ -57,13 +57,17 @@ use crate::{
     },
 };
 
+/// Whose merged catalog: the sessions of a client profile on an endpoint
+/// (`None`: the main one, every mount).
+type CatalogKey = (ClientProfile, Option<Arc<str>>);
+
 pub struct Gateway {
     /// The config in force; reload swaps it.
     config: Arc<LiveConfig>,
     /// In config order, which decides name collisions; reload swaps it.
     mounts: ArcSwap<Vec<Arc<Mount>>>,
-    /// Merged catalogs by client profile, built on first use after a change.
-    catalogs: Mutex<HashMap<ClientProfile, Arc<MergedCatalog>>>,
+    /// Merged catalogs, built on first use after a change.
+    catalogs: Mutex<HashMap<CatalogKey, Arc<MergedCatalog>>>,
     /// The last generation given to a merged catalog: each build takes
     /// the next one, so a cursor (which carries it) is good only for the
     /// catalog that issued it, a session's own included.
@@ -282,11 +286,16 @@ impl Gateway {
         ready
     }
 
-    /// Whether every per-session mount knows its lists for `profile`, or
-    /// lists what a mount a reload replaced knew while its own discovery,
-    /// started, runs (`prepare` would neither wait nor start anything).
-    pub fn is_prepared(&self, profile: ClientProfile) -> bool {
-        self.mounts().iter().all(|mount| {
+    /// Whether every per-session mount `endpoint` serves knows its lists
+    /// for `profile`, or lists what a mount a reload replaced knew while
+    /// its own discovery, started, runs (`prepare` would neither wait nor
+    /// start anything).
+    pub fn is_prepared(&self, profile: ClientProfile, endpoint: Option<&str>) -> bool {
+        let mounts = self.mounts();
+        let mut served = mounts
+            .iter()
+            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name));
+        served.all(|mount| {
             let serving = mount.serving_profile(profile);
             serving == ClientProfile::FULL
                 || mount.is_discovered(serving)
@@ -294,12 +303,13 @@ impl Gateway {
         })
     }
 
-    /// Makes sure the per-session mounts know their lists for `profile`
-    /// (bounded wait); a no-op once done.
-    pub async fn prepare(&self, profile: ClientProfile) {
+    /// Makes sure the per-session mounts `endpoint` serves know their
+    /// lists for `profile` (bounded wait); a no-op once done.
+    pub async fn prepare(&self, profile: ClientProfile, endpoint: Option<&str>) {
         let mounts = self.mounts();
         let pending: Vec<_> = mounts
             .iter()
+            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name))
             .filter(|mount| {
                 let serving = mount.serving_profile(profile);
                 if serving == ClientProfile::FULL || mount.is_discovered(serving) {
@@ -343,41 +353,71 @@ impl Gateway {
         }
     }
 
-    /// The merged catalog sessions with `profile` see, unless their own
-    /// per-session upstream diverged.
+    /// The merged catalog of every mount that sessions with `profile` on
+    /// the main endpoint see, unless their own per-session upstream
+    /// diverged.
     pub fn catalog(&self, profile: ClientProfile) -> Arc<MergedCatalog> {
-        if let Some(catalog) = lock(&self.catalogs).get(&profile) {
+        self.endpoint_catalog(profile, None)
+    }
+
+    /// [`Self::catalog`] for the sessions of `endpoint` (`None`: the main
+    /// one): only the mounts it serves.
+    pub fn endpoint_catalog(
+        &self,
+        profile: ClientProfile,
+        endpoint: Option<&Arc<str>>,
+    ) -> Arc<MergedCatalog> {
+        let key = (profile, endpoint.cloned());
+        if let Some(catalog) = lock(&self.catalogs).get(&key) {
             return catalog.clone();
         }
-        let catalog = Arc::new(self.build_catalog(profile, &HashMap::new()));
+        let catalog = Arc::new(self.build_catalog(profile, endpoint, &HashMap::new()));
         let mut catalogs = lock(&self.catalogs);
         if catalog.generation < self.changed_at.load(Ordering::Acquire) {
             // A mount's lists changed while this was built from the old.
             return catalog;
         }
-        catalogs.entry(profile).or_insert(catalog).clone()
+        catalogs.entry(key).or_insert(catalog).clone()
     }
 
     /// A merged catalog in which some mounts' catalogs are replaced, for a
-    /// session whose per-session upstream announced its own lists.
+    /// session (of `endpoint`) whose per-session upstream announced its
+    /// own lists.
     pub fn catalog_with(
         &self,
         profile: ClientProfile,
+        endpoint: Option<&Arc<str>>,
         overrides: &HashMap<MountName, Arc<MountCatalog>>,
     ) -> MergedCatalog {
-        self.build_catalog(profile, overrides)
+        self.build_catalog(profile, endpoint, overrides)
+    }
+
+    /// Whether the sessions of `endpoint` (`None`: the main one) see mount
+    /// `mount`. An endpoint a reload removed serves none (its sessions go
+    /// on, with nothing listed).
+    pub fn endpoint_serves(&self, endpoint: Option<&str>, mount: &MountName) -> bool {
+        match endpoint {
+            None => true,
+            Some(name) => self
+                .config()
+                .endpoint(name)
+                .is_some_and(|endpoint| endpoint.serves(mount)),
+        }
     }
 
     fn build_catalog(
         &self,
         profile: ClientProfile,
+        endpoint: Option<&Arc<str>>,
         overrides: &HashMap<MountName, Arc<MountCatalog>>,
     ) -> MergedCatalog {
         // Taken before the mounts' lists are read (see `catalog`).
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let endpoint = endpoint.map(|name| name.as_ref());
         let views: Vec<MountView> = self
             .mounts()
             .iter()
+            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name))
             .map(|mount| MountView {
                 mount: mount.config.name.clone(),
                 namespace: mount.config.namespace.clone(),

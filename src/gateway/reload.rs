@@ -17,7 +17,9 @@
 //! atomically, then every downstream session is told its lists changed.
 //!
 //! `[timeouts]`, `[supervision]` and `[limits]` apply at once to every
-//! mount (they are read live). `[server]`, `[telemetry]` and `[admin]` are
+//! mount (they are read live); `[endpoints]` at once to every session
+//! (each session's catalog reads its endpoint live), which is told its
+//! lists changed. `[server]`, `[telemetry]` and `[admin]` are
 //! bound into the listener and the log pipeline at start: a change there is
 //! logged as needing a restart, and the running values are kept.
 
@@ -116,6 +118,11 @@ impl Gateway {
         }
         if new.limits != old.limits {
             outcome.applied.push("limits");
+        }
+        // Read live by every session's catalog: its lists change.
+        let endpoints_changed = new.endpoints != old.endpoints;
+        if endpoints_changed {
+            outcome.applied.push("endpoints");
         }
 
         let running = self.mounts();
@@ -245,7 +252,7 @@ impl Gateway {
         for mount in &started {
             mount.start();
         }
-        if outcome.changed_anything() || reordered {
+        if outcome.changed_anything() || reordered || endpoints_changed {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_| true);
             }

@@ -20,8 +20,8 @@ async fn every_catalog_build_has_its_own_generation() {
     // A session's own catalog (its per-session upstream announced lists),
     // rebuilt after each announcement from the same shared catalog: each
     // build is told apart (cursors go by the lists themselves).
-    let own = gateway.catalog_with(ClientProfile::FULL, &HashMap::new());
-    let rebuilt = gateway.catalog_with(ClientProfile::FULL, &HashMap::new());
+    let own = gateway.catalog_with(ClientProfile::FULL, None, &HashMap::new());
+    let rebuilt = gateway.catalog_with(ClientProfile::FULL, None, &HashMap::new());
     let generations = [shared.generation, own.generation, rebuilt.generation];
     assert!(
         generations[0] != generations[1]

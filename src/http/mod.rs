@@ -25,7 +25,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    downstream::{hibernation::HibernationStore, DownstreamSession},
+    downstream::{hibernation::HibernationStore, DownstreamSession, ServedEndpoint},
     gateway::Gateway,
 };
 pub use connections::serve as serve_connections;
@@ -111,41 +111,33 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // One service behind an `Arc`: `route_service` and each layer would
     // clone it per request, copying its Host/Origin allow-lists each time.
     let mcp = Arc::new(mcp);
+    let endpoints_mcp = mcp.clone();
+    let endpoints_gateway = gateway.clone();
     let mcp: Router = Router::new()
         .route(
             &server.path,
-            any(move |request: axum::extract::Request| {
-                let mcp = mcp.clone();
+            any(move |request: axum::extract::Request| serve_mcp(mcp.clone(), request)),
+        )
+        // `[endpoints.NAME]`, read live: a reload adds and removes them.
+        .route(
+            &crate::config::endpoint_path(&server.path, "{endpoint}"),
+            // The name is read from the path, not with axum's `Path`: the
+            // older transport's bridge (`sse_endpoint.rs`) passes requests
+            // on from its own route, whose captured segment they carry.
+            any(move |mut request: axum::extract::Request| {
+                let mcp = endpoints_mcp.clone();
+                let config = endpoints_gateway.config();
+                let path = request.uri().path();
+                let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+                let served = config
+                    .endpoint(&name)
+                    .map(|endpoint| ServedEndpoint(endpoint.name.clone()));
                 async move {
-                    // Boxed: hyper allocates a slot the size of this future
-                    // for every open connection, busy or idle. With rmcp's
-                    // `handle` inline, adding the answer slot grew idle
-                    // sessions (each with its connection) by ~9 KiB.
-                    let is_post = request.method() == axum::http::Method::POST;
-                    let expects_priming = priming::expects_priming(
-                        request.headers(),
-                        request.extensions().get::<priming::RequestedVersion>(),
-                    );
-                    let handle = Box::pin(mcp.handle(request));
-                    if !is_post {
-                        let response = handle.await.map(axum::body::Body::new);
-                        return match expects_priming {
-                            true => response,
-                            false => priming::without_priming(response),
-                        };
-                    }
-                    // One deadline for both waits: a quick call's answer
-                    // (`downstream/quick_call.rs`) and a quick SSE stream.
-                    let deadline = tokio::time::Instant::now() + one_write::HOLD;
-                    let response = answer_slot::around(deadline, async {
-                        handle.await.map(axum::body::Body::new)
-                    })
-                    .await;
-                    let response = one_write::gather_quick_answer(response, deadline).await;
-                    match expects_priming {
-                        true => response,
-                        false => priming::without_priming(response),
-                    }
+                    let Some(served) = served else {
+                        return no_such_endpoint(&name);
+                    };
+                    request.extensions_mut().insert(served);
+                    serve_mcp(mcp, request).await
                 }
             }),
         )
@@ -185,14 +177,13 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         // stack for every request (~9k instructions, 3% of a proxied call).
         .with_state(());
     let older_transport = server.sse_path.clone().map(|sse_path| {
-        let endpoint = sse_endpoint::SseEndpoint::new(
-            gateway.clone(),
-            mcp.clone(),
-            sse_path.clone(),
-            shutdown,
-        );
+        let endpoint = sse_endpoint::SseEndpoint::new(gateway.clone(), mcp.clone(), shutdown);
         Router::new()
             .route(&sse_path, any(sse_endpoint::SseEndpoint::handle))
+            .route(
+                &crate::config::endpoint_path(&sse_path, "{endpoint}"),
+                any(sse_endpoint::SseEndpoint::handle_endpoint),
+            )
             .with_state(endpoint)
             .layer(axum::middleware::from_fn_with_state(
                 host_check::Allowed {
@@ -223,6 +214,52 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     } else {
         app
     }
+}
+
+/// rmcp's Streamable HTTP service, as the gateway runs it.
+type McpService = StreamableHttpService<DownstreamSession, resumable::ResumableSessions>;
+
+/// One request to the MCP endpoint (the main one, or an `[endpoints]` one
+/// with its [`ServedEndpoint`] noted), through rmcp's service.
+async fn serve_mcp(
+    mcp: Arc<McpService>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    // Boxed: hyper allocates a slot the size of this future for every
+    // open connection, busy or idle. With rmcp's `handle` inline, adding
+    // the answer slot grew idle sessions (each with its connection) by
+    // ~9 KiB.
+    let is_post = request.method() == axum::http::Method::POST;
+    let expects_priming = priming::expects_priming(
+        request.headers(),
+        request.extensions().get::<priming::RequestedVersion>(),
+    );
+    let handle = Box::pin(mcp.handle(request));
+    if !is_post {
+        let response = handle.await.map(axum::body::Body::new);
+        return match expects_priming {
+            true => response,
+            false => priming::without_priming(response),
+        };
+    }
+    // One deadline for both waits: a quick call's answer
+    // (`downstream/quick_call.rs`) and a quick SSE stream.
+    let deadline = tokio::time::Instant::now() + one_write::HOLD;
+    let response =
+        answer_slot::around(deadline, async { handle.await.map(axum::body::Body::new) }).await;
+    let response = one_write::gather_quick_answer(response, deadline).await;
+    match expects_priming {
+        true => response,
+        false => priming::without_priming(response),
+    }
+}
+
+/// The answer on `{path}/NAME` for a NAME no `[endpoints]` table has.
+fn no_such_endpoint(name: &str) -> axum::response::Response {
+    // Quoted and cut: the path is the client's to choose.
+    let name: String = name.chars().take(64).collect();
+    let message = format!("Not Found: no endpoint named {name:?} (see [endpoints] in the config)");
+    (StatusCode::NOT_FOUND, message).into_response()
 }
 
 /// Binds `[admin] listen`, if the admin endpoints have an address of their

@@ -1,6 +1,7 @@
 //! The older HTTP+SSE transport (2024-11-05), for clients that speak only
 //! it: `GET {sse_path}` opens an event stream whose first event, `endpoint`,
-//! names where to post (`{sse_path}?sessionId=…`); every answer and every
+//! names where to post (`{sse_path}?sessionId=…`; `GET {sse_path}/NAME`
+//! opens one on `[endpoints.NAME]`); every answer and every
 //! message from the server comes on that stream.
 //!
 //! A bridge onto the gateway's own Streamable HTTP endpoint, in process:
@@ -55,7 +56,6 @@ struct Shared {
     /// The MCP endpoint with all its layers.
     mcp: Router,
     mcp_path: String,
-    sse_path: String,
     /// The gateway's, for `max_sessions` (live).
     gateway: Arc<crate::gateway::Gateway>,
     sessions: Mutex<HashMap<String, Arc<LegacySession>>>,
@@ -85,6 +85,9 @@ struct LegacySession {
     /// The `Host` the client's stream came with, for the requests the
     /// bridge makes on its own (the `GET` stream, the `DELETE`).
     host: Option<HeaderValue>,
+    /// Where its messages go: the MCP endpoint's path, or that of the
+    /// `[endpoints]` one its stream was opened for.
+    mcp_path: String,
     /// Cancelled when either side ends the session (the client's stream
     /// dropped, the endpoint's session gone, never initialized); a watcher
     /// then closes it (`SseEndpoint::close`).
@@ -95,14 +98,12 @@ impl SseEndpoint {
     pub fn new(
         gateway: Arc<crate::gateway::Gateway>,
         mcp: Router,
-        sse_path: String,
         shutdown: CancellationToken,
     ) -> Self {
         let mcp_path = gateway.config().server.path.clone();
         SseEndpoint(Arc::new(Shared {
             mcp,
             mcp_path,
-            sse_path,
             gateway,
             sessions: Mutex::default(),
             shutdown,
@@ -111,9 +112,32 @@ impl SseEndpoint {
 
     /// `GET` opens a session's stream; `POST` carries one of its messages.
     pub async fn handle(State(endpoint): State<SseEndpoint>, request: Request) -> Response {
+        endpoint.serve(None, request).await
+    }
+
+    /// [`Self::handle`] on `{sse_path}/NAME`: the streams opened there
+    /// serve `[endpoints.NAME]`.
+    pub async fn handle_endpoint(
+        State(endpoint): State<SseEndpoint>,
+        axum::extract::Path(name): axum::extract::Path<String>,
+        request: Request,
+    ) -> Response {
+        let served = endpoint
+            .0
+            .gateway
+            .config()
+            .endpoint(&name)
+            .map(|e| e.name.clone());
+        match served {
+            Some(served) => endpoint.serve(Some(served), request).await,
+            None => super::no_such_endpoint(&name),
+        }
+    }
+
+    async fn serve(&self, served: Option<Arc<str>>, request: Request) -> Response {
         match *request.method() {
-            Method::GET => endpoint.open(&request),
-            Method::POST => endpoint.post(request).await,
+            Method::GET => self.open(&request, served),
+            Method::POST => self.post(request).await,
             _ => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 [(header::ALLOW, "GET, POST")],
@@ -123,7 +147,7 @@ impl SseEndpoint {
         }
     }
 
-    fn open(&self, request: &Request) -> Response {
+    fn open(&self, request: &Request, served: Option<Arc<str>>) -> Response {
         use crate::telemetry::metrics::Refusal;
         let gateway = &self.0.gateway;
         if gateway.is_draining() {
@@ -153,6 +177,10 @@ impl SseEndpoint {
             mcp_session: OnceLock::new(),
             protocol_version: OnceLock::new(),
             host,
+            mcp_path: match &served {
+                None => self.0.mcp_path.clone(),
+                Some(name) => crate::config::endpoint_path(&self.0.mcp_path, name),
+            },
             ended: CancellationToken::new(),
         });
         lock(&self.0.sessions).insert(id.clone(), session.clone());
@@ -174,7 +202,8 @@ impl SseEndpoint {
             watched.ended.cancelled().await;
             watcher.close(&watched_id, &watched);
         });
-        let endpoint = format!("{}?sessionId={id}", self.0.sse_path);
+        // Posts go where the stream was opened (either path finds it).
+        let endpoint = format!("{}?sessionId={id}", request.uri().path());
         let closer = session.ended.clone().drop_guard();
         let ended = session.ended.clone();
         let shutdown = self.0.shutdown.clone();
@@ -207,7 +236,7 @@ impl SseEndpoint {
             return unread_body_refusal(StatusCode::NOT_FOUND, "Not Found: unknown sessionId");
         };
         let (mut parts, body) = request.into_parts();
-        parts.uri = self.0.mcp_path.parse().expect("a validated path");
+        parts.uri = session.mcp_path.parse().expect("a validated path");
         // The session is the bridge's to name, never the client's.
         for name in ["mcp-session-id", "mcp-protocol-version", "last-event-id"] {
             parts.headers.remove(name);
@@ -394,7 +423,7 @@ impl SseEndpoint {
     async fn relay_session_stream(&self, session: &LegacySession) {
         let mut request = Request::new(Body::empty());
         *request.method_mut() = Method::GET;
-        *request.uri_mut() = self.0.mcp_path.parse().expect("a validated path");
+        *request.uri_mut() = session.mcp_path.parse().expect("a validated path");
         let headers = request.headers_mut();
         headers.insert(
             header::ACCEPT,

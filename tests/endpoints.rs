@@ -1,0 +1,164 @@
+//! `[endpoints.NAME]`: an MCP endpoint of its own at `/mcp/NAME` serving
+//! only some of the mounts (for clients that cap how many tools they take).
+//! A session sees, lists and reaches only its endpoint's mounts, for its
+//! whole life (asleep and woken too); a reload changes endpoints live; a
+//! name no endpoint has (or no longer has) is 404.
+
+mod common;
+
+use std::time::Duration;
+
+use common::raw::{self, JSON_POST};
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// `shared` and `private` (per session) run the demo server; `just-private`
+/// serves the second alone.
+fn config(server_extra: &str, endpoints: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{server_extra}\n\n{}{}{endpoints}",
+        stdio_demo_mount("shared", ""),
+        stdio_demo_mount("private", "isolation = \"per_session\""),
+    )
+}
+
+const JUST_PRIVATE: &str = "[endpoints.just-private]\nmounts = [\"private\"]\n";
+
+/// The mounts `names` (sorted, as `tool_names` gives them) are of.
+fn mounts_of(names: &[String]) -> Vec<&str> {
+    let mut mounts: Vec<&str> = names
+        .iter()
+        .filter_map(|name| name.split("__").next())
+        .collect();
+    mounts.dedup();
+    mounts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_lists_and_reaches_only_its_mounts() {
+    let gateway = Gateway::start(&config("", JUST_PRIVATE)).await;
+    let narrow = connect(&format!("{}/just-private", gateway.mcp_url())).await;
+    let names = tool_names(&narrow).await;
+    assert_eq!(mounts_of(&names), ["private"], "{names:?}");
+    let echo = call(&narrow, "private__echo", json!({"message": "here"})).await;
+    assert_eq!(ok_text(&echo), "here");
+    // The other mount's tool is unknown here, as a tool of no mount is.
+    let refused = call_err(&narrow, "shared__echo", json!({"message": "x"})).await;
+    assert_eq!(refused.code.0, -32602, "{refused:?}");
+    let resources = within("resources/list", narrow.list_all_resources())
+        .await
+        .expect("resources/list");
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["private+demo://readme"]);
+    let unlisted = within(
+        "resources/read",
+        narrow.read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "shared+demo://readme",
+        )),
+    )
+    .await;
+    assert!(
+        unlisted.is_err(),
+        "another endpoint's resource: {unlisted:?}"
+    );
+    let info = narrow.peer_info().expect("server info");
+    let instructions = info.instructions.as_deref().unwrap_or_default();
+    assert!(instructions.contains("\n- private ("), "{instructions}");
+    assert!(!instructions.contains("\n- shared ("), "{instructions}");
+
+    // The main endpoint still serves every mount.
+    let wide = gateway.connect().await;
+    let names = tool_names(&wide).await;
+    assert_eq!(mounts_of(&names), ["private", "shared"], "{names:?}");
+    close(wide).await;
+    close(narrow).await;
+
+    // No such endpoint: 404, with what is wrong.
+    let http = reqwest::Client::new();
+    let nowhere = raw::post(
+        &http,
+        &format!("{}/nowhere", gateway.mcp_url()),
+        None,
+        JSON_POST,
+        raw::INITIALIZE.to_owned(),
+    )
+    .await;
+    assert_eq!(nowhere.status, StatusCode::NOT_FOUND, "{nowhere:?}");
+    assert!(
+        nowhere.text().contains("no endpoint named \"nowhere\""),
+        "{nowhere:?}"
+    );
+}
+
+/// A session asleep wakes on its own endpoint, whatever path its waking
+/// request took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_endpoint_through_sleep() {
+    let gateway =
+        Gateway::start(&config("session_hibernate_after = \"200ms\"", JUST_PRIVATE)).await;
+    let http = reqwest::Client::new();
+    let narrow_url = format!("{}/just-private", gateway.mcp_url());
+    let session = raw::open_session(&http, &narrow_url).await;
+    eventually(
+        "the session to fall asleep",
+        Duration::from_secs(10),
+        || async {
+            let metrics = metrics_text(&gateway).await;
+            let asleep = metric_value(&metrics, "junction_downstream_sessions_asleep");
+            (asleep == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    // Woken through the main endpoint's path.
+    let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string();
+    let listed = raw::post(&http, &gateway.mcp_url(), Some(&session), JSON_POST, list).await;
+    assert_eq!(listed.status, StatusCode::OK, "{listed:?}");
+    let names: Vec<String> = listed.body["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools: {listed:?}"))
+        .iter()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(mounts_of(&names), ["private"], "{names:?}");
+}
+
+/// A reload adds, changes and removes endpoints at once: a session of a
+/// changed endpoint is told its lists changed and lists the new mounts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_endpoints_live() {
+    let gateway = Gateway::start(&config("", JUST_PRIVATE)).await;
+    let narrow = connect(&format!("{}/just-private", gateway.mcp_url())).await;
+    assert_eq!(mounts_of(&tool_names(&narrow).await), ["private"]);
+
+    rewrite_config(
+        &gateway.config_path,
+        &config("", "[endpoints.just-private]\nmounts = [\"shared\"]\n[endpoints.added]\nmounts = [\"shared\", \"private\"]\n"),
+    );
+    eventually("the session to be told", OP_TIMEOUT, || async {
+        (narrow.service().tool_list_changes() > 0).then_some(())
+    })
+    .await;
+    assert_eq!(mounts_of(&tool_names(&narrow).await), ["shared"]);
+    let echo = call(&narrow, "shared__echo", json!({"message": "moved"})).await;
+    assert_eq!(ok_text(&echo), "moved");
+    let added = connect(&format!("{}/added", gateway.mcp_url())).await;
+    assert_eq!(mounts_of(&tool_names(&added).await), ["private", "shared"]);
+    close(added).await;
+
+    // Removed: its path is 404, for new sessions and the ones open.
+    rewrite_config(&gateway.config_path, &config("", ""));
+    let http = reqwest::Client::new();
+    let url = format!("{}/added", gateway.mcp_url());
+    eventually("the endpoint to be gone", OP_TIMEOUT, || async {
+        let answer = raw::post(&http, &url, None, JSON_POST, raw::INITIALIZE.to_owned()).await;
+        (answer.status == StatusCode::NOT_FOUND).then_some(())
+    })
+    .await;
+    let gone = within("tools/list", narrow.list_all_tools()).await;
+    let error = gone.expect_err("the endpoint is gone").to_string();
+    assert!(
+        error.contains("no endpoint named \"just-private\""),
+        "{error}"
+    );
+}
