@@ -399,13 +399,22 @@ fn a_bad_entry_of_a_list_set_by_a_variable_names_the_variable() {
         &[
             ("JUNCTION_MOUNTS__M__ARGS", r#"[["nested"], "fine"]"#),
             ("JUNCTION_MOUNTS__M__EXCLUDE_TOOLS", r#"["a", ""]"#),
+            ("JUNCTION_ENDPOINTS__IDE__MOUNTS", r#"["m", "nope"]"#),
         ],
     )
     .expect_err("config should be invalid");
-    assert_reported(&found, &["mounts.m.args.0: ", "mounts.m.exclude_tools.1: "]);
+    assert_reported(
+        &found,
+        &[
+            "mounts.m.args.0: ",
+            "mounts.m.exclude_tools.1: ",
+            "endpoints.ide.mounts.1: no mount named \"nope\"",
+        ],
+    );
     for variable in [
         "JUNCTION_MOUNTS__M__ARGS",
         "JUNCTION_MOUNTS__M__EXCLUDE_TOOLS",
+        "JUNCTION_ENDPOINTS__IDE__MOUNTS",
     ] {
         assert!(
             found
@@ -550,9 +559,9 @@ fn every_endpoint_problem_is_reported_with_its_path() {
         "endpoints.typo.mount: unknown field `mount`, expected `mounts`",
         "endpoints.none.mounts: empty: an endpoint serves at least one mount",
         "endpoints.unsaid.mounts: missing: the mounts this endpoint serves",
-        "endpoints.wrong.mounts[1]: no mount named \"b\" (mounts: a, Bad_Mount)",
-        "endpoints.wrong.mounts[2]: \"a\" is listed twice",
-        "endpoints.wrong.mounts[3]: no mount named \"3\"",
+        "endpoints.wrong.mounts.1: no mount named \"b\" (mounts: a, Bad_Mount)",
+        "endpoints.wrong.mounts.2: \"a\" is listed twice",
+        "endpoints.wrong.mounts.3: no mount named \"3\"",
         "endpoints.sse: its path \"/mcp/sse\" is server.sse_path's; name the endpoint otherwise",
     ];
     assert_reported(&found, &expected);
@@ -1419,7 +1428,21 @@ fn the_older_transport_has_a_path_of_its_own_or_none() {
         "junction.toml",
         "[server]\npath = \"/mcp\"\nsse_path = \"/mcp\"\n",
     );
-    assert_reported(&found, &["server.sse_path: \"/mcp\" is server.path"]);
+    assert_reported(&found, &["server.sse_path: \"/mcp\" is server.path;"]);
+    // Endpoints would be one route under both (`/mcp/NAME`).
+    let found = problems(
+        "junction.toml",
+        "[server]\npath = \"/mcp/\"\nsse_path = \"/mcp\"\n",
+    );
+    assert_reported(
+        &found,
+        &["server.sse_path: \"/mcp\" is server.path but for a trailing `/`;"],
+    );
+    assert_eq!(
+        sse_path("[server]\npath = \"/sse/\"\n"),
+        None,
+        "an endpoint at /sse/ keeps /sse"
+    );
     let found = problems("junction.toml", "[server]\nsse_path = \"sse\"\n");
     assert_reported(&found, &["server.sse_path: \"sse\" must start with `/`"]);
     let found = problems("junction.toml", "[server]\nsse_path = \"/healthz\"\n");

@@ -65,7 +65,9 @@ pub(super) fn resolve_endpoints(
         let mut mounts: Vec<MountName> = Vec::with_capacity(written.len());
         let mut all_known = true;
         for (at, mount) in written.iter().enumerate() {
-            let at_path = format!("{path}.mounts[{at}]");
+            // `.0`, as every list's entry is written (an environment
+            // override is then named by its variable).
+            let at_path = format!("{path}.mounts.{at}");
             if !mount_names.iter().any(|known| known == mount) {
                 all_known = false;
                 let known = match mount_names.is_empty() {

@@ -208,18 +208,21 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         defaults::REQUEST_READ_TIMEOUT,
         problems,
     );
+    // Paths are compared without a trailing `/`: `[endpoints]` are served
+    // under both as `{path}/NAME`, which would be one route for both.
+    let same_path = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
     let sse_path = match raw.sse_path {
         // An endpoint at `/sse` keeps it (it may be the older transport's
         // place in a config written before this one was served).
-        None => (path != defaults::SSE_PATH).then(|| defaults::SSE_PATH.to_owned()),
+        None => (!same_path(&path, defaults::SSE_PATH)).then(|| defaults::SSE_PATH.to_owned()),
         Some(off) if off.is_empty() => None,
         Some(sse_path) => {
             if let Some(problem) = endpoint_path_problem(&sse_path) {
                 problems.push("server.sse_path", format!("{sse_path:?} {problem}"));
-            } else if sse_path == path {
+            } else if same_path(&sse_path, &path) {
                 problems.push(
                     "server.sse_path",
-                    format!("{sse_path:?} is server.path; give the older transport a path of its own, or \"\" to serve none"),
+                    format!("{sse_path:?} is server.path{}; give the older transport a path of its own, or \"\" to serve none", if sse_path == path { "" } else { " but for a trailing `/`" }),
                 );
             }
             Some(sse_path)
