@@ -3,6 +3,9 @@
 //! A session sees, lists and reaches only its endpoint's mounts, for its
 //! whole life (asleep and woken too); a reload changes endpoints live; a
 //! name no endpoint has (or no longer has) is 404.
+// `resources/subscribe` is the handshake era's (2025-11-25 and before),
+// which is what the gateway serves.
+#![allow(deprecated)]
 
 mod common;
 
@@ -71,6 +74,16 @@ async fn an_endpoint_lists_and_reaches_only_its_mounts() {
     let wide = gateway.connect().await;
     let names = tool_names(&wide).await;
     assert_eq!(mounts_of(&names), ["private", "shared"], "{names:?}");
+    // A change to a mount the endpoint does not serve is not told there.
+    call(&wide, "shared__toggle_bonus", json!({})).await;
+    eventually("the main session to be told", OP_TIMEOUT, || async {
+        (wide.service().tool_list_changes() > 0).then_some(())
+    })
+    .await;
+    // Sent to every session told at once: a moment is enough to see one
+    // that was not meant to be told.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(narrow.service().tool_list_changes(), 0);
     close(wide).await;
     close(narrow).await;
 
@@ -161,4 +174,57 @@ async fn a_reload_changes_endpoints_live() {
         error.contains("no endpoint named \"just-private\""),
         "{error}"
     );
+}
+
+/// What the shared demo process is subscribed to, as its `subscriptions`
+/// tool says (`None` while the call fails).
+async fn held_by_shared(client: &Client) -> Option<Vec<String>> {
+    let params = rmcp::model::CallToolRequestParams::new("shared__subscriptions");
+    let result = within("tools/call subscriptions", client.call_tool(params))
+        .await
+        .ok()?;
+    (result.is_error != Some(true)).then(|| text(&result).lines().map(str::to_owned).collect())
+}
+
+/// A reload that takes a mount off an endpoint ends what its sessions
+/// hold there: a subscription is let go of upstream, and the mount's
+/// names leave their lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_taken_off_an_endpoint_is_let_go_of() {
+    let both = "[endpoints.ide]\nmounts = [\"shared\", \"private\"]\n";
+    let gateway = Gateway::start(&config("", both)).await;
+    let narrow = connect(&format!("{}/ide", gateway.mcp_url())).await;
+    let observer = gateway.connect().await;
+    within(
+        "resources/subscribe",
+        narrow.subscribe(rmcp::model::SubscribeRequestParams::new(
+            "shared+demo://notes/a",
+        )),
+    )
+    .await
+    .expect("subscribed");
+    let held = |expected: Vec<String>| {
+        let observer = &observer;
+        async move {
+            held_by_shared(observer)
+                .await
+                .filter(|uris| *uris == expected)
+        }
+    };
+    eventually("the upstream to hold the note", OP_TIMEOUT, || {
+        held(vec!["demo://notes/a".to_owned()])
+    })
+    .await;
+
+    rewrite_config(
+        &gateway.config_path,
+        &config("", JUST_PRIVATE.replace("just-private", "ide").as_str()),
+    );
+    eventually("the upstream to be let go of the note", OP_TIMEOUT, || {
+        held(Vec::new())
+    })
+    .await;
+    assert_eq!(mounts_of(&tool_names(&narrow).await), ["private"]);
+    close(observer).await;
+    close(narrow).await;
 }

@@ -423,9 +423,12 @@ impl ServerHandler for DownstreamSession {
             // session waking is registered again by its replayed
             // `initialized`, which hands it what it missed.
             if context.extensions.get::<SessionRestoreMarker>().is_none() {
-                self.gateway
-                    .sessions()
-                    .register(state.key, context.peer.clone(), state.profile());
+                self.gateway.sessions().register(
+                    state.key,
+                    context.peer.clone(),
+                    state.profile(),
+                    state.endpoint.get().cloned().flatten(),
+                );
             }
             self.negotiate_initialize(&request)
         };
@@ -453,9 +456,12 @@ impl ServerHandler for DownstreamSession {
             let _ = state.rmcp_id.set(id.clone());
             self.gateway.hibernation().initialized(&id, &state);
         }
-        self.gateway
-            .sessions()
-            .register(state.key, context.peer.clone(), state.profile());
+        self.gateway.sessions().register(
+            state.key,
+            context.peer.clone(),
+            state.profile(),
+            state.endpoint.get().cloned().flatten(),
+        );
         tracing::debug!(session = state.key, "downstream session initialized");
     }
 

@@ -568,6 +568,11 @@ impl DownstreamSession {
             if let Some(gone) = home.gone {
                 return Err(gone);
             }
+            // A reload took its mount off the session's endpoint: the
+            // session reaches that mount no more.
+            if !self.state().sees_mount(&self.gateway, &home.mount) {
+                return Err(unknown_task(&id));
+            }
             let answer = async {
                 let gone = || RouteError::TaskGone {
                     id: id.clone(),
@@ -638,7 +643,12 @@ impl DownstreamSession {
             let mut tasks = Vec::new();
             // Every mount at once: the answer waits for the slowest, not
             // for their sum.
-            let by_mount = self.state().tasks.by_mount().into_values();
+            let state = self.state();
+            let by_mount = state
+                .tasks
+                .by_mount()
+                .into_values()
+                .filter(|(mount, _)| state.sees_mount(&self.gateway, mount));
             let listings = futures::future::join_all(by_mount.map(|(mount_name, ids)| async {
                 let listed = self.list_mount_tasks(&mount_name, &context).await;
                 (mount_name, ids, listed)

@@ -569,7 +569,9 @@ impl Gateway {
         }
         let deadline = tokio::time::Instant::now() + LIST_SETTLE_LIMIT;
         let profile = state.profile();
-        let seen = |key: &(MountName, ClientProfile, ListKind)| sees(key, kind, profile);
+        let seen = |key: &(MountName, ClientProfile, ListKind)| {
+            sees(key, kind, profile) && state.sees_mount(self, &key.0)
+        };
         let settled = self.refreshes.settled(seen, deadline).await
             && state
                 .list_refreshes()
@@ -581,10 +583,12 @@ impl Gateway {
     }
 
     /// Whether an upstream announced a change to lists of `kind` that
-    /// `state`'s session sees, not read yet.
+    /// `state`'s session sees (of a mount its endpoint serves), not read
+    /// yet.
     pub(crate) fn lists_behind(&self, kind: ListKind, state: &SessionState) -> bool {
         let profile = state.profile();
-        self.refreshes.behind(|key| sees(key, kind, profile))
+        self.refreshes
+            .behind(|key| sees(key, kind, profile) && state.sees_mount(self, &key.0))
             || state.list_refreshes().behind(|key| key.1 == kind)
     }
 
@@ -648,12 +652,14 @@ impl Gateway {
     /// changed. A change to the full profile reaches, besides its own, the
     /// sessions whose profile has no lists of its own yet (they see the
     /// full ones); not those that have: told before their own discovery
-    /// had the change, they listed again and saw the old list.
+    /// had the change, they listed again and saw the old list. Nor the
+    /// sessions of an endpoint that does not serve the mount.
     fn notify_mount_changed(&self, mount: &Mount, profile: ClientProfile, kind: ListKind) {
-        self.sessions.notify_list_changed(kind, |client| {
+        self.sessions.notify_list_changed(kind, |client, endpoint| {
             let serving = mount.serving_profile(client);
-            serving == profile
-                || (profile == ClientProfile::FULL && mount.shows_full_lists(serving))
+            (serving == profile
+                || (profile == ClientProfile::FULL && mount.shows_full_lists(serving)))
+                && self.endpoint_serves(endpoint, &mount.config.name)
         });
     }
 }

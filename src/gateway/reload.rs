@@ -215,10 +215,25 @@ impl Gateway {
         // Before the new mounts start: their first sessions subscribe to
         // what sessions want of them, moved subscriptions included. Only
         // to those: a running mount's upstream would never be told.
-        if outcome.changed_anything() || reordered {
-            let catalog = self.catalog(crate::upstream::ClientProfile::FULL);
+        if outcome.changed_anything() || reordered || endpoints_changed {
+            // Where a URI leads for the sessions of each endpoint (one
+            // the reload removed leads nowhere).
+            let full = crate::upstream::ClientProfile::FULL;
+            let main = self.catalog(full);
+            let endpoints: std::collections::HashMap<Arc<str>, _> = self
+                .config()
+                .endpoints
+                .iter()
+                .map(|endpoint| {
+                    let name = endpoint.name.clone();
+                    (name.clone(), self.endpoint_catalog(full, Some(&name)))
+                })
+                .collect();
             let rerouted = self.sessions.reroute(
-                |uri| catalog.resolve_uri_claimed(uri),
+                |endpoint, uri| match endpoint {
+                    None => main.resolve_uri_claimed(uri),
+                    Some(name) => endpoints.get(name)?.resolve_uri_claimed(uri),
+                },
                 |name| {
                     let shared = |mount: &Arc<Mount>| {
                         mount.config.isolation == crate::config::Isolation::Shared
@@ -237,6 +252,7 @@ impl Gateway {
                         },
                     }
                 },
+                |endpoint, mount| self.endpoint_serves(endpoint, mount),
             );
             if rerouted.moved + rerouted.ended > 0 {
                 tracing::info!(
@@ -254,10 +270,11 @@ impl Gateway {
         }
         if outcome.changed_anything() || reordered || endpoints_changed {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
-                self.sessions.notify_list_changed(kind, |_| true);
+                self.sessions.notify_list_changed(kind, |_, _| true);
             }
         } else if offers_other_tools {
-            self.sessions.notify_list_changed(ListKind::Tools, |_| true);
+            self.sessions
+                .notify_list_changed(ListKind::Tools, |_, _| true);
         }
         // In the background: the reload is done, and another may follow,
         // while the old mounts let their requests in flight finish (at

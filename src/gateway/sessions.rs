@@ -73,6 +73,8 @@ struct SessionEntry {
     /// `None` while the session sleeps: nothing can reach it then.
     peer: Option<Outbox>,
     profile: ClientProfile,
+    /// The endpoint the session was opened on (`None`: the main one).
+    endpoint: Option<Arc<str>>,
     log_level: Option<LoggingLevel>,
     /// Client-visible URI → the mount and the upstream's own URI.
     subscriptions: HashMap<String, Route>,
@@ -226,9 +228,15 @@ impl SessionRegistry {
         self.next_key.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// A session initialized, or woken with a new peer (keeping its log
-    /// level and subscriptions).
-    pub fn register(&self, key: SessionKey, peer: Peer<RoleServer>, profile: ClientProfile) {
+    /// A session initialized on `endpoint` (`None`: the main one), or
+    /// woken with a new peer (keeping its log level and subscriptions).
+    pub fn register(
+        &self,
+        key: SessionKey,
+        peer: Peer<RoleServer>,
+        profile: ClientProfile,
+        endpoint: Option<Arc<str>>,
+    ) {
         let mut sessions = self.lock();
         if let Some(entry) = sessions.get_mut(&key) {
             let missed = std::mem::take(&mut entry.missed);
@@ -243,6 +251,7 @@ impl SessionRegistry {
             SessionEntry {
                 peer: Some(Outbox::new(peer)),
                 profile,
+                endpoint,
                 log_level: None,
                 subscriptions: HashMap::new(),
                 missed: Missed::default(),
@@ -357,9 +366,13 @@ impl SessionRegistry {
 
     /// After a reload, where each subscription goes; `mount_now` says what
     /// became of the mount it is held on, `route_now` where its
-    /// client-visible URI leads now (`claimed`: by a list, a template or a
-    /// namespace, not only as the first pass-through mount's fallback).
+    /// client-visible URI leads now for a session of an endpoint
+    /// (`claimed`: by a list, a template or a namespace, not only as the
+    /// first pass-through mount's fallback), `served` whether an endpoint
+    /// still serves a mount.
     ///
+    /// - On a mount its session's endpoint no longer serves (a reload
+    ///   changed or removed the endpoint): as on a removed mount.
     /// - On a removed mount: it moves where its URI leads if that is the
     ///   same upstream URI on a mount the reload starts (a renamed mount:
     ///   its first session subscribes to what sessions want), and ends
@@ -375,15 +388,21 @@ impl SessionRegistry {
     ///   from the session's own lists, which only the session knows.
     pub fn reroute(
         &self,
-        route_now: impl Fn(&str) -> Option<(Route, Claimed)>,
+        route_now: impl Fn(Option<&str>, &str) -> Option<(Route, Claimed)>,
         mount_now: impl Fn(&MountName) -> MountNow,
+        served: impl Fn(Option<&str>, &MountName) -> bool,
     ) -> Rerouted {
         let mut sessions = self.lock();
         let mut wanted = self.wanted();
         let mut rerouted = Rerouted::default();
         for (key, entry) in sessions.iter_mut() {
+            let endpoint = entry.endpoint.as_deref();
             entry.subscriptions.retain(|uri, route| {
-                let held_on = mount_now(&route.mount);
+                let actual = mount_now(&route.mount);
+                let held_on = match served(endpoint, &route.mount) {
+                    true => actual,
+                    false => MountNow::Removed,
+                };
                 // Made through a pass-through mount (its URI is the
                 // upstream's own): the fallback decides where it leads as
                 // much as a claim does.
@@ -392,7 +411,7 @@ impl SessionRegistry {
                     held_on,
                     MountNow::Starting { shared: false } | MountNow::Running { shared: false }
                 );
-                let now = match (held_on, route_now(uri)) {
+                let now = match (held_on, route_now(endpoint, uri)) {
                     (MountNow::Removed, now) => now.map(|(now, _)| now),
                     (_, Some((now, _))) if now == *route => return true,
                     // A per-session route came from the session's own
@@ -407,7 +426,7 @@ impl SessionRegistry {
                 unwant(&mut wanted, *key, uri, route);
                 // A running shared upstream holds it until told (a
                 // per-session one is the session's, and ends with it).
-                if held_on == (MountNow::Running { shared: true }) {
+                if actual == (MountNow::Running { shared: true }) {
                     rerouted.let_go.push(route.clone());
                 }
                 let moves = |now: &Route| {
@@ -487,11 +506,15 @@ impl SessionRegistry {
 
     /// Tells every session whose client profile passes `filter` that a list
     /// changed.
-    pub fn notify_list_changed(&self, kind: ListKind, filter: impl Fn(ClientProfile) -> bool) {
+    pub fn notify_list_changed(
+        &self,
+        kind: ListKind,
+        filter: impl Fn(ClientProfile, Option<&str>) -> bool,
+    ) {
         let outboxes: Vec<_> = self
             .lock()
             .iter_mut()
-            .filter(|(_, entry)| filter(entry.profile))
+            .filter(|(_, entry)| filter(entry.profile, entry.endpoint.as_deref()))
             .filter_map(|(key, entry)| {
                 if entry.peer.is_none() {
                     entry.missed.list_changed(kind);
@@ -749,7 +772,7 @@ mod tests {
         let registry = SessionRegistry::default();
         let keys = std::array::from_fn(|_| registry.next_key());
         for key in keys {
-            registry.register(key, service.peer().clone(), ClientProfile::default());
+            registry.register(key, service.peer().clone(), ClientProfile::default(), None);
         }
         Registered {
             registry,
@@ -764,6 +787,53 @@ mod tests {
     /// otherwise; a running shared mount's move or end only when another
     /// mount claims their URIs (and are let go of there); a namespace
     /// change, a pass-through fallback and per-session mounts leave them.
+    /// A reload that takes a mount off an endpoint ends the subscriptions
+    /// its sessions held there (the shared upstream let go of), and only
+    /// theirs; where a URI leads is asked of each session's endpoint.
+    #[tokio::test]
+    async fn a_reload_ends_subscriptions_on_a_mount_an_endpoint_no_longer_serves() {
+        let Registered {
+            registry,
+            keys: [main],
+            _service: service,
+            _other_end,
+        } = registered::<1>();
+        let narrow = registry.next_key();
+        registry.register(
+            narrow,
+            service.peer().clone(),
+            ClientProfile::default(),
+            Some(Arc::from("ide")),
+        );
+        let files = MountName::new("files").unwrap();
+        let route = Route {
+            mount: files.clone(),
+            original: "file:///notes".into(),
+        };
+        for key in [main, narrow] {
+            assert!(registry.subscribe(key, "file:///notes", &route).is_ok());
+        }
+        let rerouted = registry.reroute(
+            |endpoint, _| match endpoint {
+                None => Some((route.clone(), Claimed::Listed)),
+                Some(_) => None,
+            },
+            |_| MountNow::Running { shared: true },
+            |endpoint, _| endpoint.is_none(),
+        );
+        assert_eq!((rerouted.moved, rerouted.ended), (0, 1));
+        assert_eq!(rerouted.let_go, std::slice::from_ref(&route));
+        assert_eq!(
+            registry.subscribed_route(main, "file:///notes"),
+            Some(route)
+        );
+        assert_eq!(registry.subscribed_route(narrow, "file:///notes"), None);
+        assert!(
+            registry.wants(&files, "file:///notes"),
+            "the main session's"
+        );
+    }
+
     #[tokio::test]
     async fn a_reload_moves_or_ends_subscriptions_whose_uri_leads_elsewhere() {
         let Registered {
@@ -803,7 +873,7 @@ mod tests {
             .is_ok());
         let claimed = |route: Route| Some((route, Claimed::Listed));
         let rerouted = registry.reroute(
-            |uri| match uri {
+            |_, uri| match uri {
                 "x+demo://a" => claimed(on(&renamed, "demo://a")),
                 // Routed elsewhere, to another upstream URI: not the same.
                 "x+demo://b" => claimed(on(&renamed, "x+demo://b")),
@@ -829,6 +899,7 @@ mod tests {
                 "private" => MountNow::Running { shared: false },
                 _ => MountNow::Running { shared: true },
             },
+            |_, _| true,
         );
         assert_eq!((rerouted.moved, rerouted.ended), (4, 3));
         let mut let_go = rerouted.let_go;
@@ -1068,7 +1139,7 @@ mod tests {
             key,
             ServerNotification::ToolListChangedNotification(Default::default()),
         );
-        registry.register(key, service.peer().clone(), ClientProfile::default());
+        registry.register(key, service.peer().clone(), ClientProfile::default(), None);
         let mut lines = tokio::io::BufReader::new(other_end).lines();
         let mut methods = Vec::new();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
