@@ -102,6 +102,11 @@ async fn an_endpoint_lists_and_reaches_only_its_mounts() {
         nowhere.text().contains("no endpoint named \"nowhere\""),
         "{nowhere:?}"
     );
+    // A name is the path's segment as it is, on both transports.
+    for path in ["/mcp/just%2Dprivate", "/sse/just%2Dprivate"] {
+        let get = within("GET", http.get(gateway.url(path)).send()).await;
+        assert_eq!(get.expect("GET").status(), StatusCode::NOT_FOUND, "{path}");
+    }
 }
 
 /// A session asleep wakes on its own endpoint, whatever path its waking
@@ -137,16 +142,21 @@ async fn a_session_keeps_its_endpoint_through_sleep() {
 }
 
 /// A reload adds, changes and removes endpoints at once: a session of a
-/// changed endpoint is told its lists changed and lists the new mounts.
+/// changed endpoint is told its lists changed and lists the new mounts; a
+/// session of the main endpoint is told nothing; a removed endpoint's
+/// sessions end, their streams open or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_endpoints_live() {
-    let gateway = Gateway::start(&config("", JUST_PRIVATE)).await;
+    // Sleeping soon makes the sweep that ends sessions run often.
+    let server = "session_hibernate_after = \"2s\"";
+    let gateway = Gateway::start(&config(server, JUST_PRIVATE)).await;
     let narrow = connect(&format!("{}/just-private", gateway.mcp_url())).await;
     assert_eq!(mounts_of(&tool_names(&narrow).await), ["private"]);
+    let wide = gateway.connect().await;
 
     rewrite_config(
         &gateway.config_path,
-        &config("", "[endpoints.just-private]\nmounts = [\"shared\"]\n[endpoints.added]\nmounts = [\"shared\", \"private\"]\n"),
+        &config(server, "[endpoints.just-private]\nmounts = [\"shared\"]\n[endpoints.added]\nmounts = [\"shared\", \"private\"]\n"),
     );
     eventually("the session to be told", OP_TIMEOUT, || async {
         (narrow.service().tool_list_changes() > 0).then_some(())
@@ -159,21 +169,58 @@ async fn a_reload_changes_endpoints_live() {
     assert_eq!(mounts_of(&tool_names(&added).await), ["private", "shared"]);
     close(added).await;
 
-    // Removed: its path is 404, for new sessions and the ones open.
-    rewrite_config(&gateway.config_path, &config("", ""));
+    // Removed: its path is 404, for new sessions and the ones open, which
+    // end (this one holds its `GET` stream open).
+    rewrite_config(&gateway.config_path, &config(server, ""));
     let http = reqwest::Client::new();
     let url = format!("{}/added", gateway.mcp_url());
+    // Asked with a `GET` outside any session: an `initialize` would open
+    // one each time until the reload.
     eventually("the endpoint to be gone", OP_TIMEOUT, || async {
-        let answer = raw::post(&http, &url, None, JSON_POST, raw::INITIALIZE.to_owned()).await;
-        (answer.status == StatusCode::NOT_FOUND).then_some(())
+        let answer = http.get(&url).send().await.ok()?;
+        (answer.status() == StatusCode::NOT_FOUND).then_some(())
     })
     .await;
+    let answer = raw::post(&http, &url, None, JSON_POST, raw::INITIALIZE.to_owned()).await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
     let gone = within("tools/list", narrow.list_all_tools()).await;
     let error = gone.expect_err("the endpoint is gone").to_string();
     assert!(
         error.contains("no endpoint named \"just-private\""),
         "{error}"
     );
+    eventually(
+        "the removed endpoint's session to end",
+        OP_TIMEOUT,
+        || async {
+            let status = status_json(&gateway).await;
+            (status["downstream_sessions"] == 1).then_some(())
+        },
+    )
+    .await;
+    // The main session's lists never changed.
+    assert_eq!(wide.service().tool_list_changes(), 0);
+    assert_eq!(mounts_of(&tool_names(&wide).await), ["private", "shared"]);
+    close(wide).await;
+}
+
+/// A reload keeps the running `[server]`: a new endpoint's path must not
+/// be one the running older transport serves, whatever the new file says
+/// of `sse_path`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_refuses_an_endpoint_on_a_running_path() {
+    let mut gateway = Gateway::start(&config("sse_path = \"/mcp/sse\"", "")).await;
+    rewrite_config(
+        &gateway.config_path,
+        &config(
+            "sse_path = \"/legacy\"",
+            "[endpoints.sse]\nmounts = [\"shared\"]\n",
+        ),
+    );
+    gateway
+        .proc
+        .wait_for_line("invalid config with the running paths", OP_TIMEOUT)
+        .await;
 }
 
 /// What the shared demo process is subscribed to, as its `subscriptions`

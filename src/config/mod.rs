@@ -19,7 +19,7 @@ pub use load::{
     load, load_content, log_format_asked, override_listen, ConfigSource, EMBEDDED_DEFAULT,
 };
 pub use problems::{ConfigError, Problem};
-pub use validate::{listen_address, namespace_problems};
+pub use validate::{endpoint_path_problems, listen_address, namespace_problems};
 
 use crate::{
     naming::{MountName, Namespace, Separator},

@@ -572,6 +572,12 @@ fn every_endpoint_problem_is_reported_with_its_path() {
             .any(|problem| problem.starts_with("endpoints.bad-mount")),
         "{found:#?}"
     );
+    // A `mounts` of the wrong kind is that, not missing too.
+    let text = problems(
+        "junction.toml",
+        "[mounts.a]\ncommand = \"x\"\n[endpoints.ide]\nmounts = \"a\"\n",
+    );
+    assert_eq!(problem_paths(&text), ["endpoints.ide.mounts"], "{text:#?}");
     let table = problems("junction.toml", "endpoints = 3\n");
     assert_eq!(
         table,

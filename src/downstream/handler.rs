@@ -469,8 +469,13 @@ impl ServerHandler for DownstreamSession {
     /// for roots) are told. Shared upstreams are not: their roots requests
     /// are answered per calling client, so they hold no roots to refresh.
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        let state = self.state();
         for mount in self.gateway.mounts().iter() {
-            if mount.config.isolation != Isolation::PerSession {
+            // A mount a reload took off the session's endpoint is not
+            // reached any more, though its upstream may still run.
+            if mount.config.isolation != Isolation::PerSession
+                || !state.sees_mount(&self.gateway, &mount.config.name)
+            {
                 continue;
             }
             // One still opening is told too, once open: it may have asked

@@ -217,6 +217,37 @@ impl Hibernation {
         true
     }
 
+    /// The sessions opened on an endpoint `exists` no longer finds (a
+    /// reload removed it): the ids of those awake, for the caller to end,
+    /// and of those asleep, ended here. Clients of such a session get 404
+    /// on its endpoint's path, but one holding a stream open would keep
+    /// it (and its place under `max_sessions`) for as long as it stayed.
+    pub(crate) fn of_removed_endpoints(
+        &self,
+        exists: impl Fn(&str) -> bool,
+    ) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+        let gone = |endpoint: Option<&str>| endpoint.is_some_and(|name| !exists(name));
+        let live: Vec<(Arc<str>, Weak<SessionState>)> = lock(&self.live)
+            .iter()
+            .map(|(id, state)| (id.clone(), state.clone()))
+            .collect();
+        let awake = live
+            .into_iter()
+            .filter(|(_, state)| state.upgrade().is_some_and(|state| gone(state.endpoint())))
+            .map(|(id, _)| id)
+            .collect();
+        let asleep: Vec<Arc<str>> = lock(&self.asleep)
+            .iter()
+            .filter(|(_, sleeper)| gone(sleeper.kept.endpoint.as_deref()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let ended = asleep
+            .into_iter()
+            .filter(|id| self.end_asleep(id))
+            .collect();
+        (awake, ended)
+    }
+
     /// Ends every session asleep (shutdown).
     pub fn end_all(&self) {
         self.closed.store(true, Ordering::Release);

@@ -119,9 +119,16 @@ impl Gateway {
         if new.limits != old.limits {
             outcome.applied.push("limits");
         }
-        // Read live by every session's catalog: its lists change.
-        let endpoints_changed = new.endpoints != old.endpoints;
-        if endpoints_changed {
+        // Read live by every session's catalog: the lists of the sessions
+        // of an endpoint added, changed or removed change.
+        let endpoints_changed: std::collections::HashSet<Arc<str>> = new
+            .endpoints
+            .iter()
+            .chain(&old.endpoints)
+            .filter(|endpoint| new.endpoint(&endpoint.name) != old.endpoint(&endpoint.name))
+            .map(|endpoint| endpoint.name.clone())
+            .collect();
+        if !endpoints_changed.is_empty() {
             outcome.applied.push("endpoints");
         }
 
@@ -215,7 +222,7 @@ impl Gateway {
         // Before the new mounts start: their first sessions subscribe to
         // what sessions want of them, moved subscriptions included. Only
         // to those: a running mount's upstream would never be told.
-        if outcome.changed_anything() || reordered || endpoints_changed {
+        if outcome.changed_anything() || reordered || !endpoints_changed.is_empty() {
             // Where a URI leads for the sessions of each endpoint (one
             // the reload removed leads nowhere).
             let full = crate::upstream::ClientProfile::FULL;
@@ -268,13 +275,19 @@ impl Gateway {
         for mount in &started {
             mount.start();
         }
-        if outcome.changed_anything() || reordered || endpoints_changed {
+        if outcome.changed_anything() || reordered {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_, _| true);
             }
-        } else if offers_other_tools {
-            self.sessions
-                .notify_list_changed(ListKind::Tools, |_, _| true);
+        } else {
+            let endpoint_changed = |endpoint: Option<&str>| {
+                endpoint.is_some_and(|name| endpoints_changed.contains(name))
+            };
+            for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+                self.sessions.notify_list_changed(kind, |_, endpoint| {
+                    endpoint_changed(endpoint) || (offers_other_tools && kind == ListKind::Tools)
+                });
+            }
         }
         // In the background: the reload is done, and another may follow,
         // while the old mounts let their requests in flight finish (at

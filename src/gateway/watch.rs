@@ -250,6 +250,19 @@ async fn reload_once(
             );
         }
     }
+    // Likewise its paths: a new endpoint's must not be one the running
+    // older transport serves.
+    if (&config.server.path, &config.server.sse_path)
+        != (&running.server.path, &running.server.sse_path)
+    {
+        let problems = config::endpoint_path_problems(&config.endpoints, &running.server);
+        if !problems.is_empty() {
+            for problem in &problems {
+                tracing::error!(config = %source.describe(), %problem, "invalid config with the running paths");
+            }
+            return rejected(problems.len(), " (new paths take effect after a restart)");
+        }
+    }
     // Loading takes a while: a shutdown may have begun meanwhile, and a
     // reload now would start new mounts' processes only to stop them.
     if gateway.is_draining() {

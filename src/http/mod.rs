@@ -127,8 +127,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             any(move |mut request: axum::extract::Request| {
                 let mcp = endpoints_mcp.clone();
                 let config = endpoints_gateway.config();
-                let path = request.uri().path();
-                let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+                let name = endpoint_segment(request.uri().path()).to_owned();
                 let served = config
                     .endpoint(&name)
                     .map(|endpoint| ServedEndpoint(endpoint.name.clone()));
@@ -252,6 +251,12 @@ async fn serve_mcp(
         true => response,
         false => priming::without_priming(response),
     }
+}
+
+/// NAME of a request to `{path}/NAME`: its last segment as it is (not
+/// percent-decoded: `%69de` is not `ide`).
+fn endpoint_segment(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The answer on `{path}/NAME` for a NAME no `[endpoints]` table has.

@@ -116,12 +116,13 @@ impl SseEndpoint {
     }
 
     /// [`Self::handle`] on `{sse_path}/NAME`: the streams opened there
-    /// serve `[endpoints.NAME]`.
+    /// serve `[endpoints.NAME]`. NAME is the path's segment as it is (not
+    /// percent-decoded), as on the main transport.
     pub async fn handle_endpoint(
         State(endpoint): State<SseEndpoint>,
-        axum::extract::Path(name): axum::extract::Path<String>,
         request: Request,
     ) -> Response {
+        let name = super::endpoint_segment(request.uri().path()).to_owned();
         let served = endpoint
             .0
             .gateway
@@ -130,7 +131,23 @@ impl SseEndpoint {
             .map(|e| e.name.clone());
         match served {
             Some(served) => endpoint.serve(Some(served), request).await,
-            None => super::no_such_endpoint(&name),
+            None => {
+                // A stream opened there before a reload removed the
+                // endpoint ends with its post's 404 (the bridge's rule).
+                if request.method() == Method::POST {
+                    endpoint.end_stream_of(&request);
+                }
+                super::no_such_endpoint(&name)
+            }
+        }
+    }
+
+    /// Ends the stream `request` (a post) names by its `sessionId`, if any.
+    fn end_stream_of(&self, request: &Request) {
+        let id = request.uri().query().and_then(session_id_of);
+        let session = id.and_then(|id| lock(&self.0.sessions).get(&id).cloned());
+        if let Some(session) = session {
+            session.ended.cancel();
         }
     }
 

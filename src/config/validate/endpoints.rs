@@ -11,7 +11,7 @@ use crate::config::{
     endpoint_path,
     problems::Problems,
     raw::{texts, RawEndpoint},
-    EndpointConfig, ServerConfig,
+    EndpointConfig, Problem, ServerConfig,
 };
 use crate::naming::{is_valid_mount_name, MountName};
 
@@ -44,14 +44,19 @@ pub(super) fn resolve_endpoints(
                 format!("endpoint name {name:?} must match ^[a-z][a-z0-9-]{{0,31}}$ (it is a path segment of the URL)"),
             );
         }
+        // A `mounts` of the wrong kind is reported by the typed read, and
+        // left out of what it returns: not missing.
+        let written_at_all = table.get("mounts").is_some();
         let Some(raw) = parse_section::<RawEndpoint>(&path, table, problems) else {
             continue;
         };
         let Some(written) = raw.mounts else {
-            problems.push(
-                format!("{path}.mounts"),
-                "missing: the mounts this endpoint serves (`mounts = [\"a\", \"b\"]`)",
-            );
+            if !written_at_all {
+                problems.push(
+                    format!("{path}.mounts"),
+                    "missing: the mounts this endpoint serves (`mounts = [\"a\", \"b\"]`)",
+                );
+            }
             continue;
         };
         let written = texts(written);
@@ -124,4 +129,13 @@ pub(super) fn check_endpoint_paths(
             );
         }
     }
+}
+
+/// [`check_endpoint_paths`] on its own, for a reload, which keeps the
+/// running `[server]` (and so its paths): the new endpoints must not take
+/// one of those.
+pub fn endpoint_path_problems(endpoints: &[EndpointConfig], server: &ServerConfig) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    check_endpoint_paths(endpoints, server, &mut problems);
+    problems.into_error("").problems
 }

@@ -27,6 +27,7 @@ mod server;
 mod values;
 
 use bounds::{check_ceiling, resolve_limits, resolve_supervision, resolve_timeouts};
+pub use endpoints::endpoint_path_problems;
 use endpoints::{check_endpoint_paths, resolve_endpoints};
 use mount::resolve_mount;
 pub use namespaces::namespace_problems;

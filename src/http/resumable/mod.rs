@@ -174,6 +174,7 @@ impl ResumableSessions {
     /// idle timeout (see `downstream::hibernation`). Returns how many fell
     /// asleep.
     pub async fn sweep(&self) -> usize {
+        self.end_sessions_of_removed_endpoints().await;
         for id in self.activity.idle_for(self.idle_timeout) {
             // Never the id itself: it is all a client shows to act in it.
             let session = crate::telemetry::redact::session_fingerprint(&id);
@@ -225,6 +226,32 @@ impl ResumableSessions {
 }
 
 impl ResumableSessions {
+    /// Ends the sessions opened on an `[endpoints]` table a reload removed,
+    /// awake or asleep: their clients get 404 on that path anyway, and a
+    /// stream held open (a `GET`, the older transport's) would keep such a
+    /// session, and its place under `max_sessions`, for good. Its client,
+    /// told its session is gone, opens a new one and learns the endpoint
+    /// is gone.
+    async fn end_sessions_of_removed_endpoints(&self) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        let config = gateway.config();
+        let (awake, asleep) = self
+            .hibernation
+            .of_removed_endpoints(|name| config.endpoint(name).is_some());
+        for id in awake {
+            if let Err(error) = self.close_session(&SessionId::from(&*id)).await {
+                tracing::debug!(error = %without_session_ids(error.to_string()), "ending a session of a removed endpoint");
+            }
+        }
+        for id in asleep {
+            let id = SessionId::from(&*id);
+            self.streams.forget_session(&id);
+            self.activity.forget(&id);
+        }
+    }
+
     /// What rmcp holds for session `id`'s next `GET` that no stream has
     /// taken (sent while no `GET` was open), handed to the session registry
     /// to be told when the session wakes: closing rmcp's session to sleep
