@@ -427,7 +427,7 @@ impl ServerHandler for DownstreamSession {
                     state.key,
                     context.peer.clone(),
                     state.profile(),
-                    state.endpoint.get().cloned().flatten(),
+                    state.endpoint_name(),
                 );
             }
             self.negotiate_initialize(&request)
@@ -460,7 +460,7 @@ impl ServerHandler for DownstreamSession {
             state.key,
             context.peer.clone(),
             state.profile(),
-            state.endpoint.get().cloned().flatten(),
+            state.endpoint_name(),
         );
         tracing::debug!(session = state.key, "downstream session initialized");
     }

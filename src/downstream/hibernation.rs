@@ -110,8 +110,7 @@ impl Sleeper {
         })
     }
 
-    /// Its key, place under `max_sessions`, log level and forwarded
-    /// headers, as it wakes.
+    /// Its key, place under `max_sessions` and what it kept, as it wakes.
     pub(crate) fn into_parts(mut self) -> (SessionKey, SessionTicket, Kept) {
         let ticket = self.ticket.take().expect("a sleeper holds its ticket");
         (self.key, ticket, std::mem::take(&mut self.kept))

@@ -326,7 +326,7 @@ impl SessionState {
             hibernation::Kept {
                 log_level: self.log_level.get(),
                 client_headers: forwarded_headers::kept(&self.client_headers),
-                endpoint: self.endpoint.get().cloned().flatten(),
+                endpoint: self.endpoint_name(),
             },
             initialize,
             ends_at,
@@ -378,6 +378,11 @@ impl SessionState {
     /// The endpoint the session was opened on (`None`: the main one).
     pub(crate) fn endpoint(&self) -> Option<&str> {
         self.endpoint.get().and_then(Option::as_deref)
+    }
+
+    /// [`Self::endpoint`], to be kept.
+    pub(crate) fn endpoint_name(&self) -> Option<Arc<str>> {
+        self.endpoint.get().cloned().flatten()
     }
 
     /// Whether the session sees mount `mount` (its endpoint serves it).

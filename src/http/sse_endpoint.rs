@@ -135,18 +135,20 @@ impl SseEndpoint {
                 // A stream opened there before a reload removed the
                 // endpoint ends with its post's 404 (the bridge's rule).
                 if request.method() == Method::POST {
-                    endpoint.end_stream_of(&request);
+                    endpoint.end_stream_of(&request, &name);
                 }
                 super::no_such_endpoint(&name)
             }
         }
     }
 
-    /// Ends the stream `request` (a post) names by its `sessionId`, if any.
-    fn end_stream_of(&self, request: &Request) {
+    /// Ends the stream `request` (a post) names by its `sessionId`, if it
+    /// was opened on endpoint `name`.
+    fn end_stream_of(&self, request: &Request, name: &str) {
         let id = request.uri().query().and_then(session_id_of);
         let session = id.and_then(|id| lock(&self.0.sessions).get(&id).cloned());
-        if let Some(session) = session {
+        let opened_there = crate::config::endpoint_path(&self.0.mcp_path, name);
+        if let Some(session) = session.filter(|session| session.mcp_path == opened_there) {
             session.ended.cancel();
         }
     }

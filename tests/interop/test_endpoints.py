@@ -14,9 +14,12 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+import json
+from pathlib import Path
+
 from conftest import Gateway, node_bin
 from test_relay import Peer, connect, dump, list_all_tools, text_of
-from test_sse_clients import OLDER, TS_SDK, assert_sessions_end, connect_sse, demo_config, run_client
+from test_sse_clients import OLDER, TS_SDK, assert_sessions_end, connect_sse, demo_config, run_client, sse_events
 
 pytestmark = [
     pytest.mark.anyio,
@@ -79,3 +82,40 @@ async def test_typescript_sse_client_on_an_endpoint(start_gateway) -> None:
     assert seen["sampling"] == ["what is ts?"], seen
     assert seen["errors"] == [], seen
     await assert_sessions_end(gateway)
+
+
+async def test_a_removed_endpoints_older_transport_stream_ends(start_gateway, tmp_path: Path) -> None:
+    """An HTTP+SSE client on `/sse/ide` whose endpoint a reload removes:
+    its stream ends (the client reconnects and learns the endpoint is
+    gone), and its session with it, rather than living on with nothing
+    listed."""
+    # Sleeping soon makes the sweep that ends sessions run often.
+    base = demo_config().replace('listen = "127.0.0.1:0"\n', 'listen = "127.0.0.1:0"\nsession_hibernate_after = "1s"\n', 1)
+    config = base + '\n[endpoints.ide]\nmounts = ["private"]\n'
+    gateway: Gateway = start_gateway(config)
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(30.0)) as http:
+            url = f"{gateway.base_url}/sse/ide"
+            async with http.stream("GET", url, headers={"Accept": "text/event-stream"}) as stream:
+                events = sse_events(stream)
+                kind, post_path = await anext(events)
+                assert kind == "endpoint" and post_path.startswith("/sse/ide?sessionId="), (kind, post_path)
+                init = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+                }
+                resp = await http.post(f"{gateway.base_url}{post_path}", json=init)
+                assert resp.status_code == 202, resp.text[:300]
+                kind, data = await anext(events)
+                assert json.loads(data).get("id") == 1, data[:300]
+                resp = await http.post(f"{gateway.base_url}{post_path}", json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+                assert resp.status_code == 202, resp.text[:300]
+
+                # The first gateway's config file (see conftest's start_gateway).
+                (tmp_path / "junction-0.toml").write_text(base)
+                with anyio.fail_after(20.0):
+                    async for _ in events:
+                        pass  # until the stream ends
+        await assert_sessions_end(gateway)
