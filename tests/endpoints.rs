@@ -234,8 +234,8 @@ async fn held_by_shared(client: &Client) -> Option<Vec<String>> {
 }
 
 /// A reload that takes a mount off an endpoint ends what its sessions
-/// hold there: a subscription is let go of upstream, and the mount's
-/// names leave their lists.
+/// hold there: a subscription is let go of upstream, a per-session
+/// upstream is closed, and the mount's names leave their lists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_taken_off_an_endpoint_is_let_go_of() {
     let both = "[endpoints.ide]\nmounts = [\"shared\", \"private\"]\n";
@@ -272,6 +272,19 @@ async fn a_mount_taken_off_an_endpoint_is_let_go_of() {
     })
     .await;
     assert_eq!(mounts_of(&tool_names(&narrow).await), ["private"]);
+
+    // Its per-session upstream of a mount taken off too is closed (its
+    // process would run until the session ended).
+    let pid = call_pid(&narrow, "private__pid").await;
+    rewrite_config(
+        &gateway.config_path,
+        &config("", "[endpoints.ide]\nmounts = [\"shared\"]\n"),
+    );
+    eventually("the per-session process to exit", OP_TIMEOUT, || async {
+        (!process_alive(pid)).then_some(())
+    })
+    .await;
+    assert_eq!(mounts_of(&tool_names(&narrow).await), ["shared"]);
     close(observer).await;
     close(narrow).await;
 }

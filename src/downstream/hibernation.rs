@@ -216,6 +216,12 @@ impl Hibernation {
         true
     }
 
+    /// Every session initialized and awake.
+    pub(crate) fn all_awake(&self) -> Vec<Arc<SessionState>> {
+        let live: Vec<Weak<SessionState>> = lock(&self.live).values().cloned().collect();
+        live.iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// The sessions opened on an endpoint `exists` no longer finds (a
     /// reload removed it): the ids of those awake, for the caller to end,
     /// and of those asleep, ended here. Clients of such a session get 404

@@ -514,6 +514,35 @@ impl SessionState {
             .filter(|session| session.is_alive())
     }
 
+    /// Closes this session's per-session upstreams of mounts it no longer
+    /// sees (a reload took them off its endpoint): nothing of the session
+    /// reaches them any more, and each (a process, for a stdio mount)
+    /// would run until the session ended. A call still running on one is
+    /// cut short, as on a mount a reload removes once its grace is over.
+    pub(crate) fn let_go_of_unseen_upstreams(&self, gateway: &Gateway) {
+        let unseen: Vec<(MountName, Arc<UpstreamSession>)> = {
+            let mut upstreams = lock(&self.upstreams);
+            let names: Vec<MountName> = upstreams
+                .keys()
+                .filter(|name| !self.sees_mount(gateway, name))
+                .cloned()
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|name| {
+                    let entry = upstreams.remove(&name)?;
+                    Some((name, entry.slot.get()?.clone()))
+                })
+                .collect()
+        };
+        for (mount, upstream) in unseen {
+            tracing::info!(%mount, session = self.key, "mount taken off the session's endpoint; closing its per-session upstream");
+            gateway
+                .session_tasks()
+                .spawn(async move { upstream.close().await });
+        }
+    }
+
     /// Whether this session's per-session slot for `mount`'s name was made
     /// for that mount (not one a reload has since replaced).
     pub(crate) fn upstream_is_of(&self, mount: &Mount) -> bool {

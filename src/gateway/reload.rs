@@ -275,6 +275,18 @@ impl Gateway {
         for mount in &started {
             mount.start();
         }
+        // Per-session upstreams of mounts taken off an endpoint are closed
+        // (those asleep hold none).
+        if !endpoints_changed.is_empty() {
+            for state in self.hibernation.all_awake() {
+                if state
+                    .endpoint()
+                    .is_some_and(|name| endpoints_changed.contains(name))
+                {
+                    state.let_go_of_unseen_upstreams(self);
+                }
+            }
+        }
         if outcome.changed_anything() || reordered {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_, _| true);
