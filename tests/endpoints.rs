@@ -70,6 +70,20 @@ async fn an_endpoint_lists_and_reaches_only_its_mounts() {
     assert!(instructions.contains("\n- private ("), "{instructions}");
     assert!(!instructions.contains("\n- shared ("), "{instructions}");
 
+    // The status says where it is, what it serves and who uses it.
+    let status = status_json(&gateway).await;
+    assert_eq!(
+        status["endpoints"],
+        json!([{
+            "name": "just-private",
+            "path": "/mcp/just-private",
+            "sse_path": "/sse/just-private",
+            "mounts": ["private"],
+            "downstream_sessions": 1,
+        }]),
+        "{status}"
+    );
+
     // The main endpoint still serves every mount.
     let wide = gateway.connect().await;
     let names = tool_names(&wide).await;

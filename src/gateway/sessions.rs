@@ -304,6 +304,17 @@ impl SessionRegistry {
         self.lock().len()
     }
 
+    /// How many sessions each endpoint has (the main one left out).
+    pub fn by_endpoint(&self) -> HashMap<Arc<str>, usize> {
+        let mut counts: HashMap<Arc<str>, usize> = HashMap::new();
+        for entry in self.lock().values() {
+            if let Some(endpoint) = &entry.endpoint {
+                *counts.entry(endpoint.clone()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

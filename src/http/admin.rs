@@ -93,6 +93,21 @@ pub struct Status {
     pub draining: bool,
     pub downstream_sessions: usize,
     pub mounts: Vec<MountReport>,
+    /// The `[endpoints]`, in name order.
+    pub endpoints: Vec<EndpointReport>,
+}
+
+/// One `[endpoints]` table, as the status page shows it.
+#[derive(Debug, Serialize)]
+pub struct EndpointReport {
+    pub name: String,
+    /// Its Streamable HTTP path.
+    pub path: String,
+    /// Its path on the older HTTP+SSE transport, if that is served.
+    pub sse_path: Option<String>,
+    pub mounts: Vec<String>,
+    /// Downstream sessions opened on it.
+    pub downstream_sessions: usize,
 }
 
 /// One mount, as the status page shows it.
@@ -161,6 +176,23 @@ pub fn status(gateway: &Gateway) -> Status {
             }
         })
         .collect();
+    let config = gateway.config();
+    let sessions_on = gateway.sessions().by_endpoint();
+    let endpoints = config
+        .endpoints
+        .iter()
+        .map(|endpoint| EndpointReport {
+            name: endpoint.name.to_string(),
+            path: crate::config::endpoint_path(&config.server.path, &endpoint.name),
+            sse_path: config
+                .server
+                .sse_path
+                .as_ref()
+                .map(|sse_path| crate::config::endpoint_path(sse_path, &endpoint.name)),
+            mounts: endpoint.mounts.iter().map(ToString::to_string).collect(),
+            downstream_sessions: sessions_on.get(&endpoint.name).copied().unwrap_or(0),
+        })
+        .collect();
     Status {
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: gateway.uptime().as_secs(),
@@ -168,6 +200,7 @@ pub fn status(gateway: &Gateway) -> Status {
         draining: gateway.is_draining(),
         downstream_sessions: gateway.sessions().len(),
         mounts,
+        endpoints,
     }
 }
 

@@ -70,6 +70,17 @@ pub fn render(status: &Status) -> String {
             restarts = mount.restarts,
         );
     }
+    let mut endpoints = String::new();
+    for endpoint in &status.endpoints {
+        let _ = write!(
+            endpoints,
+            "<div class=\"dim\">endpoint <b>{name}</b> at {path}: {mounts} · {sessions} client session(s)</div>",
+            name = escape(&endpoint.name),
+            path = escape(&endpoint.path),
+            mounts = escape(&endpoint.mounts.join(", ")),
+            sessions = endpoint.downstream_sessions,
+        );
+    }
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -86,7 +97,7 @@ th{{font-size:.75rem;text-transform:uppercase;color:#667}}\
 </style></head><body>\
 <h1>Junction {version}</h1>\
 <div class=\"dim\">{ready} · up {uptime} · {sessions} client session(s) · \
-<a href=\"/status.json\">status.json</a> · <a href=\"/metrics\">metrics</a></div>\
+<a href=\"/status.json\">status.json</a> · <a href=\"/metrics\">metrics</a></div>{endpoints}\
 <table><thead><tr><th>Mount</th><th>Transport</th><th>Health</th>\
 <th>Tools / prompts / resources</th><th>Upstream sessions</th><th>Restarts</th></tr></thead>\
 <tbody>{rows}</tbody></table></body></html>",
@@ -114,6 +125,13 @@ mod tests {
             ready: true,
             draining: false,
             downstream_sessions: 2,
+            endpoints: vec![crate::http::admin::EndpointReport {
+                name: "ide".into(),
+                path: "/mcp/ide".into(),
+                sse_path: None,
+                mounts: vec!["evil".into(), "<b>".into()],
+                downstream_sessions: 1,
+            }],
             mounts: vec![MountReport {
                 name: "evil".into(),
                 namespace: "".into(),
@@ -140,5 +158,8 @@ mod tests {
         assert!(html.contains("1h 2m"));
         assert!(html.contains("5 / 1 / 3"));
         assert!(html.contains("2 tools shadowed"));
+        assert!(
+            html.contains("endpoint <b>ide</b> at /mcp/ide: evil, &lt;b&gt; · 1 client session(s)")
+        );
     }
 }
