@@ -94,9 +94,17 @@ async fn an_endpoint_lists_and_reaches_only_its_mounts() {
         (wide.service().tool_list_changes() > 0).then_some(())
     })
     .await;
-    // Sent to every session told at once: a moment is enough to see one
-    // that was not meant to be told.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Told to every session at once, in one pass: by the time the main
+    // session lists the new tool, a notice sent here would have come.
+    eventually("the main session to list the bonus", OP_TIMEOUT, || async {
+        let names = tool_names(&wide).await;
+        names
+            .iter()
+            .any(|name| name == "shared__bonus")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(mounts_of(&tool_names(&narrow).await), ["private"]);
     assert_eq!(narrow.service().tool_list_changes(), 0);
     close(wide).await;
     close(narrow).await;
