@@ -55,10 +55,7 @@ impl DownstreamSession {
         let mut text = String::from("Junction MCP gateway. Mounted servers:");
         let state = self.state();
         let mounts = self.gateway.mounts();
-        let seen = mounts
-            .iter()
-            .filter(|mount| state.sees_mount(&self.gateway, &mount.config.name));
-        for mount in seen {
+        for mount in self.gateway.served(state.endpoint(), &mounts) {
             let namespace = mount.config.namespace.as_str();
             let naming = if namespace.is_empty() {
                 "names unchanged".to_owned()
@@ -470,12 +467,9 @@ impl ServerHandler for DownstreamSession {
     /// are answered per calling client, so they hold no roots to refresh.
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         let state = self.state();
-        for mount in self.gateway.mounts().iter() {
-            // A mount a reload took off the session's endpoint is not
-            // reached any more, though its upstream may still run.
-            if mount.config.isolation != Isolation::PerSession
-                || !state.sees_mount(&self.gateway, &mount.config.name)
-            {
+        let mounts = self.gateway.mounts();
+        for mount in self.gateway.served(state.endpoint(), &mounts) {
+            if mount.config.isolation != Isolation::PerSession {
                 continue;
             }
             // One still opening is told too, once open: it may have asked
@@ -779,9 +773,7 @@ impl ServerHandler for DownstreamSession {
             // the mounts after it.
             let mounts = self.gateway.mounts();
             let state = self.state();
-            let seen = mounts
-                .iter()
-                .filter(|mount| state.sees_mount(&self.gateway, &mount.config.name));
+            let seen = self.gateway.served(state.endpoint(), &mounts);
             let tell = seen.map(|mount| async move {
                 let upstream = match mount.config.isolation {
                     // Not waited for: one still starting is told the level

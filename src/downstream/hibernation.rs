@@ -218,8 +218,23 @@ impl Hibernation {
 
     /// Every session initialized and awake.
     pub(crate) fn all_awake(&self) -> Vec<Arc<SessionState>> {
-        let live: Vec<Weak<SessionState>> = lock(&self.live).values().cloned().collect();
-        live.iter().filter_map(Weak::upgrade).collect()
+        self.awake_by_id()
+            .into_iter()
+            .map(|(_, state)| state)
+            .collect()
+    }
+
+    /// Every session initialized and awake, with rmcp's id for it. The
+    /// states are taken out of the lock before they are upgraded: the
+    /// last one dropped would end its session under it.
+    fn awake_by_id(&self) -> Vec<(Arc<str>, Arc<SessionState>)> {
+        let live: Vec<(Arc<str>, Weak<SessionState>)> = lock(&self.live)
+            .iter()
+            .map(|(id, state)| (id.clone(), state.clone()))
+            .collect();
+        live.into_iter()
+            .filter_map(|(id, state)| Some((id, state.upgrade()?)))
+            .collect()
     }
 
     /// The sessions opened on an endpoint `exists` no longer finds (a
@@ -232,13 +247,10 @@ impl Hibernation {
         exists: impl Fn(&str) -> bool,
     ) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
         let gone = |endpoint: Option<&str>| endpoint.is_some_and(|name| !exists(name));
-        let live: Vec<(Arc<str>, Weak<SessionState>)> = lock(&self.live)
-            .iter()
-            .map(|(id, state)| (id.clone(), state.clone()))
-            .collect();
-        let awake = live
+        let awake = self
+            .awake_by_id()
             .into_iter()
-            .filter(|(_, state)| state.upgrade().is_some_and(|state| gone(state.endpoint())))
+            .filter(|(_, state)| gone(state.endpoint()))
             .map(|(id, _)| id)
             .collect();
         let asleep: Vec<Arc<str>> = lock(&self.asleep)

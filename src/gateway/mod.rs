@@ -292,24 +292,21 @@ impl Gateway {
     /// start anything).
     pub fn is_prepared(&self, profile: ClientProfile, endpoint: Option<&str>) -> bool {
         let mounts = self.mounts();
-        let mut served = mounts
-            .iter()
-            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name));
-        served.all(|mount| {
+        let prepared = self.served(endpoint, &mounts).all(|mount| {
             let serving = mount.serving_profile(profile);
             serving == ClientProfile::FULL
                 || mount.is_discovered(serving)
                 || (mount.has_inherited(serving) && mount.discovery_started(serving))
-        })
+        });
+        prepared
     }
 
     /// Makes sure the per-session mounts `endpoint` serves know their
     /// lists for `profile` (bounded wait); a no-op once done.
     pub async fn prepare(&self, profile: ClientProfile, endpoint: Option<&str>) {
         let mounts = self.mounts();
-        let pending: Vec<_> = mounts
-            .iter()
-            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name))
+        let pending: Vec<_> = self
+            .served(endpoint, &mounts)
             .filter(|mount| {
                 let serving = mount.serving_profile(profile);
                 if serving == ClientProfile::FULL || mount.is_discovered(serving) {
@@ -405,6 +402,27 @@ impl Gateway {
         }
     }
 
+    /// The mounts of `mounts` (config order kept) that the sessions of
+    /// `endpoint` see: [`Self::endpoint_serves`] over a list, the config
+    /// read once.
+    pub fn served<'a>(
+        &self,
+        endpoint: Option<&str>,
+        mounts: &'a [Arc<Mount>],
+    ) -> impl Iterator<Item = &'a Arc<Mount>> + 'a {
+        let names: Option<Vec<MountName>> = endpoint.map(|name| {
+            self.config()
+                .endpoint(name)
+                .map(|endpoint| endpoint.mounts.clone())
+                .unwrap_or_default()
+        });
+        mounts.iter().filter(move |mount| {
+            names
+                .as_ref()
+                .is_none_or(|names| names.contains(&mount.config.name))
+        })
+    }
+
     fn build_catalog(
         &self,
         profile: ClientProfile,
@@ -414,10 +432,9 @@ impl Gateway {
         // Taken before the mounts' lists are read (see `catalog`).
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let endpoint = endpoint.map(|name| name.as_ref());
+        let mounts = self.mounts();
         let views: Vec<MountView> = self
-            .mounts()
-            .iter()
-            .filter(|mount| self.endpoint_serves(endpoint, &mount.config.name))
+            .served(endpoint, &mounts)
             .map(|mount| MountView {
                 mount: mount.config.name.clone(),
                 namespace: mount.config.namespace.clone(),
