@@ -14,7 +14,7 @@ use common::*;
 use opentelemetry_proto::tonic::{
     collector::trace::v1::ExportTraceServiceRequest,
     common::v1::{any_value, KeyValue},
-    trace::v1::Span,
+    trace::v1::{span::SpanKind, Span},
 };
 use prost::Message;
 use rmcp::model::{CallToolRequestParams, MetaObject, PaginatedRequestParams, RequestMetaObject};
@@ -151,6 +151,10 @@ async fn spans_continue_the_client_trace_and_reach_the_upstream() {
         .await;
     assert_eq!(hex(&server.trace_id), TRACE_ID);
     assert_eq!(hex(&server.parent_span_id), CLIENT_SPAN_ID);
+    // Named and kinded for OpenTelemetry, though neither is a log field.
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    assert_eq!(upstream.kind, SpanKind::Client as i32);
+    assert_eq!(upstream.name, "tools/call shared");
     assert_eq!(
         attribute(&server, "mcp.method.name").as_deref(),
         Some("tools/call")
@@ -660,6 +664,9 @@ async fn json_logs_carry_the_request_context_but_not_the_session_id() {
     assert_eq!(span["mcp.method.name"], "tools/call", "{record}");
     assert_eq!(span["junction.mount"], "private", "{record}");
     assert_eq!(span["gen_ai.tool.name"], "private__echo", "{record}");
+    // OpenTelemetry's own fields stay out of the log (traces are off).
+    assert!(span.get("otel.kind").is_none(), "{record}");
+    assert!(span.get("otel.name").is_none(), "{record}");
     assert_eq!(
         span["mcp.session.id"],
         junction::telemetry::redact::session_fingerprint(&session),

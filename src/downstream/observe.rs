@@ -13,7 +13,7 @@
 //! sent; no header value that could hold a secret is ever recorded, and
 //! what else the client chose (ids, URIs) is cut to a bounded length.
 
-use std::{cell::RefCell, future::Future, time::Instant};
+use std::{cell::RefCell, future::Future, sync::Arc, time::Instant};
 
 use rmcp::{
     model::{
@@ -158,7 +158,7 @@ impl Outcome for serde_json::Value {
 /// JSON-RPC id, its HTTP headers (session id, protocol version, W3C trace
 /// context) and its `_meta` (trace context sent in the message, which
 /// wins).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct RequestOrigin<'a> {
     pub id: &'a RequestId,
     pub headers: Option<&'a axum::http::HeaderMap>,
@@ -167,6 +167,10 @@ pub(crate) struct RequestOrigin<'a> {
     /// ends with then is no answer (rmcp discards it) and no failure of
     /// the mount's.
     pub cancelled: Option<&'a tokio_util::sync::CancellationToken>,
+    /// The session's fingerprint, if its state has it already
+    /// ([`super::SessionState::fingerprint`]); else it is worked out from
+    /// the `Mcp-Session-Id` header.
+    pub session_fingerprint: Option<Arc<str>>,
 }
 
 impl<'a> RequestOrigin<'a> {
@@ -177,6 +181,7 @@ impl<'a> RequestOrigin<'a> {
             headers: super::http_headers(context),
             meta: Some(&context.meta.0),
             cancelled: Some(&context.ct),
+            session_fingerprint: None,
         }
     }
 
@@ -228,19 +233,24 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     origin: RequestOrigin<'_>,
     work: std::pin::Pin<Box<W>>,
 ) -> Result<T, ErrorData> {
-    let session_id = origin
-        .headers
-        .and_then(|headers| headers.get("mcp-session-id"))
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("");
+    let session_fingerprint = origin.session_fingerprint.clone().unwrap_or_else(|| {
+        crate::telemetry::redact::session_fingerprint(
+            origin
+                .headers
+                .and_then(|headers| headers.get("mcp-session-id"))
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or(""),
+        )
+        .into()
+    });
     let request_id = origin.id.to_string();
     let cancelled = origin.cancelled;
     let initialize = method == "initialize";
     let span = tracing::info_span!(
         "mcp.request",
         // `{method} {tool}` once a listed tool resolves (`names_listed`).
-        otel.name = method,
-        otel.kind = "server",
+        otel.name = Empty,
+        otel.kind = Empty,
         mcp.method.name = method,
         // Displayed, not debugged: no quoting and escaping on every request.
         jsonrpc.request.id = %bounded(&request_id),
@@ -248,7 +258,7 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         mcp.protocol.version = if initialize { None } else { origin.protocol_version().map(tracing::field::display) },
         // Never the id itself: logs and traces are read by more people
         // than the client that owns the session.
-        mcp.session.id = %crate::telemetry::redact::session_fingerprint(session_id),
+        mcp.session.id = %session_fingerprint,
         gen_ai.tool.name = Empty,
         gen_ai.prompt.name = Empty,
         mcp.resource.uri = Empty,
@@ -259,6 +269,13 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         otel.status_code = Empty,
         otel.status_description = Empty,
     );
+    // OpenTelemetry's alone, read before the span starts (`adopt_parent`
+    // starts it): as log fields they repeat `mcp.method.name`, formatted
+    // on every request for nothing.
+    if crate::telemetry::exporting_traces() {
+        span.record("otel.name", method);
+        span.record("otel.kind", "server");
+    }
     adopt_parent(&span, origin.meta, origin.headers);
     // Downstream is Streamable HTTP, always. Traces only: as log fields,
     // formatted on every request, they cost ~1% of a call (callgrind).
@@ -347,6 +364,7 @@ mod tests {
                 headers: Some(&headers),
                 meta: None,
                 cancelled: None,
+                session_fingerprint: None,
             };
             origin.protocol_version()
         };

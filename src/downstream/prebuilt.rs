@@ -79,6 +79,7 @@ pub(crate) async fn list(
             .map(|meta| &meta.0),
         // Answered at once from the catalog: nothing to cancel.
         cancelled: None,
+        session_fingerprint: state.fingerprint(),
     };
     let limit = gateway.config().limits.max_concurrent_requests;
     let method = listing.method();

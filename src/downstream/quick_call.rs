@@ -519,6 +519,7 @@ async fn observed(
         headers: headers.as_ref(),
         meta: Some(&meta.0),
         cancelled: Some(&cancel),
+        session_fingerprint: state.fingerprint(),
     };
     let work = routed::answer(&gateway, &state, call, &meta);
     admit_and_observe(&state.requests, limit, method, origin, work).await

@@ -336,9 +336,9 @@ impl UpstreamSession {
         let method = request.method().to_owned();
         let span = tracing::info_span!(
             "mcp.upstream.request",
-            otel.name = %format!("{method} {}", self.mount),
-            otel.kind = "client",
-            mcp.method.name = %method,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            mcp.method.name = method.as_str(),
             junction.mount = %self.mount,
             rpc.jsonrpc.error_code = tracing::field::Empty,
             rpc.response.status_code = tracing::field::Empty,
@@ -346,9 +346,14 @@ impl UpstreamSession {
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
-        // Traces only (see `telemetry::exporting_traces`).
+        // Traces only (see `telemetry::exporting_traces`). The name and
+        // kind, read before the span starts, are OpenTelemetry's alone: as
+        // log fields they were a `format!` and two fields formatted on
+        // every call for nothing.
         if crate::telemetry::exporting_traces() {
             use tracing_opentelemetry::OpenTelemetrySpanExt;
+            span.record("otel.name", format!("{method} {}", self.mount));
+            span.record("otel.kind", "client");
             span.set_attribute("network.transport", self.network_transport);
             if let Some(info) = self.peer.peer_info() {
                 span.set_attribute("mcp.protocol.version", info.protocol_version.to_string());
