@@ -48,6 +48,7 @@ pub mod config;
 pub mod demo;
 pub mod downstream;
 pub mod gateway;
+pub mod header_names;
 pub mod http;
 pub mod naming;
 pub mod rewrite;

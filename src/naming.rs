@@ -48,6 +48,11 @@ impl MountName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name's text, shared rather than copied.
+    pub fn shared_str(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
 
 impl fmt::Display for MountName {

@@ -40,6 +40,7 @@ use crate::{
     coalesce::Coalescer,
     config::{Isolation, UpstreamTransport},
     gateway::{Gateway, Mount, MountPhase, SessionKey, SessionTicket},
+    header_names,
     naming::MountName,
     upstream::{
         self, Caller, ClientProfile, ListKind, LogLevelSetting, Relay, UpstreamHandler,
@@ -77,7 +78,7 @@ pub(crate) fn served_endpoint(
 /// The `Mcp-Session-Id` the client sent with `context`'s request.
 pub(crate) fn http_session_id(context: &rmcp::service::RequestContext<RoleServer>) -> Option<&str> {
     http_headers(context)?
-        .get("mcp-session-id")
+        .get(&header_names::MCP_SESSION_ID)
         .and_then(|value| value.to_str().ok())
 }
 

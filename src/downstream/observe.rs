@@ -28,10 +28,11 @@ use rmcp::{
 use tracing::{field::Empty, Instrument};
 
 use crate::{
+    header_names,
     naming::MountName,
     telemetry::{
         context::adopt_parent,
-        metrics::{metrics, MethodLabels, RequestLabels},
+        metrics::{metrics, no_mount, MethodLabels, RequestLabels},
         redact::bounded,
     },
 };
@@ -193,7 +194,7 @@ impl<'a> RequestOrigin<'a> {
     fn protocol_version(&self) -> Option<&'static str> {
         let Some(sent) = self
             .headers
-            .and_then(|headers| headers.get("mcp-protocol-version"))
+            .and_then(|headers| headers.get(&header_names::MCP_PROTOCOL_VERSION))
         else {
             return Some("2025-03-26");
         };
@@ -237,7 +238,7 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
         crate::telemetry::redact::session_fingerprint(
             origin
                 .headers
-                .and_then(|headers| headers.get("mcp-session-id"))
+                .and_then(|headers| headers.get(&header_names::MCP_SESSION_ID))
                 .and_then(|value| value.to_str().ok())
                 .unwrap_or(""),
         )
@@ -333,16 +334,14 @@ async fn observe_inner<T: Outcome, W: Future<Output = Result<T, ErrorData>>>(
     metrics
         .requests
         .get_or_create(&RequestLabels {
-            mount: mount.map_or_else(|| "-".to_owned(), |m| m.as_str().to_owned()),
-            method: method.to_owned(),
+            mount: mount.map_or_else(no_mount, |m| m.shared_str()),
+            method,
             outcome,
         })
         .inc();
     metrics
         .request_duration
-        .get_or_create(&MethodLabels {
-            method: method.to_owned(),
-        })
+        .get_or_create(&MethodLabels { method })
         .observe(started.elapsed().as_secs_f64());
     result
 }

@@ -38,6 +38,7 @@ use serde_json::json;
 use crate::{
     downstream::LIMIT_EXCEEDED,
     gateway::{Gateway, SessionTicket},
+    header_names,
 };
 
 tokio::task_local! {
@@ -135,7 +136,7 @@ async fn refuse_new_work_while_draining(
 fn names_session(request: &Request) -> bool {
     request
         .headers()
-        .get("mcp-session-id")
+        .get(&header_names::MCP_SESSION_ID)
         .is_some_and(|id| id.to_str().is_ok())
 }
 

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     downstream::{hibernation::HibernationStore, DownstreamSession, ServedEndpoint},
     gateway::Gateway,
+    header_names,
 };
 pub use connections::serve as serve_connections;
 pub(crate) use json_guard::json_kind;
@@ -386,14 +387,14 @@ fn note_from_body(
     extensions: &mut axum::http::Extensions,
 ) {
     let version = headers
-        .get("mcp-protocol-version")
+        .get(&header_names::MCP_PROTOCOL_VERSION)
         .map(axum::http::HeaderValue::as_bytes);
     if let Some(task) = crate::downstream::tasks::task_augmentation(body, version) {
         extensions.insert(task);
     }
     // Only an `initialize` goes without a session: nothing to look for
     // in the bodies of a session's requests.
-    if !headers.contains_key("mcp-session-id")
+    if !headers.contains_key(&header_names::MCP_SESSION_ID)
         && memchr::memmem::find(body, b"\"initialize\"").is_some()
     {
         #[derive(serde::Deserialize)]
@@ -465,7 +466,7 @@ async fn session_answers(
     // after agrees: a header present is text.
     if request
         .headers()
-        .get("mcp-session-id")
+        .get(&header_names::MCP_SESSION_ID)
         .is_some_and(|id| id.to_str().is_err())
     {
         crate::telemetry::metrics().count_refused(crate::telemetry::metrics::Refusal::Malformed);
@@ -484,7 +485,9 @@ async fn session_answers(
         Some(_) => request.headers().get(axum::http::header::ORIGIN).cloned(),
         None => None,
     };
-    let names_session = request.headers().contains_key("mcp-session-id");
+    let names_session = request
+        .headers()
+        .contains_key(&header_names::MCP_SESSION_ID);
     let response = match origin {
         None => answer_for_session(&edge, request, next).await,
         Some(origin) => {
@@ -561,7 +564,7 @@ async fn answer_for_session(
     let method = request.method().clone();
     let session = request
         .headers()
-        .get("mcp-session-id")
+        .get(&header_names::MCP_SESSION_ID)
         .and_then(|id| id.to_str().ok())
         .map(rmcp::transport::streamable_http_server::session::SessionId::from);
     if method != axum::http::Method::DELETE && method != axum::http::Method::POST {
@@ -570,7 +573,7 @@ async fn answer_for_session(
                 // Bytes past ASCII are in no id the gateway gives out: kept
                 // (lossily) so the resume is refused, where rmcp would take
                 // an id it cannot read for no id and open a fresh stream.
-                let id = request.headers().get("last-event-id")?;
+                let id = request.headers().get(&header_names::LAST_EVENT_ID)?;
                 Some(String::from_utf8_lossy(id.as_bytes()).into_owned())
             })
             .flatten();

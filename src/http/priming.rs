@@ -23,6 +23,8 @@ use axum::{
 };
 use futures::StreamExt;
 
+use crate::header_names;
+
 /// The first version whose clients expect priming events.
 const FIRST_WITH_PRIMING: &str = "2025-11-25";
 
@@ -36,7 +38,7 @@ pub struct RequestedVersion(pub String);
 /// are dates, so they compare as text; one the gateway does not know is
 /// answered with its newest, which has them.
 pub fn expects_priming(headers: &HeaderMap, requested: Option<&RequestedVersion>) -> bool {
-    let version = match (headers.get("mcp-protocol-version"), requested) {
+    let version = match (headers.get(&header_names::MCP_PROTOCOL_VERSION), requested) {
         (Some(version), _) => version.to_str().unwrap_or(FIRST_WITH_PRIMING),
         (None, Some(RequestedVersion(version))) => {
             let known = rmcp::model::ProtocolVersion::KNOWN_VERSIONS

@@ -53,8 +53,12 @@ pub fn adopt_parent(
             fields.insert(TRACESTATE, tracestate.to_owned());
         }
     } else if let Some(headers) = headers {
-        for name in [TRACEPARENT, TRACESTATE] {
-            if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
+        let names = [
+            (TRACEPARENT, crate::header_names::TRACEPARENT),
+            (TRACESTATE, crate::header_names::TRACESTATE),
+        ];
+        for (name, header) in names {
+            if let Some(value) = headers.get(&header).and_then(|v| v.to_str().ok()) {
                 fields.insert(name, value.to_owned());
             }
         }

@@ -6,7 +6,7 @@
 //! method set, outcomes and kinds from fixed lists; never tool arguments,
 //! session ids or URIs.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use prometheus_client::{
     encoding::{
@@ -17,25 +17,35 @@ use prometheus_client::{
     registry::Registry,
 };
 
+// The labels counted on every request share or borrow their text: a
+// `String` each was an allocation per label per request, for a lookup
+// that finds the series already there.
+
 /// Labels of a downstream request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    /// The mount it was routed to, or `-` for requests answered locally
-    /// (lists, ping) or not routable.
-    pub mount: String,
-    pub method: String,
+    /// The mount it was routed to, or `-` ([`no_mount`]) for requests
+    /// answered locally (lists, ping) or not routable.
+    pub mount: Arc<str>,
+    pub method: &'static str,
     /// `ok`, `error` (JSON-RPC error) or `tool_error` (`isError: true`).
     pub outcome: &'static str,
 }
 
+/// The `mount` label of a request routed to no mount.
+pub fn no_mount() -> Arc<str> {
+    static NO_MOUNT: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("-"));
+    NO_MOUNT.clone()
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
-    pub method: String,
+    pub method: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabels {
-    pub mount: String,
+    pub mount: Arc<str>,
     pub method: String,
 }
 

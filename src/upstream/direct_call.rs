@@ -55,6 +55,8 @@ use serde::Deserialize;
 use sse_stream::SseStream;
 use tokio::sync::mpsc;
 
+use crate::header_names::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
 use super::{
     http_client::trace_headers,
     ordered::says_session_is_gone,
@@ -63,8 +65,6 @@ use super::{
     same_task_http::{self, SameTaskClient, SameTaskError},
     Relay,
 };
-
-const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// How often in a row a broken answer stream is resumed without anything
 /// new on it before the request fails. A resume that brings a new event
@@ -140,7 +140,7 @@ impl ReadySession {
             });
         let cancels_reach_the_handler = post
             .headers
-            .get(&HeaderName::from_static("mcp-protocol-version"))
+            .get(&MCP_PROTOCOL_VERSION)
             .and_then(|version| version.to_str().ok())
             .is_none_or(|version| version < rmcp::model::ProtocolVersion::NO_INITIALIZE.as_str());
         Some(Self {

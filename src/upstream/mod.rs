@@ -412,7 +412,7 @@ impl UpstreamSession {
             metrics()
                 .upstream_duration
                 .get_or_create(&UpstreamLabels {
-                    mount: self.mount.as_str().to_owned(),
+                    mount: self.mount.shared_str(),
                     method,
                 })
                 .observe(started.elapsed().as_secs_f64());

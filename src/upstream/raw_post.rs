@@ -28,6 +28,8 @@ use sse_stream::{Sse, SseStream};
 
 use super::raw::RawAnswers;
 
+use crate::header_names;
+
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
 
 /// What the POST needs besides the message.
@@ -64,7 +66,7 @@ impl RawPost<'_> {
         }
         let session = response
             .headers()
-            .get("mcp-session-id")
+            .get(&header_names::MCP_SESSION_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         let content_type = content_type(response.headers());
