@@ -291,7 +291,7 @@ impl Gateway {
             for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                 self.sessions.notify_list_changed(kind, |_, _| true);
             }
-        } else {
+        } else if !endpoints_changed.is_empty() || offers_other_tools {
             let endpoint_changed = |endpoint: Option<&str>| {
                 endpoint.is_some_and(|name| endpoints_changed.contains(name))
             };

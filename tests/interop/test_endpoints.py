@@ -7,15 +7,15 @@ another mount is unknown there (-32602), as a tool of no mount is."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import anyio
 import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-
-import json
-from pathlib import Path
 
 from conftest import Gateway, node_bin
 from test_relay import Peer, connect, dump, list_all_tools, text_of
