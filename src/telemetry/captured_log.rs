@@ -38,6 +38,7 @@ pub(crate) fn capture() -> (CapturedLog, DefaultGuard) {
         .with_writer(move || writer.clone())
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
+        .fmt_fields(super::plain_fields::PlainFields)
         .finish();
     (log, tracing::subscriber::set_default(subscriber))
 }

@@ -1,8 +1,9 @@
 //! Observability: logs, traces and metrics.
 //!
 //! [`init`] installs the `tracing` subscriber once per process: text (one
-//! event per line: `one_line.rs`) or JSON logs on stderr, plus an OpenTelemetry layer exporting spans over OTLP
-//! when an endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT` is set);
+//! event per line: `one_line.rs`; fields written by `plain_fields.rs`) or
+//! JSON logs on stderr, plus an OpenTelemetry layer exporting spans over
+//! OTLP when an endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT` is set);
 //! with no endpoint no exporter exists and spans cost only what `tracing`
 //! costs. [`metrics`] holds the Prometheus metrics; [`context`] carries
 //! W3C trace context in and out of MCP messages; [`redact`] keeps session
@@ -14,6 +15,7 @@ pub mod context;
 mod export_watch;
 pub mod metrics;
 mod one_line;
+mod plain_fields;
 pub mod redact;
 mod rmcp_events;
 
@@ -238,7 +240,10 @@ pub fn init(format: LogFormat, filter: &str, traces: Option<TraceExport>) -> Tel
     let log_filter = || EnvFilter::new(&filter);
     let fmt = tracing_subscriber::fmt::layer().with_ansi(false);
     let fmt = match format {
-        LogFormat::Text => fmt.with_writer(one_line::OneLineStderr).boxed(),
+        LogFormat::Text => fmt
+            .fmt_fields(plain_fields::PlainFields)
+            .with_writer(one_line::OneLineStderr)
+            .boxed(),
         // `span` is the innermost span; `spans` every one the line is in,
         // so a line inside an upstream request keeps the downstream
         // request's session and tool.
