@@ -92,6 +92,11 @@ pub struct ListedCounts {
     pub resource_templates: usize,
 }
 
+/// A list's names to their routes, looked up on every routed request.
+/// foldhash, seeded per process like SipHash but cheaper on every lookup:
+/// the names come from the configured upstreams' lists.
+type Routes = foldhash::HashMap<String, Route>;
+
 /// Every mount's lists merged, qualified and indexed.
 #[derive(Debug, Default)]
 pub struct MergedCatalog {
@@ -115,10 +120,10 @@ pub struct MergedCatalog {
     /// The mounts that hide some tools, with their filters: a name such a
     /// mount's namespace claims routes only to a tool it offers.
     tool_filters: HashMap<MountName, Arc<ToolFilter>>,
-    tool_routes: HashMap<String, Route>,
-    prompt_routes: HashMap<String, Route>,
-    resource_routes: HashMap<String, Route>,
-    template_routes: HashMap<String, Route>,
+    tool_routes: Routes,
+    prompt_routes: Routes,
+    resource_routes: Routes,
+    template_routes: Routes,
     /// The first page of each list as its `*/list` result in JSON, made on
     /// first use (by [`Listing`]): every client lists them, and the catalog
     /// never changes.
@@ -302,7 +307,7 @@ impl MergedCatalog {
     /// so its own catalog may hold more. For the status page, not a
     /// request's path: it walks every route.
     pub fn listed_of(&self, mount: &MountName) -> ListedCounts {
-        let count = |routes: &HashMap<String, Route>| {
+        let count = |routes: &Routes| {
             routes
                 .values()
                 .filter(|route| route.mount == *mount)
@@ -401,12 +406,7 @@ impl MergedCatalog {
 }
 
 /// Records `name` for `view` unless taken; returns the mount that has it.
-fn claim(
-    routes: &mut HashMap<String, Route>,
-    name: &str,
-    view: &MountView,
-    original: &str,
-) -> Option<Route> {
+fn claim(routes: &mut Routes, name: &str, view: &MountView, original: &str) -> Option<Route> {
     if let Some(existing) = routes.get(name) {
         return Some(existing.clone());
     }

@@ -78,11 +78,7 @@ impl MergedCatalog {
 
     /// A name found in `listed` (tools' or prompts' routes), else claimed
     /// by its namespace prefix; `true` for the first.
-    fn resolve_listed(
-        &self,
-        listed: &std::collections::HashMap<String, Route>,
-        name: &str,
-    ) -> Option<(Route, bool)> {
+    fn resolve_listed(&self, listed: &super::Routes, name: &str) -> Option<(Route, bool)> {
         match listed.get(name) {
             Some(route) => Some((route.clone(), true)),
             None => self

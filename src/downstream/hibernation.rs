@@ -29,13 +29,14 @@
 //! request) or deleted by its client ends as an awake one would.
 
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, MutexGuard, PoisonError, Weak,
     },
     time::{Duration, Instant},
 };
+
+use foldhash::HashMap;
 
 use rmcp::{
     model::{InitializeRequestParams, LoggingLevel},

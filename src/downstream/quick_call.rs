@@ -35,7 +35,6 @@
 //! it) and a session not initialized or asleep go to rmcp as before.
 
 use std::{
-    collections::HashMap,
     future::Future,
     pin::Pin,
     sync::{
@@ -44,6 +43,8 @@ use std::{
     },
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use bytes::Bytes;
 use rmcp::{

@@ -14,13 +14,15 @@
 //! until its client reads again (see [`RelatedQueue::push_waiting`]).
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
     },
     task::{Context, Poll},
 };
+
+use foldhash::HashMap;
 
 use futures::task::AtomicWaker;
 use rmcp::model::{RequestId, ServerNotification};

@@ -67,7 +67,7 @@ pub struct Gateway {
     /// In config order, which decides name collisions; reload swaps it.
     mounts: ArcSwap<Vec<Arc<Mount>>>,
     /// Merged catalogs, built on first use after a change.
-    catalogs: Mutex<HashMap<CatalogKey, Arc<MergedCatalog>>>,
+    catalogs: Mutex<foldhash::HashMap<CatalogKey, Arc<MergedCatalog>>>,
     /// The last generation given to a merged catalog: each build takes
     /// the next one, so a cursor (which carries it) is good only for the
     /// catalog that issued it, a session's own included.
@@ -153,7 +153,7 @@ impl Gateway {
             Gateway {
                 config: live,
                 mounts: ArcSwap::from_pointee(mounts),
-                catalogs: Mutex::new(HashMap::new()),
+                catalogs: Mutex::default(),
                 generation: AtomicU64::new(1),
                 changed_at: AtomicU64::new(0),
                 sessions: SessionRegistry::default(),

@@ -16,13 +16,14 @@
 //! upstream session opened for it, per-session ones included.
 
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use arc_swap::ArcSwapOption;
 use serde::Serialize;
@@ -275,7 +276,7 @@ impl Mount {
             tuning: arc_swap::ArcSwap::from_pointee(MountTuning::of(&config)),
             config,
             live,
-            profiles: Mutex::new(HashMap::new()),
+            profiles: Mutex::new(HashMap::default()),
             status: Mutex::new(MountStatus {
                 phase: MountPhase::Starting,
                 last_error: None,

@@ -18,10 +18,11 @@
 
 use std::{
     cell::Cell,
-    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use rmcp::transport::streamable_http_server::session::SessionId;
 // Tokio's clock, so that the tests can move it instead of sleeping.

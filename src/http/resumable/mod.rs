@@ -47,10 +47,11 @@
 //! died in that instant, the response is lost, as with any HTTP response.)
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use futures::{FutureExt, Stream, StreamExt};
 use rmcp::{

@@ -13,10 +13,11 @@
 //! long for the session's worker.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
+
+use foldhash::HashMap;
 
 use rmcp::transport::streamable_http_server::session::SessionId;
 

@@ -60,7 +60,7 @@ const MAX_KEPT_EVENTS: usize = 256;
 const RESUME_BUFFER: usize = 16;
 
 impl Streams {
-    fn logs(&self) -> MutexGuard<'_, std::collections::HashMap<StreamKey, Arc<StreamLog>>> {
+    fn logs(&self) -> MutexGuard<'_, foldhash::HashMap<StreamKey, Arc<StreamLog>>> {
         lock(&self.logs)
     }
 

@@ -76,7 +76,7 @@ pub(crate) const STANDALONE_KEPT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Each session's open standalone streams, and the task reading one whose
 /// client went away ([`keep_while_away`]).
-pub(super) type OpenStandalone = std::collections::HashMap<SessionId, Vec<Weak<Cuttable>>>;
+pub(super) type OpenStandalone = foldhash::HashMap<SessionId, Vec<Weak<Cuttable>>>;
 
 /// The ids a session's standalone streams give out: rmcp's index `n` is
 /// `base + n + 1`, and `last` the highest given so far. `base` moves past
