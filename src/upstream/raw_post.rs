@@ -215,24 +215,34 @@ struct EventScanner {
 
 impl EventScanner {
     /// Whether the current event is still within `limit` after `chunk`.
+    ///
+    /// Line by line, with memchr finding the line ends: byte by byte, the
+    /// scan was ~1% of a proxied call's instructions.
     fn feed(&mut self, chunk: &[u8], limit: usize) -> bool {
-        for byte in chunk {
-            match byte {
-                b'\n' if self.at_line_start => {
-                    self.in_event = 0;
-                }
-                b'\n' => self.at_line_start = true,
-                b'\r' => {}
-                _ => {
-                    self.at_line_start = false;
-                    self.in_event += 1;
-                }
-            }
-            if self.in_event > limit {
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', chunk) {
+            if !self.count(&chunk[start..end], limit) {
                 return false;
             }
+            if self.at_line_start {
+                // A blank line: the event ended.
+                self.in_event = 0;
+            }
+            self.at_line_start = true;
+            start = end + 1;
         }
-        true
+        self.count(&chunk[start..], limit)
+    }
+
+    /// Counts a piece of a line (no `\n` in it); a `\r` counts for
+    /// nothing, so that `\r\n\r\n` ends an event.
+    fn count(&mut self, text: &[u8], limit: usize) -> bool {
+        let counted = text.len() - memchr::memchr_iter(b'\r', text).count();
+        if counted > 0 {
+            self.at_line_start = false;
+            self.in_event += counted;
+        }
+        self.in_event <= limit
     }
 }
 
@@ -246,5 +256,57 @@ mod tests {
         assert!(scanner.feed(b"data: 123\n\n", 10));
         assert!(scanner.feed(b"data: 12\r\n\r\ndata: 1234", 10));
         assert!(!scanner.feed(b"5678", 10), "one event of 14 bytes");
+    }
+
+    /// The scanner as it was first written, one byte at a time: what
+    /// [`EventScanner::feed`] must agree with.
+    fn feed_bytewise(scanner: &mut EventScanner, chunk: &[u8], limit: usize) -> bool {
+        for byte in chunk {
+            match byte {
+                b'\n' if scanner.at_line_start => scanner.in_event = 0,
+                b'\n' => scanner.at_line_start = true,
+                b'\r' => {}
+                _ => {
+                    scanner.at_line_start = false;
+                    scanner.in_event += 1;
+                }
+            }
+            if scanner.in_event > limit {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn line_by_line_agrees_with_byte_by_byte() {
+        // A fixed xorshift: the same 2,000 streams on every run.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"\n\n\r\rd:a ";
+        for _ in 0..2_000 {
+            let limit = (next() % 12) as usize;
+            let (mut fast, mut slow) = (EventScanner::default(), EventScanner::default());
+            for _ in 0..(next() % 6) {
+                let chunk: Vec<u8> = (0..next() % 16)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                    .collect();
+                let within = fast.feed(&chunk, limit);
+                assert_eq!(within, feed_bytewise(&mut slow, &chunk, limit), "{chunk:?}");
+                if !within {
+                    break;
+                }
+                assert_eq!(
+                    (fast.in_event, fast.at_line_start),
+                    (slow.in_event, slow.at_line_start),
+                    "{chunk:?}"
+                );
+            }
+        }
     }
 }
