@@ -19,7 +19,7 @@
 //! [`classify`] only on a body it refuses, to tell a parse error from an
 //! invalid request: a valid body costs one parse here. The most frequent
 //! body, a `tools/call`, is told by a plain struct read
-//! ([`is_plain_tool_call`]) instead of rmcp's untagged one, which buffers
+//! ([`plain_tool_call`]) instead of rmcp's untagged one, which buffers
 //! every value and tries each kind of message in turn; it says yes only to
 //! bodies rmcp's read takes as a `tools/call` (a test holds it to that over
 //! the fuzz corpus), and anything else goes the typed way.
@@ -116,11 +116,31 @@ pub enum ShapeRejection {
 
 /// Whether one JSON object (as passed by [`classify`]) is a message rmcp
 /// can read; if not, why, in JSON-RPC's terms.
+#[allow(dead_code)] // the tests' and the fuzz target's; the middleware reads `shape`
 pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
-    use rmcp::model::{ClientRequest, JsonRpcMessage, RequestOptionalParam};
-    if is_plain_tool_call(body) {
-        return Ok(());
+    shape(body).map(|_| ())
+}
+
+/// A body [`check_shape`] found to be a well-formed `tools/call` request
+/// by its plain read, as read (a request extension): the fast lane's to
+/// take (`fast_lane.rs`).
+#[derive(Clone)]
+pub struct PlainToolCall(pub rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>);
+
+/// What [`check_shape`] decides, and whether by the plain `tools/call` read.
+fn shape(body: &[u8]) -> Result<Plain, ShapeRejection> {
+    if let Some(call) = plain_tool_call(body) {
+        return Ok(Plain(Some(call)));
     }
+    check_typed(body).map(|()| Plain(None))
+}
+
+/// The call, if a body passed as a plain `tools/call`.
+struct Plain(Option<rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>>);
+
+/// [`check_shape`] for a body that is no plain `tools/call`.
+fn check_typed(body: &[u8]) -> Result<(), ShapeRejection> {
+    use rmcp::model::{ClientRequest, JsonRpcMessage, RequestOptionalParam};
     let typed = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
         // rmcp reads a known method whose params do not fit as a custom
         // request (and would then answer "method not found").
@@ -245,22 +265,28 @@ struct Members {
 }
 
 /// Whether `body` is a well-formed `tools/call` request, by a plain struct
-/// read. Every field is read with the type rmcp reads it with; unknown
-/// fields are ignored, as rmcp does; a duplicate field, or anything else
-/// odd, is a no (and the body goes the typed way).
+/// read (see [`plain_tool_call`]).
+#[cfg(test)]
 fn is_plain_tool_call(body: &[u8]) -> bool {
+    plain_tool_call(body).is_some()
+}
+
+/// `body` as a `tools/call` request, if it is a well-formed one, by a
+/// plain struct read: the call itself is read as rmcp reads it (its
+/// `CallToolRequest`, `_meta` taken out of the params as rmcp takes it),
+/// the envelope by a struct instead of rmcp's untagged message enum.
+/// Unknown fields are ignored, as rmcp does; a duplicate field, or anything
+/// else odd, is a no (and the body goes the typed way).
+pub fn plain_tool_call(
+    body: &[u8],
+) -> Option<rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>> {
     #[derive(serde::Deserialize)]
-    enum ToolsCall {
-        #[serde(rename = "tools/call")]
-        ToolsCall,
-    }
-    #[derive(serde::Deserialize)]
-    #[allow(dead_code)] // read to be checked, not used
     struct ToolCall {
+        #[allow(dead_code)] // read to be checked
         jsonrpc: rmcp::model::JsonRpcVersion2_0,
         id: rmcp::model::RequestId,
-        method: ToolsCall,
-        params: rmcp::model::CallToolRequestParams,
+        #[serde(flatten)]
+        call: rmcp::model::CallToolRequest,
         // rmcp takes a message by the keys it has: with either of these,
         // even `null`, it is no request.
         #[serde(default, deserialize_with = "present")]
@@ -271,7 +297,14 @@ fn is_plain_tool_call(body: &[u8]) -> bool {
     fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
         serde::de::IgnoredAny::deserialize(deserializer).map(|_| true)
     }
-    serde_json::from_slice::<ToolCall>(body).is_ok_and(|call| !call.result && !call.error)
+    let ToolCall {
+        id,
+        call,
+        result,
+        error,
+        ..
+    } = serde_json::from_slice::<ToolCall>(body).ok()?;
+    (!result && !error).then(|| rmcp::model::JsonRpcRequest::new(id, call))
 }
 
 /// For a method of the handshake-era protocol that rmcp reads into typed
@@ -625,8 +658,8 @@ async fn check_message(
 ) -> Response {
     // One typed read decides for every well-formed message (it is the read
     // rmcp makes next); only a body it refuses is looked at more closely.
-    match check_shape(&bytes) {
-        Ok(()) => {}
+    let plain_tool_call = match shape(&bytes) {
+        Ok(Plain(plain)) => plain,
         // A valid request with a JSON-RPC error answer: 200, so clients
         // hand the error to the caller like any other. Not without the
         // session it needs: that is rmcp's 400 first, whatever the params
@@ -649,9 +682,12 @@ async fn check_message(
             };
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, message);
         }
-    }
+    };
     let mut parts = parts;
     (rules.annotate)(&bytes, &parts.headers, &mut parts.extensions);
+    if let Some(call) = plain_tool_call {
+        parts.extensions.insert(PlainToolCall(call));
+    }
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
     next.run(request).await

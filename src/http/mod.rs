@@ -39,6 +39,7 @@ mod answer_slot;
 mod batch;
 mod connections;
 mod cors;
+mod fast_lane;
 mod host_check;
 mod json_guard;
 mod lane_dispatch;
@@ -113,6 +114,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // clone it per request, copying its Host/Origin allow-lists each time.
     let mcp = Arc::new(mcp);
     let endpoints_mcp = mcp.clone();
+    let endpoints_sessions = manager.clone();
     let endpoints_gateway = gateway.clone();
     // The edge's checks, outermost first, stacked once here over concrete
     // services. As `Router::layer`s each wrapped a boxed route, and axum's
@@ -150,14 +152,17 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             gateway.clone(),
             admission::reserve_session,
         ));
+    let main_sessions = manager.clone();
     let main_endpoint = edge.service(tower::service_fn(move |request: axum::extract::Request| {
         let mcp = mcp.clone();
-        async move { Ok::<_, std::convert::Infallible>(serve_mcp(mcp, request).await) }
+        let sessions = main_sessions.clone();
+        async move { Ok::<_, std::convert::Infallible>(serve_mcp(mcp, sessions, request).await) }
     }));
     // `[endpoints.NAME]`, read live: a reload adds and removes them.
     let named_endpoints = edge.service(tower::service_fn(
         move |mut request: axum::extract::Request| {
             let mcp = endpoints_mcp.clone();
+            let sessions = endpoints_sessions.clone();
             let config = endpoints_gateway.config();
             // The name is read from the path, not with axum's `Path`: the
             // older transport's bridge (`sse_endpoint.rs`) passes requests
@@ -171,7 +176,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
                     return Ok::<_, std::convert::Infallible>(no_such_endpoint(&name));
                 };
                 request.extensions_mut().insert(served);
-                Ok(serve_mcp(mcp, request).await)
+                Ok(serve_mcp(mcp, sessions, request).await)
             }
         },
     ));
@@ -228,6 +233,7 @@ type McpService = StreamableHttpService<DownstreamSession, resumable::ResumableS
 /// with its [`ServedEndpoint`] noted), through rmcp's service.
 async fn serve_mcp(
     mcp: Arc<McpService>,
+    sessions: Arc<resumable::ResumableSessions>,
     request: axum::extract::Request,
 ) -> axum::response::Response {
     // Boxed: hyper allocates a slot the size of this future for every
@@ -239,19 +245,25 @@ async fn serve_mcp(
         request.headers(),
         request.extensions().get::<priming::RequestedVersion>(),
     );
-    let handle = Box::pin(mcp.handle(request));
     if !is_post {
-        let response = handle.await.map(axum::body::Body::new);
+        let response = Box::pin(mcp.handle(request))
+            .await
+            .map(axum::body::Body::new);
         return match expects_priming {
             true => response,
             false => priming::without_priming(response),
         };
     }
+    let handle = Box::pin(async move {
+        match fast_lane::serve(&mcp.config, &sessions, request).await {
+            Ok(response) => response,
+            Err(request) => mcp.handle(request).await.map(axum::body::Body::new),
+        }
+    });
     // One deadline for both waits: a quick call's answer
     // (`downstream/quick_call.rs`) and a quick SSE stream.
     let deadline = tokio::time::Instant::now() + one_write::HOLD;
-    let response =
-        answer_slot::around(deadline, async { handle.await.map(axum::body::Body::new) }).await;
+    let response = answer_slot::around(deadline, handle).await;
     let response = one_write::gather_quick_answer(response, deadline).await;
     match expects_priming {
         true => response,

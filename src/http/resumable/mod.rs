@@ -160,6 +160,16 @@ impl ResumableSessions {
         }
     }
 
+    /// Whether session `id` is one rmcp serves now, awake: for the fast
+    /// lane (`fast_lane.rs`), which goes to [`SessionManager::create_stream`]
+    /// only then. A use of the session, as [`SessionManager::has_session`]
+    /// is; unlike it, claims no wake (one asleep is rmcp's to restore: the
+    /// request goes its way and asks again).
+    pub(crate) async fn is_awake(&self, id: &SessionId) -> bool {
+        self.activity.used(id).await == Some(Phase::Awake)
+            && self.sessions.has_session(id).await.unwrap_or(false)
+    }
+
     /// Whether `last_event_id` names a request stream of session `id`
     /// that has ended (answered and read, or given up) and is no longer
     /// kept: nothing more will ever be sent on it.
