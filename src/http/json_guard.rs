@@ -122,8 +122,8 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
 }
 
 /// A body [`check_shape`] found to be a well-formed `tools/call` request
-/// by its plain read, as read (a request extension): the fast lane's to
-/// take (`fast_lane.rs`).
+/// by its plain read, as read (a request extension): for `call_bypass.rs`
+/// to take past rmcp's `handle_post`.
 #[derive(Clone)]
 pub struct PlainToolCall(pub rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>);
 

@@ -37,9 +37,9 @@ pub mod admin;
 mod admission;
 mod answer_slot;
 mod batch;
+mod call_bypass;
 mod connections;
 mod cors;
-mod fast_lane;
 mod host_check;
 mod json_guard;
 mod lane_dispatch;
@@ -255,7 +255,7 @@ async fn serve_mcp(
         };
     }
     let handle = Box::pin(async move {
-        match fast_lane::serve(&mcp.config, &sessions, request).await {
+        match call_bypass::serve(&mcp.config, &sessions, request).await {
             Ok(response) => response,
             Err(request) => mcp.handle(request).await.map(axum::body::Body::new),
         }

@@ -161,7 +161,7 @@ impl ResumableSessions {
     }
 
     /// Whether session `id` is one rmcp serves now, awake: for the fast
-    /// lane (`fast_lane.rs`), which goes to [`SessionManager::create_stream`]
+    /// bypass of rmcp's `handle_post` (`call_bypass.rs`), which goes to [`SessionManager::create_stream`]
     /// only then. A use of the session, as [`SessionManager::has_session`]
     /// is; unlike it, claims no wake (one asleep is rmcp's to restore: the
     /// request goes its way and asks again).

@@ -1,5 +1,6 @@
-//! The fast lane: a plain `tools/call` on an awake session, handed to the
-//! session layer without rmcp's `handle_post`.
+//! The bypass: a plain `tools/call` on an awake session, handed to the
+//! session layer without rmcp's `handle_post`. (Not to be confused with
+//! the serving threads, `lanes.rs`.)
 //!
 //! rmcp reads every POST body into its `ClientRequest`, an untagged enum
 //! that tries each of its variants in turn; a `tools/call` is the
@@ -9,11 +10,10 @@
 //! has already read such a body as a well-formed `tools/call`, straight
 //! into rmcp's `CallToolRequest` with rmcp's own types (its `_meta`
 //! handling included: [`PlainToolCall`]); here that call is given to the
-//! session layer as rmcp would give it:
-//! with the request's HTTP parts in its extensions, and its answer stream
-//! sent as rmcp sends one.
+//! session layer as rmcp would give it, with the request's HTTP parts in
+//! its extensions, and its answer stream is sent as rmcp sends one.
 //!
-//! Only where rmcp's checks would pass with nothing to say: the lane is
+//! Only where rmcp's checks would pass with nothing to say: the bypass is
 //! taken when the request is a POST in a stateful session that is awake,
 //! accepts both JSON and SSE in the plain way (no media parameters, no
 //! weights), says it is JSON, and carries no protocol version of 2026-07-28
@@ -51,7 +51,7 @@ use crate::header_names;
 /// the session: before 2026-07-28's per-request versions and headers.
 const PLAIN_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
-/// Serves `request` in the fast lane if it fits (module doc); otherwise
+/// Serves `request` past rmcp's `handle_post` if it fits (module doc); otherwise
 /// gives it back as it came.
 pub(super) async fn serve(
     config: &StreamableHttpServerConfig,
@@ -237,7 +237,7 @@ impl sse_stream::Timer for KeepAliveTimer {
 mod tests {
     use super::*;
 
-    /// `body` as `json_guard` reads it and the lane takes it.
+    /// `body` as `json_guard` reads it and the bypass takes it.
     fn read_call(body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
         as_client_request(super::super::json_guard::plain_tool_call(body)?)
     }
