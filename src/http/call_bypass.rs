@@ -19,8 +19,12 @@
 //! weights), says it is JSON, and carries no protocol version of 2026-07-28
 //! or later, in its header or its `_meta` (those bring rmcp's per-request
 //! version and SEP-2243 header rules). Anything else goes to rmcp as
-//! before, untouched. Host and Origin were checked at the edge
-//! (`host_check.rs`) with the allow-lists rmcp is given.
+//! before, untouched. Host was checked at the edge (`host_check.rs`) with
+//! the allow-list rmcp is given; the bypass takes only a request whose
+//! one `Host` header is its authority (origin-form, as clients send
+//! them), so that the edge and rmcp judge the same name. A request with
+//! an `Origin` goes to rmcp: a browser's, whose origin rmcp checks again
+//! by its own reading of the allow-list.
 
 use std::{convert::Infallible, time::Duration};
 
@@ -119,7 +123,11 @@ fn fits<'a>(config: &StreamableHttpServerConfig, request: &'a Request) -> Option
         return None;
     }
     let headers = request.headers();
-    if !accepts_json_and_sse(headers) || !says_json(headers) {
+    if !accepts_json_and_sse(headers)
+        || !says_json(headers)
+        || !named_by_its_host(request)
+        || headers.contains_key(header::ORIGIN)
+    {
         return None;
     }
     if let Some(version) = headers.get(header_names::MCP_PROTOCOL_VERSION) {
@@ -133,6 +141,21 @@ fn fits<'a>(config: &StreamableHttpServerConfig, request: &'a Request) -> Option
     let mut ids = headers.get_all(header_names::MCP_SESSION_ID).iter();
     let id = ids.next()?.to_str().ok()?;
     ids.next().is_none().then_some(id)
+}
+
+/// The request's authority is its one `Host` header, well-formed: what
+/// the edge checked is what rmcp would (it reads `Host` first, the edge
+/// the target's authority first).
+fn named_by_its_host(request: &Request) -> bool {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let one = match (hosts.next(), hosts.next()) {
+        (Some(host), None) => host,
+        _ => return false,
+    };
+    request.uri().authority().is_none()
+        && one
+            .to_str()
+            .is_ok_and(|host| axum::http::uri::Authority::try_from(host).is_ok())
 }
 
 /// `Accept` lists both types rmcp requires, with no parameters (a weight
@@ -299,7 +322,8 @@ mod tests {
         builder.body(Body::empty()).unwrap()
     }
 
-    const PLAIN: [(&str, &str); 3] = [
+    const PLAIN: [(&str, &str); 4] = [
+        ("host", "127.0.0.1:8080"),
         ("accept", "application/json, text/event-stream"),
         ("content-type", "application/json"),
         ("mcp-session-id", "s-1"),
@@ -348,6 +372,9 @@ mod tests {
             (("content-type", Some("text/plain")), "not JSON"),
             (("content-type", None), "no content type"),
             (("mcp-session-id", None), "no session"),
+            (("host", None), "no Host"),
+            (("host", Some("a b")), "a malformed Host"),
+            (("origin", Some("http://127.0.0.1:8080")), "an Origin"),
         ] {
             assert!(!fits_with(&[change]), "{why}");
         }
@@ -357,6 +384,14 @@ mod tests {
             .append("mcp-session-id", HeaderValue::from_static("s-2"));
         let config = StreamableHttpServerConfig::default();
         assert!(fits(&config, &twice).is_none(), "two session ids");
+        let mut two_hosts = request(&PLAIN);
+        two_hosts
+            .headers_mut()
+            .append("host", HeaderValue::from_static("evil.example"));
+        assert!(fits(&config, &two_hosts).is_none(), "two Host headers");
+        let mut absolute = request(&PLAIN);
+        *absolute.uri_mut() = "http://127.0.0.1:8080/mcp".parse().unwrap();
+        assert!(fits(&config, &absolute).is_none(), "an absolute target");
         let mut get = request(&PLAIN);
         *get.method_mut() = axum::http::Method::GET;
         assert!(fits(&config, &get).is_none(), "not a POST");

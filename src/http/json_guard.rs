@@ -965,6 +965,43 @@ mod plain_tool_call_tests {
     use super::*;
 
     /// What rmcp's own read makes of `body`: a `tools/call` request or not.
+    /// The call read by [`plain_tool_call`] is the one rmcp reads: the same
+    /// JSON, id, params and `_meta` (which rmcp keeps in the request's
+    /// extensions, not in its params).
+    fn assert_read_as_rmcp_reads_it(
+        call: rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>,
+        body: &[u8],
+    ) {
+        use rmcp::model::GetMeta;
+        let Ok(JsonRpcMessage::Request(rmcp)) =
+            serde_json::from_slice::<ClientJsonRpcMessage>(body)
+        else {
+            panic!("rmcp reads no request");
+        };
+        let ClientRequest::CallToolRequest(rmcp_call) = &rmcp.request else {
+            panic!("rmcp reads no tools/call");
+        };
+        let body = String::from_utf8_lossy(body);
+        assert_eq!(call.id, rmcp.id, "{body}");
+        assert_eq!(
+            format!("{:?}", call.request.params),
+            format!("{:?}", rmcp_call.params),
+            "{body}"
+        );
+        let meta = |call: &rmcp::model::CallToolRequest| {
+            format!(
+                "{:?}",
+                ClientRequest::CallToolRequest(call.clone()).get_meta()
+            )
+        };
+        assert_eq!(meta(&call.request), meta(rmcp_call), "{body}");
+        assert_eq!(
+            serde_json::to_value(&call.request).unwrap(),
+            serde_json::to_value(rmcp_call).unwrap(),
+            "{body}"
+        );
+    }
+
     fn rmcp_reads_a_tool_call(body: &[u8]) -> bool {
         matches!(
             serde_json::from_slice::<ClientJsonRpcMessage>(body),
@@ -1012,13 +1049,14 @@ mod plain_tool_call_tests {
     fn the_shortcut_passes_only_what_rmcp_reads_as_a_tool_call() {
         let mut taken = 0;
         for body in bodies() {
-            if is_plain_tool_call(&body) {
+            if let Some(call) = plain_tool_call(&body) {
                 taken += 1;
                 assert!(
                     rmcp_reads_a_tool_call(&body),
                     "rmcp does not read it as a tools/call: {}",
                     String::from_utf8_lossy(&body)
                 );
+                assert_read_as_rmcp_reads_it(call, &body);
             }
         }
         assert!(taken >= 6, "the shortcut took only {taken} bodies");

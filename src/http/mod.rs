@@ -122,7 +122,8 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     // cloned the boxed stack beneath every layer (~25 allocations).
     let edge = tower::ServiceBuilder::new()
         // Outermost: a foreign Host or Origin gets its 403 before any of
-        // the gateway's own answers (rmcp checks too, but last).
+        // the gateway's own answers (rmcp checks too, but last; not for a
+        // call `call_bypass` takes, whose Host is read alike by both).
         .layer(axum::middleware::from_fn_with_state(
             Edge {
                 sessions: manager.clone(),

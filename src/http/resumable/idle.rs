@@ -120,6 +120,20 @@ impl Activity {
         self.settle(id, Settle::Use).await
     }
 
+    /// Marks `id` used now if it is awake, and says whether it was; waits
+    /// for nothing (a session changing state is [`Activity::used`]'s or
+    /// [`Activity::used_claiming_wake`]'s to wait for).
+    pub(super) fn used_if_awake(&self, id: &SessionId) -> bool {
+        let mut sessions = lock(&self.sessions);
+        match sessions.get_mut(id) {
+            Some(entry) if entry.phase == Phase::Awake => {
+                entry.last_used = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// As [`Activity::used`], for a request that wakes the session if it
     /// is asleep: only the first to find it `Asleep` is told so, and claims
     /// the wake; those after it wait for that wake and find it awake. A

@@ -163,11 +163,11 @@ impl ResumableSessions {
     /// Whether session `id` is one rmcp serves now, awake: for the fast
     /// bypass of rmcp's `handle_post` (`call_bypass.rs`), which goes to [`SessionManager::create_stream`]
     /// only then. A use of the session, as [`SessionManager::has_session`]
-    /// is; unlike it, claims no wake (one asleep is rmcp's to restore: the
-    /// request goes its way and asks again).
+    /// is; unlike it, waits for nothing and claims no wake: a session
+    /// asleep, waking or closing is rmcp's (the request goes its way and
+    /// `has_session` waits, once).
     pub(crate) async fn is_awake(&self, id: &SessionId) -> bool {
-        self.activity.used(id).await == Some(Phase::Awake)
-            && self.sessions.has_session(id).await.unwrap_or(false)
+        self.activity.used_if_awake(id) && self.sessions.has_session(id).await.unwrap_or(false)
     }
 
     /// Whether `last_event_id` names a request stream of session `id`
