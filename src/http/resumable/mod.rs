@@ -488,6 +488,12 @@ impl SessionManager for ResumableSessions {
         self.streams.forget_session(id);
         if let Some(state) = self.hibernation.awake(id) {
             state.end_quick_calls();
+            // The calls that end answers ("the session has ended") go
+            // through rmcp to their streams, which rmcp's close would cut
+            // first: they get a moment to arrive.
+            self.streams
+                .request_streams_ended(id, ANSWERS_AT_SESSION_END)
+                .await;
         }
         let asleep = self.activity.used(id).await == Some(Phase::Asleep);
         self.activity.forget(id);
@@ -710,6 +716,12 @@ fn parse_event_id(id: &str) -> Option<EventPosition> {
     }
 }
 
+/// How long a closing session waits for its request streams to end (each
+/// with the answer its end made) before rmcp closes them: a few task hops
+/// each, so this bounds only a stream whose request does not end with the
+/// session.
+const ANSWERS_AT_SESSION_END: Duration = Duration::from_millis(500);
+
 /// The streams that can be resumed or cut off, by session.
 #[derive(Default)]
 struct Streams {
@@ -724,6 +736,10 @@ struct Streams {
     /// Each session's standalone event ids and latest events (see
     /// `standalone.rs`).
     standalone_state: Mutex<HashMap<SessionId, standalone::SessionStandalone>>,
+    /// Each session's request streams rmcp has not ended yet (see
+    /// [`request_stream::Unended`]), and a wake-up at each end.
+    unended: Mutex<HashMap<SessionId, usize>>,
+    unended_changed: tokio::sync::Notify,
 }
 
 impl Streams {

@@ -178,6 +178,7 @@ impl Streams {
     {
         Recorded {
             inner: Some(stream),
+            unended: Some(Unended::new(self, session)),
             related,
             log: None,
             session: session.clone(),
@@ -318,6 +319,8 @@ where
 {
     /// `None` once rmcp ended the stream.
     inner: Option<S>,
+    /// Dropped with `inner`.
+    unended: Option<Unended>,
     related: Option<OpenQueue>,
     /// Registered at the first event with an id (which names the stream).
     log: Option<Logged>,
@@ -376,6 +379,7 @@ where
             Poll::Ready(Some(event)) => Poll::Ready(Some(this.record(event))),
             Poll::Ready(None) => {
                 this.inner = None;
+                this.unended = None;
                 this.related = None;
                 // Read to the end by its own client: nothing left to resume.
                 if let Some(logged) = this.log.take() {
@@ -409,7 +413,57 @@ where
         // Bounded by the request itself: rmcp ends the stream with the
         // response, the request's timeouts bound that, and a closed
         // session ends all of its streams.
-        runtime.spawn(keep_reading(inner, self.related.take(), logged, streams));
+        let (related, unended) = (self.related.take(), self.unended.take());
+        runtime.spawn(keep_reading(inner, related, logged, streams, unended));
+    }
+}
+
+/// Counts a request stream among its session's unended ones while held
+/// (see `Streams::request_streams_ended`).
+pub(super) struct Unended {
+    session: SessionId,
+    streams: Arc<Streams>,
+}
+
+impl Unended {
+    fn new(streams: &Arc<Streams>, session: &SessionId) -> Self {
+        *lock(&streams.unended).entry(session.clone()).or_default() += 1;
+        Self {
+            session: session.clone(),
+            streams: streams.clone(),
+        }
+    }
+}
+
+impl Drop for Unended {
+    fn drop(&mut self) {
+        {
+            let mut unended = lock(&self.streams.unended);
+            if let Some(count) = unended.get_mut(&self.session) {
+                *count -= 1;
+                if *count == 0 {
+                    unended.remove(&self.session);
+                }
+            }
+        }
+        self.streams.unended_changed.notify_waiters();
+    }
+}
+
+impl Streams {
+    /// Waits until every request stream of `session` has ended, for at
+    /// most `bound`.
+    pub(super) async fn request_streams_ended(&self, session: &SessionId, bound: Duration) {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let changed = self.unended_changed.notified();
+            if !lock(&self.unended).contains_key(session) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -420,6 +474,7 @@ async fn keep_reading<S>(
     related: Option<OpenQueue>,
     mut logged: Logged,
     streams: Arc<Streams>,
+    unended: Option<Unended>,
 ) where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
@@ -440,6 +495,8 @@ async fn keep_reading<S>(
             logged.record_rmcp(at, &on_stream(event, at, logged.key.1));
         }
     }
+    drop(unended);
+    drop(inner);
     drop(related);
     logged.log.finish();
     streams.keep_orphan(&logged.key);
