@@ -488,9 +488,11 @@ impl SessionManager for ResumableSessions {
         self.streams.forget_session(id);
         if let Some(state) = self.hibernation.awake(id) {
             state.end_quick_calls();
-            // The calls that end answers ("the session has ended") go
-            // through rmcp to their streams, which rmcp's close would cut
-            // first: they get a moment to arrive.
+            // The handed-over calls that end answers ("the session has
+            // ended") go through rmcp to their streams, which rmcp's close
+            // would cut first: they get a moment to arrive. (Only theirs:
+            // what rmcp's close ends unanswered, or a stream whose client
+            // is gone, is not waited for.)
             self.streams
                 .request_streams_ended(id, ANSWERS_AT_SESSION_END)
                 .await;
@@ -546,9 +548,14 @@ impl SessionManager for ResumableSessions {
         let message = tasks::as_custom_request(message, self.task_tools.any());
         let stream = self.sessions.create_stream(id, message).await?;
         // rmcp has the request queued now: a cancel of it may follow.
-        drop(handed_over);
+        let was_handed_over = handed_over.take().is_some();
         let open = self.activity.stream_opened(id);
-        Ok(counted(self.streams.recorded(id, stream, related), open).right_stream())
+        let recorded = self.streams.recorded(id, stream, related);
+        let recorded = match was_handed_over {
+            true => recorded.awaited_at_session_end(),
+            false => recorded,
+        };
+        Ok(counted(recorded, open).right_stream())
     }
 
     async fn accept_message(
@@ -716,10 +723,9 @@ fn parse_event_id(id: &str) -> Option<EventPosition> {
     }
 }
 
-/// How long a closing session waits for its request streams to end (each
-/// with the answer its end made) before rmcp closes them: a few task hops
-/// each, so this bounds only a stream whose request does not end with the
-/// session.
+/// How long a closing session waits for its handed-over calls' streams to
+/// end, each with the answer its end made, before rmcp closes them: a few
+/// task hops each, so this bound is for a machine too busy to make them.
 const ANSWERS_AT_SESSION_END: Duration = Duration::from_millis(500);
 
 /// The streams that can be resumed or cut off, by session.

@@ -178,7 +178,7 @@ impl Streams {
     {
         Recorded {
             inner: Some(stream),
-            unended: Some(Unended::new(self, session)),
+            unended: None,
             related,
             log: None,
             session: session.clone(),
@@ -319,7 +319,9 @@ where
 {
     /// `None` once rmcp ended the stream.
     inner: Option<S>,
-    /// Dropped with `inner`.
+    /// For a handed-over call's stream, which a closing session waits
+    /// for: dropped when rmcp ends the stream, or when its client goes
+    /// (the session's end forgets what would be read on).
     unended: Option<Unended>,
     related: Option<OpenQueue>,
     /// Registered at the first event with an id (which names the stream).
@@ -335,6 +337,15 @@ impl<S> Recorded<S>
 where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
+    /// Counts this stream, a handed-over call's, among those its session's
+    /// close waits for (`Streams::request_streams_ended`): the session's
+    /// end answers the call, through rmcp, and rmcp's close would cut the
+    /// stream before that answer.
+    pub(super) fn awaited_at_session_end(mut self) -> Self {
+        self.unended = Some(Unended::new(&self.streams, &self.session));
+        self
+    }
+
     /// Records one of rmcp's events, renamed for the gateway's stream
     /// number, and returns it as renamed.
     fn record(&mut self, event: ServerSseMessage) -> ServerSseMessage {
@@ -413,13 +424,12 @@ where
         // Bounded by the request itself: rmcp ends the stream with the
         // response, the request's timeouts bound that, and a closed
         // session ends all of its streams.
-        let (related, unended) = (self.related.take(), self.unended.take());
-        runtime.spawn(keep_reading(inner, related, logged, streams, unended));
+        runtime.spawn(keep_reading(inner, self.related.take(), logged, streams));
     }
 }
 
-/// Counts a request stream among its session's unended ones while held
-/// (see `Streams::request_streams_ended`).
+/// Counts a handed-over call's stream among its session's unended ones
+/// while held (see `Streams::request_streams_ended`).
 pub(super) struct Unended {
     session: SessionId,
     streams: Arc<Streams>,
@@ -451,8 +461,8 @@ impl Drop for Unended {
 }
 
 impl Streams {
-    /// Waits until every request stream of `session` has ended, for at
-    /// most `bound`.
+    /// Waits until every handed-over call's stream of `session` has ended
+    /// (`Recorded::awaited_at_session_end`), for at most `bound`.
     pub(super) async fn request_streams_ended(&self, session: &SessionId, bound: Duration) {
         let deadline = tokio::time::Instant::now() + bound;
         loop {
@@ -474,7 +484,6 @@ async fn keep_reading<S>(
     related: Option<OpenQueue>,
     mut logged: Logged,
     streams: Arc<Streams>,
-    unended: Option<Unended>,
 ) where
     S: Stream<Item = ServerSseMessage> + Unpin + Send + 'static,
 {
@@ -495,8 +504,6 @@ async fn keep_reading<S>(
             logged.record_rmcp(at, &on_stream(event, at, logged.key.1));
         }
     }
-    drop(unended);
-    drop(inner);
     drop(related);
     logged.log.finish();
     streams.keep_orphan(&logged.key);
