@@ -964,7 +964,6 @@ mod plain_tool_call_tests {
 
     use super::*;
 
-    /// What rmcp's own read makes of `body`: a `tools/call` request or not.
     /// The call read by [`plain_tool_call`] is the one rmcp reads: the same
     /// JSON, id, params and `_meta` (which rmcp keeps in the request's
     /// extensions, not in its params).
@@ -1002,6 +1001,7 @@ mod plain_tool_call_tests {
         );
     }
 
+    /// What rmcp's own read makes of `body`: a `tools/call` request or not.
     fn rmcp_reads_a_tool_call(body: &[u8]) -> bool {
         matches!(
             serde_json::from_slice::<ClientJsonRpcMessage>(body),

@@ -160,9 +160,9 @@ impl ResumableSessions {
         }
     }
 
-    /// Whether session `id` is one rmcp serves now, awake: for the fast
-    /// bypass of rmcp's `handle_post` (`call_bypass.rs`), which goes to [`SessionManager::create_stream`]
-    /// only then. A use of the session, as [`SessionManager::has_session`]
+    /// Whether session `id` is one rmcp serves now, awake: for the bypass
+    /// of rmcp's `handle_post` (`call_bypass.rs`), which goes to
+    /// [`SessionManager::create_stream`] only then. A use of the session, as [`SessionManager::has_session`]
     /// is; unlike it, waits for nothing and claims no wake: a session
     /// asleep, waking or closing is rmcp's (the request goes its way and
     /// `has_session` waits, once).
@@ -742,8 +742,8 @@ struct Streams {
     /// Each session's standalone event ids and latest events (see
     /// `standalone.rs`).
     standalone_state: Mutex<HashMap<SessionId, standalone::SessionStandalone>>,
-    /// Each session's request streams rmcp has not ended yet (see
-    /// [`request_stream::Unended`]), and a wake-up at each end.
+    /// Each session's handed-over calls' streams rmcp has not ended yet
+    /// (see [`request_stream::Unended`]), and a wake-up at each end.
     unended: Mutex<HashMap<SessionId, usize>>,
     unended_changed: tokio::sync::Notify,
 }
