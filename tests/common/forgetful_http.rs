@@ -1,6 +1,8 @@
 //! A Streamable HTTP server that answers a session it does not know with
 //! 400, as the Python SDK's servers before 2025-06-18's 404 do (`Bad
-//! Request: No valid session ID provided`, id `server-error`), and that can
+//! Request: No valid session ID provided`, id `server-error`; or with
+//! another status, such as the spec's 404, given to
+//! [`ForgetfulHttpServer::answering_unknown_sessions_with`]), and that can
 //! be made to forget its sessions as a restart would: its `forget` tool
 //! answers, then forgets every session. `whoami` (a tool, and a prompt,
 //! which goes upstream another way) answers with the session's id;
@@ -39,8 +41,9 @@ use axum::{
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-#[derive(Default)]
 struct Shared {
+    /// The status a request for a session not (or no longer) known gets.
+    unknown_session: StatusCode,
     next_session: AtomicU64,
     /// Each session, with the `Authorization` its `initialize` carried.
     sessions: Mutex<HashMap<String, Option<String>>>,
@@ -59,7 +62,19 @@ impl Drop for ForgetfulHttpServer {
 }
 
 impl ForgetfulHttpServer {
+    /// Answering an unknown session with 400.
     pub async fn start() -> ForgetfulHttpServer {
+        Self::answering_unknown_sessions_with(StatusCode::BAD_REQUEST).await
+    }
+
+    pub async fn answering_unknown_sessions_with(
+        unknown_session: StatusCode,
+    ) -> ForgetfulHttpServer {
+        let shared = Shared {
+            unknown_session,
+            next_session: AtomicU64::default(),
+            sessions: Mutex::default(),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a free port");
@@ -71,7 +86,7 @@ impl ForgetfulHttpServer {
                     .get(resume)
                     .delete(|| async { StatusCode::OK }),
             )
-            .with_state(Arc::new(Shared::default()));
+            .with_state(Arc::new(shared));
         let serving = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -168,7 +183,7 @@ async fn message(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         let refusal = json!({"jsonrpc": "2.0", "id": "server-error",
             "error": {"code": -32600, "message": "Bad Request: No valid session ID provided"}});
         let mut response = json_response(refusal, None);
-        *response.status_mut() = StatusCode::BAD_REQUEST;
+        *response.status_mut() = shared.unknown_session;
         return response;
     };
     if id.is_none() {
