@@ -876,13 +876,23 @@ fn a_bad_separator_hides_no_duplicate_namespace() {
 fn origins_are_checked_and_star_disables_the_check() {
     let found = problems(
         "junction.toml",
-        "[server]\nallowed_origins = [\"https://ok.example\", \"ftp://x\", \"http://h/path\", \"null\"]\n",
+        "[server]\nallowed_origins = [\"https://ok.example\", \"ftp://x\", \"http://h/path\", \"null\", \"https://h:8443:*\", \"https://h:443:*\", \"http://[::1]:*\", \"http://[::1]:3000:*\", \"http://h:80\"]\n",
     );
+    let not_an_origin = |index: usize, origin: &str| {
+        format!("server.allowed_origins.{index}: {origin:?} is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\"")
+    };
+    let both = |index: usize, origin: &str| {
+        format!("server.allowed_origins.{index}: {origin:?} has both a port and `:*` (any port); keep one")
+    };
     assert_eq!(
         found,
         [
-            "server.allowed_origins.1: \"ftp://x\" is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\"",
-            "server.allowed_origins.2: \"http://h/path\" is not an origin like \"https://app.example.com\", \"http://localhost:*\" or \"null\"",
+            not_an_origin(1, "ftp://x"),
+            not_an_origin(2, "http://h/path"),
+            // rmcp would ignore these entries.
+            both(4, "https://h:8443:*"),
+            both(5, "https://h:443:*"),
+            both(7, "http://[::1]:3000:*"),
         ]
     );
     let config = load_file(

@@ -173,7 +173,12 @@ pub(super) fn resolve_server(raw: RawServer, problems: &mut Problems) -> Option<
         Some(origins) if origins.iter().any(|origin| origin == "*") => None,
         Some(origins) => {
             for (index, origin) in origins.iter().enumerate() {
-                if !is_origin_pattern(origin) {
+                if has_a_port_and_any_port(origin) {
+                    problems.push(
+                        format!("server.allowed_origins.{index}"),
+                        format!("{origin:?} has both a port and `:*` (any port); keep one"),
+                    );
+                } else if !is_origin_pattern(origin) {
                     problems.push(
                         format!("server.allowed_origins.{index}"),
                         format!(
@@ -299,6 +304,20 @@ pub(super) fn is_origin_pattern(origin: &str) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Whether an origin pattern has both a port and `:*` ("any port"), as in
+/// `https://h:8443:*`: rmcp ignores such an entry, where the edge's own
+/// check would read it as "any port". The port is read as rmcp reads it
+/// (`http`'s URI parser, which keeps a scheme's default port, unlike
+/// `url`'s).
+fn has_a_port_and_any_port(origin: &str) -> bool {
+    origin.strip_suffix(":*").is_some_and(|base| {
+        axum::http::Uri::try_from(base)
+            .ok()
+            .and_then(|uri| uri.authority()?.port_u16())
+            .is_some()
+    })
 }
 
 /// Why `admin` cannot listen beside a gateway listening on `listen`, if
