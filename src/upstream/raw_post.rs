@@ -205,12 +205,16 @@ where
     })
 }
 
-/// Counts the bytes of the SSE event being read.
+/// Counts the bytes of the SSE event being read. Lines end as the SSE
+/// spec (and rmcp's parser, `sse-stream`) ends them: `\r\n`, `\n` or a
+/// bare `\r`; a blank line ends the event.
 #[derive(Default)]
 struct EventScanner {
     in_event: usize,
-    /// The previous byte ended a line (a `\r` before `\n` is skipped).
+    /// The previous byte ended a line.
     at_line_start: bool,
+    /// The previous byte was a `\r`: a `\n` now belongs to its line end.
+    after_cr: bool,
 }
 
 impl EventScanner {
@@ -220,27 +224,32 @@ impl EventScanner {
     /// scan was ~1% of a proxied call's instructions.
     fn feed(&mut self, chunk: &[u8], limit: usize) -> bool {
         let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', chunk) {
-            if !self.count(&chunk[start..end], limit) {
+        for end in memchr::memchr2_iter(b'\n', b'\r', chunk) {
+            if !self.count(end - start, limit) {
                 return false;
+            }
+            start = end + 1;
+            let ending = chunk[end];
+            if ending == b'\n' && self.after_cr {
+                self.after_cr = false;
+                continue;
             }
             if self.at_line_start {
                 // A blank line: the event ended.
                 self.in_event = 0;
             }
             self.at_line_start = true;
-            start = end + 1;
+            self.after_cr = ending == b'\r';
         }
-        self.count(&chunk[start..], limit)
+        self.count(chunk.len() - start, limit)
     }
 
-    /// Counts a piece of a line (no `\n` in it); a `\r` counts for
-    /// nothing, so that `\r\n\r\n` ends an event.
-    fn count(&mut self, text: &[u8], limit: usize) -> bool {
-        let counted = text.len() - memchr::memchr_iter(b'\r', text).count();
-        if counted > 0 {
+    /// Counts `bytes` of a line (none of them a line end).
+    fn count(&mut self, bytes: usize, limit: usize) -> bool {
+        if bytes > 0 {
             self.at_line_start = false;
-            self.in_event += counted;
+            self.after_cr = false;
+            self.in_event += bytes;
         }
         self.in_event <= limit
     }
@@ -258,16 +267,44 @@ mod tests {
         assert!(!scanner.feed(b"5678", 10), "one event of 14 bytes");
     }
 
-    /// The scanner as it was first written, one byte at a time: what
+    /// Lines ended by a bare `\r` (the SSE spec allows it, and rmcp reads
+    /// them): a blank one ends the event. The scan counted each such event
+    /// into the next until the stream failed as one oversized event.
+    #[test]
+    fn a_bare_carriage_return_ends_a_line() {
+        let mut scanner = EventScanner::default();
+        for _ in 0..10 {
+            assert!(scanner.feed(b"data: 1234\r\r", 10));
+        }
+        // Split between the `\r` and the `\n` of one line end: not a
+        // blank line.
+        assert!(scanner.feed(b"data: 12\r", 20));
+        assert!(scanner.feed(b"\ndata: 12", 20));
+        assert_eq!(scanner.in_event, 16, "one event, two lines");
+        let mut scanner = EventScanner::default();
+        assert!(
+            scanner.feed(b"data: 12\r\n\n", 10),
+            "a line end, then a blank line"
+        );
+        assert!(scanner.feed(b"data: 1234", 10));
+    }
+
+    /// The scan one byte at a time, as simple as it can be written: what
     /// [`EventScanner::feed`] must agree with.
     fn feed_bytewise(scanner: &mut EventScanner, chunk: &[u8], limit: usize) -> bool {
         for byte in chunk {
             match byte {
-                b'\n' if scanner.at_line_start => scanner.in_event = 0,
-                b'\n' => scanner.at_line_start = true,
-                b'\r' => {}
+                b'\n' if scanner.after_cr => scanner.after_cr = false,
+                b'\n' | b'\r' => {
+                    if scanner.at_line_start {
+                        scanner.in_event = 0;
+                    }
+                    scanner.at_line_start = true;
+                    scanner.after_cr = *byte == b'\r';
+                }
                 _ => {
                     scanner.at_line_start = false;
+                    scanner.after_cr = false;
                     scanner.in_event += 1;
                 }
             }
@@ -302,8 +339,8 @@ mod tests {
                     break;
                 }
                 assert_eq!(
-                    (fast.in_event, fast.at_line_start),
-                    (slow.in_event, slow.at_line_start),
+                    (fast.in_event, fast.at_line_start, fast.after_cr),
+                    (slow.in_event, slow.at_line_start, slow.after_cr),
                     "{chunk:?}"
                 );
             }
