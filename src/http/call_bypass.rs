@@ -37,8 +37,8 @@ use axum::{
 use futures::{Stream, StreamExt};
 use rmcp::{
     model::{
-        CallToolRequest, ClientJsonRpcMessage, ClientRequest, GetExtensions, GetMeta,
-        JsonRpcRequest, ProtocolVersion,
+        ClientJsonRpcMessage, ClientRequest, GetExtensions, GetMeta, JsonRpcRequest,
+        ProtocolVersion,
     },
     transport::streamable_http_server::{
         session::{ServerSseMessage, SessionId, SessionManager},
@@ -48,7 +48,7 @@ use rmcp::{
 use sse_stream::{KeepAlive, Sse, SseBody};
 use tokio_util::sync::CancellationToken;
 
-use super::{json_guard::PlainToolCall, resumable::ResumableSessions};
+use super::{json_guard::PlainRequest, resumable::ResumableSessions};
 use crate::header_names;
 
 /// The protocol versions whose requests rmcp checks against nothing but
@@ -64,16 +64,16 @@ pub(super) async fn serve(
 ) -> Result<Response, Request> {
     // Taken out either way: in the call's extensions (the HTTP parts go
     // there) a second copy of its arguments would live as long as it.
-    let Some(PlainToolCall(call)) = request.extensions_mut().remove::<PlainToolCall>() else {
+    let Some(PlainRequest(mut call)) = request.extensions_mut().remove::<PlainRequest>() else {
         return Err(request);
     };
     let Some(session_id) = fits(config, &request) else {
         return Err(request);
     };
     let session_id: SessionId = session_id.into();
-    let Some(mut call) = as_client_request(call) else {
+    if names_a_protocol_version(&call) {
         return Err(request);
-    };
+    }
     if !sessions.is_awake(&session_id).await {
         return Err(request);
     }
@@ -99,17 +99,10 @@ pub(super) async fn serve(
     }
 }
 
-/// A plain `tools/call` as rmcp's session layer takes it, if it names no
-/// protocol version in its `_meta`.
-fn as_client_request(
-    call: JsonRpcRequest<CallToolRequest>,
-) -> Option<JsonRpcRequest<ClientRequest>> {
-    let call = JsonRpcRequest::new(call.id, ClientRequest::CallToolRequest(call.request));
-    call.request
-        .get_meta()
-        .protocol_version()
-        .is_none()
-        .then_some(call)
+/// Whether a request names a protocol version in its `_meta` (2026-07-28's
+/// per-request version, which brings rmcp's checks of it).
+fn names_a_protocol_version(request: &JsonRpcRequest<ClientRequest>) -> bool {
+    request.request.get_meta().protocol_version().is_some()
 }
 
 /// The request's session id, if its headers and the service's mode are
@@ -262,7 +255,8 @@ mod tests {
 
     /// `body` as `json_guard` reads it and the bypass takes it.
     fn read_call(body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
-        as_client_request(super::super::json_guard::plain_tool_call(body)?)
+        let request = super::super::json_guard::plain_routed_request(body)?;
+        (!names_a_protocol_version(&request)).then_some(request)
     }
 
     /// What rmcp's own read makes of `body`, as a request.
@@ -274,14 +268,17 @@ mod tests {
     }
 
     #[test]
-    fn a_call_is_read_as_rmcp_reads_it() {
+    fn a_routed_request_is_read_as_rmcp_reads_it() {
         for body in [
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__echo"}}"#,
             r#"{"jsonrpc":"2.0","id":"r-7","method":"tools/call","params":{"name":"a__echo","arguments":{"text":"hi","n":1.5e3,"big":12345678901234567890,"nested":{"b":[1,null,true]}}}}"#,
             r#"{"params":{"_meta":{"progressToken":"p1","x-trace":{"k":1}},"name":"a__slow","arguments":{}},"method":"tools/call","id":9,"jsonrpc":"2.0","extra":1}"#,
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t","task":{"ttl":1000}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"a__greet","arguments":{"who":"w"},"_meta":{"progressToken":3}}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"a+file:///x"}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__greet"},"argument":{"name":"who","value":"w"}}}"#,
         ] {
-            let ours = read_call(body.as_bytes()).expect("a plain call");
+            let ours = read_call(body.as_bytes()).expect("a plain request");
             let rmcp = as_rmcp_reads_it(body);
             assert_eq!(
                 serde_json::to_value(&ours).unwrap(),
@@ -295,13 +292,11 @@ mod tests {
                 format!("{:?}", rmcp.request.get_meta()),
                 "{body}"
             );
-            let params = |request: &ClientRequest| match request {
-                ClientRequest::CallToolRequest(call) => {
-                    format!("{:?} {:?}", call.params, call.method)
-                }
-                other => panic!("{other:?}"),
-            };
-            assert_eq!(params(&ours.request), params(&rmcp.request), "{body}");
+            assert_eq!(
+                format!("{:?}", ours.request),
+                format!("{:?}", rmcp.request),
+                "{body}"
+            );
             assert_eq!(ours.id, rmcp.id);
         }
     }
@@ -310,6 +305,8 @@ mod tests {
     fn a_call_that_names_a_protocol_version_goes_to_rmcp() {
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert!(read_call(body.as_bytes()).is_none());
+        let prompt = r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(read_call(prompt.as_bytes()).is_none());
         let other = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
         assert!(read_call(other.as_bytes()).is_none());
     }

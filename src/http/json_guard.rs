@@ -18,11 +18,12 @@
 //! makes next, so a body it passes is one rmcp takes) and runs
 //! [`classify`] only on a body it refuses, to tell a parse error from an
 //! invalid request: a valid body costs one parse here. The most frequent
-//! body, a `tools/call`, is told by a plain struct read
-//! ([`plain_tool_call`]) instead of rmcp's untagged one, which buffers
-//! every value and tries each kind of message in turn; it says yes only to
-//! bodies rmcp's read takes as a `tools/call` (a test holds it to that over
-//! the fuzz corpus), and anything else goes the typed way.
+//! bodies, the routed requests (`tools/call` above all), are told by a
+//! plain struct read ([`plain_routed_request`]) instead of rmcp's untagged
+//! one, which buffers every value and tries each kind of message in turn;
+//! it says yes only to bodies rmcp's read takes as that request (a test
+//! holds it to that over the fuzz corpus), and anything else goes the
+//! typed way.
 //!
 //! [`classify`] and [`check_shape`] are the whole decision, pure functions
 //! of the bytes (the fuzz target `jsonrpc_message` calls them);
@@ -121,24 +122,24 @@ pub fn check_shape(body: &[u8]) -> Result<(), ShapeRejection> {
     shape(body).map(|_| ())
 }
 
-/// A body [`check_shape`] found to be a well-formed `tools/call` request
-/// by its plain read, as read (a request extension): for `call_bypass.rs`
-/// to take past rmcp's `handle_post`.
+/// A body [`check_shape`] found to be a well-formed routed request by its
+/// plain read ([`plain_routed_request`]), as read (a request extension):
+/// for `call_bypass.rs` to take past rmcp's `handle_post`.
 #[derive(Clone)]
-pub struct PlainToolCall(pub rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>);
+pub struct PlainRequest(pub rmcp::model::JsonRpcRequest<rmcp::model::ClientRequest>);
 
-/// What [`check_shape`] decides, and whether by the plain `tools/call` read.
+/// What [`check_shape`] decides, and whether by the plain read.
 fn shape(body: &[u8]) -> Result<Plain, ShapeRejection> {
-    if let Some(call) = plain_tool_call(body) {
-        return Ok(Plain(Some(call)));
+    if let Some(request) = plain_routed_request(body) {
+        return Ok(Plain(Some(request)));
     }
     check_typed(body).map(|()| Plain(None))
 }
 
-/// The call, if a body passed as a plain `tools/call`.
-struct Plain(Option<rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>>);
+/// The request, if a body passed as a plain routed request.
+struct Plain(Option<rmcp::model::JsonRpcRequest<rmcp::model::ClientRequest>>);
 
-/// [`check_shape`] for a body that is no plain `tools/call`.
+/// [`check_shape`] for a body that is no plain routed request.
 fn check_typed(body: &[u8]) -> Result<(), ShapeRejection> {
     use rmcp::model::{ClientRequest, JsonRpcMessage, RequestOptionalParam};
     let typed = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body) {
@@ -264,29 +265,84 @@ struct Members {
     error: Option<serde::de::IgnoredAny>,
 }
 
-/// Whether `body` is a well-formed `tools/call` request, by a plain struct
-/// read (see [`plain_tool_call`]).
+/// Whether `body` is a well-formed routed request, by a plain struct read
+/// (see [`plain_routed_request`]).
 #[cfg(test)]
-fn is_plain_tool_call(body: &[u8]) -> bool {
-    plain_tool_call(body).is_some()
+fn is_plain_routed_request(body: &[u8]) -> bool {
+    plain_routed_request(body).is_some()
 }
 
-/// `body` as a `tools/call` request, if it is a well-formed one, by a
-/// plain struct read: the call itself is read as rmcp reads it (its
-/// `CallToolRequest`, `_meta` taken out of the params as rmcp takes it),
-/// the envelope by a struct instead of rmcp's untagged message enum.
-/// Unknown fields are ignored, as rmcp does; a duplicate field, or anything
-/// else odd, is a no (and the body goes the typed way).
-pub fn plain_tool_call(
+/// `body` as a routed request (`tools/call`, `prompts/get`,
+/// `resources/read`, `completion/complete`: the requests the session layer
+/// answers by routing them to a mount), if it is a well-formed one, by a
+/// plain struct read: the request itself is read as rmcp reads it (its
+/// `CallToolRequest` and so on, `_meta` taken out of the params as rmcp
+/// takes it), the envelope by a struct instead of rmcp's untagged message
+/// enum. Unknown fields are ignored, as rmcp does; a duplicate field, or
+/// anything else odd, is a no (and the body goes the typed way).
+pub fn plain_routed_request(
     body: &[u8],
-) -> Option<rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>> {
+) -> Option<rmcp::model::JsonRpcRequest<rmcp::model::ClientRequest>> {
+    use rmcp::model::{
+        CallToolRequest, ClientRequest, CompleteRequest, GetPromptRequest, JsonRpcRequest,
+        ReadResourceRequest,
+    };
+    fn as_client<R>(
+        read: Option<JsonRpcRequest<R>>,
+        kind: fn(R) -> ClientRequest,
+    ) -> Option<JsonRpcRequest<ClientRequest>> {
+        read.map(|read| JsonRpcRequest::new(read.id, kind(read.request)))
+    }
+    // Calls, the most frequent, are read at once where the name is in the
+    // body at all (a hint only: the read decides), without a first pass
+    // to find the method.
+    if memchr::memmem::find(body, b"\"tools/call\"").is_some() {
+        if let Some(call) = plain_request::<CallToolRequest>(body) {
+            return as_client(Some(call), ClientRequest::CallToolRequest);
+        }
+    }
+    match method_of(body)?.as_ref() {
+        "prompts/get" => as_client(
+            plain_request::<GetPromptRequest>(body),
+            ClientRequest::GetPromptRequest,
+        ),
+        "resources/read" => as_client(
+            plain_request::<ReadResourceRequest>(body),
+            ClientRequest::ReadResourceRequest,
+        ),
+        "completion/complete" => as_client(
+            plain_request::<CompleteRequest>(body),
+            ClientRequest::CompleteRequest,
+        ),
+        _ => None,
+    }
+}
+
+/// The `method` of a JSON object, read without keeping anything else.
+fn method_of(body: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
     #[derive(serde::Deserialize)]
-    struct ToolCall {
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+    }
+    serde_json::from_slice::<Method>(body)
+        .ok()
+        .map(|read| read.method)
+}
+
+/// `body` as a request whose method and params `R` reads (one of rmcp's
+/// `Request<M, P>`, whose method type takes its one method only).
+fn plain_request<R: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Option<rmcp::model::JsonRpcRequest<R>> {
+    #[derive(serde::Deserialize)]
+    #[serde(bound = "R: serde::de::DeserializeOwned")]
+    struct Envelope<R> {
         #[allow(dead_code)] // read to be checked
         jsonrpc: rmcp::model::JsonRpcVersion2_0,
         id: rmcp::model::RequestId,
         #[serde(flatten)]
-        call: rmcp::model::CallToolRequest,
+        request: R,
         // rmcp takes a message by the keys it has: with either of these,
         // even `null`, it is no request.
         #[serde(default, deserialize_with = "present")]
@@ -297,14 +353,14 @@ pub fn plain_tool_call(
     fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
         serde::de::IgnoredAny::deserialize(deserializer).map(|_| true)
     }
-    let ToolCall {
+    let Envelope {
         id,
-        call,
+        request,
         result,
         error,
         ..
-    } = serde_json::from_slice::<ToolCall>(body).ok()?;
-    (!result && !error).then(|| rmcp::model::JsonRpcRequest::new(id, call))
+    } = serde_json::from_slice::<Envelope<R>>(body).ok()?;
+    (!result && !error).then(|| rmcp::model::JsonRpcRequest::new(id, request))
 }
 
 /// For a method of the handshake-era protocol that rmcp reads into typed
@@ -658,7 +714,7 @@ async fn check_message(
 ) -> Response {
     // One typed read decides for every well-formed message (it is the read
     // rmcp makes next); only a body it refuses is looked at more closely.
-    let plain_tool_call = match shape(&bytes) {
+    let plain_request = match shape(&bytes) {
         Ok(Plain(plain)) => plain,
         // A valid request with a JSON-RPC error answer: 200, so clients
         // hand the error to the caller like any other. Not without the
@@ -685,8 +741,8 @@ async fn check_message(
     };
     let mut parts = parts;
     (rules.annotate)(&bytes, &parts.headers, &mut parts.extensions);
-    if let Some(call) = plain_tool_call {
-        parts.extensions.insert(PlainToolCall(call));
+    if let Some(request) = plain_request {
+        parts.extensions.insert(PlainRequest(request));
     }
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.headers_mut().remove(header::CONTENT_LENGTH);
@@ -959,55 +1015,54 @@ mod shape_tests {
 }
 
 #[cfg(test)]
-mod plain_tool_call_tests {
-    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+mod plain_routed_request_tests {
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest};
 
     use super::*;
 
-    /// The call read by [`plain_tool_call`] is the one rmcp reads: the same
-    /// JSON, id, params and `_meta` (which rmcp keeps in the request's
-    /// extensions, not in its params).
-    fn assert_read_as_rmcp_reads_it(
-        call: rmcp::model::JsonRpcRequest<rmcp::model::CallToolRequest>,
-        body: &[u8],
-    ) {
-        use rmcp::model::GetMeta;
-        let Ok(JsonRpcMessage::Request(rmcp)) =
-            serde_json::from_slice::<ClientJsonRpcMessage>(body)
-        else {
-            panic!("rmcp reads no request");
-        };
-        let ClientRequest::CallToolRequest(rmcp_call) = &rmcp.request else {
-            panic!("rmcp reads no tools/call");
-        };
-        let body = String::from_utf8_lossy(body);
-        assert_eq!(call.id, rmcp.id, "{body}");
-        assert_eq!(
-            format!("{:?}", call.request.params),
-            format!("{:?}", rmcp_call.params),
-            "{body}"
-        );
-        let meta = |call: &rmcp::model::CallToolRequest| {
-            format!(
-                "{:?}",
-                ClientRequest::CallToolRequest(call.clone()).get_meta()
-            )
-        };
-        assert_eq!(meta(&call.request), meta(rmcp_call), "{body}");
-        assert_eq!(
-            serde_json::to_value(&call.request).unwrap(),
-            serde_json::to_value(rmcp_call).unwrap(),
-            "{body}"
-        );
+    /// What rmcp's own read makes of `body`, if a routed request.
+    fn rmcp_reads_a_routed_request(body: &[u8]) -> Option<JsonRpcRequest<ClientRequest>> {
+        match serde_json::from_slice::<ClientJsonRpcMessage>(body) {
+            Ok(JsonRpcMessage::Request(request))
+                if matches!(
+                    request.request,
+                    ClientRequest::CallToolRequest(_)
+                        | ClientRequest::GetPromptRequest(_)
+                        | ClientRequest::ReadResourceRequest(_)
+                        | ClientRequest::CompleteRequest(_)
+                ) =>
+            {
+                Some(request)
+            }
+            _ => None,
+        }
     }
 
-    /// What rmcp's own read makes of `body`: a `tools/call` request or not.
-    fn rmcp_reads_a_tool_call(body: &[u8]) -> bool {
-        matches!(
-            serde_json::from_slice::<ClientJsonRpcMessage>(body),
-            Ok(JsonRpcMessage::Request(request))
-                if matches!(request.request, ClientRequest::CallToolRequest(_))
-        )
+    /// The request read by [`plain_routed_request`] is the one rmcp reads:
+    /// the same kind, JSON, id, params and `_meta` (which rmcp keeps in the
+    /// request's extensions, not in its params).
+    fn assert_read_as_rmcp_reads_it(ours: JsonRpcRequest<ClientRequest>, body: &[u8]) {
+        use rmcp::model::GetMeta;
+        let text = String::from_utf8_lossy(body);
+        let rmcp = rmcp_reads_a_routed_request(body)
+            .unwrap_or_else(|| panic!("rmcp does not read it as a routed request: {text}"));
+        assert_eq!(ours.id, rmcp.id, "{text}");
+        // The kind and its params (extensions print as nothing more).
+        assert_eq!(
+            format!("{:?}", ours.request),
+            format!("{:?}", rmcp.request),
+            "{text}"
+        );
+        assert_eq!(
+            format!("{:?}", ours.request.get_meta()),
+            format!("{:?}", rmcp.request.get_meta()),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::to_value(&ours).unwrap(),
+            serde_json::to_value(&rmcp).unwrap(),
+            "{text}"
+        );
     }
 
     /// Bodies around the shortcut's edges, then the fuzz corpus.
@@ -1034,6 +1089,22 @@ mod plain_tool_call_tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"},"result":{}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"},"error":null}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"tools/call"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"a__greet","arguments":{"who":"tools/call"}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","_meta":{"progressToken":"t"}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","arguments":{"n":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","method":"prompts/get","params":{"name":"p"}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"a+file:///x","_meta":{"k":[1]}}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":5}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"u"},"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__greet"},"argument":{"name":"who","value":"w"}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"a+file:///{x}"},"argument":{"name":"x","value":""},"context":{"arguments":{"y":"1"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/nothing"},"argument":{"name":"x","value":""}}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"prompts/list"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#,
         ]
         .iter()
         .map(|body| body.as_bytes().to_vec())
@@ -1046,20 +1117,43 @@ mod plain_tool_call_tests {
     }
 
     #[test]
-    fn the_shortcut_passes_only_what_rmcp_reads_as_a_tool_call() {
-        let mut taken = 0;
+    fn the_shortcut_passes_only_what_rmcp_reads_as_that_request() {
+        let mut taken = std::collections::BTreeMap::<String, usize>::new();
         for body in bodies() {
-            if let Some(call) = plain_tool_call(&body) {
-                taken += 1;
-                assert!(
-                    rmcp_reads_a_tool_call(&body),
-                    "rmcp does not read it as a tools/call: {}",
-                    String::from_utf8_lossy(&body)
-                );
-                assert_read_as_rmcp_reads_it(call, &body);
+            if let Some(request) = plain_routed_request(&body) {
+                *taken
+                    .entry(request.request.method().to_owned())
+                    .or_default() += 1;
+                assert_read_as_rmcp_reads_it(request, &body);
             }
         }
-        assert!(taken >= 6, "the shortcut took only {taken} bodies");
+        for (method, at_least) in [
+            ("tools/call", 6),
+            ("prompts/get", 3),
+            ("resources/read", 1),
+            ("completion/complete", 2),
+        ] {
+            let read = taken.get(method).copied().unwrap_or(0);
+            assert!(
+                read >= at_least,
+                "the shortcut took {read} {method}: {taken:?}"
+            );
+        }
+    }
+
+    /// Every routed request rmcp reads, the shortcut reads too (else the
+    /// bypass would miss it for nothing): over the same bodies.
+    #[test]
+    fn the_shortcut_misses_no_routed_request_rmcp_reads() {
+        for body in bodies() {
+            if rmcp_reads_a_routed_request(&body).is_some() {
+                assert!(
+                    is_plain_routed_request(&body),
+                    "{}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
     }
 
     #[test]
@@ -1157,17 +1251,21 @@ mod plain_tool_call_tests {
     #[test]
     fn check_shape_decides_as_before_with_the_shortcut() {
         for body in bodies() {
-            if is_plain_tool_call(&body) {
+            if is_plain_routed_request(&body) {
                 assert_eq!(check_shape(&body), Ok(()));
             }
         }
         // A body the shortcut refuses is still read the typed way.
-        let unfitting =
-            br#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"arguments":{}}}"#;
-        assert!(!is_plain_tool_call(unfitting));
-        assert!(matches!(
-            check_shape(unfitting),
-            Err(ShapeRejection::Params { .. })
-        ));
+        for unfitting in [
+            &br#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"arguments":{}}}"#[..],
+            br#"{"jsonrpc":"2.0","id":"r1","method":"prompts/get","params":{"arguments":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":"r1","method":"resources/read","params":{"uri":5}}"#,
+        ] {
+            assert!(!is_plain_routed_request(unfitting));
+            assert!(matches!(
+                check_shape(unfitting),
+                Err(ShapeRejection::Params { .. })
+            ));
+        }
     }
 }

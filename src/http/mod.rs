@@ -123,7 +123,7 @@ pub fn router(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let edge = tower::ServiceBuilder::new()
         // Outermost: a foreign Host or Origin gets its 403 before any of
         // the gateway's own answers (rmcp checks too, but last; not for a
-        // call `call_bypass` takes, whose Host is read alike by both).
+        // request `call_bypass` takes, whose Host is read alike by both).
         .layer(axum::middleware::from_fn_with_state(
             Edge {
                 sessions: manager.clone(),
