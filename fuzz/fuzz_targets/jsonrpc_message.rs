@@ -11,7 +11,10 @@
 //!    again, that JSON must not be refused as invalid by the guard (another
 //!    Junction may be the upstream) and read back, and from then on
 //!    round-trip unchanged.
-//! 3. The parts the gateway reads from a request: the trace context in
+//! 3. A body `json_guard::plain_routed_request` reads (for the bypass of
+//!    rmcp's `handle_post`) is one rmcp reads as the same request: the
+//!    same kind, params, `_meta`, id and JSON.
+//! 4. The parts the gateway reads from a request: the trace context in
 //!    `_meta`, and the tool, prompt or URI it routes through the catalog; a
 //!    route must qualify back to the name the client sent.
 
@@ -94,6 +97,25 @@ fuzz_target!(|body: &[u8]| {
     }
     if shape.is_ok() || typed.is_ok() {
         assert!(verdict.is_ok(), "{verdict:?}, but rmcp reads the body");
+    }
+
+    if let Some(plain) = json_guard::plain_routed_request(body) {
+        let Ok(JsonRpcMessage::Request(rmcp)) = &typed else {
+            panic!("the plain read takes a body rmcp reads as {typed:?}");
+        };
+        assert_eq!(plain.id, rmcp.id);
+        assert_eq!(
+            format!("{:?}", plain.request),
+            format!("{:?}", rmcp.request)
+        );
+        assert_eq!(
+            format!("{:?}", plain.request.get_meta()),
+            format!("{:?}", rmcp.request.get_meta())
+        );
+        assert_eq!(
+            serde_json::to_value(&plain).ok(),
+            serde_json::to_value(rmcp).ok()
+        );
     }
 
     let Ok(message) = typed else {

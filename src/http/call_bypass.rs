@@ -1,17 +1,20 @@
-//! The bypass: a plain `tools/call` on an awake session, handed to the
-//! session layer without rmcp's `handle_post`. (Not to be confused with
-//! the serving threads, `lanes.rs`.)
+//! The bypass: a plain routed request (`tools/call`, `prompts/get`,
+//! `resources/read`, `completion/complete`) on an awake session, handed to
+//! the session layer without rmcp's `handle_post`. (Not to be confused
+//! with the serving threads, `lanes.rs`.)
 //!
 //! rmcp reads every POST body into its `ClientRequest`, an untagged enum
 //! that tries each of its variants in turn; a `tools/call` is the
 //! fourteenth, so each call built and threw away thirteen serde errors
 //! first. That read was ~15% of a proxied call's instructions (callgrind),
 //! the biggest single cost left in the gateway's own process. `json_guard`
-//! has already read such a body as a well-formed `tools/call`, straight
-//! into rmcp's `CallToolRequest` with rmcp's own types (its `_meta`
-//! handling included: [`PlainToolCall`]); here that call is given to the
-//! session layer as rmcp would give it, with the request's HTTP parts in
-//! its extensions, and its answer stream is sent as rmcp sends one.
+//! has already read such a body as a well-formed routed request, straight
+//! into rmcp's `CallToolRequest` (or `GetPromptRequest` and so on) with
+//! rmcp's own types (its `_meta` handling included: [`PlainRequest`]);
+//! here that request is given to the session layer as rmcp would give it,
+//! with the request's HTTP parts in its extensions, and its answer stream
+//! is sent as rmcp sends one. rmcp's checks in `handle_post` are the same
+//! for every request but `initialize` under the versions taken here.
 //!
 //! Only where rmcp's checks would pass with nothing to say: the bypass is
 //! taken when the request is a POST in a stateful session that is awake,

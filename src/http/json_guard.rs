@@ -302,6 +302,11 @@ pub fn plain_routed_request(
         }
     }
     match method_of(body)?.as_ref() {
+        // Written with an escape (`tools\/call`), which the hint misses.
+        "tools/call" => as_client(
+            plain_request::<CallToolRequest>(body),
+            ClientRequest::CallToolRequest,
+        ),
         "prompts/get" => as_client(
             plain_request::<GetPromptRequest>(body),
             ClientRequest::GetPromptRequest,
@@ -1102,6 +1107,17 @@ mod plain_routed_request_tests {
             r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"a__greet"},"argument":{"name":"who","value":"w"}}}"#,
             r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"a+file:///{x}"},"argument":{"name":"x","value":""},"context":{"arguments":{"y":"1"}}}}"#,
             r#"{"jsonrpc":"2.0","id":5,"method":"completion/complete","params":{"ref":{"type":"ref/nothing"},"argument":{"name":"x","value":""}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\u002fcall","params":{"name":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts\/get","params":{"name":"p"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","_meta":null}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p"},"params":{"name":"q"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","name":"q"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","other":{"x":[]}}}"#,
+            r#"{"jsonrpc":"2.0","id":1.0,"method":"resources/read","params":{"uri":"u"}}"#,
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"resources/read","params":{"uri":"u"}}"#,
+            r#"{"jsonrpc":"2.0","id":-5,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"p"},"argument":{"name":"a","value":"v"},"_meta":{"progressToken":"t"}}}"#,
+            r#"["prompts/get"]"#,
             r#"{"jsonrpc":"2.0","id":6,"method":"prompts/list"}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#,
