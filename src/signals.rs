@@ -15,7 +15,21 @@
 //! `concurrently`) forwards the terminal's Ctrl-C that the gateway also
 //! got itself, and that one press must still stop gracefully.
 
-use std::future::Future;
+use std::{
+    future::Future,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+/// Set once a second stop signal ends the process ([`stop_now`]), before
+/// its upstreams are killed: a request in flight that sees its upstream go
+/// from then on says the gateway is stopping, not that it restarts the
+/// upstream (it may be answered in the moment before the exit).
+static STOPPING_NOW: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process is ending at once, its upstreams killed by it.
+pub fn stopping_now() -> bool {
+    STOPPING_NOW.load(Ordering::Acquire)
+}
 
 /// Listens from now on; resolves on the first SIGINT or SIGTERM, and from
 /// then on ends the process at a second one ([`stop_now`]). Also
@@ -87,6 +101,7 @@ async fn either(
 /// signal ended: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
 #[cfg(unix)]
 fn stop_now(signal: tokio::signal::unix::SignalKind) -> ! {
+    STOPPING_NOW.store(true, Ordering::Release);
     // Killed before anything is written: a stderr nobody reads could
     // block the write, and the exit with it.
     crate::upstream::kill_every_tagged();

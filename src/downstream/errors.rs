@@ -110,15 +110,19 @@ impl RouteError {
 
     fn classify(mount: &Mount, error: RequestError) -> Self {
         let mount_config = &mount.config;
-        if mount.is_retired() && !matches!(error, RequestError::Service(ServiceError::McpError(_)))
+        let answered = matches!(error, RequestError::Service(ServiceError::McpError(_)));
+        if let Some(cause) =
+            cut_short_by_the_gateway(mount.is_retired(), crate::signals::stopping_now())
         {
-            // Whatever the upstream's end looked like from here (it went
-            // away, its stream broke), the reload ended it: a removed
-            // mount is not restarted, and the upstream did nothing wrong.
-            return RouteError::UpstreamFailed {
-                mount: mount_config.name.clone(),
-                cause: "a config reload removed or changed the mount during the request".to_owned(),
-            };
+            if !answered {
+                // Whatever the upstream's end looked like from here (it
+                // went away, its stream broke), the gateway ended it: it
+                // is not restarted, and the upstream did nothing wrong.
+                return RouteError::UpstreamFailed {
+                    mount: mount_config.name.clone(),
+                    cause: cause.to_owned(),
+                };
+            }
         }
         let mount = mount_config.name.clone();
         match error {
@@ -260,9 +264,36 @@ impl RouteError {
     }
 }
 
+/// Why a request's upstream exchange ended, if the gateway itself ended
+/// it: a reload retired the mount, or a second stop signal is ending the
+/// process (its upstreams killed first). Either way "restarting it" would
+/// be untrue.
+fn cut_short_by_the_gateway(retired: bool, stopping_now: bool) -> Option<&'static str> {
+    if stopping_now {
+        Some("the gateway is stopping at once (a second stop signal) and killed the upstream")
+    } else if retired {
+        Some("a config reload removed or changed the mount during the request")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_the_gateway_ended_is_not_said_to_be_restarted() {
+        assert_eq!(cut_short_by_the_gateway(false, false), None);
+        let reload = cut_short_by_the_gateway(true, false).unwrap();
+        assert!(reload.contains("reload"), "{reload}");
+        // A retired mount's request cut short by the stop: the stop is why.
+        for retired in [false, true] {
+            let stop = cut_short_by_the_gateway(retired, true).unwrap();
+            assert!(stop.contains("stopping"), "{stop}");
+            assert!(!stop.contains("restart"), "{stop}");
+        }
+    }
 
     fn upstream_error(data: Option<serde_json::Value>) -> ErrorData {
         RouteError::UpstreamError {
