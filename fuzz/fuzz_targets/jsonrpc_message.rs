@@ -2,8 +2,8 @@
 //!
 //! 1. The middleware's two pure checks never panic. `json_guard::classify`
 //!    must agree with serde_json: it accepts exactly the bodies that parse
-//!    as one JSON object, and refuses arrays as batches and other values as
-//!    not objects. `json_guard::check_shape` passes exactly what rmcp reads
+//!    as one JSON object, and refuses arrays as batches (`[]` as an empty
+//!    one) and other values as not objects. `json_guard::check_shape` passes exactly what rmcp reads
 //!    (except a known method with unfitting params, which it answers with
 //!    `-32602`), and never a body `classify` refuses (the middleware skips
 //!    `classify` for a body `check_shape` passes).
@@ -78,7 +78,8 @@ fuzz_target!(|body: &[u8]| {
     match (&verdict, &parsed) {
         (Ok(()), Ok(Value::Object(_))) => {}
         (Err(BodyRejection::Parse(_)), Err(_)) => {}
-        (Err(BodyRejection::Batch), Ok(Value::Array(_))) => {}
+        (Err(BodyRejection::Batch), Ok(Value::Array(batch))) if !batch.is_empty() => {}
+        (Err(BodyRejection::EmptyBatch), Ok(Value::Array(batch))) if batch.is_empty() => {}
         (Err(BodyRejection::NotObject), Ok(value)) if !value.is_object() && !value.is_array() => {}
         _ => panic!("classify says {verdict:?}, serde_json says {parsed:?}"),
     }
