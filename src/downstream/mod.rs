@@ -34,6 +34,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 pub use admission::LIMIT_EXCEEDED;
 pub use errors::RouteError;
+pub(crate) use observe::is_routed_here;
 
 use crate::{
     catalog::{Listing, MergedCatalog, MountCatalog},

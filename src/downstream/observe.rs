@@ -55,6 +55,17 @@ pub(crate) fn routed_to(mount: &MountName) {
     let _ = ROUTED.try_with(|routed| routed.borrow_mut().mount = Some(mount.clone()));
 }
 
+/// Whether the current request is a `method` routed to `mount`: its span
+/// then names both already. False outside a request.
+pub(crate) fn is_routed_here(method: &str, mount: &MountName) -> bool {
+    ROUTED
+        .try_with(|routed| {
+            let routed = routed.borrow();
+            routed.method == method && routed.mount.as_ref() == Some(mount)
+        })
+        .unwrap_or(false)
+}
+
 /// What a request names that the lists list.
 #[derive(Clone, Copy)]
 pub(crate) enum Target {

@@ -334,18 +334,29 @@ impl UpstreamSession {
         limit: RequestLimit,
     ) -> Result<Exchange, RequestError> {
         let method = request.method().to_owned();
-        let span = tracing::info_span!(
-            "mcp.upstream.request",
-            otel.name = tracing::field::Empty,
-            otel.kind = tracing::field::Empty,
-            mcp.method.name = method.as_str(),
-            junction.mount = %self.mount,
-            rpc.jsonrpc.error_code = tracing::field::Empty,
-            rpc.response.status_code = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
-        );
+        // A span of its own for the trace, and in the log where it says
+        // something: for a request made for a downstream request routed
+        // here with the same method, the downstream request's span already
+        // names method and mount, and this one's creation, entries, exits
+        // and end were ~5% of a proxied call (callgrind).
+        let span = if !crate::telemetry::exporting_traces()
+            && crate::downstream::is_routed_here(&method, &self.mount)
+        {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                "mcp.upstream.request",
+                otel.name = tracing::field::Empty,
+                otel.kind = tracing::field::Empty,
+                mcp.method.name = method.as_str(),
+                junction.mount = %self.mount,
+                rpc.jsonrpc.error_code = tracing::field::Empty,
+                rpc.response.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                otel.status_description = tracing::field::Empty,
+            )
+        };
         // Traces only (see `telemetry::exporting_traces`). The name and
         // kind, read before the span starts, are OpenTelemetry's alone: as
         // log fields they were a `format!` and two fields formatted on
