@@ -274,8 +274,8 @@ impl DirectCalls {
         request: ClientRequest,
     ) -> Result<ServerResult, ServiceError> {
         let trace: Vec<_> = trace_headers(&request).collect();
-        let message = ClientJsonRpcMessage::request(request, direct.id.clone());
-        let body = serde_json::to_vec(&message).map_err(|error| {
+        let mut message = ClientJsonRpcMessage::request(request, direct.id.clone());
+        let body = super::call_body::request_body(&mut message).map_err(|error| {
             ServiceError::McpError(ErrorData::internal_error(error.to_string(), None))
         })?;
         let session = &direct.post;

@@ -7,6 +7,7 @@
 //! downstream sessions: events go out through [`UpstreamEvents`].
 
 mod bounded_map;
+mod call_body;
 pub mod child;
 pub mod connect;
 mod deep_nesting;
