@@ -8,9 +8,10 @@
 //! fourteenth, so each call built and threw away thirteen serde errors
 //! first. That read was ~15% of a proxied call's instructions (callgrind),
 //! the biggest single cost left in the gateway's own process. `json_guard`
-//! has already read such a body as a well-formed routed request, straight
-//! into rmcp's `CallToolRequest` (or `GetPromptRequest` and so on) with
-//! rmcp's own types (its `_meta` handling included: [`PlainRequest`]);
+//! has already read such a body as a well-formed routed request into
+//! rmcp's `CallToolRequest` (or `GetPromptRequest` and so on), its params
+//! by rmcp's own types and their `_meta` moved to the extensions as rmcp
+//! moves it ([`PlainRequest`]);
 //! here that request is given to the session layer as rmcp would give it,
 //! with the request's HTTP parts in its extensions, and its answer stream
 //! is sent as rmcp sends one. rmcp's checks in `handle_post` are the same
